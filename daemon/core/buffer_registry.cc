@@ -1,0 +1,248 @@
+#include "daemon/core/buffer_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/log.h"
+#include "daemon/core/range.h"
+
+namespace gpumove {
+
+BufferUse& BufferUse::operator=(BufferUse&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    registry_ = other.registry_;
+    entry_ = std::move(other.entry_);
+    data_ = other.data_;
+    offset_ = other.offset_;
+    length_ = other.length_;
+    other.registry_ = nullptr;
+    other.entry_ = nullptr;
+  }
+  return *this;
+}
+
+void BufferUse::Reset() {
+  if (entry_ == nullptr) return;
+  registry_->EndUse(static_cast<BufferRegistry::Entry*>(entry_.get()));
+  entry_.reset();
+  registry_ = nullptr;
+}
+
+MemoryKind BufferUse::kind() const {
+  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.kind;
+}
+int BufferUse::device() const {
+  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.device;
+}
+const std::string& BufferUse::buffer_id() const {
+  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.id;
+}
+
+BufferRegistry::BufferRegistry(PoolSet* pools, absl::Duration default_lease)
+    : pools_(pools), default_lease_(default_lease) {}
+
+BufferRegistry::~BufferRegistry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, entry] : buffers_) entry->pool->Free(entry->ptr);
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& options) {
+  if (options.size == 0) return absl::InvalidArgumentError("size must be greater than 0");
+  if (options.lease_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must not be negative");
+  }
+  if (options.kind == MemoryKind::kDevice && options.device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bad GPU index ", options.device));
+  }
+  Pool* pool = pools_->Find(options.kind, options.device);
+  if (pool == nullptr) {
+    if (options.kind == MemoryKind::kDevice) {
+      bool any_device = false;
+      for (const auto& p : pools_->pools()) any_device |= p->kind() == MemoryKind::kDevice;
+      if (any_device) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no DEVICE pool for GPU ", options.device, " on this node"));
+      }
+      return absl::FailedPreconditionError("this node has no GPU pools (host memory only)");
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("this node has no ", MemoryKindName(options.kind), " pool"));
+  }
+  auto ptr = pool->Allocate(options.size);
+  if (!ptr.ok()) return ptr.status();
+
+  auto entry = std::make_shared<Entry>();
+  entry->pool = pool;
+  entry->ptr = *ptr;
+  BufferInfo& info = entry->info;
+  info.size = options.size;
+  info.kind = options.kind;
+  info.device = pool->device();
+  info.owner = options.owner;
+  info.label = options.label;
+  info.create_time = absl::Now();
+  info.lease_ttl = options.lease_ttl > absl::ZeroDuration() ? options.lease_ttl : default_lease_;
+  if (info.lease_ttl > absl::ZeroDuration()) {
+    info.lease_expire_time = info.create_time + info.lease_ttl;
+  }
+  absl::MutexLock lock(&mu_);
+  do {
+    info.id = absl::StrFormat("b-%016x", absl::Uniform<uint64_t>(rng_));
+  } while (buffers_.contains(info.id));
+  buffers_.emplace(info.id, entry);
+  return info;
+}
+
+std::shared_ptr<BufferRegistry::Entry> BufferRegistry::FindLocked(const std::string& owner,
+                                                                  const std::string& id) const {
+  auto it = buffers_.find(id);
+  // Another tenant's buffer is reported as missing, so ids leak nothing.
+  if (it == buffers_.end() || it->second->info.owner != owner) return nullptr;
+  return it->second;
+}
+
+absl::Status BufferRegistry::Release(const std::string& owner, const std::string& id) {
+  std::shared_ptr<Entry> entry;
+  {
+    absl::MutexLock lock(&mu_);
+    entry = FindLocked(owner, id);
+    if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+    if (entry->info.active_uses > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "buffer ", id, " is in use by ", entry->info.active_uses, " transfer(s) or stream(s)"));
+    }
+    buffers_.erase(id);
+  }
+  entry->pool->Free(entry->ptr);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::Get(const std::string& owner,
+                                               const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto entry = FindLocked(owner, id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  return entry->info;
+}
+
+std::vector<BufferInfo> BufferRegistry::List(const std::string& owner) const {
+  std::vector<BufferInfo> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, entry] : buffers_) {
+      if (entry->info.owner == owner) out.push_back(entry->info);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) {
+    return std::tie(a.create_time, a.id) < std::tie(b.create_time, b.id);
+  });
+  return out;
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::RenewLease(const std::string& owner,
+                                                      const std::string& id,
+                                                      absl::Duration ttl) {
+  if (ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must not be negative");
+  }
+  absl::MutexLock lock(&mu_);
+  auto entry = FindLocked(owner, id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  BufferInfo& info = entry->info;
+  if (!info.lease_expire_time.has_value() && ttl == absl::ZeroDuration()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("buffer ", id, " has no lease; give a lease_ttl to start one"));
+  }
+  if (ttl > absl::ZeroDuration()) info.lease_ttl = ttl;
+  info.lease_expire_time = absl::Now() + info.lease_ttl;
+  return info;
+}
+
+absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner,
+                                                  const std::string& id, uint64_t offset,
+                                                  uint64_t length) {
+  absl::MutexLock lock(&mu_);
+  auto entry = FindLocked(owner, id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  auto resolved = ResolveRange(entry->info.size, offset, length);
+  if (!resolved.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer ", id, ": ", resolved.status().message()));
+  }
+  ++entry->info.active_uses;
+  BufferUse use;
+  use.registry_ = this;
+  use.entry_ = entry;
+  use.data_ = entry->ptr + offset;
+  use.offset_ = offset;
+  use.length_ = *resolved;
+  return use;
+}
+
+void BufferRegistry::EndUse(Entry* entry) {
+  bool free_now = false;
+  {
+    absl::MutexLock lock(&mu_);
+    --entry->info.active_uses;
+    free_now = entry->doomed && entry->info.active_uses == 0;
+    if (free_now) entry->doomed = false;
+  }
+  if (free_now) {
+    LOG(INFO) << "buffer " << entry->info.id << " freed after its last use (lease expired)";
+    entry->pool->Free(entry->ptr);
+  }
+}
+
+int BufferRegistry::ExpireLeases(absl::Time now) {
+  std::vector<std::shared_ptr<Entry>> to_free;
+  int expired = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = buffers_.begin(); it != buffers_.end();) {
+      const BufferInfo& info = it->second->info;
+      if (!info.lease_expire_time.has_value() || *info.lease_expire_time > now) {
+        ++it;
+        continue;
+      }
+      ++expired;
+      LOG(INFO) << "buffer " << info.id << " lease expired"
+                << (info.active_uses > 0 ? "; freed when its transfers end" : "; freed");
+      if (info.active_uses > 0) {
+        it->second->doomed = true;
+      } else {
+        to_free.push_back(it->second);
+      }
+      buffers_.erase(it++);
+    }
+  }
+  for (auto& entry : to_free) entry->pool->Free(entry->ptr);
+  return expired;
+}
+
+void BufferRegistry::StartLeaseReaper(absl::Duration period) {
+  reaper_ = std::thread([this, period] {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
+        mu_.AwaitWithTimeout(absl::Condition(&stopped), period);
+        if (stop_) return;
+      }
+      ExpireLeases(absl::Now());
+    }
+  });
+}
+
+size_t BufferRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return buffers_.size();
+}
+
+}  // namespace gpumove

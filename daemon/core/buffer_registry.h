@@ -1,0 +1,132 @@
+// The buffers of one daemon: allocation from pools, ownership, leases, and uses that
+// keep a buffer alive while a transfer, read or write is on it.
+#ifndef GPUMOVE_DAEMON_CORE_BUFFER_REGISTRY_H_
+#define GPUMOVE_DAEMON_CORE_BUFFER_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/memory/pool.h"
+
+namespace gpumove {
+
+struct BufferInfo {
+  std::string id;
+  uint64_t size = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = kHostDevice;
+  std::string owner;
+  std::string label;
+  absl::Time create_time;
+  std::optional<absl::Time> lease_expire_time;  // Unset: no lease.
+  absl::Duration lease_ttl;
+  uint32_t active_uses = 0;
+};
+
+struct AllocateOptions {
+  uint64_t size = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = 0;  // For kDevice.
+  absl::Duration lease_ttl = absl::ZeroDuration();  // Zero: the registry's default.
+  std::string label;
+  std::string owner;
+};
+
+class BufferRegistry;
+
+// A checked range of a buffer, held in use: the buffer is not freed while a BufferUse
+// on it exists. Movable, not copyable.
+class BufferUse {
+ public:
+  BufferUse() = default;
+  BufferUse(BufferUse&& other) noexcept { *this = std::move(other); }
+  BufferUse& operator=(BufferUse&& other) noexcept;
+  ~BufferUse() { Reset(); }
+
+  // Ends the use now.
+  void Reset();
+
+  bool valid() const { return entry_ != nullptr; }
+  char* data() const { return data_; }  // First byte of the range.
+  uint64_t offset() const { return offset_; }
+  uint64_t length() const { return length_; }
+  MemoryKind kind() const;
+  int device() const;
+  const std::string& buffer_id() const;
+
+ private:
+  friend class BufferRegistry;
+  BufferRegistry* registry_ = nullptr;
+  std::shared_ptr<void> entry_;  // BufferRegistry::Entry, type-erased.
+  char* data_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t length_ = 0;
+};
+
+class BufferRegistry {
+ public:
+  // `pools` must outlive the registry. A zero `default_lease` means buffers without an
+  // explicit TTL have no lease.
+  BufferRegistry(PoolSet* pools, absl::Duration default_lease);
+  ~BufferRegistry();
+  BufferRegistry(const BufferRegistry&) = delete;
+  BufferRegistry& operator=(const BufferRegistry&) = delete;
+
+  // INVALID_ARGUMENT (size 0, bigger than the pool, negative TTL), FAILED_PRECONDITION
+  // (no such pool here, e.g. DEVICE without GPUs), RESOURCE_EXHAUSTED (pool full).
+  absl::StatusOr<BufferInfo> Allocate(const AllocateOptions& options);
+  // NOT_FOUND, FAILED_PRECONDITION while in use.
+  absl::Status Release(const std::string& owner, const std::string& id);
+  absl::StatusOr<BufferInfo> Get(const std::string& owner, const std::string& id) const;
+  std::vector<BufferInfo> List(const std::string& owner) const;
+  // Restarts the lease clock; a zero ttl keeps the current TTL. FAILED_PRECONDITION for a
+  // buffer without a lease.
+  absl::StatusOr<BufferInfo> RenewLease(const std::string& owner, const std::string& id,
+                                        absl::Duration ttl);
+  // Checks [offset, offset+length) (length 0: to the end) and holds the buffer in use.
+  absl::StatusOr<BufferUse> Acquire(const std::string& owner, const std::string& id,
+                                    uint64_t offset, uint64_t length);
+
+  // Frees the buffers whose lease ran out by `now` (those in use are freed when their
+  // last use ends). Returns how many expired.
+  int ExpireLeases(absl::Time now);
+  // Calls ExpireLeases every `period` on a thread of its own until the registry dies.
+  void StartLeaseReaper(absl::Duration period);
+
+  size_t size() const;
+
+ private:
+  friend class BufferUse;
+  struct Entry {
+    BufferInfo info;
+    Pool* pool = nullptr;
+    char* ptr = nullptr;
+    bool doomed = false;  // Released from the map; free when the last use ends.
+  };
+
+  void EndUse(Entry* entry);
+  std::shared_ptr<Entry> FindLocked(const std::string& owner, const std::string& id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PoolSet* const pools_;
+  const absl::Duration default_lease_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Entry>> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::BitGen rng_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CORE_BUFFER_REGISTRY_H_

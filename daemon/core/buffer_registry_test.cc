@@ -1,0 +1,135 @@
+#include "daemon/core/buffer_registry.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace gpumove {
+namespace {
+
+class BufferRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = GpuRuntime::CreateHostOnly("test");
+    PoolSizes sizes;
+    sizes.host = 1 << 20;
+    sizes.pinned = 1 << 16;
+    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+  }
+
+  BufferInfo Alloc(uint64_t size, absl::Duration ttl = absl::ZeroDuration()) {
+    AllocateOptions o;
+    o.size = size;
+    o.owner = "alice";
+    o.lease_ttl = ttl;
+    return *registry_->Allocate(o);
+  }
+
+  std::unique_ptr<GpuRuntime> gpu_;
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+};
+
+TEST_F(BufferRegistryTest, AllocatesGetsListsAndReleases) {
+  BufferInfo a = Alloc(1000);
+  BufferInfo b = Alloc(2000);
+  EXPECT_NE(a.id, b.id);
+  EXPECT_EQ(registry_->Get("alice", a.id)->size, 1000u);
+  auto list = registry_->List("alice");
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].id, a.id);
+  ASSERT_TRUE(registry_->Release("alice", a.id).ok());
+  EXPECT_EQ(registry_->Get("alice", a.id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Release("alice", a.id).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(BufferRegistryTest, RejectsBadAllocations) {
+  AllocateOptions o;
+  o.owner = "alice";
+  o.size = 0;
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.size = 2 << 20;
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.size = 16;
+  o.kind = MemoryKind::kDevice;
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kFailedPrecondition);
+  o.kind = MemoryKind::kHost;
+  o.lease_ttl = absl::Seconds(-1);
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->size(), 0u);
+}
+
+TEST_F(BufferRegistryTest, PoolFullIsResourceExhausted) {
+  Alloc(1 << 19);
+  Alloc(1 << 19);
+  AllocateOptions o;
+  o.owner = "alice";
+  o.size = 1;
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(BufferRegistryTest, OtherTenantsSeeNothing) {
+  BufferInfo a = Alloc(64);
+  EXPECT_EQ(registry_->Get("bob", a.id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Release("bob", a.id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Acquire("bob", a.id, 0, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->List("bob").empty());
+}
+
+TEST_F(BufferRegistryTest, AcquireChecksTheRange) {
+  BufferInfo a = Alloc(100);
+  auto use = registry_->Acquire("alice", a.id, 10, 0);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(use->length(), 90u);
+  EXPECT_EQ(use->offset(), 10u);
+  EXPECT_EQ(registry_->Acquire("alice", a.id, 50, 51).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->Acquire("alice", a.id, 1, UINT64_MAX).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->Get("alice", a.id)->active_uses, 1u);
+}
+
+TEST_F(BufferRegistryTest, BufferInUseIsNotReleased) {
+  BufferInfo a = Alloc(100);
+  {
+    auto use = registry_->Acquire("alice", a.id, 0, 0);
+    EXPECT_EQ(registry_->Release("alice", a.id).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_TRUE(registry_->Release("alice", a.id).ok());
+}
+
+TEST_F(BufferRegistryTest, ExpiredLeaseFreesAndRenewExtends) {
+  BufferInfo a = Alloc(100, absl::Seconds(10));
+  BufferInfo b = Alloc(100, absl::Seconds(10));
+  BufferInfo forever = Alloc(100);
+  ASSERT_TRUE(a.lease_expire_time.has_value());
+  EXPECT_FALSE(forever.lease_expire_time.has_value());
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now() + absl::Seconds(5)), 0);
+  auto renewed = registry_->RenewLease("alice", b.id, absl::Seconds(60));
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now() + absl::Seconds(30)), 1);
+  EXPECT_EQ(registry_->Get("alice", a.id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->Get("alice", b.id).ok());
+  EXPECT_TRUE(registry_->Get("alice", forever.id).ok());
+  EXPECT_EQ(registry_->RenewLease("alice", forever.id, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(BufferRegistryTest, ExpiredBufferInUseIsFreedAfterItsLastUse) {
+  BufferInfo a = Alloc(1 << 19, absl::Seconds(1));
+  Alloc(1 << 19);  // The pool is now full.
+  auto use = registry_->Acquire("alice", a.id, 0, 0);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now() + absl::Seconds(2)), 1);
+  std::memset(use->data(), 7, use->length());  // Still ours to touch.
+  AllocateOptions o;
+  o.owner = "alice";
+  o.size = 4096;
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kResourceExhausted);
+  use->Reset();
+  EXPECT_TRUE(registry_->Allocate(o).ok());
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -1,0 +1,507 @@
+#include "daemon/core/transfer_scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/log.h"
+#include "daemon/core/range.h"
+
+namespace gpumove {
+
+const char* PathKindName(PathKind path) {
+  switch (path) {
+    case PathKind::kAuto:
+      return "AUTO";
+    case PathKind::kLocal:
+      return "LOCAL";
+    case PathKind::kCudaIpc:
+      return "CUDA_IPC";
+    case PathKind::kUcx:
+      return "UCX";
+    case PathKind::kMpi:
+      return "MPI";
+  }
+  return "?";
+}
+
+const char* TransferStateName(TransferState state) {
+  switch (state) {
+    case TransferState::kQueued:
+      return "QUEUED";
+    case TransferState::kRunning:
+      return "RUNNING";
+    case TransferState::kSucceeded:
+      return "SUCCEEDED";
+    case TransferState::kFailed:
+      return "FAILED";
+    case TransferState::kCancelled:
+      return "CANCELLED";
+  }
+  return "?";
+}
+
+struct TransferScheduler::Record {
+  // Fixed at Submit.
+  std::string id;
+  std::string owner;
+  std::string label;
+  std::string idempotency_key;
+  RangeSpec source;
+  RangeSpec destination;
+  uint64_t length = 0;
+  PathKind path = PathKind::kAuto;
+  bool checksum = false;
+  Engine* engine = nullptr;
+  Endpoint src;
+  Endpoint dst;
+  absl::Time create_time;
+
+  // Owned by the scheduler's lock.
+  TransferState state = TransferState::kQueued;
+  BufferUse src_use;
+  BufferUse dst_use;
+  absl::Time start_time = absl::InfinitePast();
+  absl::Time end_time = absl::InfinitePast();
+  absl::Status status;
+  uint64_t source_xxh3 = 0;
+  uint64_t destination_xxh3 = 0;
+  uint64_t version = 0;
+  int pending = 0;  // Earlier transfers this one waits for.
+  std::vector<std::shared_ptr<Record>> dependents;
+
+  // Written by the worker without the lock.
+  std::atomic<uint64_t> bytes_done{0};
+  std::atomic<bool> cancel_requested{false};
+};
+
+// Progress, cancel and the rate limit for one running move.
+class TransferScheduler::Control : public MoveControl {
+ public:
+  Control(Record* t, uint64_t rate_limit) : t_(t), rate_limit_(rate_limit), start_(absl::Now()) {}
+
+  bool cancelled() const override { return t_->cancel_requested.load(); }
+
+  void Progress(uint64_t bytes_done) override {
+    t_->bytes_done.store(bytes_done);
+    if (rate_limit_ == 0) return;
+    const absl::Time due =
+        start_ + absl::Seconds(static_cast<double>(bytes_done) / static_cast<double>(rate_limit_));
+    // Sleep in short steps so a cancel is seen promptly.
+    for (absl::Time now = absl::Now(); now < due && !cancelled(); now = absl::Now()) {
+      absl::SleepFor(std::min(due - now, absl::Milliseconds(10)));
+    }
+  }
+
+ private:
+  Record* const t_;
+  const uint64_t rate_limit_;
+  const absl::Time start_;
+};
+
+TransferScheduler::TransferScheduler(SchedulerOptions options, BufferRegistry* registry,
+                                     std::vector<Engine*> engines, RangeHasher hasher)
+    : options_(std::move(options)),
+      registry_(registry),
+      engines_(std::move(engines)),
+      hasher_(std::move(hasher)) {
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+TransferScheduler::~TransferScheduler() {
+  CancelAll();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    accepting_ = false;
+  }
+  for (auto& w : workers_) w.join();
+  // Whatever is left (queued behind a cancelled one) never started: end it.
+  std::vector<BufferUse> released;
+  absl::MutexLock lock(&mu_);
+  for (auto& t : UnfinishedLocked()) {
+    FinishLocked(t, absl::CancelledError("daemon stopped"), &released);
+  }
+}
+
+std::vector<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::UnfinishedLocked()
+    const {
+  std::vector<std::shared_ptr<Record>> out;
+  for (const auto& [id, t] : transfers_) {
+    if (!IsTerminal(t->state)) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a->create_time < b->create_time;
+  });
+  return out;
+}
+
+absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const Endpoint& src,
+                                                        const Endpoint& dst) const {
+  std::string reasons;
+  for (Engine* e : engines_) {
+    if (path != PathKind::kAuto && e->path() != path) continue;
+    absl::Status st = e->CanServe(src, dst);
+    if (st.ok()) return e;
+    absl::StrAppend(&reasons, reasons.empty() ? "" : "; ", PathKindName(e->path()), ": ",
+                    st.message());
+  }
+  if (reasons.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("path ", PathKindName(path), " is not available on this node"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("no path can move these buffers (", reasons, ")"));
+}
+
+absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
+    const std::string& owner, const std::vector<TransferSpec>& specs,
+    const std::string& idempotency_key) {
+  if (specs.empty()) return absl::InvalidArgumentError("no transfers in the request");
+  if (specs.size() > options_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(specs.size(), " transfers in one request; at most ",
+                                                   options_.max_batch));
+  }
+  const std::string idem = idempotency_key.empty() ? "" : absl::StrCat(owner, absl::string_view("\0", 1), idempotency_key);
+  auto replay = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<std::vector<TransferSnapshot>> {
+    if (idem.empty()) return std::nullopt;
+    auto it = idempotency_.find(idem);
+    if (it == idempotency_.end()) return std::nullopt;
+    std::vector<TransferSnapshot> out;
+    for (const std::string& id : it->second) out.push_back(SnapshotLocked(*transfers_.at(id)));
+    return out;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto r = replay()) return *r;
+    if (!accepting_) return absl::UnavailableError("daemon is draining; not accepting transfers");
+  }
+
+  // Check everything (and hold the buffers) before anything is queued.
+  std::vector<std::shared_ptr<Record>> batch;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TransferSpec& spec = specs[i];
+    auto fail = [&](const absl::Status& st) {
+      return absl::Status(st.code(), specs.size() == 1
+                                         ? std::string(st.message())
+                                         : absl::StrCat("transfer ", i, ": ", st.message()));
+    };
+    for (const RangeSpec* r : {&spec.source, &spec.destination}) {
+      if (r->buffer_id.empty()) return fail(absl::InvalidArgumentError("buffer_id is empty"));
+      if (!r->node.empty() && r->node != options_.node) {
+        return fail(absl::NotFoundError(absl::StrCat("unknown node \"", r->node,
+                                                     "\" (this node is \"", options_.node, "\")")));
+      }
+    }
+    auto src = registry_->Acquire(owner, spec.source.buffer_id, spec.source.offset, spec.source.length);
+    if (!src.ok()) return fail(src.status());
+    auto dst = registry_->Acquire(owner, spec.destination.buffer_id, spec.destination.offset,
+                                  spec.destination.length == 0 ? src->length()
+                                                               : spec.destination.length);
+    if (!dst.ok()) return fail(dst.status());
+    if (dst->length() != src->length()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "destination length ", dst->length(), " differs from source length ", src->length())));
+    }
+    if (src->buffer_id() == dst->buffer_id() &&
+        RangesOverlap(src->offset(), src->length(), dst->offset(), dst->length())) {
+      return fail(absl::InvalidArgumentError("source and destination ranges overlap"));
+    }
+    auto t = std::make_shared<Record>();
+    t->src = Endpoint{src->data(), src->kind(), src->device()};
+    t->dst = Endpoint{dst->data(), dst->kind(), dst->device()};
+    auto engine = ChooseEngine(spec.path, t->src, t->dst);
+    if (!engine.ok()) return fail(engine.status());
+    t->engine = *engine;
+    t->path = (*engine)->path();
+    t->owner = owner;
+    t->label = spec.label;
+    t->idempotency_key = idempotency_key;
+    t->source = RangeSpec{options_.node, src->buffer_id(), src->offset(), src->length()};
+    t->destination = RangeSpec{options_.node, dst->buffer_id(), dst->offset(), dst->length()};
+    t->length = src->length();
+    t->checksum = spec.checksum;
+    t->src_use = *std::move(src);
+    t->dst_use = *std::move(dst);
+    batch.push_back(std::move(t));
+  }
+
+  std::vector<TransferSnapshot> out;
+  absl::MutexLock lock(&mu_);
+  if (auto r = replay()) return *r;  // A concurrent retry won the race.
+  if (!accepting_) return absl::UnavailableError("daemon is draining; not accepting transfers");
+  if (active_ + batch.size() > options_.max_active) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "transfer queue is full (", active_, " queued or running, limit ", options_.max_active,
+        "); retry later"));
+  }
+  const absl::Time now = absl::Now();
+  std::vector<std::string> ids;
+  for (auto& t : batch) {
+    do {
+      t->id = absl::StrFormat("t-%016x", absl::Uniform<uint64_t>(rng_));
+    } while (transfers_.contains(t->id));
+    t->create_time = now;
+    t->version = ++sequence_;
+    const std::string& sb = t->source.buffer_id;
+    const std::string& db = t->destination.buffer_id;
+    auto depend_on_conflicts = [&](const std::string& buffer) {
+      auto it = active_by_buffer_.find(buffer);
+      if (it == active_by_buffer_.end()) return;
+      for (auto& e : it->second) {
+        auto overlaps = [](const RangeSpec& a, const RangeSpec& b) {
+          return a.buffer_id == b.buffer_id && RangesOverlap(a.offset, a.length, b.offset, b.length);
+        };
+        if (overlaps(t->destination, e->destination) || overlaps(t->destination, e->source) ||
+            overlaps(t->source, e->destination)) {
+          if (std::find(e->dependents.begin(), e->dependents.end(), t) == e->dependents.end()) {
+            e->dependents.push_back(t);
+            ++t->pending;
+          }
+        }
+      }
+    };
+    depend_on_conflicts(sb);
+    if (db != sb) depend_on_conflicts(db);
+    active_by_buffer_[sb].push_back(t);
+    if (db != sb) active_by_buffer_[db].push_back(t);
+    transfers_.emplace(t->id, t);
+    ++active_;
+    if (t->pending == 0) ready_.push_back(t);
+    ids.push_back(t->id);
+    out.push_back(SnapshotLocked(*t));
+  }
+  if (!idem.empty()) idempotency_[idem] = std::move(ids);
+  return out;
+}
+
+void TransferScheduler::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<Record> t;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !ready_.empty(); };
+      mu_.Await(absl::Condition(&wake));
+      if (ready_.empty()) return;  // Stopping.
+      t = std::move(ready_.front());
+      ready_.pop_front();
+      if (t->state != TransferState::kQueued) continue;  // Cancelled while queued.
+      t->state = TransferState::kRunning;
+      t->start_time = absl::Now();
+      t->version = ++sequence_;
+    }
+    Run(t);
+  }
+}
+
+void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
+  absl::Status status;
+  uint64_t src_hash = 0, dst_hash = 0;
+  if (t->checksum) {
+    auto h = hasher_(t->src, t->length);
+    if (h.ok()) src_hash = *h; else status = h.status();
+  }
+  if (status.ok() && t->cancel_requested) status = absl::CancelledError("cancelled");
+  if (status.ok()) {
+    Control control(t.get(), options_.rate_limit);
+    status = t->engine->Move(t->src, t->dst, t->length, control);
+    if (status.ok()) t->bytes_done.store(t->length);
+  }
+  if (status.ok() && t->checksum) {
+    auto h = hasher_(t->dst, t->length);
+    if (!h.ok()) {
+      status = h.status();
+    } else {
+      dst_hash = *h;
+      if (dst_hash != src_hash) {
+        status = absl::DataLossError(absl::StrFormat(
+            "checksum mismatch: source xxh3 %016x, destination xxh3 %016x", src_hash, dst_hash));
+      }
+    }
+  }
+  if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
+    LOG(WARNING) << "transfer " << t->id << " failed: " << status;
+  }
+  std::vector<BufferUse> released;
+  absl::MutexLock lock(&mu_);
+  t->source_xxh3 = src_hash;
+  t->destination_xxh3 = dst_hash;
+  FinishLocked(t, status, &released);
+}
+
+void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Status status,
+                                     std::vector<BufferUse>* released) {
+  t->state = status.ok() ? TransferState::kSucceeded
+             : status.code() == absl::StatusCode::kCancelled ? TransferState::kCancelled
+                                                            : TransferState::kFailed;
+  t->status = std::move(status);
+  t->end_time = absl::Now();
+  t->version = ++sequence_;
+  // Ending the uses may free a buffer whose lease ran out; the caller drops them after
+  // unlocking.
+  released->push_back(std::move(t->src_use));
+  released->push_back(std::move(t->dst_use));
+  for (const std::string* b : {&t->source.buffer_id, &t->destination.buffer_id}) {
+    auto it = active_by_buffer_.find(*b);
+    if (it == active_by_buffer_.end()) continue;
+    auto& v = it->second;
+    v.erase(std::remove(v.begin(), v.end(), t), v.end());
+    if (v.empty()) active_by_buffer_.erase(it);
+  }
+  for (auto& d : t->dependents) {
+    if (--d->pending == 0 && d->state == TransferState::kQueued) ready_.push_back(d);
+  }
+  t->dependents.clear();
+  --active_;
+  finished_.push_back(t->id);
+  while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {
+    auto it = transfers_.find(finished_.front());
+    finished_.pop_front();
+    if (it == transfers_.end()) continue;
+    if (!it->second->idempotency_key.empty()) {
+      idempotency_.erase(absl::StrCat(it->second->owner, absl::string_view("\0", 1), it->second->idempotency_key));
+    }
+    transfers_.erase(it);
+  }
+}
+
+std::shared_ptr<TransferScheduler::Record> TransferScheduler::FindLocked(
+    const std::string& owner, const std::string& id) const {
+  auto it = transfers_.find(id);
+  if (it == transfers_.end() || it->second->owner != owner) return nullptr;
+  return it->second;
+}
+
+TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
+  TransferSnapshot s;
+  s.id = t.id;
+  s.source = t.source;
+  s.destination = t.destination;
+  s.length = t.length;
+  s.path = t.path;
+  s.state = t.state;
+  s.bytes_done = t.state == TransferState::kSucceeded ? t.length : t.bytes_done.load();
+  s.owner = t.owner;
+  s.node = options_.node;
+  s.label = t.label;
+  s.idempotency_key = t.idempotency_key;
+  s.create_time = t.create_time;
+  s.start_time = t.start_time;
+  s.end_time = t.end_time;
+  s.status = t.status;
+  s.checksum = t.checksum;
+  s.source_xxh3 = t.source_xxh3;
+  s.destination_xxh3 = t.destination_xxh3;
+  s.version = t.version;
+  return s;
+}
+
+absl::StatusOr<TransferSnapshot> TransferScheduler::Get(const std::string& owner,
+                                                        const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto t = FindLocked(owner, id);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  return SnapshotLocked(*t);
+}
+
+std::vector<TransferSnapshot> TransferScheduler::List(const std::string& owner,
+                                                      const std::vector<TransferState>& states,
+                                                      size_t limit) const {
+  std::vector<TransferSnapshot> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, t] : transfers_) {
+      if (t->owner != owner) continue;
+      if (!states.empty() && std::find(states.begin(), states.end(), t->state) == states.end()) {
+        continue;
+      }
+      out.push_back(SnapshotLocked(*t));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const TransferSnapshot& a, const TransferSnapshot& b) {
+    return std::tie(a.create_time, a.id) > std::tie(b.create_time, b.id);
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+absl::StatusOr<TransferSnapshot> TransferScheduler::Cancel(const std::string& owner,
+                                                           const std::string& id) {
+  std::vector<BufferUse> released;
+  absl::MutexLock lock(&mu_);
+  auto t = FindLocked(owner, id);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  if (t->state == TransferState::kQueued) {
+    FinishLocked(t, absl::CancelledError("cancelled while queued"), &released);
+  } else if (t->state == TransferState::kRunning) {
+    t->cancel_requested = true;
+  }
+  return SnapshotLocked(*t);
+}
+
+absl::StatusOr<TransferSnapshot> TransferScheduler::Wait(const std::string& owner,
+                                                         const std::string& id,
+                                                         absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto t = FindLocked(owner, id);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return IsTerminal(t->state) || stop_; };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  if (!IsTerminal(t->state)) {
+    return absl::DeadlineExceededError(absl::StrCat("transfer ", id, " is still ",
+                                                    TransferStateName(t->state)));
+  }
+  return SnapshotLocked(*t);
+}
+
+absl::StatusOr<TransferSnapshot> TransferScheduler::WaitForChange(const std::string& owner,
+                                                                  const std::string& id,
+                                                                  uint64_t seen_version,
+                                                                  absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto t = FindLocked(owner, id);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return t->version != seen_version || stop_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
+  return SnapshotLocked(*t);
+}
+
+void TransferScheduler::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool TransferScheduler::Drain(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+void TransferScheduler::CancelAll() {
+  std::vector<BufferUse> released;
+  absl::MutexLock lock(&mu_);
+  for (auto& t : UnfinishedLocked()) {
+    if (t->state == TransferState::kQueued) {
+      FinishLocked(t, absl::CancelledError("cancelled: daemon shutting down"), &released);
+    } else if (t->state == TransferState::kRunning) {
+      t->cancel_requested = true;
+    }
+  }
+}
+
+size_t TransferScheduler::active() const {
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
+bool TransferScheduler::stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+}  // namespace gpumove

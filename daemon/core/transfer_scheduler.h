@@ -1,0 +1,171 @@
+// The transfer scheduler: validates moves, orders those that touch the same bytes, runs
+// them on engines with a pool of worker threads, and keeps their state for Get, List,
+// Wait and Watch.
+//
+// Ordering: a transfer waits for every earlier, unfinished transfer whose destination
+// overlaps its destination or its source, or whose source overlaps its destination
+// (write-after-write, read-after-write, write-after-read). Others run concurrently.
+#ifndef GPUMOVE_DAEMON_CORE_TRANSFER_SCHEDULER_H_
+#define GPUMOVE_DAEMON_CORE_TRANSFER_SCHEDULER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/core/buffer_registry.h"
+#include "daemon/core/engine.h"
+
+namespace gpumove {
+
+enum class TransferState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
+
+const char* TransferStateName(TransferState state);
+inline bool IsTerminal(TransferState s) { return s >= TransferState::kSucceeded; }
+
+struct RangeSpec {
+  std::string node;  // Empty: this node.
+  std::string buffer_id;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // 0: to the end (destination: the source's length).
+};
+
+struct TransferSpec {
+  RangeSpec source;
+  RangeSpec destination;
+  PathKind path = PathKind::kAuto;
+  bool checksum = false;
+  std::string label;
+};
+
+// A transfer as seen from outside, copied under the scheduler's lock.
+struct TransferSnapshot {
+  std::string id;
+  RangeSpec source;       // Offsets and lengths resolved.
+  RangeSpec destination;
+  uint64_t length = 0;
+  PathKind path = PathKind::kAuto;
+  TransferState state = TransferState::kQueued;
+  uint64_t bytes_done = 0;
+  std::string owner;
+  std::string node;
+  std::string label;
+  std::string idempotency_key;
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time start_time = absl::InfinitePast();
+  absl::Time end_time = absl::InfinitePast();
+  absl::Status status;  // Why it FAILED (or CANCELLED).
+  bool checksum = false;
+  uint64_t source_xxh3 = 0;
+  uint64_t destination_xxh3 = 0;
+  uint64_t version = 0;  // Bumped on every state change.
+};
+
+// xxh3-64 of `length` bytes at an endpoint (device memory included).
+using RangeHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)>;
+
+struct SchedulerOptions {
+  std::string node;
+  int workers = 4;
+  // Transfers queued or running at once; past it Submit is RESOURCE_EXHAUSTED.
+  size_t max_active = 4096;
+  // Finished transfers remembered for Get/List/idempotency, oldest forgotten first
+  // (at least 1).
+  size_t max_finished = 10000;
+  // Moves in one Submit.
+  size_t max_batch = 1024;
+  // Per-move bandwidth cap in bytes/s; 0 means none.
+  uint64_t rate_limit = 0;
+};
+
+class TransferScheduler {
+ public:
+  // `registry`, the engines and the hasher must outlive the scheduler. Engines are tried
+  // in order for PATH_AUTO.
+  TransferScheduler(SchedulerOptions options, BufferRegistry* registry,
+                    std::vector<Engine*> engines, RangeHasher hasher);
+  ~TransferScheduler();
+  TransferScheduler(const TransferScheduler&) = delete;
+  TransferScheduler& operator=(const TransferScheduler&) = delete;
+
+  // Accepts all of `specs` or none. With a non-empty idempotency key, a repeat from the
+  // same owner returns the transfers of the first call.
+  absl::StatusOr<std::vector<TransferSnapshot>> Submit(const std::string& owner,
+                                                       const std::vector<TransferSpec>& specs,
+                                                       const std::string& idempotency_key);
+  absl::StatusOr<TransferSnapshot> Get(const std::string& owner, const std::string& id) const;
+  // Newest first; empty `states` means all.
+  std::vector<TransferSnapshot> List(const std::string& owner,
+                                     const std::vector<TransferState>& states,
+                                     size_t limit) const;
+  // Queued: ends it CANCELLED now. Running: asks the engine to stop at the next chunk.
+  // Finished: changes nothing.
+  absl::StatusOr<TransferSnapshot> Cancel(const std::string& owner, const std::string& id);
+  // Blocks until the transfer ends or `deadline` (DEADLINE_EXCEEDED).
+  absl::StatusOr<TransferSnapshot> Wait(const std::string& owner, const std::string& id,
+                                        absl::Time deadline) const;
+  // Blocks until the transfer's version differs from `seen_version`, it ends, the
+  // scheduler stops, or `deadline`; returns the snapshot then (for Watch).
+  absl::StatusOr<TransferSnapshot> WaitForChange(const std::string& owner, const std::string& id,
+                                                 uint64_t seen_version, absl::Time deadline) const;
+
+  // Draining: Submit fails with UNAVAILABLE from now on.
+  void StopAccepting();
+  // Waits for every queued and running transfer to end, until `deadline`. True if all did.
+  bool Drain(absl::Time deadline);
+  // Cancels everything still queued or running.
+  void CancelAll();
+  size_t active() const;
+  bool stopped() const;
+
+ private:
+  struct Record;
+  class Control;
+
+  void WorkerLoop();
+  void Run(const std::shared_ptr<Record>& t);
+  void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status,
+                    std::vector<BufferUse>* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
+                                       const Endpoint& dst) const;
+  std::vector<std::shared_ptr<Record>> UnfinishedLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Record> FindLocked(const std::string& owner, const std::string& id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TransferSnapshot SnapshotLocked(const Record& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  BufferRegistry* const registry_;
+  const std::vector<Engine*> engines_;
+  const RangeHasher hasher_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Record>> transfers_ ABSL_GUARDED_BY(mu_);
+  // Unfinished transfers touching each buffer, in submission order.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Record>>> active_by_buffer_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Record>> ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> finished_ ABSL_GUARDED_BY(mu_);
+  // owner + '\0' + key -> transfer ids, in request order.
+  absl::flat_hash_map<std::string, std::vector<std::string>> idempotency_ ABSL_GUARDED_BY(mu_);
+  size_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::BitGen rng_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CORE_TRANSFER_SCHEDULER_H_

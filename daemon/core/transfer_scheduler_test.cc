@@ -1,0 +1,331 @@
+#include "daemon/core/transfer_scheduler.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace gpumove {
+namespace {
+
+// Copies with memcpy in 1 KiB chunks; can be held at the start of each move so tests
+// can see ordering and cancel running moves.
+class FakeEngine : public Engine {
+ public:
+  PathKind path() const override { return PathKind::kLocal; }
+  absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override {
+    if (src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice) {
+      return absl::FailedPreconditionError("host only");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                    MoveControl& control) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++started_;
+      mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
+    }
+    for (uint64_t done = 0; done < length;) {
+      if (control.cancelled()) return absl::CancelledError("stopped");
+      const uint64_t n = std::min<uint64_t>(1024, length - done);
+      std::memcpy(dst.data + done, src.data + done, n);
+      done += n;
+      control.Progress(done);
+    }
+    if (fail_next_) {
+      fail_next_ = false;
+      return absl::InternalError("engine broke");
+    }
+    return absl::OkStatus();
+  }
+  void Hold() { absl::MutexLock lock(&mu_); open_ = false; }
+  void Open() { absl::MutexLock lock(&mu_); open_ = true; }
+  void AwaitStarted(int n) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::pair<int*, int>* a) { return *a->first >= a->second; },
+        new std::pair<int*, int>(&started_, n)));
+  }
+  std::atomic<bool> fail_next_{false};
+
+ private:
+  absl::Mutex mu_;
+  bool open_ = true;
+  int started_ = 0;
+};
+
+uint64_t SumHash(const Endpoint& e, uint64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(e.data[i])) * 1099511628211ull;
+  return h;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Start(SchedulerOptions options = {}) {
+    gpu_ = GpuRuntime::CreateHostOnly("test");
+    PoolSizes sizes;
+    sizes.host = 16 << 20;
+    sizes.pinned = 0;
+    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    options.node = "n1";
+    sched_ = std::make_unique<TransferScheduler>(
+        options, registry_.get(), std::vector<Engine*>{&engine_},
+        [this](const Endpoint& e, uint64_t n) -> absl::StatusOr<uint64_t> {
+          if (corrupt_hash_ && e.data == corrupt_target_) return 42;
+          return SumHash(e, n);
+        });
+  }
+
+  std::string Buffer(uint64_t size, char fill) {
+    AllocateOptions o;
+    o.size = size;
+    o.owner = "me";
+    BufferInfo b = *registry_->Allocate(o);
+    auto use = registry_->Acquire("me", b.id, 0, 0);
+    std::memset(use->data(), fill, size);
+    return b.id;
+  }
+  std::string Contents(const std::string& id) {
+    auto use = registry_->Acquire("me", id, 0, 0);
+    return std::string(use->data(), use->length());
+  }
+  TransferSpec Move(const std::string& src, const std::string& dst, uint64_t src_off = 0,
+                    uint64_t dst_off = 0, uint64_t len = 0) {
+    TransferSpec s;
+    s.source = {"", src, src_off, len};
+    s.destination = {"", dst, dst_off, 0};
+    return s;
+  }
+  TransferSnapshot SubmitOne(const TransferSpec& spec) {
+    auto r = sched_->Submit("me", {spec}, "");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->at(0);
+  }
+  TransferSnapshot WaitDone(const std::string& id) {
+    return *sched_->Wait("me", id, absl::Now() + absl::Seconds(10));
+  }
+
+  FakeEngine engine_;
+  std::unique_ptr<GpuRuntime> gpu_;
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  std::unique_ptr<TransferScheduler> sched_;
+  bool corrupt_hash_ = false;
+  char* corrupt_target_ = nullptr;
+};
+
+TEST_F(SchedulerTest, MovesBytesAndEndsSucceeded) {
+  Start();
+  std::string a = Buffer(10000, 'a'), b = Buffer(10000, 'b');
+  TransferSnapshot t = SubmitOne(Move(a, b, 100, 200, 5000));
+  EXPECT_EQ(t.length, 5000u);
+  EXPECT_EQ(t.path, PathKind::kLocal);
+  t = WaitDone(t.id);
+  EXPECT_EQ(t.state, TransferState::kSucceeded) << t.status;
+  EXPECT_EQ(t.bytes_done, 5000u);
+  EXPECT_LE(t.create_time, t.start_time);
+  EXPECT_LE(t.start_time, t.end_time);
+  std::string got = Contents(b);
+  EXPECT_EQ(got.substr(0, 200), std::string(200, 'b'));
+  EXPECT_EQ(got.substr(200, 5000), std::string(5000, 'a'));
+  EXPECT_EQ(got.substr(5200), std::string(4800, 'b'));
+}
+
+TEST_F(SchedulerTest, BadRequestsChangeNothing) {
+  Start();
+  std::string a = Buffer(1000, 'a'), b = Buffer(500, 'b');
+  auto code = [&](const TransferSpec& s) { return sched_->Submit("me", {s}, "").status().code(); };
+  EXPECT_EQ(code(Move(a, b)), absl::StatusCode::kInvalidArgument);  // 1000 into 500.
+  EXPECT_EQ(code(Move(a, "b-nope")), absl::StatusCode::kNotFound);
+  EXPECT_EQ(code(Move("", b)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Move(a, b, 1001, 0)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Move(a, b, 1, 0, UINT64_MAX)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Move(a, a, 0, 10, 100)), absl::StatusCode::kInvalidArgument);  // Overlap.
+  TransferSpec s = Move(a, b, 0, 0, 10);
+  s.destination.node = "elsewhere";
+  EXPECT_EQ(code(s), absl::StatusCode::kNotFound);
+  s = Move(a, b, 0, 0, 10);
+  s.path = PathKind::kUcx;
+  EXPECT_EQ(code(s), absl::StatusCode::kFailedPrecondition);
+  s = Move(a, b, 0, 0, 10);
+  s.destination.length = 11;
+  EXPECT_EQ(code(s), absl::StatusCode::kInvalidArgument);
+  // A batch with one bad move queues nothing.
+  auto r = sched_->Submit("me", {Move(a, b, 0, 0, 10), Move(a, "b-nope")}, "");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(sched_->List("me", {}, 100).empty());
+  EXPECT_EQ(Contents(b), std::string(500, 'b'));
+  EXPECT_EQ(registry_->Get("me", a)->active_uses, 0u);
+}
+
+TEST_F(SchedulerTest, OverlappingDestinationsRunInSubmissionOrder) {
+  Start({.workers = 4});
+  std::string x = Buffer(4096, 'x'), y = Buffer(4096, 'y'), z = Buffer(4096, 'z');
+  engine_.Hold();
+  TransferSnapshot first = SubmitOne(Move(x, z));
+  engine_.AwaitStarted(1);
+  TransferSnapshot second = SubmitOne(Move(y, z, 0, 1024, 1024));
+  absl::SleepFor(absl::Milliseconds(50));
+  // The second waits for the first even though workers are free.
+  EXPECT_EQ(sched_->Get("me", second.id)->state, TransferState::kQueued);
+  engine_.Open();
+  EXPECT_EQ(WaitDone(second.id).state, TransferState::kSucceeded);
+  EXPECT_EQ(WaitDone(first.id).state, TransferState::kSucceeded);
+  std::string got = Contents(z);
+  EXPECT_EQ(got.substr(0, 1024), std::string(1024, 'x'));
+  EXPECT_EQ(got.substr(1024, 1024), std::string(1024, 'y'));
+  EXPECT_EQ(WaitDone(second.id).start_time >= WaitDone(first.id).end_time, true);
+}
+
+TEST_F(SchedulerTest, ReadAfterWriteSeesTheWrite) {
+  Start({.workers = 4});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b'), c = Buffer(4096, 'c');
+  auto r = sched_->Submit("me", {Move(a, b), Move(b, c)}, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(WaitDone(r->at(1).id).state, TransferState::kSucceeded);
+  EXPECT_EQ(Contents(c), std::string(4096, 'a'));
+}
+
+TEST_F(SchedulerTest, DisjointMovesRunConcurrently) {
+  Start({.workers = 2});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b'), c = Buffer(4096, 'c'),
+              d = Buffer(4096, 'd');
+  engine_.Hold();
+  TransferSnapshot t1 = SubmitOne(Move(a, b));
+  TransferSnapshot t2 = SubmitOne(Move(c, d));
+  engine_.AwaitStarted(2);  // Both are inside the engine at once.
+  engine_.Open();
+  EXPECT_EQ(WaitDone(t1.id).state, TransferState::kSucceeded);
+  EXPECT_EQ(WaitDone(t2.id).state, TransferState::kSucceeded);
+}
+
+TEST_F(SchedulerTest, CancelQueuedAndRunning) {
+  Start({.workers = 1});
+  std::string a = Buffer(1 << 20, 'a'), b = Buffer(1 << 20, 'b'), c = Buffer(4096, 'c'),
+              d = Buffer(4096, 'd');
+  engine_.Hold();
+  TransferSnapshot running = SubmitOne(Move(a, b));
+  engine_.AwaitStarted(1);
+  TransferSnapshot queued = SubmitOne(Move(c, d));
+  auto q = sched_->Cancel("me", queued.id);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->state, TransferState::kCancelled);
+  EXPECT_EQ(Contents(d), std::string(4096, 'd'));
+  auto r = sched_->Cancel("me", running.id);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state, TransferState::kRunning);
+  engine_.Open();
+  TransferSnapshot end = WaitDone(running.id);
+  EXPECT_EQ(end.state, TransferState::kCancelled);
+  EXPECT_EQ(end.status.code(), absl::StatusCode::kCancelled);
+  // Cancelling a finished transfer changes nothing.
+  EXPECT_EQ(sched_->Cancel("me", running.id)->state, TransferState::kCancelled);
+  EXPECT_TRUE(registry_->Release("me", a).ok());  // No longer in use.
+}
+
+TEST_F(SchedulerTest, EngineFailureEndsFailedWithItsStatus) {
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  engine_.fail_next_ = true;
+  TransferSnapshot t = WaitDone(SubmitOne(Move(a, b)).id);
+  EXPECT_EQ(t.state, TransferState::kFailed);
+  EXPECT_EQ(t.status.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(t.status.message(), "engine broke");
+}
+
+TEST_F(SchedulerTest, ChecksumMismatchIsDataLoss) {
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  TransferSpec s = Move(a, b);
+  s.checksum = true;
+  TransferSnapshot ok = WaitDone(SubmitOne(s).id);
+  EXPECT_EQ(ok.state, TransferState::kSucceeded);
+  EXPECT_EQ(ok.source_xxh3, ok.destination_xxh3);
+  EXPECT_NE(ok.source_xxh3, 0u);
+  corrupt_hash_ = true;
+  corrupt_target_ = registry_->Acquire("me", b, 0, 0)->data();
+  TransferSnapshot bad = WaitDone(SubmitOne(s).id);
+  EXPECT_EQ(bad.state, TransferState::kFailed);
+  EXPECT_EQ(bad.status.code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(SchedulerTest, IdempotencyKeyReturnsTheSameTransfers) {
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  auto first = sched_->Submit("me", {Move(a, b)}, "key-1");
+  auto again = sched_->Submit("me", {Move(a, b)}, "key-1");
+  auto other = sched_->Submit("me", {Move(a, b)}, "key-2");
+  ASSERT_TRUE(first.ok() && again.ok() && other.ok());
+  EXPECT_EQ(first->at(0).id, again->at(0).id);
+  EXPECT_NE(first->at(0).id, other->at(0).id);
+  WaitDone(other->at(0).id);
+  EXPECT_EQ(sched_->List("me", {}, 100).size(), 2u);
+}
+
+TEST_F(SchedulerTest, QueueIsBounded) {
+  Start({.workers = 1, .max_active = 2});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b'), c = Buffer(4096, 'c');
+  engine_.Hold();
+  SubmitOne(Move(a, b));
+  SubmitOne(Move(a, c));
+  EXPECT_EQ(sched_->Submit("me", {Move(b, c)}, "").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  engine_.Open();
+}
+
+TEST_F(SchedulerTest, OtherOwnersSeeNothing) {
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  TransferSnapshot t = SubmitOne(Move(a, b));
+  EXPECT_EQ(sched_->Get("eve", t.id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_->Cancel("eve", t.id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(sched_->List("eve", {}, 10).empty());
+  // Eve cannot name my buffers either.
+  TransferSpec s = Move(a, b);
+  EXPECT_EQ(sched_->Submit("eve", {s}, "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, DrainWaitsThenRefusesNewWork) {
+  Start({.workers = 1});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  engine_.Hold();
+  TransferSnapshot t = SubmitOne(Move(a, b));
+  engine_.AwaitStarted(1);
+  EXPECT_FALSE(sched_->Drain(absl::Now() + absl::Milliseconds(50)));
+  EXPECT_EQ(sched_->Submit("me", {Move(a, b)}, "").status().code(),
+            absl::StatusCode::kUnavailable);
+  engine_.Open();
+  EXPECT_TRUE(sched_->Drain(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(WaitDone(t.id).state, TransferState::kSucceeded);
+}
+
+TEST_F(SchedulerTest, RateLimitSlowsMovesDown) {
+  Start({.rate_limit = 1 << 20});  // 1 MiB/s.
+  std::string a = Buffer(256 << 10, 'a'), b = Buffer(256 << 10, 'b');
+  const absl::Time start = absl::Now();
+  TransferSnapshot t = WaitDone(SubmitOne(Move(a, b)).id);
+  EXPECT_EQ(t.state, TransferState::kSucceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+}
+
+TEST_F(SchedulerTest, WaitTimesOutAndWaitForChangeSeesProgress) {
+  Start({.workers = 1});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  engine_.Hold();
+  TransferSnapshot t = SubmitOne(Move(a, b));
+  EXPECT_EQ(sched_->Wait("me", t.id, absl::Now() + absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto running = sched_->WaitForChange("me", t.id, t.version, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state, TransferState::kRunning);
+  engine_.Open();
+  auto done = sched_->WaitForChange("me", t.id, running->version, absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(done->state, TransferState::kSucceeded);
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -1,0 +1,68 @@
+// The GPU runtime as the rest of the daemon sees it: which GPUs there are, device and
+// pinned allocations, and copies between any two memories.
+//
+// This folder is the only place that includes CUDA headers. A build without the toolkit,
+// or a machine without a GPU, gets a runtime with no devices whose copies are memcpy, so
+// everything above runs unchanged on host memory.
+#ifndef GPUMOVE_DAEMON_GPU_GPU_H_
+#define GPUMOVE_DAEMON_GPU_GPU_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpumove {
+
+// Device argument meaning "host memory".
+inline constexpr int kHostDevice = -1;
+
+struct GpuDevice {
+  int index = 0;
+  std::string uuid;  // "GPU-..." as nvidia-smi prints it.
+  std::string name;
+  std::string pci_bus_id;
+  uint64_t total_memory = 0;
+  std::vector<int> peer_access;  // Devices this one reaches with peer copies.
+};
+
+// Called after each chunk of a copy with the bytes copied so far; returning false stops
+// the copy after the chunks already issued (the copy then returns CANCELLED).
+using CopyProgress = std::function<bool(uint64_t bytes_done)>;
+
+class GpuRuntime {
+ public:
+  // Probes CUDA once. Never fails: without CUDA or a GPU the runtime has no devices and
+  // status() says why.
+  static std::unique_ptr<GpuRuntime> Create();
+  // A runtime with no devices (what a CUDA-less build always gets).
+  static std::unique_ptr<GpuRuntime> CreateHostOnly(std::string why);
+
+  virtual ~GpuRuntime() = default;
+
+  // Whether CUDA support is compiled into this binary.
+  virtual bool cuda_compiled() const = 0;
+  // One line for operators: the devices found, or why there are none.
+  virtual std::string status() const = 0;
+  virtual const std::vector<GpuDevice>& devices() const = 0;
+
+  virtual absl::StatusOr<void*> DeviceAlloc(int device, uint64_t bytes) = 0;
+  virtual void DeviceFree(int device, void* ptr) = 0;
+  // Page-locked host memory registered with the driver; UNAVAILABLE without a GPU.
+  virtual absl::StatusOr<void*> PinnedAlloc(uint64_t bytes) = 0;
+  virtual void PinnedFree(void* ptr) = 0;
+
+  // Copies `bytes` from src (on src_device, or kHostDevice) to dst, `chunk` bytes at a
+  // time with up to two chunks in flight, calling `progress` after each. Returns when
+  // every byte has landed in dst. INTERNAL carries the CUDA error text.
+  virtual absl::Status Copy(void* dst, int dst_device, const void* src, int src_device,
+                            uint64_t bytes, uint64_t chunk, const CopyProgress& progress) = 0;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_GPU_GPU_H_

@@ -1,0 +1,69 @@
+// The runtime without a GPU: no devices, copies are memcpy.
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/gpu/gpu.h"
+
+namespace gpumove {
+namespace {
+
+class HostOnlyRuntime : public GpuRuntime {
+ public:
+  explicit HostOnlyRuntime(std::string why) : why_(std::move(why)) {}
+
+  bool cuda_compiled() const override {
+#ifdef GPUMOVE_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+  }
+  std::string status() const override { return absl::StrCat("no GPU: ", why_, "; host pools only"); }
+  const std::vector<GpuDevice>& devices() const override { return devices_; }
+
+  absl::StatusOr<void*> DeviceAlloc(int device, uint64_t) override {
+    return absl::FailedPreconditionError(absl::StrCat("no GPU ", device, " on this node: ", why_));
+  }
+  void DeviceFree(int, void*) override {}
+  absl::StatusOr<void*> PinnedAlloc(uint64_t) override {
+    return absl::UnavailableError("no CUDA driver to pin memory with");
+  }
+  void PinnedFree(void*) override {}
+
+  absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
+                    uint64_t chunk, const CopyProgress& progress) override {
+    if (dst_device != kHostDevice || src_device != kHostDevice) {
+      return absl::FailedPreconditionError("device copy requested on a node without GPUs");
+    }
+    if (chunk == 0) chunk = bytes;
+    uint64_t done = 0;
+    while (done < bytes) {
+      const uint64_t n = std::min(chunk, bytes - done);
+      std::memcpy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, n);
+      done += n;
+      if (progress && !progress(done) && done < bytes) {
+        return absl::CancelledError("copy stopped");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string why_;
+  std::vector<GpuDevice> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuRuntime> GpuRuntime::CreateHostOnly(std::string why) {
+  return std::make_unique<HostOnlyRuntime>(std::move(why));
+}
+
+#ifndef GPUMOVE_HAVE_CUDA
+std::unique_ptr<GpuRuntime> GpuRuntime::Create() {
+  return CreateHostOnly("built without the CUDA toolkit");
+}
+#endif
+
+}  // namespace gpumove

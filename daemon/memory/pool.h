@@ -1,0 +1,98 @@
+// Pools: memory a daemon owns, allocated once at start and carved into buffers.
+//
+// One pool per GPU (DEVICE), one of page-locked host memory (PINNED_HOST) and one of
+// pageable host memory (HOST). A pool never grows: when it is full, Allocate says so.
+#ifndef GPUMOVE_DAEMON_MEMORY_POOL_H_
+#define GPUMOVE_DAEMON_MEMORY_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/allocator.h"
+
+namespace gpumove {
+
+enum class MemoryKind { kHost, kPinnedHost, kDevice };
+
+const char* MemoryKindName(MemoryKind kind);
+
+// Every buffer starts on this boundary (a page: what RDMA registration and DMA engines
+// like best).
+inline constexpr uint64_t kBufferAlignment = 4096;
+
+struct PoolStats {
+  MemoryKind kind;
+  int device;
+  uint64_t capacity;
+  uint64_t free;
+  uint64_t largest_free;
+  size_t buffers;
+  bool locked;
+};
+
+class Pool {
+ public:
+  // Allocates the pool's memory. `gpu` must outlive the pool.
+  static absl::StatusOr<std::unique_ptr<Pool>> Create(MemoryKind kind, int device,
+                                                      uint64_t capacity, GpuRuntime* gpu);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // A block of at least `size` bytes; INVALID_ARGUMENT beyond the capacity,
+  // RESOURCE_EXHAUSTED when full.
+  absl::StatusOr<char*> Allocate(uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
+  void Free(char* ptr) ABSL_LOCKS_EXCLUDED(mu_);
+
+  MemoryKind kind() const { return kind_; }
+  int device() const { return device_; }  // kHostDevice for host pools.
+  bool locked() const { return locked_; }
+  PoolStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Pool(MemoryKind kind, int device, char* base, uint64_t capacity, bool locked,
+       GpuRuntime* gpu);
+
+  const MemoryKind kind_;
+  const int device_;
+  char* const base_;
+  const uint64_t mapped_;
+  const bool locked_;
+  GpuRuntime* const gpu_;
+  mutable absl::Mutex mu_;
+  Allocator allocator_ ABSL_GUARDED_BY(mu_);
+};
+
+struct PoolSizes {
+  uint64_t host = 1ull << 30;
+  uint64_t pinned = 256ull << 20;
+  uint64_t device = 1ull << 30;  // Per GPU.
+};
+
+// All pools of a daemon.
+class PoolSet {
+ public:
+  // Creates the host pools and one device pool per GPU in `devices` (indexes). A size of
+  // 0 leaves that pool out.
+  static absl::StatusOr<std::unique_ptr<PoolSet>> Create(const PoolSizes& sizes,
+                                                         const std::vector<int>& devices,
+                                                         GpuRuntime* gpu);
+
+  // The pool for (kind, device); device is ignored for host kinds. NOT_FOUND-free:
+  // returns nullptr when there is none.
+  Pool* Find(MemoryKind kind, int device) const;
+  const std::vector<std::unique_ptr<Pool>>& pools() const { return pools_; }
+
+ private:
+  std::vector<std::unique_ptr<Pool>> pools_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_MEMORY_POOL_H_
