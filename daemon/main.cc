@@ -1,0 +1,96 @@
+// gpumoved: the gpumove daemon. Owns this node's buffer pools and runs transfers; see
+// README.md for the flags in context.
+#include <signal.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/common/bytes.h"
+#include "daemon/common/log.h"
+#include "daemon/server/daemon.h"
+
+ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:7470"},
+          "Comma-separated addresses to serve on: host:port (port 0 picks a free one) or "
+          "unix:/path/to/socket.");
+ABSL_FLAG(std::string, node, "", "Node name, unique in the cluster (default: host name).");
+ABSL_FLAG(gpumove::ByteSize, host_pool_size, gpumove::ByteSize{1ull << 30},
+          "Pageable host pool size (e.g. 1GiB; 0 disables it).");
+ABSL_FLAG(gpumove::ByteSize, pinned_pool_size, gpumove::ByteSize{256ull << 20},
+          "Pinned host pool size (0 disables it).");
+ABSL_FLAG(gpumove::ByteSize, device_pool_size, gpumove::ByteSize{1ull << 30},
+          "Device pool size per GPU (0 disables device pools).");
+ABSL_FLAG(std::string, gpus, "all",
+          "GPUs to serve: all, none, or a comma list of indexes and/or UUIDs (GPU-...).");
+ABSL_FLAG(absl::Duration, default_lease, absl::ZeroDuration(),
+          "Lease for buffers allocated without one (0: no lease; they live until Release).");
+ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
+ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
+ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
+          "Per-transfer bandwidth cap in bytes per second (e.g. 1GiB); 0 means none.");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
+          "On SIGTERM/SIGINT: how long running transfers get to finish before cancel.");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the first bound address here once serving (for scripts and tests).");
+ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
+ABSL_FLAG(int, v, 0, "Verbose log level.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gpumove daemon: owns this node's GPU and host buffer pools and moves bytes.\n"
+      "  gpumoved [--listen=127.0.0.1:7470] [--node=NAME] [--device_pool_size=1GiB] ...");
+  absl::ParseCommandLine(argc, argv);
+  gpumove::SetLogJson(absl::GetFlag(FLAGS_log_json));
+  gpumove::SetLogVerbosity(absl::GetFlag(FLAGS_v));
+
+  // Signals go to one thread that asks for a drain; every other thread has them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  gpumove::DaemonOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.node = absl::GetFlag(FLAGS_node);
+  options.pools.host = absl::GetFlag(FLAGS_host_pool_size).bytes;
+  options.pools.pinned = absl::GetFlag(FLAGS_pinned_pool_size).bytes;
+  options.pools.device = absl::GetFlag(FLAGS_device_pool_size).bytes;
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  options.default_lease = absl::GetFlag(FLAGS_default_lease);
+  options.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  options.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
+  options.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
+  options.port_file = absl::GetFlag(FLAGS_port_file);
+  if (options.listen.empty()) {
+    LOG(ERROR) << "--listen is empty";
+    return 2;
+  }
+
+  auto daemon = gpumove::Daemon::Start(options);
+  if (!daemon.ok()) {
+    LOG(ERROR) << "cannot start: " << daemon.status();
+    return 1;
+  }
+
+  absl::Notification stop;
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": draining (a second signal cancels running transfers)";
+    stop.Notify();
+    sigwait(&signals, &sig);
+    LOG(WARNING) << "second signal " << sig << ": cancelling every transfer";
+    (*daemon)->CancelAll();
+  });
+  signal_thread.detach();
+  stop.WaitForNotification();
+  (*daemon)->Shutdown(absl::GetFlag(FLAGS_drain_grace));
+  (*daemon)->Wait();
+  daemon->reset();
+  return 0;
+}

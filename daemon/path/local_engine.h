@@ -1,0 +1,30 @@
+// Path LOCAL: moves inside one daemon. memcpy between host memories, cudaMemcpyAsync
+// between host and GPU, peer copies (NVLink where present) between its GPUs.
+#ifndef GPUMOVE_DAEMON_PATH_LOCAL_ENGINE_H_
+#define GPUMOVE_DAEMON_PATH_LOCAL_ENGINE_H_
+
+#include "daemon/core/engine.h"
+#include "daemon/gpu/gpu.h"
+
+namespace gpumove {
+
+class LocalEngine : public Engine {
+ public:
+  // `gpu` must outlive the engine.
+  explicit LocalEngine(GpuRuntime* gpu) : gpu_(gpu) {}
+
+  PathKind path() const override { return PathKind::kLocal; }
+  absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                    MoveControl& control) override;
+
+ private:
+  GpuRuntime* const gpu_;
+};
+
+// xxh3-64 of `length` bytes at `e`; device memory is hashed through a host bounce buffer.
+absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_LOCAL_ENGINE_H_

@@ -1,0 +1,158 @@
+#include "daemon/server/buffer_service.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/server/auth.h"
+#include "daemon/server/convert.h"
+
+namespace gpumove {
+namespace {
+
+constexpr uint32_t kDefaultReadChunk = 1 << 20;
+constexpr uint32_t kMaxReadChunk = 4 << 20;
+
+int CopyDevice(const BufferUse& use) {
+  return use.kind() == MemoryKind::kDevice ? use.device() : kHostDevice;
+}
+
+}  // namespace
+
+absl::Status BufferServiceImpl::CheckNode(const std::string& node) const {
+  if (node.empty() || node == node_) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("unknown node \"", node, "\" (this node is \"", node_, "\")"));
+}
+
+grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
+                                         const v1::AllocateRequest* request,
+                                         v1::Buffer* response) {
+  auto kind = FromProto(request->kind());
+  if (!kind.ok()) return ToGrpcStatus(kind.status());
+  auto ttl = FromProto(request->lease_ttl());
+  if (!ttl.ok()) return ToGrpcStatus(ttl.status());
+  AllocateOptions options;
+  options.size = request->size();
+  options.kind = *kind;
+  options.device = request->device();
+  options.lease_ttl = *ttl;
+  options.label = request->label();
+  options.owner = Principal(context);
+  auto info = registry_->Allocate(options);
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, node_, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
+                                        const v1::ReleaseRequest* request,
+                                        v1::ReleaseResponse*) {
+  return ToGrpcStatus(registry_->Release(Principal(context), request->buffer_id()));
+}
+
+grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
+                                    const v1::GetBufferRequest* request, v1::Buffer* response) {
+  auto info = registry_->Get(Principal(context), request->buffer_id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, node_, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
+                                     const v1::ListBuffersRequest*,
+                                     v1::ListBuffersResponse* response) {
+  for (const BufferInfo& info : registry_->List(Principal(context))) {
+    ToProto(info, node_, response->add_buffers());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
+                                           const v1::RenewLeaseRequest* request,
+                                           v1::Buffer* response) {
+  auto ttl = FromProto(request->lease_ttl());
+  if (!ttl.ok()) return ToGrpcStatus(ttl.status());
+  auto info = registry_->RenewLease(Principal(context), request->buffer_id(), *ttl);
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, node_, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
+                                      grpc::ServerReader<v1::WriteRequest>* reader,
+                                      v1::WriteResponse* response) {
+  v1::WriteRequest message;
+  if (!reader->Read(&message)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty Write stream");
+  }
+  if (!message.has_target()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first Write message must name the target");
+  }
+  const v1::BufferRef& target = message.target();
+  if (auto st = CheckNode(target.node()); !st.ok()) return ToGrpcStatus(st);
+  // The whole range is checked, and held, before the first byte is written.
+  auto use = registry_->Acquire(Principal(context), target.buffer_id(), target.offset(),
+                                target.length());
+  if (!use.ok()) return ToGrpcStatus(use.status());
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
+                                                                  &XXH3_freeState);
+  XXH3_64bits_reset(hash.get());
+  uint64_t written = 0;
+  do {
+    const std::string& data = message.data();
+    if (data.size() > use->length() - written) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("Write stream carries more than the ", use->length(),
+                                       " bytes of its target range; stopped after ", written));
+    }
+    if (!data.empty()) {
+      absl::Status st = gpu_->Copy(use->data() + written, CopyDevice(*use), data.data(),
+                                   kHostDevice, data.size(), data.size(), nullptr);
+      if (!st.ok()) return ToGrpcStatus(st);
+      XXH3_64bits_update(hash.get(), data.data(), data.size());
+      written += data.size();
+    }
+  } while (reader->Read(&message));
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  response->set_bytes_written(written);
+  response->set_xxh3(XXH3_64bits_digest(hash.get()));
+  if (written != use->length()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("Write stream ended after ", written, " of the ",
+                                     use->length(), " bytes of its target range"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
+                                     grpc::ServerWriter<v1::ReadResponse>* writer) {
+  if (auto st = CheckNode(request->source().node()); !st.ok()) return ToGrpcStatus(st);
+  if (request->chunk_size() > kMaxReadChunk) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("chunk_size ", request->chunk_size(), " exceeds ", kMaxReadChunk));
+  }
+  const uint32_t chunk = request->chunk_size() == 0 ? kDefaultReadChunk : request->chunk_size();
+  auto use = registry_->Acquire(Principal(context), request->source().buffer_id(),
+                                request->source().offset(), request->source().length());
+  if (!use.ok()) return ToGrpcStatus(use.status());
+  v1::ReadResponse message;
+  for (uint64_t done = 0; done < use->length();) {
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    const uint64_t n = std::min<uint64_t>(chunk, use->length() - done);
+    message.set_offset(use->offset() + done);
+    std::string* data = message.mutable_data();
+    data->resize(n);
+    absl::Status st = gpu_->Copy(data->data(), kHostDevice, use->data() + done, CopyDevice(*use),
+                                 n, n, nullptr);
+    if (!st.ok()) return ToGrpcStatus(st);
+    if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    done += n;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace gpumove

@@ -1,0 +1,43 @@
+// gpumove.v1.BufferService over the buffer registry.
+#ifndef GPUMOVE_DAEMON_SERVER_BUFFER_SERVICE_H_
+#define GPUMOVE_DAEMON_SERVER_BUFFER_SERVICE_H_
+
+#include <string>
+
+#include "daemon/core/buffer_registry.h"
+#include "daemon/gpu/gpu.h"
+#include "proto/gpumove/v1/gpumove.grpc.pb.h"
+
+namespace gpumove {
+
+class BufferServiceImpl final : public v1::BufferService::Service {
+ public:
+  BufferServiceImpl(BufferRegistry* registry, GpuRuntime* gpu, std::string node)
+      : registry_(registry), gpu_(gpu), node_(std::move(node)) {}
+
+  grpc::Status Allocate(grpc::ServerContext* context, const v1::AllocateRequest* request,
+                        v1::Buffer* response) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override;
+  grpc::Status Get(grpc::ServerContext* context, const v1::GetBufferRequest* request,
+                   v1::Buffer* response) override;
+  grpc::Status List(grpc::ServerContext* context, const v1::ListBuffersRequest* request,
+                    v1::ListBuffersResponse* response) override;
+  grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
+                          v1::Buffer* response) override;
+  grpc::Status Write(grpc::ServerContext* context, grpc::ServerReader<v1::WriteRequest>* reader,
+                     v1::WriteResponse* response) override;
+  grpc::Status Read(grpc::ServerContext* context, const v1::ReadRequest* request,
+                    grpc::ServerWriter<v1::ReadResponse>* writer) override;
+
+ private:
+  absl::Status CheckNode(const std::string& node) const;
+
+  BufferRegistry* const registry_;
+  GpuRuntime* const gpu_;
+  const std::string node_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_SERVER_BUFFER_SERVICE_H_

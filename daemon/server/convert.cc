@@ -1,0 +1,171 @@
+#include "daemon/server/convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumove {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::StatusOr<MemoryKind> FromProto(v1::MemoryKind kind) {
+  switch (kind) {
+    case v1::MEMORY_KIND_UNSPECIFIED:
+    case v1::HOST:
+      return MemoryKind::kHost;
+    case v1::PINNED_HOST:
+      return MemoryKind::kPinnedHost;
+    case v1::DEVICE:
+      return MemoryKind::kDevice;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown memory kind ", kind));
+  }
+}
+
+v1::MemoryKind ToProto(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return v1::HOST;
+    case MemoryKind::kPinnedHost:
+      return v1::PINNED_HOST;
+    case MemoryKind::kDevice:
+      return v1::DEVICE;
+  }
+  return v1::MEMORY_KIND_UNSPECIFIED;
+}
+
+absl::StatusOr<PathKind> FromProto(v1::Path path) {
+  switch (path) {
+    case v1::PATH_AUTO:
+      return PathKind::kAuto;
+    case v1::LOCAL:
+      return PathKind::kLocal;
+    case v1::CUDA_IPC:
+      return PathKind::kCudaIpc;
+    case v1::UCX:
+      return PathKind::kUcx;
+    case v1::MPI:
+      return PathKind::kMpi;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown path ", path));
+  }
+}
+
+v1::Path ToProto(PathKind path) {
+  switch (path) {
+    case PathKind::kAuto:
+      return v1::PATH_AUTO;
+    case PathKind::kLocal:
+      return v1::LOCAL;
+    case PathKind::kCudaIpc:
+      return v1::CUDA_IPC;
+    case PathKind::kUcx:
+      return v1::UCX;
+    case PathKind::kMpi:
+      return v1::MPI;
+  }
+  return v1::PATH_AUTO;
+}
+
+v1::TransferState ToProto(TransferState state) {
+  switch (state) {
+    case TransferState::kQueued:
+      return v1::QUEUED;
+    case TransferState::kRunning:
+      return v1::RUNNING;
+    case TransferState::kSucceeded:
+      return v1::SUCCEEDED;
+    case TransferState::kFailed:
+      return v1::FAILED;
+    case TransferState::kCancelled:
+      return v1::CANCELLED;
+  }
+  return v1::TRANSFER_STATE_UNSPECIFIED;
+}
+
+absl::StatusOr<TransferState> FromProto(v1::TransferState state) {
+  switch (state) {
+    case v1::QUEUED:
+      return TransferState::kQueued;
+    case v1::RUNNING:
+      return TransferState::kRunning;
+    case v1::SUCCEEDED:
+      return TransferState::kSucceeded;
+    case v1::FAILED:
+      return TransferState::kFailed;
+    case v1::CANCELLED:
+      return TransferState::kCancelled;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown transfer state ", state));
+  }
+}
+
+absl::StatusOr<absl::Duration> FromProto(const google::protobuf::Duration& d) {
+  if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= 1000000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad duration ", d.seconds(), "s ", d.nanos(), "ns"));
+  }
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+void ToProto(absl::Time t, google::protobuf::Timestamp* out) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return;
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+RangeSpec FromProto(const v1::BufferRef& ref) {
+  return RangeSpec{ref.node(), ref.buffer_id(), ref.offset(), ref.length()};
+}
+
+void ToProto(const RangeSpec& range, v1::BufferRef* out) {
+  out->set_node(range.node);
+  out->set_buffer_id(range.buffer_id);
+  out->set_offset(range.offset);
+  out->set_length(range.length);
+}
+
+void ToProto(const BufferInfo& info, const std::string& node, v1::Buffer* out) {
+  out->set_id(info.id);
+  out->set_node(node);
+  out->set_size(info.size);
+  out->set_kind(ToProto(info.kind));
+  out->set_device(info.device);
+  out->set_owner(info.owner);
+  out->set_label(info.label);
+  ToProto(info.create_time, out->mutable_create_time());
+  if (info.lease_expire_time.has_value()) {
+    ToProto(*info.lease_expire_time, out->mutable_lease_expire_time());
+  }
+  out->set_active_uses(info.active_uses);
+}
+
+void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
+  out->set_id(t.id);
+  ToProto(t.source, out->mutable_source());
+  ToProto(t.destination, out->mutable_destination());
+  out->set_length(t.length);
+  out->set_path(ToProto(t.path));
+  out->set_state(ToProto(t.state));
+  out->set_bytes_done(t.bytes_done);
+  out->set_owner(t.owner);
+  out->set_node(t.node);
+  out->set_label(t.label);
+  ToProto(t.create_time, out->mutable_create_time());
+  ToProto(t.start_time, out->mutable_start_time());
+  ToProto(t.end_time, out->mutable_end_time());
+  if (!t.status.ok()) {
+    out->set_error_code(static_cast<int32_t>(t.status.code()));
+    out->set_error_message(std::string(t.status.message()));
+  }
+  out->set_checksum(t.checksum);
+  out->set_source_xxh3(t.source_xxh3);
+  out->set_destination_xxh3(t.destination_xxh3);
+  out->set_idempotency_key(t.idempotency_key);
+}
+
+}  // namespace gpumove

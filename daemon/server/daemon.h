@@ -1,0 +1,80 @@
+// One gpumoved: GPU runtime, pools, buffer registry, engines, transfer scheduler and the
+// gRPC server, started together and stopped in order.
+#ifndef GPUMOVE_DAEMON_SERVER_DAEMON_H_
+#define GPUMOVE_DAEMON_SERVER_DAEMON_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/core/buffer_registry.h"
+#include "daemon/core/transfer_scheduler.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/pool.h"
+#include "daemon/path/local_engine.h"
+#include "daemon/server/buffer_service.h"
+#include "daemon/server/node_service.h"
+#include "daemon/server/transfer_service.h"
+
+namespace gpumove {
+
+struct DaemonOptions {
+  // "host:port" (port 0 picks a free one) or "unix:/path".
+  std::vector<std::string> listen = {"127.0.0.1:7470"};
+  std::string node;  // Empty: the host name.
+  PoolSizes pools;
+  // "all", "none", or a comma list of GPU indexes and/or UUIDs.
+  std::string gpus = "all";
+  absl::Duration default_lease = absl::ZeroDuration();
+  int copy_threads = 4;
+  size_t max_active = 4096;
+  uint64_t rate_limit = 0;
+  // When set, the first bound address is written here once the server is up.
+  std::string port_file;
+};
+
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonOptions options);
+  ~Daemon();
+
+  // Addresses actually bound (port 0 resolved).
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  const std::string& node() const { return node_; }
+
+  // Drains: health NOT_SERVING and new Submits refused at once; queued and running
+  // transfers get until `grace` to finish, then the rest are cancelled; then the server
+  // stops. Safe to call once.
+  void Shutdown(absl::Duration grace);
+  // Cancels every transfer now (a second signal during a drain).
+  void CancelAll();
+  // Blocks until the server has stopped.
+  void Wait();
+
+ private:
+  Daemon() = default;
+
+  std::string node_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<GpuRuntime> gpu_;
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  std::unique_ptr<LocalEngine> local_engine_;
+  std::unique_ptr<TransferScheduler> scheduler_;
+  std::unique_ptr<BufferServiceImpl> buffer_service_;
+  std::unique_ptr<TransferServiceImpl> transfer_service_;
+  std::unique_ptr<NodeServiceImpl> node_service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Resolves a --gpus value against the devices present: indexes to use.
+absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
+                                            const std::vector<GpuDevice>& devices);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_SERVER_DAEMON_H_

@@ -1,0 +1,64 @@
+#include "daemon/server/node_service.h"
+
+#include "daemon/server/convert.h"
+
+namespace gpumove {
+
+grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
+                                      v1::NodeInfo* response) {
+  absl::MutexLock lock(&mu_);
+  response->set_node(facts_.node);
+  response->set_host(facts_.host);
+  response->set_version(kVersion);
+  for (const GpuDevice& d : facts_.gpu->devices()) {
+    v1::GpuInfo* g = response->add_gpus();
+    g->set_index(d.index);
+    g->set_uuid(d.uuid);
+    g->set_name(d.name);
+    g->set_total_memory(d.total_memory);
+    g->set_pci_bus_id(d.pci_bus_id);
+    for (int p : d.peer_access) g->add_peer_access(p);
+  }
+  for (const auto& pool : facts_.pools->pools()) {
+    const PoolStats s = pool->Stats();
+    v1::PoolInfo* p = response->add_pools();
+    p->set_kind(ToProto(s.kind));
+    p->set_device(s.device);
+    p->set_capacity(s.capacity);
+    p->set_free(s.free);
+    p->set_largest_free(s.largest_free);
+    p->set_buffers(static_cast<uint32_t>(s.buffers));
+    p->set_locked(s.locked);
+  }
+  for (PathKind path : {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi}) {
+    v1::PathInfo* info = response->add_paths();
+    info->set_path(ToProto(path));
+    bool available = false;
+    for (const Engine* e : facts_.engines) available |= e->path() == path;
+    info->set_available(available);
+    if (path == PathKind::kLocal) {
+      info->set_reason(facts_.gpu->devices().empty()
+                           ? "memcpy between this node's host pools"
+                           : "memcpy and cudaMemcpyAsync inside this node; peer copies between "
+                             "its GPUs");
+    } else if (!available) {
+      info->set_reason("not in this build yet: node-to-node engines are not enabled");
+    }
+  }
+  response->set_cuda_compiled(facts_.gpu->cuda_compiled());
+  response->set_gpu_status(facts_.gpu->status());
+  response->set_ucx_cuda_aware(false);
+  response->set_mpi_cuda_aware(false);
+  ToProto(facts_.start_time, response->mutable_start_time());
+  response->set_active_transfers(static_cast<uint32_t>(facts_.scheduler->active()));
+  for (const std::string& l : facts_.listen) response->add_listen(l);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
+                                        v1::ListPeersResponse*) {
+  // A node without membership knows no peers.
+  return grpc::Status::OK;
+}
+
+}  // namespace gpumove

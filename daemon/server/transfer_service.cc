@@ -1,0 +1,137 @@
+#include "daemon/server/transfer_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/server/auth.h"
+#include "daemon/server/convert.h"
+
+namespace gpumove {
+namespace {
+
+// The earlier of the RPC's own deadline and now + `timeout` (when given).
+absl::StatusOr<absl::Time> WaitDeadline(const grpc::ServerContext* context, bool has_timeout,
+                                        const google::protobuf::Duration& timeout) {
+  absl::Time deadline = absl::FromChrono(context->deadline());
+  if (has_timeout) {
+    auto d = FromProto(timeout);
+    if (!d.ok()) return d.status();
+    deadline = std::min(deadline, absl::Now() + *d);
+  }
+  return deadline;
+}
+
+}  // namespace
+
+grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
+                                         const v1::SubmitRequest* request,
+                                         v1::SubmitResponse* response) {
+  std::vector<TransferSpec> specs;
+  for (int i = 0; i < request->transfers_size(); ++i) {
+    const v1::TransferSpec& in = request->transfers(i);
+    auto path = FromProto(in.path());
+    if (!path.ok()) return ToGrpcStatus(path.status());
+    TransferSpec spec;
+    spec.source = FromProto(in.source());
+    spec.destination = FromProto(in.destination());
+    spec.path = *path;
+    spec.checksum = in.checksum();
+    spec.label = in.label();
+    specs.push_back(std::move(spec));
+  }
+  auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
+  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
+  const std::string owner = Principal(context);
+  auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key());
+  if (!transfers.ok()) return ToGrpcStatus(transfers.status());
+  for (TransferSnapshot& t : *transfers) {
+    if (request->wait()) {
+      auto done = scheduler_->Wait(owner, t.id, *deadline);
+      if (!done.ok()) return ToGrpcStatus(done.status());
+      t = *std::move(done);
+    }
+    ToProto(t, response->add_transfers());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
+                                      const v1::GetTransferRequest* request,
+                                      v1::Transfer* response) {
+  auto t = scheduler_->Get(Principal(context), request->id());
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  ToProto(*t, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
+                                       const v1::ListTransfersRequest* request,
+                                       v1::ListTransfersResponse* response) {
+  std::vector<TransferState> states;
+  for (int s : request->states()) {
+    auto state = FromProto(static_cast<v1::TransferState>(s));
+    if (!state.ok()) return ToGrpcStatus(state.status());
+    states.push_back(*state);
+  }
+  const size_t limit = request->limit() == 0 ? 1000 : request->limit();
+  for (const TransferSnapshot& t : scheduler_->List(Principal(context), states, limit)) {
+    ToProto(t, response->add_transfers());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context,
+                                       const v1::WaitRequest* request, v1::Transfer* response) {
+  auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
+  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
+  auto t = scheduler_->Wait(Principal(context), request->id(), *deadline);
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  ToProto(*t, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
+                                        const v1::WatchRequest* request,
+                                        grpc::ServerWriter<v1::TransferEvent>* writer) {
+  absl::Duration interval = absl::Milliseconds(100);
+  if (request->has_progress_interval()) {
+    auto d = FromProto(request->progress_interval());
+    if (!d.ok()) return ToGrpcStatus(d.status());
+    if (*d > absl::ZeroDuration()) interval = std::max(*d, absl::Milliseconds(1));
+  }
+  const std::string owner = Principal(context);
+  auto t = scheduler_->Get(owner, request->id());
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  uint64_t sent_bytes = 0;
+  uint64_t sent_version = 0;
+  bool first = true;
+  while (true) {
+    if (first || t->version != sent_version || t->bytes_done != sent_bytes) {
+      v1::TransferEvent event;
+      ToProto(*t, event.mutable_transfer());
+      if (!writer->Write(event)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
+      }
+      first = false;
+      sent_version = t->version;
+      sent_bytes = t->bytes_done;
+    }
+    if (IsTerminal(t->state)) return grpc::Status::OK;
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
+    if (scheduler_->stopped()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
+    }
+    t = scheduler_->WaitForChange(owner, request->id(), sent_version, absl::Now() + interval);
+    if (!t.ok()) return ToGrpcStatus(t.status());
+  }
+}
+
+grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
+                                         const v1::CancelRequest* request,
+                                         v1::Transfer* response) {
+  auto t = scheduler_->Cancel(Principal(context), request->id());
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  ToProto(*t, response);
+  return grpc::Status::OK;
+}
+
+}  // namespace gpumove
