@@ -1,0 +1,276 @@
+#include "client/gpumove_client.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumove {
+namespace {
+
+constexpr size_t kWriteChunk = 1 << 20;
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+v1::BufferRef Ref(absl::string_view buffer_id, uint64_t offset, uint64_t length) {
+  v1::BufferRef ref;
+  ref.set_buffer_id(std::string(buffer_id));
+  ref.set_offset(offset);
+  ref.set_length(length);
+  return ref;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                        absl::Duration timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach gpumoved at ", address, " within ",
+                     absl::FormatDuration(timeout)));
+  }
+  return std::make_unique<Client>(std::move(channel));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      buffers_(v1::BufferService::NewStub(channel_)),
+      transfers_(v1::TransferService::NewStub(channel_)),
+      node_(v1::NodeService::NewStub(channel_)) {}
+
+absl::StatusOr<v1::Buffer> Client::Allocate(uint64_t size, v1::MemoryKind kind, int device,
+                                            absl::Duration lease, const std::string& label) {
+  v1::AllocateRequest request;
+  request.set_size(size);
+  request.set_kind(kind);
+  request.set_device(device);
+  if (lease > absl::ZeroDuration()) SetDuration(lease, request.mutable_lease_ttl());
+  request.set_label(label);
+  grpc::ClientContext context;
+  v1::Buffer response;
+  auto st = FromGrpcStatus(buffers_->Allocate(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::Status Client::Release(const std::string& buffer_id) {
+  v1::ReleaseRequest request;
+  request.set_buffer_id(buffer_id);
+  grpc::ClientContext context;
+  v1::ReleaseResponse response;
+  return FromGrpcStatus(buffers_->Release(&context, request, &response));
+}
+
+absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id) {
+  v1::GetBufferRequest request;
+  request.set_buffer_id(buffer_id);
+  grpc::ClientContext context;
+  v1::Buffer response;
+  auto st = FromGrpcStatus(buffers_->Get(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers() {
+  grpc::ClientContext context;
+  v1::ListBuffersResponse response;
+  auto st = FromGrpcStatus(buffers_->List(&context, v1::ListBuffersRequest(), &response));
+  if (!st.ok()) return st;
+  return std::vector<v1::Buffer>(response.buffers().begin(), response.buffers().end());
+}
+
+absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl::Duration ttl) {
+  v1::RenewLeaseRequest request;
+  request.set_buffer_id(buffer_id);
+  if (ttl > absl::ZeroDuration()) SetDuration(ttl, request.mutable_lease_ttl());
+  grpc::ClientContext context;
+  v1::Buffer response;
+  auto st = FromGrpcStatus(buffers_->RenewLease(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<v1::WriteResponse> Client::Write(v1::BufferRef target, absl::string_view data) {
+  size_t pos = 0;
+  return WriteFrom(std::move(target), data.size(), [&](char* out, size_t n) {
+    n = std::min(n, data.size() - pos);
+    std::memcpy(out, data.data() + pos, n);
+    pos += n;
+    return n;
+  });
+}
+
+absl::StatusOr<v1::WriteResponse> Client::WriteFrom(
+    v1::BufferRef target, uint64_t length, const std::function<size_t(char*, size_t)>& next) {
+  target.set_length(length);
+  grpc::ClientContext context;
+  v1::WriteResponse response;
+  auto writer = buffers_->Write(&context, &response);
+  v1::WriteRequest message;
+  *message.mutable_target() = target;
+  uint64_t sent = 0;
+  bool first = true;
+  while (first || sent < length) {
+    std::string* data = message.mutable_data();
+    data->resize(std::min<uint64_t>(kWriteChunk, length - sent));
+    const size_t n = data->empty() ? 0 : next(data->data(), data->size());
+    data->resize(n);
+    if (!first && n == 0) break;  // The source ran dry; the daemon reports the shortfall.
+    sent += n;
+    if (!writer->Write(message)) break;  // The daemon ended the stream; Finish says why.
+    message.clear_target();
+    first = false;
+  }
+  writer->WritesDone();
+  auto st = FromGrpcStatus(writer->Finish());
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::Status Client::ReadTo(const v1::BufferRef& source,
+                            const std::function<absl::Status(absl::string_view)>& sink) {
+  v1::ReadRequest request;
+  *request.mutable_source() = source;
+  grpc::ClientContext context;
+  auto reader = buffers_->Read(&context, request);
+  v1::ReadResponse message;
+  while (reader->Read(&message)) {
+    if (auto st = sink(message.data()); !st.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return st;
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::StatusOr<std::string> Client::Read(const v1::BufferRef& source) {
+  std::string out;
+  auto st = ReadTo(source, [&](absl::string_view data) {
+    out.append(data.data(), data.size());
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+absl::StatusOr<v1::SubmitResponse> Client::Submit(const v1::SubmitRequest& request) {
+  grpc::ClientContext context;
+  v1::SubmitResponse response;
+  auto st = FromGrpcStatus(transfers_->Submit(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
+                                          const v1::BufferRef& destination,
+                                          const MoveOptions& options) {
+  v1::SubmitRequest request;
+  v1::TransferSpec* spec = request.add_transfers();
+  *spec->mutable_source() = source;
+  *spec->mutable_destination() = destination;
+  spec->set_path(options.path);
+  spec->set_checksum(options.checksum);
+  spec->set_label(options.label);
+  request.set_idempotency_key(options.idempotency_key);
+  request.set_wait(options.wait);
+  auto response = Submit(request);
+  if (!response.ok()) return response.status();
+  return response->transfers(0);
+}
+
+absl::StatusOr<v1::Transfer> Client::GetTransfer(const std::string& id) {
+  v1::GetTransferRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  v1::Transfer response;
+  auto st = FromGrpcStatus(transfers_->Get(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Transfer>> Client::ListTransfers(
+    const std::vector<v1::TransferState>& states, uint32_t limit) {
+  v1::ListTransfersRequest request;
+  for (auto s : states) request.add_states(s);
+  request.set_limit(limit);
+  grpc::ClientContext context;
+  v1::ListTransfersResponse response;
+  auto st = FromGrpcStatus(transfers_->List(&context, request, &response));
+  if (!st.ok()) return st;
+  return std::vector<v1::Transfer>(response.transfers().begin(), response.transfers().end());
+}
+
+absl::StatusOr<v1::Transfer> Client::Wait(const std::string& id, absl::Duration timeout) {
+  v1::WaitRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  if (timeout != absl::InfiniteDuration()) {
+    SetDuration(timeout, request.mutable_timeout());
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+  }
+  v1::Transfer response;
+  auto st = FromGrpcStatus(transfers_->Wait(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<v1::Transfer> Client::Watch(const std::string& id,
+                                           const std::function<void(const v1::Transfer&)>& on_event,
+                                           absl::Duration progress_interval) {
+  v1::WatchRequest request;
+  request.set_id(id);
+  SetDuration(progress_interval, request.mutable_progress_interval());
+  grpc::ClientContext context;
+  auto reader = transfers_->Watch(&context, request);
+  v1::TransferEvent event;
+  v1::Transfer last;
+  bool any = false;
+  while (reader->Read(&event)) {
+    last = event.transfer();
+    any = true;
+    if (on_event) on_event(last);
+  }
+  auto st = FromGrpcStatus(reader->Finish());
+  if (!st.ok()) return st;
+  if (!any) return absl::InternalError("Watch ended without an event");
+  return last;
+}
+
+absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
+  v1::CancelRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  v1::Transfer response;
+  auto st = FromGrpcStatus(transfers_->Cancel(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<v1::NodeInfo> Client::GetInfo() {
+  grpc::ClientContext context;
+  v1::NodeInfo response;
+  auto st = FromGrpcStatus(node_->GetInfo(&context, v1::GetInfoRequest(), &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::PeerInfo>> Client::ListPeers() {
+  grpc::ClientContext context;
+  v1::ListPeersResponse response;
+  auto st = FromGrpcStatus(node_->ListPeers(&context, v1::ListPeersRequest(), &response));
+  if (!st.ok()) return st;
+  return std::vector<v1::PeerInfo>(response.peers().begin(), response.peers().end());
+}
+
+}  // namespace gpumove

@@ -1,0 +1,97 @@
+// C++ client for gpumoved: a small, status-returning layer over the gpumove.v1 stubs.
+//
+//   auto client = gpumove::Client::Connect("127.0.0.1:7470");
+//   auto buf = (*client)->Allocate(64 << 20, gpumove::v1::PINNED_HOST);
+//   (*client)->Write(Ref(buf->id()), bytes);
+//   auto t = (*client)->Move(Ref(a), Ref(b), {.checksum = true});  // waits
+#ifndef GPUMOVE_CLIENT_GPUMOVE_CLIENT_H_
+#define GPUMOVE_CLIENT_GPUMOVE_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/gpumove/v1/gpumove.grpc.pb.h"
+
+namespace gpumove {
+
+namespace v1 = ::gpumove::v1;
+
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// A BufferRef for (buffer_id, offset, length) on the node the client talks to.
+v1::BufferRef Ref(absl::string_view buffer_id, uint64_t offset = 0, uint64_t length = 0);
+
+struct MoveOptions {
+  bool checksum = false;
+  v1::Path path = v1::PATH_AUTO;
+  bool wait = true;              // Return the final state (one round trip).
+  std::string idempotency_key;
+  std::string label;
+};
+
+class Client {
+ public:
+  // address: "host:port" or "unix:/path". Waits up to `timeout` for the connection.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         absl::Duration timeout = absl::Seconds(5));
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+
+  // Buffers.
+  absl::StatusOr<v1::Buffer> Allocate(uint64_t size, v1::MemoryKind kind = v1::HOST,
+                                      int device = 0, absl::Duration lease = absl::ZeroDuration(),
+                                      const std::string& label = "");
+  absl::Status Release(const std::string& buffer_id);
+  absl::StatusOr<v1::Buffer> GetBuffer(const std::string& buffer_id);
+  absl::StatusOr<std::vector<v1::Buffer>> ListBuffers();
+  absl::StatusOr<v1::Buffer> RenewLease(const std::string& buffer_id,
+                                        absl::Duration ttl = absl::ZeroDuration());
+  // Writes `data` at target (target.length is set to data.size()).
+  absl::StatusOr<v1::WriteResponse> Write(v1::BufferRef target, absl::string_view data);
+  // Streams `length` bytes produced by `next` (which fills up to n bytes and returns how
+  // many, 0 at the end) to target.
+  absl::StatusOr<v1::WriteResponse> WriteFrom(v1::BufferRef target, uint64_t length,
+                                              const std::function<size_t(char*, size_t)>& next);
+  absl::StatusOr<std::string> Read(const v1::BufferRef& source);
+  // Streams a range to `sink` chunk by chunk.
+  absl::Status ReadTo(const v1::BufferRef& source,
+                      const std::function<absl::Status(absl::string_view)>& sink);
+
+  // Transfers.
+  absl::StatusOr<v1::SubmitResponse> Submit(const v1::SubmitRequest& request);
+  // One move; with options.wait the returned transfer is final.
+  absl::StatusOr<v1::Transfer> Move(const v1::BufferRef& source, const v1::BufferRef& destination,
+                                    const MoveOptions& options = {});
+  absl::StatusOr<v1::Transfer> GetTransfer(const std::string& id);
+  absl::StatusOr<std::vector<v1::Transfer>> ListTransfers(
+      const std::vector<v1::TransferState>& states = {}, uint32_t limit = 0);
+  absl::StatusOr<v1::Transfer> Wait(const std::string& id,
+                                    absl::Duration timeout = absl::InfiniteDuration());
+  // Calls on_event for every event until the transfer ends; returns the last state.
+  absl::StatusOr<v1::Transfer> Watch(const std::string& id,
+                                     const std::function<void(const v1::Transfer&)>& on_event,
+                                     absl::Duration progress_interval = absl::Milliseconds(100));
+  absl::StatusOr<v1::Transfer> Cancel(const std::string& id);
+
+  // Node.
+  absl::StatusOr<v1::NodeInfo> GetInfo();
+  absl::StatusOr<std::vector<v1::PeerInfo>> ListPeers();
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::BufferService::Stub> buffers_;
+  std::unique_ptr<v1::TransferService::Stub> transfers_;
+  std::unique_ptr<v1::NodeService::Stub> node_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_CLIENT_GPUMOVE_CLIENT_H_
