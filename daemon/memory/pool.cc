@@ -38,8 +38,10 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
     base = static_cast<char*>(*ptr);
     locked = true;
   } else {
+    // Faulted in now, so the first move into a buffer runs at memory speed, not at
+    // page-fault speed.
     void* ptr = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (ptr == MAP_FAILED) {
       return absl::ResourceExhaustedError(
           absl::StrCat("mmap of ", capacity, " bytes: ", strerror(errno)));

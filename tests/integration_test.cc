@@ -1,0 +1,402 @@
+// A real gpumoved driven through the C++ client: data lands, bad input is refused with
+// the right code and changes nothing, cancel, leases and SIGTERM drain behave.
+#include <signal.h>
+
+#include <random>
+#include <string>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove {
+namespace {
+
+using ::absl::StatusCode;
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&out[i], &v, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> flags = {}) {
+    flags.push_back("--host_pool_size=512MiB");
+    flags.push_back("--pinned_pool_size=64MiB");
+    auto p = DaemonProcess::Start(flags);
+    EXPECT_TRUE(p.ok()) << p.status();
+    process = *std::move(p);
+    auto c = Client::Connect(process->address());
+    EXPECT_TRUE(c.ok()) << c.status();
+    client = *std::move(c);
+  }
+  std::string Alloc(uint64_t size, v1::MemoryKind kind = v1::HOST,
+                    absl::Duration lease = absl::ZeroDuration()) {
+    auto b = client->Allocate(size, kind, 0, lease);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? b->id() : "";
+  }
+  std::string Contents(const std::string& id) { return *client->Read(Ref(id)); }
+
+  std::unique_ptr<DaemonProcess> process;
+  std::unique_ptr<Client> client;
+};
+
+TEST(Integration, MovesVerifiedBytesBetweenHostAndPinnedAtManySizes) {
+  Daemon d;
+  uint64_t seed = 1;
+  for (uint64_t size : {1ull, 7ull, 4095ull, 4096ull, (1ull << 20) + 3, 48ull << 20}) {
+    for (auto [sk, dk] : {std::pair{v1::HOST, v1::PINNED_HOST}, std::pair{v1::PINNED_HOST, v1::HOST},
+                          std::pair{v1::HOST, v1::HOST}}) {
+      SCOPED_TRACE(absl::StrCat("size ", size, " ", v1::MemoryKind_Name(sk), " -> ",
+                                v1::MemoryKind_Name(dk)));
+      const uint64_t pad = 100;
+      std::string src = d.Alloc(size + pad, sk), dst = d.Alloc(size + 2 * pad, dk);
+      std::string data = RandomBytes(size + pad, seed++);
+      std::string before = RandomBytes(size + 2 * pad, seed++);
+      ASSERT_TRUE(d.client->Write(Ref(src), data).ok());
+      ASSERT_TRUE(d.client->Write(Ref(dst), before).ok());
+      MoveOptions options;
+      options.checksum = true;
+      auto t = d.client->Move(Ref(src, pad, size), Ref(dst, pad), options);
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+      EXPECT_EQ(t->bytes_done(), size);
+      EXPECT_EQ(t->path(), v1::LOCAL);
+      EXPECT_EQ(t->source_xxh3(), t->destination_xxh3());
+      std::string after = d.Contents(dst);
+      EXPECT_TRUE(after.substr(0, pad) == before.substr(0, pad));
+      EXPECT_TRUE(after.substr(pad, size) == data.substr(pad, size));
+      EXPECT_TRUE(after.substr(pad + size) == before.substr(pad + size));
+      ASSERT_TRUE(d.client->Release(src).ok());
+      ASSERT_TRUE(d.client->Release(dst).ok());
+    }
+  }
+}
+
+TEST(Integration, ReadsAnyOffsetAndLength) {
+  Daemon d;
+  std::string b = d.Alloc(3 << 20);
+  std::string data = RandomBytes(3 << 20, 9);
+  auto w = d.client->Write(Ref(b), data);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->bytes_written(), data.size());
+  EXPECT_EQ(*d.client->Read(Ref(b, 12345, 2 << 20)), data.substr(12345, 2 << 20));
+  EXPECT_EQ(*d.client->Read(Ref(b, (3 << 20) - 1)), data.substr((3 << 20) - 1));
+  auto w2 = d.client->Write(Ref(b, 17), "hello");
+  ASSERT_TRUE(w2.ok());
+  EXPECT_EQ(d.client->Read(Ref(b, 17, 5)).value(), "hello");
+}
+
+TEST(Integration, BadInputGetsItsCodeAndChangesNothing) {
+  Daemon d;
+  std::string a = d.Alloc(4096), b = d.Alloc(1024);
+  std::string a_data = RandomBytes(4096, 3), b_data = RandomBytes(1024, 4);
+  ASSERT_TRUE(d.client->Write(Ref(a), a_data).ok());
+  ASSERT_TRUE(d.client->Write(Ref(b), b_data).ok());
+  auto move_code = [&](v1::BufferRef s, v1::BufferRef t, v1::Path path = v1::PATH_AUTO) {
+    MoveOptions o;
+    o.path = path;
+    return d.client->Move(s, t, o).status().code();
+  };
+  v1::BufferRef elsewhere = Ref(b);
+  elsewhere.set_node("no-such-node");
+
+  // Allocation.
+  EXPECT_EQ(d.client->Allocate(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Allocate(1ull << 62).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Allocate(UINT64_MAX).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Allocate(16, static_cast<v1::MemoryKind>(42)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Allocate(16, v1::DEVICE).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.client->Allocate(500 << 20).status().code(), StatusCode::kOk);
+  EXPECT_EQ(d.client->Allocate(100 << 20).status().code(), StatusCode::kResourceExhausted);
+  // Buffers.
+  EXPECT_EQ(d.client->GetBuffer("b-nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Release("b-nope").code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->RenewLease(a).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.client->Read(Ref(a, 4096)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Read(Ref(a, 1, UINT64_MAX)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Read(Ref("b-nope")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Write(Ref(b, 1000), std::string(25, 'x')).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Write(Ref(b, UINT64_MAX - 2), std::string(25, 'x')).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.client->Write(elsewhere, "x").status().code(), StatusCode::kNotFound);
+  // Moves.
+  EXPECT_EQ(move_code(Ref(a), Ref(b)), StatusCode::kInvalidArgument);  // 4096 into 1024.
+  EXPECT_EQ(move_code(Ref(a, 0, 100), Ref(b, 1000)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref(a, 5000), Ref(b)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref(a, 8, UINT64_MAX - 4), Ref(b)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), Ref(b, UINT64_MAX - 5)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref(a, 0, 100), Ref(a, 50)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref("b-nope"), Ref(b)), StatusCode::kNotFound);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), Ref("b-nope")), StatusCode::kNotFound);
+  EXPECT_EQ(move_code(Ref(""), Ref(b)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), elsewhere), StatusCode::kNotFound);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), Ref(b), v1::UCX), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), Ref(b), static_cast<v1::Path>(99)),
+            StatusCode::kInvalidArgument);
+  v1::BufferRef mismatched = Ref(b, 0, 11);
+  EXPECT_EQ(move_code(Ref(a, 0, 10), mismatched), StatusCode::kInvalidArgument);
+  v1::SubmitRequest empty;
+  EXPECT_EQ(d.client->Submit(empty).status().code(), StatusCode::kInvalidArgument);
+  // Transfers.
+  EXPECT_EQ(d.client->GetTransfer("t-nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Cancel("t-nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Wait("t-nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Watch("t-nope", nullptr).status().code(), StatusCode::kNotFound);
+
+  EXPECT_EQ(d.Contents(a), a_data);
+  EXPECT_EQ(d.Contents(b), b_data);
+  EXPECT_TRUE(d.client->ListTransfers()->empty());
+  EXPECT_EQ(d.client->GetBuffer(a)->active_uses(), 0u);
+}
+
+TEST(Integration, BatchOfOverlappingMovesAppliesInSubmissionOrder) {
+  Daemon d({"--copy_threads=8"});
+  std::string x = d.Alloc(1 << 20), y = d.Alloc(1 << 20), z = d.Alloc(1 << 20);
+  ASSERT_TRUE(d.client->Write(Ref(x), std::string(1 << 20, 'x')).ok());
+  ASSERT_TRUE(d.client->Write(Ref(y), std::string(1 << 20, 'y')).ok());
+  v1::SubmitRequest r;
+  for (int i = 0; i < 20; ++i) {
+    v1::TransferSpec* s = r.add_transfers();
+    *s->mutable_source() = Ref(i % 2 == 0 ? x : y);
+    *s->mutable_destination() = Ref(z);
+  }
+  r.set_wait(true);
+  auto done = d.client->Submit(r);
+  ASSERT_TRUE(done.ok()) << done.status();
+  for (const auto& t : done->transfers()) EXPECT_EQ(t.state(), v1::SUCCEEDED);
+  EXPECT_EQ(d.Contents(z), std::string(1 << 20, 'y'));  // The last one wins.
+}
+
+TEST(Integration, IdempotencyKeyMakesRetriesSafe) {
+  Daemon d;
+  std::string a = d.Alloc(4096), b = d.Alloc(4096);
+  MoveOptions o;
+  o.idempotency_key = "retry-me";
+  auto first = d.client->Move(Ref(a), Ref(b), o);
+  auto second = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->id(), second->id());
+  EXPECT_EQ(d.client->ListTransfers()->size(), 1u);
+}
+
+TEST(Integration, CancelStopsARunningMove) {
+  Daemon d({"--max_move_rate=32MiB"});
+  std::string a = d.Alloc(64 << 20), b = d.Alloc(64 << 20);
+  ASSERT_TRUE(d.client->Write(Ref(a), std::string(64 << 20, 'a')).ok());
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  while (d.client->GetTransfer(t->id())->bytes_done() == 0) absl::SleepFor(absl::Milliseconds(5));
+  auto c = d.client->Cancel(t->id());
+  ASSERT_TRUE(c.ok());
+  auto end = d.client->Wait(t->id(), absl::Seconds(10));
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->state(), v1::CANCELLED);
+  EXPECT_EQ(end->error_code(), static_cast<int>(StatusCode::kCancelled));
+  EXPECT_GT(end->bytes_done(), 0u);
+  EXPECT_LT(end->bytes_done(), 64u << 20);
+  EXPECT_EQ(d.client->Read(Ref(b, (64 << 20) - 1))->at(0), '\0');  // The tail never came.
+  EXPECT_TRUE(d.client->Release(a).ok());  // No longer in use.
+}
+
+TEST(Integration, CancelOfAQueuedMoveEndsItAtOnce) {
+  Daemon d({"--max_move_rate=32MiB", "--copy_threads=1"});
+  std::string a = d.Alloc(32 << 20), b = d.Alloc(32 << 20), c = d.Alloc(4096), e = d.Alloc(4096);
+  MoveOptions o;
+  o.wait = false;
+  auto slow = d.client->Move(Ref(a), Ref(b), o);
+  auto queued = d.client->Move(Ref(c), Ref(e), o);
+  ASSERT_TRUE(slow.ok() && queued.ok());
+  auto cancelled = d.client->Cancel(queued->id());
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(d.client->Cancel(slow->id())->id(), slow->id());
+  EXPECT_EQ(d.client->Wait(slow->id(), absl::Seconds(10))->state(), v1::CANCELLED);
+}
+
+TEST(Integration, WatchStreamsProgressUntilTheEnd) {
+  Daemon d({"--max_move_rate=64MiB"});
+  std::string a = d.Alloc(64 << 20), b = d.Alloc(64 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  std::vector<v1::Transfer> events;
+  auto end = d.client->Watch(t->id(), [&](const v1::Transfer& e) { events.push_back(e); },
+                             absl::Milliseconds(50));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::SUCCEEDED);
+  ASSERT_GE(events.size(), 4u);
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_GE(events[i].bytes_done(), events[i - 1].bytes_done());
+  }
+  EXPECT_EQ(events.back().bytes_done(), 64u << 20);
+}
+
+TEST(Integration, QueueFullIsResourceExhausted) {
+  Daemon d({"--max_move_rate=16MiB", "--copy_threads=1", "--max_active=2"});
+  std::string a = d.Alloc(16 << 20), b = d.Alloc(16 << 20), c = d.Alloc(16 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t1 = d.client->Move(Ref(a), Ref(b), o);
+  auto t2 = d.client->Move(Ref(a), Ref(c), o);
+  ASSERT_TRUE(t1.ok() && t2.ok());
+  EXPECT_EQ(d.client->Move(Ref(b), Ref(c), o).status().code(), StatusCode::kResourceExhausted);
+  d.client->Cancel(t1->id()).IgnoreError();
+  d.client->Cancel(t2->id()).IgnoreError();
+}
+
+TEST(Integration, ExpiredLeaseFreesTheBufferAndRenewKeepsIt) {
+  Daemon d;
+  std::string doomed = d.Alloc(4096, v1::HOST, absl::Milliseconds(300));
+  std::string kept = d.Alloc(4096, v1::HOST, absl::Milliseconds(300));
+  for (int i = 0; i < 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(d.client->RenewLease(kept).ok());
+  }
+  EXPECT_EQ(d.client->GetBuffer(doomed).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(d.client->GetBuffer(kept).ok());
+}
+
+TEST(Integration, BufferInUseOutlivesItsLease) {
+  Daemon d({"--max_move_rate=64MiB"});
+  std::string a = d.Alloc(48 << 20, v1::HOST, absl::Milliseconds(200));
+  std::string b = d.Alloc(48 << 20);
+  ASSERT_TRUE(d.client->Write(Ref(a), std::string(48 << 20, 'q')).ok());
+  MoveOptions o;
+  o.checksum = true;
+  auto t = d.client->Move(Ref(a), Ref(b), o);  // ~750 ms, past the lease.
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+  EXPECT_EQ(d.client->GetBuffer(a).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.client->Read(Ref(b, 0, 4)).value(), "qqqq");
+  // Its memory went back to the pool.
+  auto info = d.client->GetInfo();
+  EXPECT_EQ(info->pools(0).free(), info->pools(0).capacity() - (48u << 20));
+}
+
+TEST(Integration, ReleaseOfABufferInUseIsRefused) {
+  Daemon d({"--max_move_rate=64MiB"});
+  std::string a = d.Alloc(32 << 20), b = d.Alloc(32 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(d.client->Release(b).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.client->Wait(t->id())->state(), v1::SUCCEEDED);
+  EXPECT_TRUE(d.client->Release(b).ok());
+}
+
+TEST(Integration, SigtermLetsRunningMovesFinishThenExits) {
+  Daemon d({"--max_move_rate=64MiB"});
+  std::string a = d.Alloc(48 << 20), b = d.Alloc(48 << 20), c = d.Alloc(4096);
+  ASSERT_TRUE(d.client->Write(Ref(a), std::string(48 << 20, 'z')).ok());
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  v1::Transfer last;
+  absl::Notification watched;
+  std::thread watcher([&] {
+    auto end = d.client->Watch(t->id(), nullptr);
+    if (end.ok()) last = *end;
+    watched.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  d.process->Signal(SIGTERM);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(d.client->Move(Ref(a, 0, 4096), Ref(c), o).status().code(), StatusCode::kUnavailable);
+  watcher.join();
+  EXPECT_EQ(last.state(), v1::SUCCEEDED);
+  auto code = d.process->WaitExit(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << d.process->Log();
+  EXPECT_EQ(*code, 0) << d.process->Log();
+}
+
+TEST(Integration, SigtermCancelsWhatOutlastsTheGrace) {
+  Daemon d({"--max_move_rate=16MiB", "--drain_grace=300ms"});
+  std::string a = d.Alloc(64 << 20), b = d.Alloc(64 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  v1::Transfer last;
+  std::thread watcher([&] {
+    auto end = d.client->Watch(t->id(), nullptr);
+    if (end.ok()) last = *end;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time start = absl::Now();
+  d.process->Signal(SIGTERM);
+  auto code = d.process->WaitExit(absl::Seconds(10));
+  watcher.join();
+  ASSERT_TRUE(code.ok()) << d.process->Log();
+  EXPECT_EQ(*code, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));  // Not the 4 s the move needed.
+  EXPECT_EQ(last.state(), v1::CANCELLED);
+}
+
+TEST(Integration, ServesOnAUnixSocket) {
+  // Socket paths are limited to 107 bytes, shorter than Bazel's TEST_TMPDIR allows.
+  const std::string sock = absl::StrCat("/tmp/gpumoved-test-", getpid(), ".sock");
+  Daemon d({"--listen=unix:" + sock});
+  EXPECT_EQ(d.process->address(), "unix:" + sock);
+  std::string a = d.Alloc(1 << 20), b = d.Alloc(1 << 20);
+  ASSERT_TRUE(d.client->Write(Ref(a), RandomBytes(1 << 20, 5)).ok());
+  EXPECT_EQ(d.client->Move(Ref(a), Ref(b))->state(), v1::SUCCEEDED);
+  EXPECT_EQ(d.Contents(b), RandomBytes(1 << 20, 5));
+}
+
+TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
+  Daemon d({"--node=node-x", "--gpus=none"});
+  auto info = d.client->GetInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->node(), "node-x");
+  EXPECT_EQ(info->gpus_size(), 0);
+  EXPECT_NE(info->gpu_status().find("host pools only"), std::string::npos) << info->gpu_status();
+  ASSERT_EQ(info->pools_size(), 2);
+  EXPECT_EQ(info->pools(0).kind(), v1::HOST);
+  EXPECT_EQ(info->pools(1).kind(), v1::PINNED_HOST);
+  EXPECT_EQ(info->listen(0), d.process->address());
+  EXPECT_TRUE(info->paths(0).available());
+}
+
+TEST(Integration, HealthServiceReportsServing) {
+  Daemon d;
+  grpc::GenericStub stub(d.client->channel());
+  grpc::ClientContext context;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;  // An empty HealthCheckRequest: the server.
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+}  // namespace
+}  // namespace gpumove

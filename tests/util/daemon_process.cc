@@ -1,0 +1,126 @@
+#include "tests/util/daemon_process.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+
+namespace gpumove {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string FindBuiltBinary(const std::string& workspace_path, const char* env_override) {
+  if (const char* env = std::getenv(env_override); env != nullptr && *env != '\0') return env;
+  std::vector<std::string> candidates;
+  if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
+    candidates.push_back(absl::StrCat(srcdir, "/gpumove/", workspace_path));
+  }
+  if (const char* runfiles = std::getenv("RUNFILES_DIR")) {
+    candidates.push_back(absl::StrCat(runfiles, "/gpumove/", workspace_path));
+  }
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) > 0) {
+    candidates.push_back(absl::StrCat(self, ".runfiles/gpumove/", workspace_path));
+    // Next to the running binary's package, for copies outside Bazel (e.g. .gpu/bin/).
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string base = workspace_path.substr(workspace_path.rfind('/') + 1);
+    candidates.push_back(absl::StrCat(dir, "/", base));
+  }
+  candidates.push_back(absl::StrCat("bazel-bin/", workspace_path));
+  for (const std::string& c : candidates) {
+    if (Exists(c)) return c;
+  }
+  return candidates.back();
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<std::string> flags) {
+  auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess());
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string templ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/gpumoved.XXXXXX");
+  if (mkdtemp(templ.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+  d->dir_ = templ;
+  const std::string port_file = d->dir_ + "/address";
+  bool has_listen = false;
+  for (const std::string& f : flags) has_listen |= absl::StartsWith(f, "--listen");
+  if (!has_listen) flags.push_back("--listen=127.0.0.1:0");
+  flags.push_back("--port_file=" + port_file);
+  const std::string binary = FindBuiltBinary("daemon/gpumoved", "GPUMOVED");
+  std::vector<std::string> argv_storage = {binary};
+  argv_storage.insert(argv_storage.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log = d->dir_ + "/gpumoved.log";
+
+  d->pid_ = fork();
+  if (d->pid_ < 0) return absl::InternalError("fork failed");
+  if (d->pid_ == 0) {
+    freopen(log.c_str(), "w", stderr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(d->pid_, &status, WNOHANG) == d->pid_) {
+      d->exited_ = true;
+      return absl::InternalError(absl::StrCat("gpumoved (", binary, ") exited at start:\n", d->Log()));
+    }
+    if (Exists(port_file)) {
+      d->address_ = std::string(absl::StripTrailingAsciiWhitespace(ReadFile(port_file)));
+      return d;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("gpumoved did not start:\n", d->Log()));
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0 && !exited_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+void DaemonProcess::Signal(int sig) const { kill(pid_, sig); }
+
+absl::StatusOr<int> DaemonProcess::WaitExit(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError("gpumoved is still running");
+}
+
+std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/gpumoved.log"); }
+
+}  // namespace gpumove
