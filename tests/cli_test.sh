@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gpumovectl against a real gpumoved: the commands of the README, their output and exit codes.
+set -euo pipefail
+
+RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
+GPUMOVED="$RUNFILES/daemon/gpumoved"
+CTL="$RUNFILES/client/cli/gpumovectl"
+WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")"
+"$GPUMOVED" --listen=127.0.0.1:0 --port_file="$WORK/addr" --node=cli-node \
+  --host_pool_size=256MiB --pinned_pool_size=32MiB 2>"$WORK/daemon.log" &
+DAEMON=$!
+trap 'kill $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
+for _ in $(seq 200); do [ -s "$WORK/addr" ] && break; sleep 0.05; done
+export GPUMOVE_ADDR="$(cat "$WORK/addr")"
+
+fail() { echo "FAIL: $*"; cat "$WORK/daemon.log"; exit 1; }
+expect_code() {  # expect_code CODE TEXT -- command...
+  local want=$1 text=$2; shift 3
+  set +e; out=$("$@" 2>&1); got=$?; set -e
+  [ "$got" = "$want" ] || fail "'$*' exited $got, want $want: $out"
+  [[ "$out" == *"$text"* ]] || fail "'$*' printed '$out', want '$text'"
+}
+
+"$CTL" info | grep -q "node      cli-node" || fail "info does not name the node"
+"$CTL" info | grep -q "host pools only" || fail "info does not say host pools only"
+"$CTL" --json info | grep -q '"node": "cli-node"' || fail "info --json"
+
+A=$("$CTL" alloc 3MiB)
+B=$("$CTL" alloc 3MiB --kind pinned --lease 60s --label target)
+[[ "$A" == b-* && "$B" == b-* ]] || fail "alloc printed '$A' '$B'"
+"$CTL" ls | grep "$B" | grep -q "pinned.*3 MiB.*target" || fail "ls does not show $B"
+
+head -c 3145728 /dev/urandom >"$WORK/in"
+"$CTL" write "$A" "$WORK/in" 2>/dev/null
+"$CTL" move "$A" "$B" --checksum | grep -q "SUCCEEDED" || fail "move did not succeed"
+"$CTL" read "$B" "$WORK/out"
+cmp -s "$WORK/in" "$WORK/out" || fail "bytes read back differ from bytes written"
+
+# Offsets, lengths and stdin/stdout.
+printf 'hello gpumove' | "$CTL" write "$B@1000" - 2>/dev/null
+[ "$("$CTL" read "$B" - --offset 1000 --length 13)" = "hello gpumove" ] || fail "read at offset"
+"$CTL" move "$B@1000" "$A@4KiB" --length 5 >/dev/null
+[ "$("$CTL" read "cli-node/$A@4096" - --length 5)" = "hello" ] || fail "move with offsets"
+
+ID=$("$CTL" move "$A" "$B" --no-wait)
+[[ "$ID" == t-* ]] || fail "move --no-wait printed '$ID'"
+"$CTL" wait "$ID" | grep -q SUCCEEDED || fail "wait"
+"$CTL" transfer "$ID" | grep -q "$ID" || fail "transfer"
+"$CTL" transfers | grep -c SUCCEEDED | grep -qx 3 || fail "transfers lists three moves"
+"$CTL" transfers --state failed | grep -q "no transfers" || fail "transfers --state"
+"$CTL" --json move "$A" "$B" | grep -q '"state": "SUCCEEDED"' || fail "move --json"
+"$CTL" cancel "$ID" | grep -q SUCCEEDED || fail "cancel of a finished move changes nothing"
+
+# Errors: the status code and message, non-zero exit, no stack trace.
+expect_code 1 "NOT_FOUND: no buffer b-missing" -- "$CTL" release b-missing
+expect_code 1 "INVALID_ARGUMENT" -- "$CTL" move "$A" "$B@1"
+expect_code 1 "NOT_FOUND: unknown node" -- "$CTL" move "$A" "elsewhere/$B"
+expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device
+expect_code 1 "INVALID_ARGUMENT: size must be greater than 0" -- "$CTL" alloc 0
+expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
+expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
+expect_code 2 "bad size" -- "$CTL" alloc lots
+expect_code 2 "bad buffer reference" -- "$CTL" move "a/b/c" "$B"
+expect_code 2 "unknown command" -- "$CTL" frobnicate
+expect_code 1 "UNAVAILABLE: cannot reach gpumoved" -- "$CTL" --addr 127.0.0.1:1 --timeout 200ms ls
+
+"$CTL" release "$A"
+"$CTL" ls | grep -q "$A" && fail "released buffer still listed"
+echo "PASS"
