@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing gpumove needs, from Debian/Ubuntu packages only.
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-platforms bazel-rules-java
+  g++ libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev
+  libucx-dev ucx-utils libopenmpi-dev openmpi-bin
+  iproute2 python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v bazel >/dev/null || { echo "setup: bazel not found after install" >&2; exit 1; }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test that needs no GPU (the README's test command) and ends with one line:
+# "N passed, N failed", counting test cases (gtest cases, one per shell test).
+# Extra arguments go to `bazel test`, e.g. --config=gpu.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/setup.sh
+log=$(mktemp)
+bazel test //... --test_summary=short "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+python3 tests/summarize.py "$log" bazel-testlogs
+rm -f "$log"
+exit "$rc"
