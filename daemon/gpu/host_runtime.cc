@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/host_copy.h"
 #include "daemon/gpu/gpu.h"
 
 namespace gpumove {
@@ -40,7 +41,7 @@ class HostOnlyRuntime : public GpuRuntime {
     uint64_t done = 0;
     while (done < bytes) {
       const uint64_t n = std::min(chunk, bytes - done);
-      std::memcpy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, n);
+      HostCopy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, n);
       done += n;
       if (progress && !progress(done) && done < bytes) {
         return absl::CancelledError("copy stopped");

@@ -1,0 +1,20 @@
+// Host-to-host copy for large ranges.
+#ifndef GPUMOVE_DAEMON_COMMON_HOST_COPY_H_
+#define GPUMOVE_DAEMON_COMMON_HOST_COPY_H_
+
+#include <cstddef>
+
+namespace gpumove {
+
+// Copies n bytes between non-overlapping host ranges. From kStreamingCopyMin bytes up it
+// uses non-temporal (streaming) stores where the CPU has AVX2: a moved range is rarely
+// read back by this CPU soon, and skipping the read-for-ownership of every destination
+// line measured ~1.5x glibc memcpy on the development machine (15 vs 9-10 GB/s). Below
+// that, or without AVX2, it is memcpy. The stores are fenced before it returns.
+void HostCopy(void* dst, const void* src, size_t n);
+
+inline constexpr size_t kStreamingCopyMin = 8 << 20;
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_COMMON_HOST_COPY_H_

@@ -1,0 +1,35 @@
+#include "daemon/common/host_copy.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gpumove {
+namespace {
+
+// Every alignment of source and destination and every tail length, around the size
+// where the streaming path takes over.
+TEST(HostCopy, CopiesExactlyAtAnyAlignmentAndLength) {
+  std::mt19937 rng(11);
+  const size_t max = kStreamingCopyMin + 300;
+  std::vector<char> src(max + 64), dst(max + 64);
+  for (auto& c : src) c = static_cast<char>(rng());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{127}, kStreamingCopyMin - 1, kStreamingCopyMin,
+                   kStreamingCopyMin + 1, kStreamingCopyMin + 129, max}) {
+    for (size_t s_off : {0, 1, 31, 32}) {
+      for (size_t d_off : {0, 3, 17, 32}) {
+        std::fill(dst.begin(), dst.end(), 'z');
+        HostCopy(dst.data() + d_off, src.data() + s_off, n);
+        ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + s_off, n), 0)
+            << n << " " << s_off << " " << d_off;
+        for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], 'z');
+        for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 'z');
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpumove
