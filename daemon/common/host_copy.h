@@ -7,10 +7,11 @@
 namespace gpumove {
 
 // Copies n bytes between non-overlapping host ranges. From kStreamingCopyMin bytes up it
-// uses non-temporal (streaming) stores where the CPU has AVX2: a moved range is rarely
-// read back by this CPU soon, and skipping the read-for-ownership of every destination
-// line measured ~1.5x glibc memcpy on the development machine (15 vs 9-10 GB/s). Below
-// that, or without AVX2, it is memcpy. The stores are fenced before it returns.
+// uses non-temporal (streaming) stores where the CPU has AVX2: such a range outgrows the
+// caches and is rarely read back by this CPU soon, and skipping the read-for-ownership
+// of every destination line measured ~1.5x glibc memcpy on the development machine
+// (15-25 vs 8-12 GB/s). Below that (where the bytes may stay in cache, and memcpy wins),
+// or without AVX2, it is memcpy. The stores are fenced before it returns.
 void HostCopy(void* dst, const void* src, size_t n);
 
 inline constexpr size_t kStreamingCopyMin = 8 << 20;
