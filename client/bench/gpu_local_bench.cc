@@ -1,0 +1,199 @@
+// GPU local-move benchmark (run on the GPU machine): moves through one gpumoved between
+// GPU0 and GPU1 and between pinned host and GPU0, against the raw CUDA copy of the same
+// size issued from this process. Three daemon figures per size:
+//   wall   Submit(wait) round trip, one move at a time (what a client sees),
+//   engine the daemon's own start->end time for the move (the copy itself),
+//   batch  16 moves in one Submit, bytes / wall time (RPC cost amortized).
+#include <algorithm>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "daemon/common/bytes.h"
+#include "tests/util/daemon_process.h"
+
+#ifdef GPUMOVE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{1ull << 30}, "Largest move.");
+ABSL_FLAG(int, reps, 20, "Repetitions per size (medians are printed).");
+
+namespace gpumove {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double Seconds(const google::protobuf::Timestamp& a, const google::protobuf::Timestamp& b) {
+  return (b.seconds() - a.seconds()) + (b.nanos() - a.nanos()) * 1e-9;
+}
+
+#ifdef GPUMOVE_HAVE_CUDA
+#define CHECK_CUDA(x)                                                      \
+  do {                                                                     \
+    cudaError_t e = (x);                                                   \
+    if (e != cudaSuccess) {                                                \
+      std::cerr << #x << ": " << cudaGetErrorString(e) << "\n";            \
+      std::exit(1);                                                        \
+    }                                                                      \
+  } while (0)
+
+struct Raw {
+  void* a = nullptr;  // On the source device (or pinned host).
+  void* b = nullptr;  // On the destination device.
+  cudaStream_t s;
+};
+
+// Raw copy time (median of reps), cudaMemcpyAsync + synchronize, as the daemon does.
+double RawCopy(Raw& r, uint64_t size, int reps) {
+  std::vector<double> t;
+  CHECK_CUDA(cudaMemcpyAsync(r.b, r.a, size, cudaMemcpyDefault, r.s));
+  CHECK_CUDA(cudaStreamSynchronize(r.s));
+  for (int i = 0; i < reps; ++i) {
+    const absl::Time t0 = absl::Now();
+    CHECK_CUDA(cudaMemcpyAsync(r.b, r.a, size, cudaMemcpyDefault, r.s));
+    CHECK_CUDA(cudaStreamSynchronize(r.s));
+    t.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  return Median(t);
+}
+
+int Main() {
+  int gpus = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
+  const int reps = absl::GetFlag(FLAGS_reps);
+  auto daemon = DaemonProcess::Start(
+      {absl::StrFormat("--device_pool_size=%d", 2 * max_size + (256 << 20)),
+       absl::StrFormat("--pinned_pool_size=%d", max_size + (64 << 20)), "--host_pool_size=64MiB",
+       "--node=gpu-bench", "--copy_threads=4"});
+  if (!daemon.ok()) {
+    std::cerr << daemon.status() << "\n";
+    return 1;
+  }
+  auto client = *Client::Connect((*daemon)->address());
+  auto info = client->GetInfo();
+  std::cout << "gpumoved " << info->version() << ": " << info->gpu_status() << "\n";
+
+  struct Pair {
+    const char* name;
+    v1::MemoryKind src_kind;
+    int src_dev;
+    int dst_dev;
+  };
+  std::vector<Pair> pairs = {{"pinned -> GPU0", v1::PINNED_HOST, -1, 0},
+                             {"GPU0 -> pinned", v1::DEVICE, 0, -1}};
+  if (gpus > 1) pairs.insert(pairs.begin(), {"GPU0 -> GPU1", v1::DEVICE, 0, 1});
+
+  for (const Pair& p : pairs) {
+    Raw raw;
+    const bool dst_host = p.dst_dev < 0;
+    const int issue_dev = p.src_kind == v1::DEVICE ? p.src_dev : p.dst_dev;
+    CHECK_CUDA(cudaSetDevice(issue_dev));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&raw.s, cudaStreamNonBlocking));
+    if (p.src_kind == v1::DEVICE) {
+      CHECK_CUDA(cudaSetDevice(p.src_dev));
+      CHECK_CUDA(cudaMalloc(&raw.a, max_size));
+    } else {
+      CHECK_CUDA(cudaHostAlloc(&raw.a, max_size, cudaHostAllocPortable));
+    }
+    if (dst_host) {
+      CHECK_CUDA(cudaHostAlloc(&raw.b, max_size, cudaHostAllocPortable));
+    } else {
+      CHECK_CUDA(cudaSetDevice(p.dst_dev));
+      CHECK_CUDA(cudaMalloc(&raw.b, max_size));
+    }
+    if (p.src_kind == v1::DEVICE && !dst_host && p.src_dev != p.dst_dev) {
+      CHECK_CUDA(cudaSetDevice(p.src_dev));
+      cudaError_t e = cudaDeviceEnablePeerAccess(p.dst_dev, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CHECK_CUDA(e);
+      cudaGetLastError();
+    }
+    CHECK_CUDA(cudaSetDevice(issue_dev));
+
+    auto src = client->Allocate(max_size, p.src_kind, std::max(0, p.src_dev));
+    auto dst = client->Allocate(max_size, dst_host ? v1::PINNED_HOST : v1::DEVICE,
+                                std::max(0, p.dst_dev));
+    if (!src.ok() || !dst.ok()) {
+      std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
+      return 1;
+    }
+    std::cout << "\n" << p.name << " (path LOCAL; GB/s from medians of " << reps << ")\n";
+    std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %11s %11s %11s\n", "size", "raw",
+                                 "wall", "engine", "batch16", "wall/raw", "engine/raw",
+                                 "batch/raw");
+    for (uint64_t size = 4096; size <= max_size; size *= 4) {
+      const double raw_s = RawCopy(raw, size, reps);
+      std::vector<double> wall, engine;
+      for (int i = 0; i < reps + 1; ++i) {
+        const absl::Time t0 = absl::Now();
+        auto t = client->Move(Ref(src->id(), 0, size), Ref(dst->id()));
+        const double w = absl::ToDoubleSeconds(absl::Now() - t0);
+        if (!t.ok() || t->state() != v1::SUCCEEDED) {
+          std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "") << "\n";
+          return 1;
+        }
+        if (i == 0) continue;  // Warm-up.
+        wall.push_back(w);
+        engine.push_back(Seconds(t->start_time(), t->end_time()));
+      }
+      // 16 moves of size/16 into disjoint ranges in one Submit; below 64 KiB, 16 moves of
+      // `size` into the same range (which then run in order).
+      v1::SubmitRequest batch;
+      batch.set_wait(true);
+      const uint64_t part = size >= 16 * 4096 ? size / 16 : size;
+      for (int i = 0; i < 16; ++i) {
+        auto* s = batch.add_transfers();
+        const uint64_t off = part == size ? 0 : i * part;
+        *s->mutable_source() = Ref(src->id(), off, part);
+        *s->mutable_destination() = Ref(dst->id(), off);
+      }
+      std::vector<double> batch_t;
+      for (int i = 0; i < std::max(3, reps / 4); ++i) {
+        const absl::Time t0 = absl::Now();
+        auto r = client->Submit(batch);
+        if (!r.ok()) {
+          std::cerr << "batch: " << r.status() << "\n";
+          return 1;
+        }
+        batch_t.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      }
+      const double batch_bytes = part * 16.0;
+      const double raw_bw = size / raw_s / 1e9;
+      const double wall_bw = size / Median(wall) / 1e9;
+      const double engine_bw = size / Median(engine) / 1e9;
+      const double batch_bw = batch_bytes / Median(batch_t) / 1e9;
+      std::cout << absl::StrFormat("%10s %10.2f %10.2f %10.2f %10.2f %11.3f %11.3f %11.3f\n",
+                                   FormatBytes(size), raw_bw, wall_bw, engine_bw, batch_bw,
+                                   wall_bw / raw_bw, engine_bw / raw_bw, batch_bw / raw_bw);
+      if (size == 4096) {
+        std::cout << absl::StrFormat("%10s raw %.1fus, move (Submit+wait) %.1fus\n", "4 KiB lat",
+                                     raw_s * 1e6, Median(wall) * 1e6);
+      }
+    }
+    client->Release(src->id()).IgnoreError();
+    client->Release(dst->id()).IgnoreError();
+  }
+  return 0;
+}
+#else
+int Main() {
+  std::cout << "gpu_local_bench: built without the CUDA toolkit; nothing to measure\n";
+  return 0;
+}
+#endif
+
+}  // namespace
+}  // namespace gpumove
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gpumove::Main();
+}

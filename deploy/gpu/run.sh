@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from a carried .gpu/ (see pack.sh): the GPU test suite, then
+# the GPU and host benchmarks; prints a summary. Exit status: the test suite's.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GPUMOVED="$PWD/.gpu/bin/gpumoved"
+OUT=${OUT:-/tmp/gpumove-gpu}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
+
+echo "== GPU test suite"
+.gpu/bin/gpu_local_test --gtest_output=xml:"$OUT/gpu_local_test.xml" 2>&1 | tee "$OUT/gpu_local_test.log" | grep -vE '^(gpu|  )'
+tests_rc=${PIPESTATUS[0]}
+
+echo "== GPU local benchmark"
+.gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
+echo "== host local benchmark"
+.gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
+
+passed=$(grep -c '\[       OK \]' "$OUT/gpu_local_test.log")
+failed=$(grep -c '\[  FAILED  \].*(' "$OUT/gpu_local_test.log")
+echo "GPU suite: $passed passed, $failed failed"
+exit "$tests_rc"

@@ -1,0 +1,141 @@
+// GPU suite for path LOCAL (tag "gpu"; run on the GPU machine): device pools, every
+// direction between host, pinned and each GPU, checksums, cancel, bad device requests.
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove {
+namespace {
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&out[i], &v, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+class GpuLocal : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto p = DaemonProcess::Start({"--host_pool_size=1GiB", "--pinned_pool_size=512MiB",
+                                   "--device_pool_size=2GiB", "--node=gpu-node",
+                                   "--max_move_rate=0"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    process_ = p->release();
+    client_ = Client::Connect(process_->address())->release();
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    delete process_;
+  }
+  int Gpus() { return client_->GetInfo()->gpus_size(); }
+
+  static DaemonProcess* process_;
+  static Client* client_;
+};
+
+DaemonProcess* GpuLocal::process_ = nullptr;
+Client* GpuLocal::client_ = nullptr;
+
+TEST_F(GpuLocal, NodeInfoShowsGpusPoolsAndPeers) {
+  auto info = client_->GetInfo();
+  ASSERT_TRUE(info.ok());
+  ASSERT_GE(info->gpus_size(), 1) << info->gpu_status();
+  EXPECT_TRUE(info->cuda_compiled());
+  int device_pools = 0;
+  for (const auto& p : info->pools()) {
+    if (p.kind() == v1::DEVICE) {
+      ++device_pools;
+      EXPECT_EQ(p.capacity(), 2ull << 30);
+    }
+    if (p.kind() == v1::PINNED_HOST) EXPECT_TRUE(p.locked());
+  }
+  EXPECT_EQ(device_pools, info->gpus_size());
+  for (const auto& g : info->gpus()) {
+    EXPECT_EQ(g.uuid().rfind("GPU-", 0), 0u) << g.uuid();
+    if (info->gpus_size() > 1) EXPECT_GE(g.peer_access_size(), 1) << "no peer access from " << g.index();
+  }
+  std::cout << info->DebugString();
+}
+
+TEST_F(GpuLocal, EveryDirectionMovesVerifiedBytes) {
+  struct Place {
+    std::string name;
+    v1::MemoryKind kind;
+    int device;
+  };
+  std::vector<Place> places = {{"host", v1::HOST, 0}, {"pinned", v1::PINNED_HOST, 0}};
+  for (int g = 0; g < Gpus(); ++g) places.push_back({absl::StrCat("gpu", g), v1::DEVICE, g});
+  uint64_t seed = 100;
+  for (uint64_t size : {1ull, 4097ull, (3ull << 20) + 5, 96ull << 20}) {
+    for (const Place& from : places) {
+      for (const Place& to : places) {
+        SCOPED_TRACE(absl::StrCat(from.name, " -> ", to.name, " ", size, " bytes"));
+        auto src = client_->Allocate(size + 64, from.kind, from.device);
+        auto dst = client_->Allocate(size + 128, to.kind, to.device);
+        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+        const std::string data = RandomBytes(size + 64, seed++);
+        const std::string before = RandomBytes(size + 128, seed++);
+        ASSERT_TRUE(client_->Write(Ref(src->id()), data).ok());
+        ASSERT_TRUE(client_->Write(Ref(dst->id()), before).ok());
+        MoveOptions o;
+        o.checksum = true;
+        auto t = client_->Move(Ref(src->id(), 64, size), Ref(dst->id(), 32), o);
+        ASSERT_TRUE(t.ok()) << t.status();
+        ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+        EXPECT_EQ(t->source_xxh3(), t->destination_xxh3());
+        const std::string after = *client_->Read(Ref(dst->id()));
+        EXPECT_TRUE(after.substr(0, 32) == before.substr(0, 32));
+        EXPECT_TRUE(after.substr(32, size) == data.substr(64, size));
+        EXPECT_TRUE(after.substr(32 + size) == before.substr(32 + size));
+        ASSERT_TRUE(client_->Release(src->id()).ok());
+        ASSERT_TRUE(client_->Release(dst->id()).ok());
+      }
+    }
+  }
+}
+
+TEST_F(GpuLocal, BadDeviceRequestsAreRefused) {
+  EXPECT_EQ(client_->Allocate(4096, v1::DEVICE, 64).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Allocate(4096, v1::DEVICE, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Allocate(3ull << 30, v1::DEVICE, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto a = client_->Allocate(1536ull << 20, v1::DEVICE, 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(client_->Allocate(1ull << 30, v1::DEVICE, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(client_->Release(a->id()).ok());
+}
+
+TEST_F(GpuLocal, CancelStopsADeviceMove) {
+  auto p = DaemonProcess::Start({"--max_move_rate=1GiB", "--device_pool_size=2GiB"});
+  ASSERT_TRUE(p.ok());
+  auto c = Client::Connect((*p)->address());
+  ASSERT_TRUE(c.ok());
+  const int last = Gpus() - 1;
+  auto a = (*c)->Allocate(1ull << 30, v1::DEVICE, 0);
+  auto b = (*c)->Allocate(1ull << 30, v1::DEVICE, last);
+  ASSERT_TRUE(a.ok() && b.ok());
+  MoveOptions o;
+  o.wait = false;
+  auto t = (*c)->Move(Ref(a->id()), Ref(b->id()), o);
+  ASSERT_TRUE(t.ok());
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE((*c)->Cancel(t->id()).ok());
+  auto end = (*c)->Wait(t->id(), absl::Seconds(10));
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->state(), v1::CANCELLED);
+  EXPECT_LT(end->bytes_done(), 1ull << 30);
+}
+
+}  // namespace
+}  // namespace gpumove
