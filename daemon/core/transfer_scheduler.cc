@@ -119,10 +119,9 @@ TransferScheduler::~TransferScheduler() {
   }
   for (auto& w : workers_) w.join();
   // Whatever is left (queued behind a cancelled one) never started: end it.
-  std::vector<BufferUse> released;
   absl::MutexLock lock(&mu_);
   for (auto& t : UnfinishedLocked()) {
-    FinishLocked(t, absl::CancelledError("daemon stopped"), &released);
+    FinishLocked(t, absl::CancelledError("daemon stopped"));
   }
 }
 
@@ -132,9 +131,8 @@ std::vector<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Unfin
   for (const auto& [id, t] : transfers_) {
     if (!IsTerminal(t->state)) out.push_back(t);
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a->create_time < b->create_time;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a->create_time < b->create_time; });
   return out;
 }
 
@@ -158,14 +156,17 @@ absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const End
 
 absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     const std::string& owner, const std::vector<TransferSpec>& specs,
-    const std::string& idempotency_key) {
+    const std::string& idempotency_key, bool caller_waits) {
   if (specs.empty()) return absl::InvalidArgumentError("no transfers in the request");
   if (specs.size() > options_.max_batch) {
-    return absl::InvalidArgumentError(absl::StrCat(specs.size(), " transfers in one request; at most ",
-                                                   options_.max_batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat(specs.size(), " transfers in one request; at most ", options_.max_batch));
   }
-  const std::string idem = idempotency_key.empty() ? "" : absl::StrCat(owner, absl::string_view("\0", 1), idempotency_key);
-  auto replay = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<std::vector<TransferSnapshot>> {
+  const std::string idem = idempotency_key.empty()
+                               ? ""
+                               : absl::StrCat(owner, absl::string_view("\0", 1), idempotency_key);
+  auto replay =
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<std::vector<TransferSnapshot>> {
     if (idem.empty()) return std::nullopt;
     auto it = idempotency_.find(idem);
     if (it == idempotency_.end()) return std::nullopt;
@@ -191,15 +192,16 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     for (const RangeSpec* r : {&spec.source, &spec.destination}) {
       if (r->buffer_id.empty()) return fail(absl::InvalidArgumentError("buffer_id is empty"));
       if (!r->node.empty() && r->node != options_.node) {
-        return fail(absl::NotFoundError(absl::StrCat("unknown node \"", r->node,
-                                                     "\" (this node is \"", options_.node, "\")")));
+        return fail(absl::NotFoundError(
+            absl::StrCat("unknown node \"", r->node, "\" (this node is \"", options_.node, "\")")));
       }
     }
-    auto src = registry_->Acquire(owner, spec.source.buffer_id, spec.source.offset, spec.source.length);
+    auto src =
+        registry_->Acquire(owner, spec.source.buffer_id, spec.source.offset, spec.source.length);
     if (!src.ok()) return fail(src.status());
-    auto dst = registry_->Acquire(owner, spec.destination.buffer_id, spec.destination.offset,
-                                  spec.destination.length == 0 ? src->length()
-                                                               : spec.destination.length);
+    auto dst =
+        registry_->Acquire(owner, spec.destination.buffer_id, spec.destination.offset,
+                           spec.destination.length == 0 ? src->length() : spec.destination.length);
     if (!dst.ok()) return fail(dst.status());
     if (dst->length() != src->length()) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -229,51 +231,64 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
   }
 
   std::vector<TransferSnapshot> out;
-  absl::MutexLock lock(&mu_);
-  if (auto r = replay()) return *r;  // A concurrent retry won the race.
-  if (!accepting_) return absl::UnavailableError("daemon is draining; not accepting transfers");
-  if (active_ + batch.size() > options_.max_active) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "transfer queue is full (", active_, " queued or running, limit ", options_.max_active,
-        "); retry later"));
-  }
-  const absl::Time now = absl::Now();
-  std::vector<std::string> ids;
-  for (auto& t : batch) {
-    do {
-      t->id = absl::StrFormat("t-%016x", absl::Uniform<uint64_t>(rng_));
-    } while (transfers_.contains(t->id));
-    t->create_time = now;
-    t->version = ++sequence_;
-    const std::string& sb = t->source.buffer_id;
-    const std::string& db = t->destination.buffer_id;
-    auto depend_on_conflicts = [&](const std::string& buffer) {
-      auto it = active_by_buffer_.find(buffer);
-      if (it == active_by_buffer_.end()) return;
-      for (auto& e : it->second) {
-        auto overlaps = [](const RangeSpec& a, const RangeSpec& b) {
-          return a.buffer_id == b.buffer_id && RangesOverlap(a.offset, a.length, b.offset, b.length);
-        };
-        if (overlaps(t->destination, e->destination) || overlaps(t->destination, e->source) ||
-            overlaps(t->source, e->destination)) {
-          if (std::find(e->dependents.begin(), e->dependents.end(), t) == e->dependents.end()) {
-            e->dependents.push_back(t);
-            ++t->pending;
+  std::shared_ptr<Record> run_inline;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto r = replay()) return *r;  // A concurrent retry won the race.
+    if (!accepting_) return absl::UnavailableError("daemon is draining; not accepting transfers");
+    if (active_ + batch.size() > options_.max_active) {
+      return absl::ResourceExhaustedError(absl::StrCat("transfer queue is full (", active_,
+                                                       " queued or running, limit ",
+                                                       options_.max_active, "); retry later"));
+    }
+    const absl::Time now = absl::Now();
+    std::vector<std::string> ids;
+    for (auto& t : batch) {
+      do {
+        t->id = absl::StrFormat("t-%016x", absl::Uniform<uint64_t>(rng_));
+      } while (transfers_.contains(t->id));
+      t->create_time = now;
+      t->version = ++sequence_;
+      const std::string& sb = t->source.buffer_id;
+      const std::string& db = t->destination.buffer_id;
+      auto depend_on_conflicts = [&](const std::string& buffer) {
+        auto it = active_by_buffer_.find(buffer);
+        if (it == active_by_buffer_.end()) return;
+        for (auto& e : it->second) {
+          auto overlaps = [](const RangeSpec& a, const RangeSpec& b) {
+            return a.buffer_id == b.buffer_id &&
+                   RangesOverlap(a.offset, a.length, b.offset, b.length);
+          };
+          if (overlaps(t->destination, e->destination) || overlaps(t->destination, e->source) ||
+              overlaps(t->source, e->destination)) {
+            if (std::find(e->dependents.begin(), e->dependents.end(), t) == e->dependents.end()) {
+              e->dependents.push_back(t);
+              ++t->pending;
+            }
           }
         }
+      };
+      depend_on_conflicts(sb);
+      if (db != sb) depend_on_conflicts(db);
+      active_by_buffer_[sb].push_back(t);
+      if (db != sb) active_by_buffer_[db].push_back(t);
+      transfers_.emplace(t->id, t);
+      ++active_;
+      if (t->pending == 0 && caller_waits && batch.size() == 1 &&
+          t->length <= options_.inline_max_bytes) {
+        t->state = TransferState::kRunning;
+        t->start_time = absl::Now();
+        t->version = ++sequence_;
+        run_inline = t;
+      } else if (t->pending == 0) {
+        ready_.push_back(t);
       }
-    };
-    depend_on_conflicts(sb);
-    if (db != sb) depend_on_conflicts(db);
-    active_by_buffer_[sb].push_back(t);
-    if (db != sb) active_by_buffer_[db].push_back(t);
-    transfers_.emplace(t->id, t);
-    ++active_;
-    if (t->pending == 0) ready_.push_back(t);
-    ids.push_back(t->id);
-    out.push_back(SnapshotLocked(*t));
+      ids.push_back(t->id);
+      out.push_back(SnapshotLocked(*t));
+    }
+    if (!idem.empty()) idempotency_[idem] = std::move(ids);
   }
-  if (!idem.empty()) idempotency_[idem] = std::move(ids);
+  if (run_inline != nullptr) Run(run_inline);
   return out;
 }
 
@@ -301,7 +316,10 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   uint64_t src_hash = 0, dst_hash = 0;
   if (t->checksum) {
     auto h = hasher_(t->src, t->length);
-    if (h.ok()) src_hash = *h; else status = h.status();
+    if (h.ok())
+      src_hash = *h;
+    else
+      status = h.status();
   }
   if (status.ok() && t->cancel_requested) status = absl::CancelledError("cancelled");
   if (status.ok()) {
@@ -324,25 +342,23 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     LOG(WARNING) << "transfer " << t->id << " failed: " << status;
   }
-  std::vector<BufferUse> released;
   absl::MutexLock lock(&mu_);
   t->source_xxh3 = src_hash;
   t->destination_xxh3 = dst_hash;
-  FinishLocked(t, status, &released);
+  FinishLocked(t, status);
 }
 
-void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Status status,
-                                     std::vector<BufferUse>* released) {
-  t->state = status.ok() ? TransferState::kSucceeded
+void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Status status) {
+  t->state = status.ok()                                     ? TransferState::kSucceeded
              : status.code() == absl::StatusCode::kCancelled ? TransferState::kCancelled
-                                                            : TransferState::kFailed;
+                                                             : TransferState::kFailed;
   t->status = std::move(status);
   t->end_time = absl::Now();
   t->version = ++sequence_;
-  // Ending the uses may free a buffer whose lease ran out; the caller drops them after
-  // unlocking.
-  released->push_back(std::move(t->src_use));
-  released->push_back(std::move(t->dst_use));
+  // The buffers are let go before anyone can see the end state, so a caller that saw it
+  // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
+  t->src_use.Reset();
+  t->dst_use.Reset();
   for (const std::string* b : {&t->source.buffer_id, &t->destination.buffer_id}) {
     auto it = active_by_buffer_.find(*b);
     if (it == active_by_buffer_.end()) continue;
@@ -361,7 +377,8 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
     finished_.pop_front();
     if (it == transfers_.end()) continue;
     if (!it->second->idempotency_key.empty()) {
-      idempotency_.erase(absl::StrCat(it->second->owner, absl::string_view("\0", 1), it->second->idempotency_key));
+      idempotency_.erase(
+          absl::StrCat(it->second->owner, absl::string_view("\0", 1), it->second->idempotency_key));
     }
     transfers_.erase(it);
   }
@@ -429,12 +446,11 @@ std::vector<TransferSnapshot> TransferScheduler::List(const std::string& owner,
 
 absl::StatusOr<TransferSnapshot> TransferScheduler::Cancel(const std::string& owner,
                                                            const std::string& id) {
-  std::vector<BufferUse> released;
   absl::MutexLock lock(&mu_);
   auto t = FindLocked(owner, id);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
   if (t->state == TransferState::kQueued) {
-    FinishLocked(t, absl::CancelledError("cancelled while queued"), &released);
+    FinishLocked(t, absl::CancelledError("cancelled while queued"));
   } else if (t->state == TransferState::kRunning) {
     t->cancel_requested = true;
   }
@@ -450,8 +466,8 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::Wait(const std::string& owne
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return IsTerminal(t->state) || stop_; };
   mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   if (!IsTerminal(t->state)) {
-    return absl::DeadlineExceededError(absl::StrCat("transfer ", id, " is still ",
-                                                    TransferStateName(t->state)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("transfer ", id, " is still ", TransferStateName(t->state)));
   }
   return SnapshotLocked(*t);
 }
@@ -483,11 +499,10 @@ bool TransferScheduler::Drain(absl::Time deadline) {
 }
 
 void TransferScheduler::CancelAll() {
-  std::vector<BufferUse> released;
   absl::MutexLock lock(&mu_);
   for (auto& t : UnfinishedLocked()) {
     if (t->state == TransferState::kQueued) {
-      FinishLocked(t, absl::CancelledError("cancelled: daemon shutting down"), &released);
+      FinishLocked(t, absl::CancelledError("cancelled: daemon shutting down"));
     } else if (t->state == TransferState::kRunning) {
       t->cancel_requested = true;
     }

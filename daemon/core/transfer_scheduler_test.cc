@@ -327,5 +327,34 @@ TEST_F(SchedulerTest, WaitTimesOutAndWaitForChangeSeesProgress) {
   EXPECT_EQ(done->state, TransferState::kSucceeded);
 }
 
+TEST_F(SchedulerTest, BuffersAreFreeOnceTheEndIsVisible) {
+  Start({.workers = 4});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  for (int i = 0; i < 300; ++i) {
+    TransferSnapshot t = WaitDone(SubmitOne(Move(a, b)).id);
+    ASSERT_EQ(t.state, TransferState::kSucceeded);
+    ASSERT_EQ(registry_->Get("me", a)->active_uses, 0u) << "iteration " << i;
+    ASSERT_EQ(registry_->Get("me", b)->active_uses, 0u) << "iteration " << i;
+  }
+}
+
+TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
+  Start({.workers = 1, .inline_max_bytes = 4096});
+  std::string a = Buffer(8192, 'a'), b = Buffer(8192, 'b');
+  auto small = sched_->Submit("me", {Move(a, b, 0, 0, 4096)}, "", /*caller_waits=*/true);
+  ASSERT_TRUE(small.ok());
+  // Done before Submit returned: it ran on this thread.
+  EXPECT_EQ(sched_->Get("me", small->at(0).id)->state, TransferState::kSucceeded);
+  EXPECT_EQ(Contents(b).substr(0, 4096), std::string(4096, 'a'));
+  // Too big, or not waited for: queued for a worker as usual.
+  engine_.Hold();
+  auto big = sched_->Submit("me", {Move(a, b, 0, 0, 8192)}, "", true);
+  auto nowait = sched_->Submit("me", {Move(b, a, 0, 4096, 4096)}, "", false);
+  ASSERT_TRUE(big.ok() && nowait.ok());
+  EXPECT_FALSE(IsTerminal(sched_->Get("me", big->at(0).id)->state));
+  engine_.Open();
+  EXPECT_EQ(WaitDone(nowait->at(0).id).state, TransferState::kSucceeded);
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   sched.workers = options.copy_threads;
   sched.max_active = options.max_active;
   sched.rate_limit = options.rate_limit;
+  sched.inline_max_bytes = options.inline_max_bytes;
   GpuRuntime* gpu = d->gpu_.get();
   d->scheduler_ = std::make_unique<TransferScheduler>(
       sched, d->registry_.get(), engines,

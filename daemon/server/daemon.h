@@ -33,6 +33,7 @@ struct DaemonOptions {
   int copy_threads = 4;
   size_t max_active = 4096;
   uint64_t rate_limit = 0;
+  uint64_t inline_max_bytes = 64 << 10;
   // When set, the first bound address is written here once the server is up.
   std::string port_file;
 };

@@ -41,7 +41,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
   const std::string owner = Principal(context);
-  auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key());
+  auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait());
   if (!transfers.ok()) return ToGrpcStatus(transfers.status());
   for (TransferSnapshot& t : *transfers) {
     if (request->wait()) {
