@@ -1,0 +1,401 @@
+#include "daemon/path/ucx_transport.h"
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "daemon/common/log.h"
+
+namespace gpumove {
+namespace {
+
+absl::Status UcxError(ucs_status_t status, absl::string_view what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(status)));
+}
+
+}  // namespace
+
+struct UcxTransport::Impl {
+  // One endpoint per peer incarnation, with its unpacked remote keys.
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    bool failed = false;
+    std::string error;
+    absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
+  };
+
+  // One slice of a move (or a flush), run by the progress thread.
+  struct Op {
+    bool put = true;
+    bool flush = false;
+    RemoteRange remote;
+    char* local = nullptr;
+    uint64_t length = 0;
+    uint64_t posted = 0;
+    std::atomic<uint64_t> done{0};
+    std::vector<std::pair<void*, uint64_t>> requests;
+    void* flush_request = nullptr;
+    bool flush_posted = false;
+    absl::Status status;
+    absl::Time last_progress;
+    std::atomic<bool> abandon{false};  // Set by a caller that timed out.
+    absl::Notification finished;
+  };
+
+  UcxOptions options;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::thread thread;
+
+  absl::Mutex mu;
+  std::deque<std::function<void()>> jobs ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+
+  // Owned by the progress thread.
+  absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
+  std::vector<std::shared_ptr<Op>> active;
+  std::vector<ucp_mem_h> registrations;
+
+  // Runs `job` on the progress thread and waits for it.
+  void Call(std::function<void()> job) {
+    absl::Notification done;
+    Post([&] {
+      job();
+      done.Notify();
+    });
+    done.WaitForNotification();
+  }
+  void Post(std::function<void()> job) {
+    absl::MutexLock lock(&mu);
+    jobs.push_back(std::move(job));
+  }
+
+  static void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* peer = static_cast<Peer*>(arg);
+    peer->failed = true;
+    peer->error = absl::StrCat("peer endpoint failed: ", ucs_status_string(status));
+  }
+
+  Peer* GetPeer(const RemoteRange& r) {
+    auto& slot = peers[r.peer_key];
+    if (slot == nullptr) {
+      slot = std::make_unique<Peer>();
+      ucp_ep_params_t params = {};
+      params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      params.address = reinterpret_cast<const ucp_address_t*>(r.worker_address.data());
+      params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      params.err_handler.cb = &Impl::OnEndpointError;
+      params.err_handler.arg = slot.get();
+      ucs_status_t st = ucp_ep_create(worker, &params, &slot->ep);
+      if (st != UCS_OK) {
+        slot->ep = nullptr;
+        slot->failed = true;
+        slot->error = absl::StrCat("ucp_ep_create: ", ucs_status_string(st));
+      }
+    }
+    return slot.get();
+  }
+
+  void ClosePeer(Peer* peer, const std::string& why) {
+    for (auto& [bytes, rkey] : peer->rkeys) ucp_rkey_destroy(rkey);
+    peer->rkeys.clear();
+    if (peer->ep != nullptr) {
+      ucp_request_param_t param = {};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* req = ucp_ep_close_nbx(peer->ep, &param);
+      if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+      peer->ep = nullptr;
+    }
+    if (!peer->failed) {
+      peer->failed = true;
+      peer->error = why;
+    }
+  }
+
+  void Fail(Op& op, Peer* peer, absl::Status status) {
+    if (op.status.ok()) op.status = std::move(status);
+    // Outstanding requests still point at local memory: force the endpoint closed so they
+    // complete (with errors) before the caller may reuse it.
+    if (peer != nullptr && !op.requests.empty()) ClosePeer(peer, std::string(op.status.message()));
+  }
+
+  // Advances one op; true when it has finished.
+  bool Advance(Op& op) {
+    Peer* peer = GetPeer(op.remote);
+    if (peer->failed && op.status.ok()) Fail(op, peer, absl::UnavailableError(peer->error));
+    if (op.abandon && op.status.ok()) {
+      Fail(op, peer, absl::UnavailableError("move abandoned after a timeout"));
+    }
+    for (auto it = op.requests.begin(); it != op.requests.end();) {
+      ucs_status_t st = ucp_request_check_status(it->first);
+      if (st == UCS_INPROGRESS) {
+        ++it;
+        continue;
+      }
+      ucp_request_free(it->first);
+      if (st != UCS_OK) {
+        Fail(op, peer, UcxError(st, op.put ? "ucp_put_nbx" : "ucp_get_nbx"));
+      } else {
+        op.done += it->second;
+        op.last_progress = absl::Now();
+      }
+      it = op.requests.erase(it);
+    }
+    if (!op.status.ok()) return op.requests.empty();
+    ucp_rkey_h rkey = nullptr;
+    if (!op.flush) {
+      auto found = peer->rkeys.find(op.remote.rkey);
+      if (found == peer->rkeys.end()) {
+        ucs_status_t st = ucp_ep_rkey_unpack(peer->ep, op.remote.rkey.data(), &rkey);
+        if (st != UCS_OK) {
+          Fail(op, peer, UcxError(st, "ucp_ep_rkey_unpack"));
+          return op.requests.empty();
+        }
+        peer->rkeys.emplace(op.remote.rkey, rkey);
+      } else {
+        rkey = found->second;
+      }
+    }
+    if (op.flush) {
+      if (!op.flush_posted) {
+        ucp_request_param_t param = {};
+        void* req = ucp_ep_flush_nbx(peer->ep, &param);
+        op.flush_posted = true;
+        if (UCS_PTR_IS_ERR(req)) {
+          Fail(op, peer, UcxError(UCS_PTR_STATUS(req), "ucp_ep_flush_nbx"));
+          return true;
+        }
+        if (req == nullptr) return true;
+        op.requests.emplace_back(req, 0);
+      }
+      return op.requests.empty() && op.flush_posted;
+    }
+    while (op.posted < op.length && op.requests.size() < static_cast<size_t>(options.window)) {
+      const uint64_t n = std::min(options.chunk, op.length - op.posted);
+      ucp_request_param_t param = {};
+      void* req = op.put ? ucp_put_nbx(peer->ep, op.local + op.posted, n,
+                                       op.remote.address + op.posted, rkey, &param)
+                         : ucp_get_nbx(peer->ep, op.local + op.posted, n,
+                                       op.remote.address + op.posted, rkey, &param);
+      op.posted += n;
+      if (req == nullptr) {
+        op.done += n;
+        op.last_progress = absl::Now();
+      } else if (UCS_PTR_IS_ERR(req)) {
+        Fail(op, peer, UcxError(UCS_PTR_STATUS(req), op.put ? "ucp_put_nbx" : "ucp_get_nbx"));
+        return op.requests.empty();
+      } else {
+        op.requests.emplace_back(req, n);
+      }
+    }
+    if (absl::Now() - op.last_progress > options.op_timeout) {
+      Fail(op, peer, absl::UnavailableError(absl::StrCat(
+          "no progress from the peer for ", absl::FormatDuration(options.op_timeout))));
+      return op.requests.empty();
+    }
+    return op.done == op.length && op.requests.empty();
+  }
+
+  void Loop() {
+    while (true) {
+      std::deque<std::function<void()>> ready;
+      {
+        absl::MutexLock lock(&mu);
+        if (active.empty()) {
+          // Idle: sleep until work arrives, waking now and then to let UCX keep alive.
+          auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return stop || !jobs.empty(); };
+          mu.AwaitWithTimeout(absl::Condition(&has_work), absl::Milliseconds(50));
+        }
+        if (stop && active.empty()) return;
+        ready.swap(jobs);
+      }
+      for (auto& job : ready) job();
+      for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
+      }
+      for (auto it = active.begin(); it != active.end();) {
+        if (Advance(**it)) {
+          (*it)->finished.Notify();
+          it = active.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+};
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcxError(st, "ucp_config_read");
+  ucp_params_t params = {};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_RMA;
+  params.mt_workers_shared = 0;
+  st = ucp_init(&params, config, &impl->context);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcxError(st, "ucp_init");
+  ucp_worker_params_t wparams = {};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(impl->context, &wparams, &impl->worker);
+  if (st != UCS_OK) {
+    ucp_cleanup(impl->context);
+    return UcxError(st, "ucp_worker_create");
+  }
+  ucp_worker_attr_t wattr = {};
+  wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  st = ucp_worker_query(impl->worker, &wattr);
+  if (st != UCS_OK) return UcxError(st, "ucp_worker_query");
+  std::string address(reinterpret_cast<const char*>(wattr.address), wattr.address_length);
+  ucp_worker_release_address(impl->worker, wattr.address);
+  ucp_context_attr_t cattr = {};
+  cattr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  const bool cuda_aware = ucp_context_query(impl->context, &cattr) == UCS_OK &&
+                          (cattr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Loop(); });
+  auto transport = std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
+  transport->worker_address_ = std::move(address);
+  transport->cuda_aware_ = cuda_aware;
+  return transport;
+}
+
+UcxTransport::~UcxTransport() {
+  impl_->Call([this] {
+    for (auto& [key, peer] : impl_->peers) impl_->ClosePeer(peer.get(), "shutting down");
+  });
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->thread.join();
+  for (ucp_mem_h memh : impl_->registrations) ucp_mem_unmap(impl_->context, memh);
+  ucp_worker_destroy(impl_->worker);
+  ucp_cleanup(impl_->context);
+}
+
+std::string UcxTransport::transports() const {
+  const char* tls = std::getenv("UCX_TLS");
+  return tls != nullptr && *tls != '\0' ? tls : "all";
+}
+
+absl::StatusOr<std::string> UcxTransport::Register(void* base, uint64_t length) {
+  absl::StatusOr<std::string> result;
+  impl_->Call([&] {
+    ucp_mem_map_params_t params = {};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = base;
+    params.length = length;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t st = ucp_mem_map(impl_->context, &params, &memh);
+    if (st != UCS_OK) {
+      result = UcxError(st, "ucp_mem_map");
+      return;
+    }
+    impl_->registrations.push_back(memh);
+    void* rkey = nullptr;
+    size_t size = 0;
+    st = ucp_rkey_pack(impl_->context, memh, &rkey, &size);
+    if (st != UCS_OK) {
+      result = UcxError(st, "ucp_rkey_pack");
+      return;
+    }
+    result = std::string(static_cast<const char*>(rkey), size);
+    ucp_rkey_buffer_release(rkey);
+  });
+  return result;
+}
+
+absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local, uint64_t length,
+                               const std::function<bool(uint64_t)>& progress) {
+  // The move is cut into slices that the caller waits for one at a time (with the next
+  // already posted), so progress, rate limits and cancel act between slices.
+  const uint64_t slice = std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2,
+                                            impl_->options.chunk);
+  auto start = [&](uint64_t offset, bool flush) {
+    auto op = std::make_shared<Impl::Op>();
+    op->put = put;
+    op->flush = flush;
+    op->remote = remote;
+    op->remote.address += offset;
+    op->local = static_cast<char*>(local) + offset;
+    op->length = flush ? 0 : std::min(slice, length - offset);
+    op->last_progress = absl::Now();
+    impl_->Post([this, op] { impl_->active.push_back(op); });
+    return op;
+  };
+  auto wait = [&](Impl::Op& op) -> absl::Status {
+    // The progress thread enforces op_timeout; this bound only guards against a stuck
+    // thread, with room for it to fail the op first.
+    if (!op.finished.WaitForNotificationWithTimeout(impl_->options.op_timeout + absl::Seconds(5))) {
+      op.abandon = true;
+      op.finished.WaitForNotification();
+    }
+    return op.status;
+  };
+  uint64_t done = 0;
+  std::shared_ptr<Impl::Op> current = start(0, false);
+  bool stopped = false;
+  while (current != nullptr) {
+    const uint64_t next_offset = done + current->length;
+    std::shared_ptr<Impl::Op> next;
+    if (next_offset < length && !stopped) next = start(next_offset, false);
+    absl::Status st = wait(*current);
+    if (!st.ok()) {
+      if (next != nullptr) wait(*next).IgnoreError();
+      return st;
+    }
+    done = next_offset;
+    if (progress && !progress(done) && done < length) stopped = true;
+    if (stopped && next != nullptr) {
+      if (absl::Status n = wait(*next); !n.ok()) return n;
+      done += next->length;
+      next = nullptr;
+    }
+    current = next;
+  }
+  if (put) {
+    // Puts complete locally before they land; the flush makes them visible remotely.
+    auto flush = start(0, true);
+    if (absl::Status st = wait(*flush); !st.ok()) return st;
+  }
+  if (stopped && done < length) return absl::CancelledError("cancelled");
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Put(const RemoteRange& remote, const void* local, uint64_t length,
+                               const std::function<bool(uint64_t)>& progress) {
+  return Rma(true, remote, const_cast<void*>(local), length, progress);
+}
+
+absl::Status UcxTransport::Get(const RemoteRange& remote, void* local, uint64_t length,
+                               const std::function<bool(uint64_t)>& progress) {
+  return Rma(false, remote, local, length, progress);
+}
+
+void UcxTransport::Forget(const std::string& peer_key) {
+  impl_->Call([&] {
+    auto it = impl_->peers.find(peer_key);
+    if (it != impl_->peers.end()) impl_->ClosePeer(it->second.get(), "peer restarted or down");
+  });
+}
+
+}  // namespace gpumove

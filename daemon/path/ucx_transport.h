@@ -1,0 +1,77 @@
+// UCX RMA between daemons: one UCP context and worker per daemon, driven by one progress
+// thread that makes every UCX call. Pools are registered once; endpoints and remote keys
+// are cached per peer incarnation and dropped when the peer restarts or goes down.
+//
+// This file and its .cc are the only place that includes UCX headers.
+#ifndef GPUMOVE_DAEMON_PATH_UCX_TRANSPORT_H_
+#define GPUMOVE_DAEMON_PATH_UCX_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gpumove {
+
+// Where a remote range is: which peer (endpoint key and worker address) and where in it.
+struct RemoteRange {
+  std::string peer_key;        // node + incarnation: a new incarnation is a new peer.
+  std::string worker_address;  // The peer's ucp worker address.
+  std::string rkey;            // Packed remote key of the pool holding the range.
+  uint64_t address = 0;
+};
+
+struct UcxOptions {
+  // Bytes per ucp_put_nbx / ucp_get_nbx, and how many are in flight per move.
+  uint64_t chunk = 4 << 20;
+  int window = 8;
+  // A move whose bytes make no progress for this long fails with UNAVAILABLE.
+  absl::Duration op_timeout = absl::Seconds(10);
+};
+
+class UcxTransport {
+ public:
+  // UNAVAILABLE (with UCX's message) when UCX cannot start.
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxOptions options);
+  ~UcxTransport();
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  const std::string& worker_address() const { return worker_address_; }
+  // Whether this UCX build takes CUDA device memory.
+  bool cuda_aware() const { return cuda_aware_; }
+  // Names of the transports UCX may use (UCX_TLS), for node info.
+  std::string transports() const;
+
+  // Registers host memory for RMA (once, at start) and returns its packed remote key.
+  absl::StatusOr<std::string> Register(void* base, uint64_t length);
+
+  // Copies local -> remote (Put) or remote -> local (Get), `length` bytes, in chunks.
+  // `progress` is called on the caller's thread with bytes known done and returns false
+  // to stop (the call then returns CANCELLED). A Put returns after a flush: the bytes are
+  // in the peer's memory. UNAVAILABLE when the peer fails or stalls past op_timeout.
+  absl::Status Put(const RemoteRange& remote, const void* local, uint64_t length,
+                   const std::function<bool(uint64_t)>& progress);
+  absl::Status Get(const RemoteRange& remote, void* local, uint64_t length,
+                   const std::function<bool(uint64_t)>& progress);
+
+  // Drops the endpoint and remote keys of a peer incarnation; its moves in flight fail.
+  void Forget(const std::string& peer_key);
+
+ private:
+  struct Impl;
+  explicit UcxTransport(std::unique_ptr<Impl> impl);
+  absl::Status Rma(bool put, const RemoteRange& remote, void* local, uint64_t length,
+                   const std::function<bool(uint64_t)>& progress);
+
+  std::unique_ptr<Impl> impl_;
+  std::string worker_address_;
+  bool cuda_aware_ = false;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_UCX_TRANSPORT_H_
