@@ -38,6 +38,17 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long running transfers get to finish before cancel.");
 ABSL_FLAG(std::string, port_file, "",
           "Write the first bound address here once serving (for scripts and tests).");
+ABSL_FLAG(std::vector<std::string>, peers, {},
+          "Comma-separated peers to join: host:port, or name:port for every address a DNS "
+          "name resolves to (a Kubernetes headless Service).");
+ABSL_FLAG(std::string, advertise, "",
+          "Address peers should use for this node (default: the first TCP --listen address).");
+ABSL_FLAG(absl::Duration, heartbeat, absl::Milliseconds(500), "Interval of peer heartbeats.");
+ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(3),
+          "A peer silent this long is down, and a move stalled this long fails UNAVAILABLE.");
+ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
+ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
+          "Bytes per UCX put/get; eight are kept in flight per move.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -70,6 +81,12 @@ int main(int argc, char** argv) {
   options.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
   options.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
   options.port_file = absl::GetFlag(FLAGS_port_file);
+  options.peers = absl::GetFlag(FLAGS_peers);
+  options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
+  options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
+  options.ucx = absl::GetFlag(FLAGS_ucx);
+  options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   if (options.listen.empty()) {
     LOG(ERROR) << "--listen is empty";
     return 2;

@@ -4,8 +4,10 @@
 #define GPUMOVE_DAEMON_CORE_ENGINE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
@@ -14,11 +16,48 @@ enum class PathKind { kAuto, kLocal, kCudaIpc, kUcx, kMpi };
 
 const char* PathKindName(PathKind path);
 
-// One side of a move, already checked and held in use.
+// A range on another node, checked and held in use there for one transfer (see
+// RemoteRanges). Enough for an engine to reach it.
+struct RemoteHold {
+  std::string node;
+  uint64_t incarnation = 0;
+  std::string transfer_id;
+  uint64_t address = 0;  // In the remote node's address space.
+  uint64_t length = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = kHostDevice;
+  bool write = false;  // The remote range is the destination.
+  std::string ucx_worker_address;
+  std::string ucx_rkey;  // Empty: the remote pool is not registered with UCX.
+  bool same_host = false;  // The remote node runs on this machine.
+};
+
+// One side of a move, already checked and held in use: local memory (data), or a range
+// on another node (remote).
 struct Endpoint {
   char* data = nullptr;
   MemoryKind kind = MemoryKind::kHost;
   int device = kHostDevice;
+  const RemoteHold* remote = nullptr;
+};
+
+// How the scheduler reaches ranges on other nodes; the cluster layer implements it.
+class RemoteRanges {
+ public:
+  virtual ~RemoteRanges() = default;
+  // Checks and holds `range` on its node for transfer `transfer_id`. NOT_FOUND (unknown
+  // node or buffer), UNAVAILABLE (node down), INVALID_ARGUMENT (bad range).
+  virtual absl::StatusOr<RemoteHold> Prepare(const std::string& owner,
+                                             const std::string& transfer_id,
+                                             const std::string& node, const std::string& buffer_id,
+                                             uint64_t offset, uint64_t length, bool write) = 0;
+  // Ends a hold after the move with its outcome; for an OK outcome the remote side
+  // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
+  // when the node cannot be reached.
+  virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
+                                            bool checksum) = 0;
+  // Ends a hold without waiting (a move that never ran); best effort.
+  virtual void Release(const RemoteHold& hold) = 0;
 };
 
 // Given to Move by the scheduler.

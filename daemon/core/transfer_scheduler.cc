@@ -1,10 +1,13 @@
 #include "daemon/core/transfer_scheduler.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/core/range.h"
 
 namespace gpumove {
@@ -56,6 +59,9 @@ struct TransferScheduler::Record {
   Endpoint src;
   Endpoint dst;
   absl::Time create_time;
+  // The end of the move on another node, if any (src.remote or dst.remote points here).
+  std::optional<RemoteHold> remote_hold;
+  bool remote_completed = false;  // Complete was called (by the worker, before finishing).
 
   // Owned by the scheduler's lock.
   TransferState state = TransferState::kQueued;
@@ -100,11 +106,13 @@ class TransferScheduler::Control : public MoveControl {
 };
 
 TransferScheduler::TransferScheduler(SchedulerOptions options, BufferRegistry* registry,
-                                     std::vector<Engine*> engines, RangeHasher hasher)
+                                     std::vector<Engine*> engines, RangeHasher hasher,
+                                     RemoteRanges* remote)
     : options_(std::move(options)),
       registry_(registry),
       engines_(std::move(engines)),
-      hasher_(std::move(hasher)) {
+      hasher_(std::move(hasher)),
+      remote_(remote) {
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -154,6 +162,82 @@ absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const End
       absl::StrCat("no path can move these buffers (", reasons, ")"));
 }
 
+std::string TransferScheduler::BufferKey(const RangeSpec& r) {
+  return absl::StrCat(r.node, "/", r.buffer_id);
+}
+
+absl::StatusOr<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Prepare(
+    const std::string& owner, const TransferSpec& spec) {
+  for (const RangeSpec* r : {&spec.source, &spec.destination}) {
+    if (r->buffer_id.empty()) return absl::InvalidArgumentError("buffer_id is empty");
+  }
+  const std::string& src_node = spec.source.node.empty() ? options_.node : spec.source.node;
+  const std::string& dst_node =
+      spec.destination.node.empty() ? options_.node : spec.destination.node;
+  const bool src_local = src_node == options_.node;
+  const bool dst_local = dst_node == options_.node;
+  if (remote_ == nullptr) {
+    for (const std::string* n : {&src_node, &dst_node}) {
+      if (*n != options_.node) {
+        return absl::NotFoundError(absl::StrCat("unknown node \"", *n, "\" (this node is \"",
+                                                options_.node, "\" and has no peers)"));
+      }
+    }
+  }
+  if (!src_local && !dst_local) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("neither end of the move is on node \"", options_.node, "\""));
+  }
+  thread_local absl::BitGen rng;
+  auto t = std::make_shared<Record>();
+  t->id = absl::StrFormat("t-%016x.%s", absl::Uniform<uint64_t>(rng), options_.node);
+  t->owner = owner;
+  t->label = spec.label;
+  t->checksum = spec.checksum;
+  // A hold taken on another node is let go if this move is refused after all.
+  absl::Cleanup release_on_error = [&] {
+    if (t != nullptr && t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
+  };
+  auto side = [&](const RangeSpec& r, const std::string& node, bool local, bool write,
+                  uint64_t length, BufferUse* use, Endpoint* e,
+                  RangeSpec* resolved) -> absl::Status {
+    if (local) {
+      auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length);
+      if (!u.ok()) return u.status();
+      *e = Endpoint{u->data(), u->kind(), u->device()};
+      *resolved = RangeSpec{node, u->buffer_id(), u->offset(), u->length()};
+      *use = *std::move(u);
+      return absl::OkStatus();
+    }
+    auto hold = remote_->Prepare(owner, t->id, node, r.buffer_id, r.offset, length, write);
+    if (!hold.ok()) return hold.status();
+    t->remote_hold = *std::move(hold);
+    *e = Endpoint{nullptr, t->remote_hold->kind, t->remote_hold->device, &*t->remote_hold};
+    *resolved = RangeSpec{node, r.buffer_id, r.offset, t->remote_hold->length};
+    return absl::OkStatus();
+  };
+  GPUMOVE_RETURN_IF_ERROR(side(spec.source, src_node, src_local, false, spec.source.length,
+                               &t->src_use, &t->src, &t->source));
+  const uint64_t length = t->source.length;
+  GPUMOVE_RETURN_IF_ERROR(side(spec.destination, dst_node, dst_local, true,
+                               spec.destination.length == 0 ? length : spec.destination.length,
+                               &t->dst_use, &t->dst, &t->destination));
+  if (t->destination.length != length) {
+    return absl::InvalidArgumentError(absl::StrCat("destination length ", t->destination.length,
+                                                   " differs from source length ", length));
+  }
+  if (BufferKey(t->source) == BufferKey(t->destination) &&
+      RangesOverlap(t->source.offset, length, t->destination.offset, length)) {
+    return absl::InvalidArgumentError("source and destination ranges overlap");
+  }
+  t->length = length;
+  GPUMOVE_ASSIGN_OR_RETURN(t->engine, ChooseEngine(spec.path, t->src, t->dst));
+  t->path = t->engine->path();
+  std::shared_ptr<Record> ready = std::move(t);
+  t = nullptr;
+  return ready;
+}
+
 absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     const std::string& owner, const std::vector<TransferSpec>& specs,
     const std::string& idempotency_key, bool caller_waits) {
@@ -180,54 +264,26 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     if (!accepting_) return absl::UnavailableError("daemon is draining; not accepting transfers");
   }
 
-  // Check everything (and hold the buffers) before anything is queued.
+  // Check everything (and hold the buffers, here and on other nodes) before anything is
+  // queued; on any error the holds taken so far are let go.
   std::vector<std::shared_ptr<Record>> batch;
+  bool committed = false;
+  absl::Cleanup release_holds = [&] {
+    if (committed) return;
+    for (auto& t : batch) {
+      if (t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
+    }
+  };
   for (size_t i = 0; i < specs.size(); ++i) {
-    const TransferSpec& spec = specs[i];
-    auto fail = [&](const absl::Status& st) {
-      return absl::Status(st.code(), specs.size() == 1
-                                         ? std::string(st.message())
-                                         : absl::StrCat("transfer ", i, ": ", st.message()));
-    };
-    for (const RangeSpec* r : {&spec.source, &spec.destination}) {
-      if (r->buffer_id.empty()) return fail(absl::InvalidArgumentError("buffer_id is empty"));
-      if (!r->node.empty() && r->node != options_.node) {
-        return fail(absl::NotFoundError(
-            absl::StrCat("unknown node \"", r->node, "\" (this node is \"", options_.node, "\")")));
-      }
+    auto t = Prepare(owner, specs[i]);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          specs.size() == 1
+                              ? std::string(t.status().message())
+                              : absl::StrCat("transfer ", i, ": ", t.status().message()));
     }
-    auto src =
-        registry_->Acquire(owner, spec.source.buffer_id, spec.source.offset, spec.source.length);
-    if (!src.ok()) return fail(src.status());
-    auto dst =
-        registry_->Acquire(owner, spec.destination.buffer_id, spec.destination.offset,
-                           spec.destination.length == 0 ? src->length() : spec.destination.length);
-    if (!dst.ok()) return fail(dst.status());
-    if (dst->length() != src->length()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "destination length ", dst->length(), " differs from source length ", src->length())));
-    }
-    if (src->buffer_id() == dst->buffer_id() &&
-        RangesOverlap(src->offset(), src->length(), dst->offset(), dst->length())) {
-      return fail(absl::InvalidArgumentError("source and destination ranges overlap"));
-    }
-    auto t = std::make_shared<Record>();
-    t->src = Endpoint{src->data(), src->kind(), src->device()};
-    t->dst = Endpoint{dst->data(), dst->kind(), dst->device()};
-    auto engine = ChooseEngine(spec.path, t->src, t->dst);
-    if (!engine.ok()) return fail(engine.status());
-    t->engine = *engine;
-    t->path = (*engine)->path();
-    t->owner = owner;
-    t->label = spec.label;
-    t->idempotency_key = idempotency_key;
-    t->source = RangeSpec{options_.node, src->buffer_id(), src->offset(), src->length()};
-    t->destination = RangeSpec{options_.node, dst->buffer_id(), dst->offset(), dst->length()};
-    t->length = src->length();
-    t->checksum = spec.checksum;
-    t->src_use = *std::move(src);
-    t->dst_use = *std::move(dst);
-    batch.push_back(std::move(t));
+    (*t)->idempotency_key = idempotency_key;
+    batch.push_back(*std::move(t));
   }
 
   std::vector<TransferSnapshot> out;
@@ -244,19 +300,17 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     const absl::Time now = absl::Now();
     std::vector<std::string> ids;
     for (auto& t : batch) {
-      do {
-        t->id = absl::StrFormat("t-%016x", absl::Uniform<uint64_t>(rng_));
-      } while (transfers_.contains(t->id));
+      if (transfers_.contains(t->id)) return absl::InternalError("transfer id collision; retry");
       t->create_time = now;
       t->version = ++sequence_;
-      const std::string& sb = t->source.buffer_id;
-      const std::string& db = t->destination.buffer_id;
+      const std::string sb = BufferKey(t->source);
+      const std::string db = BufferKey(t->destination);
       auto depend_on_conflicts = [&](const std::string& buffer) {
         auto it = active_by_buffer_.find(buffer);
         if (it == active_by_buffer_.end()) return;
         for (auto& e : it->second) {
           auto overlaps = [](const RangeSpec& a, const RangeSpec& b) {
-            return a.buffer_id == b.buffer_id &&
+            return a.node == b.node && a.buffer_id == b.buffer_id &&
                    RangesOverlap(a.offset, a.length, b.offset, b.length);
           };
           if (overlaps(t->destination, e->destination) || overlaps(t->destination, e->source) ||
@@ -287,6 +341,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       out.push_back(SnapshotLocked(*t));
     }
     if (!idem.empty()) idempotency_[idem] = std::move(ids);
+    committed = true;
   }
   if (run_inline != nullptr) Run(run_inline);
   return out;
@@ -314,12 +369,13 @@ void TransferScheduler::WorkerLoop() {
 void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   absl::Status status;
   uint64_t src_hash = 0, dst_hash = 0;
-  if (t->checksum) {
+  if (t->checksum && t->src.remote == nullptr) {
     auto h = hasher_(t->src, t->length);
-    if (h.ok())
+    if (h.ok()) {
       src_hash = *h;
-    else
+    } else {
       status = h.status();
+    }
   }
   if (status.ok() && t->cancel_requested) status = absl::CancelledError("cancelled");
   if (status.ok()) {
@@ -327,17 +383,30 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     status = t->engine->Move(t->src, t->dst, t->length, control);
     if (status.ok()) t->bytes_done.store(t->length);
   }
-  if (status.ok() && t->checksum) {
-    auto h = hasher_(t->dst, t->length);
-    if (!h.ok()) {
-      status = h.status();
-    } else {
-      dst_hash = *h;
-      if (dst_hash != src_hash) {
-        status = absl::DataLossError(absl::StrFormat(
-            "checksum mismatch: source xxh3 %016x, destination xxh3 %016x", src_hash, dst_hash));
-      }
+  if (t->remote_hold.has_value()) {
+    // The other node acknowledges the bytes (or just lets its buffer go when the move
+    // failed); only then is a move SUCCEEDED.
+    auto ack = remote_->Complete(*t->remote_hold, status, t->checksum);
+    t->remote_completed = true;
+    if (status.ok() && !ack.ok()) {
+      status = absl::UnavailableError(
+          absl::StrCat("node ", t->remote_hold->node,
+                       " did not acknowledge the move: ", ack.status().message()));
+    } else if (status.ok() && t->checksum) {
+      (t->remote_hold->write ? dst_hash : src_hash) = *ack;
     }
+  }
+  if (status.ok() && t->checksum && t->dst.remote == nullptr) {
+    auto h = hasher_(t->dst, t->length);
+    if (h.ok()) {
+      dst_hash = *h;
+    } else {
+      status = h.status();
+    }
+  }
+  if (status.ok() && t->checksum && dst_hash != src_hash) {
+    status = absl::DataLossError(absl::StrFormat(
+        "checksum mismatch: source xxh3 %016x, destination xxh3 %016x", src_hash, dst_hash));
   }
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     LOG(WARNING) << "transfer " << t->id << " failed: " << status;
@@ -359,8 +428,9 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
   t->src_use.Reset();
   t->dst_use.Reset();
-  for (const std::string* b : {&t->source.buffer_id, &t->destination.buffer_id}) {
-    auto it = active_by_buffer_.find(*b);
+  if (t->remote_hold.has_value() && !t->remote_completed) remote_->Release(*t->remote_hold);
+  for (const std::string& b : {BufferKey(t->source), BufferKey(t->destination)}) {
+    auto it = active_by_buffer_.find(b);
     if (it == active_by_buffer_.end()) continue;
     auto& v = it->second;
     v.erase(std::remove(v.begin(), v.end(), t), v.end());

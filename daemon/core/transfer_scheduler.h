@@ -51,7 +51,7 @@ struct TransferSpec {
 // A transfer as seen from outside, copied under the scheduler's lock.
 struct TransferSnapshot {
   std::string id;
-  RangeSpec source;       // Offsets and lengths resolved.
+  RangeSpec source;  // Offsets and lengths resolved.
   RangeSpec destination;
   uint64_t length = 0;
   PathKind path = PathKind::kAuto;
@@ -97,7 +97,8 @@ class TransferScheduler {
   // `registry`, the engines and the hasher must outlive the scheduler. Engines are tried
   // in order for PATH_AUTO.
   TransferScheduler(SchedulerOptions options, BufferRegistry* registry,
-                    std::vector<Engine*> engines, RangeHasher hasher);
+                    std::vector<Engine*> engines, RangeHasher hasher,
+                    RemoteRanges* remote = nullptr);
   ~TransferScheduler();
   TransferScheduler(const TransferScheduler&) = delete;
   TransferScheduler& operator=(const TransferScheduler&) = delete;
@@ -112,8 +113,7 @@ class TransferScheduler {
   absl::StatusOr<TransferSnapshot> Get(const std::string& owner, const std::string& id) const;
   // Newest first; empty `states` means all.
   std::vector<TransferSnapshot> List(const std::string& owner,
-                                     const std::vector<TransferState>& states,
-                                     size_t limit) const;
+                                     const std::vector<TransferState>& states, size_t limit) const;
   // Queued: ends it CANCELLED now. Running: asks the engine to stop at the next chunk.
   // Finished: changes nothing.
   absl::StatusOr<TransferSnapshot> Cancel(const std::string& owner, const std::string& id);
@@ -138,14 +138,17 @@ class TransferScheduler {
   struct Record;
   class Control;
 
+  static std::string BufferKey(const RangeSpec& r);
+  // Checks one move and holds its ranges (locally, or on another node through remote_).
+  absl::StatusOr<std::shared_ptr<Record>> Prepare(const std::string& owner,
+                                                  const TransferSpec& spec);
   void WorkerLoop();
   void Run(const std::shared_ptr<Record>& t);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
                                        const Endpoint& dst) const;
-  std::vector<std::shared_ptr<Record>> UnfinishedLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Record> FindLocked(const std::string& owner, const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TransferSnapshot SnapshotLocked(const Record& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -154,6 +157,7 @@ class TransferScheduler {
   BufferRegistry* const registry_;
   const std::vector<Engine*> engines_;
   const RangeHasher hasher_;
+  RemoteRanges* const remote_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Record>> transfers_ ABSL_GUARDED_BY(mu_);
@@ -168,7 +172,6 @@ class TransferScheduler {
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::BitGen rng_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> workers_;
 };
 

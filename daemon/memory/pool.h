@@ -53,6 +53,9 @@ class Pool {
   MemoryKind kind() const { return kind_; }
   int device() const { return device_; }  // kHostDevice for host pools.
   bool locked() const { return locked_; }
+  // The whole region, for registering it with a network stack once.
+  char* base() const { return base_; }
+  uint64_t capacity() const { return mapped_; }
   PoolStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

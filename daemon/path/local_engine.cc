@@ -25,6 +25,9 @@ bool KnownDevice(GpuRuntime* gpu, int device) {
 }  // namespace
 
 absl::Status LocalEngine::CanServe(const Endpoint& src, const Endpoint& dst) const {
+  if (src.remote != nullptr || dst.remote != nullptr) {
+    return absl::FailedPreconditionError("LOCAL moves stay inside one node");
+  }
   for (const Endpoint* e : {&src, &dst}) {
     if (e->kind == MemoryKind::kDevice && !KnownDevice(gpu_, e->device)) {
       return absl::FailedPreconditionError(absl::StrCat("GPU ", e->device, " is not on this node"));

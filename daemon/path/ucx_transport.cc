@@ -1,6 +1,9 @@
 #include "daemon/path/ucx_transport.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -55,6 +58,8 @@ struct UcxTransport::Impl {
   UcxOptions options;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  int worker_fd = -1;  // Readable when the worker has events (UCP_FEATURE_WAKEUP).
+  int jobs_fd = -1;    // eventfd written when a job is posted.
   std::thread thread;
 
   absl::Mutex mu;
@@ -76,8 +81,23 @@ struct UcxTransport::Impl {
     done.WaitForNotification();
   }
   void Post(std::function<void()> job) {
-    absl::MutexLock lock(&mu);
-    jobs.push_back(std::move(job));
+    {
+      absl::MutexLock lock(&mu);
+      jobs.push_back(std::move(job));
+    }
+    const uint64_t one = 1;
+    (void)!write(jobs_fd, &one, sizeof(one));
+  }
+
+  // Blocks until the worker or the job queue has something, or `timeout_ms` passes.
+  void Sleep(int timeout_ms) {
+    if (ucp_worker_arm(worker) == UCS_ERR_BUSY) return;  // Events are already pending.
+    pollfd fds[2] = {{worker_fd, POLLIN, 0}, {jobs_fd, POLLIN, 0}};
+    poll(fds, 2, timeout_ms);
+    if (fds[1].revents & POLLIN) {
+      uint64_t n = 0;
+      (void)!read(jobs_fd, &n, sizeof(n));
+    }
   }
 
   static void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -94,7 +114,8 @@ struct UcxTransport::Impl {
       params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
       params.address = reinterpret_cast<const ucp_address_t*>(r.worker_address.data());
-      params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      params.err_mode =
+          r.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       params.err_handler.cb = &Impl::OnEndpointError;
       params.err_handler.arg = slot.get();
       ucs_status_t st = ucp_ep_create(worker, &params, &slot->ep);
@@ -211,14 +232,17 @@ struct UcxTransport::Impl {
   void Loop() {
     while (true) {
       std::deque<std::function<void()>> ready;
+      bool idle = false;
       {
         absl::MutexLock lock(&mu);
-        if (active.empty()) {
-          // Idle: sleep until work arrives, waking now and then to let UCX keep alive.
-          auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return stop || !jobs.empty(); };
-          mu.AwaitWithTimeout(absl::Condition(&has_work), absl::Milliseconds(50));
-        }
         if (stop && active.empty()) return;
+        idle = active.empty() && jobs.empty();
+      }
+      // Idle: sleep until the network or a caller has something (peers' wire-up and
+      // remote-side protocol steps need this worker to progress promptly).
+      if (idle) Sleep(100);
+      {
+        absl::MutexLock lock(&mu);
         ready.swap(jobs);
       }
       for (auto& job : ready) job();
@@ -246,7 +270,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   if (st != UCS_OK) return UcxError(st, "ucp_config_read");
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &impl->context);
   ucp_config_release(config);
@@ -259,6 +283,9 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
     ucp_cleanup(impl->context);
     return UcxError(st, "ucp_worker_create");
   }
+  st = ucp_worker_get_efd(impl->worker, &impl->worker_fd);
+  if (st != UCS_OK) return UcxError(st, "ucp_worker_get_efd");
+  impl->jobs_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ucp_worker_attr_t wattr = {};
   wattr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
   st = ucp_worker_query(impl->worker, &wattr);
@@ -286,7 +313,9 @@ UcxTransport::~UcxTransport() {
     absl::MutexLock lock(&impl_->mu);
     impl_->stop = true;
   }
+  impl_->Post([] {});
   impl_->thread.join();
+  close(impl_->jobs_fd);
   for (ucp_mem_h memh : impl_->registrations) ucp_mem_unmap(impl_->context, memh);
   ucp_worker_destroy(impl_->worker);
   ucp_cleanup(impl_->context);

@@ -22,6 +22,10 @@ struct RemoteRange {
   std::string worker_address;  // The peer's ucp worker address.
   std::string rkey;            // Packed remote key of the pool holding the range.
   uint64_t address = 0;
+  // Ask UCX for peer-failure handling on the endpoint. UCX 1.13 then leaves out the
+  // shared-memory transports (cma, sysv, posix), so it is for peers on other hosts; a peer
+  // on this host is watched by heartbeats and the op timeout instead.
+  bool peer_error_handling = true;
 };
 
 struct UcxOptions {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/common/log.h"
+#include "daemon/server/convert.h"
 
 namespace gpumove {
 namespace {
@@ -83,20 +84,71 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   d->registry_ = std::make_unique<BufferRegistry>(d->pools_.get(), options.default_lease);
   d->registry_->StartLeaseReaper(absl::Milliseconds(100));
-  d->local_engine_ = std::make_unique<LocalEngine>(d->gpu_.get());
+  GpuRuntime* gpu = d->gpu_.get();
+  RangeHasher hasher = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
+  d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher);
+  d->local_engine_ = std::make_unique<LocalEngine>(gpu);
   std::vector<Engine*> engines = {d->local_engine_.get()};
+
+  // Who we are to peers: UCX worker address and the pools it can reach.
+  v1::NodeDescriptor self;
+  self.set_node(d->node_);
+  self.set_host_id(HostId());
+  self.set_incarnation(NewIncarnation());
+  self.set_version(kVersion);
+  std::string ucx_status = "disabled (--noucx)";
+  if (options.ucx) {
+    UcxOptions ucx_options;
+    ucx_options.chunk = options.ucx_chunk;
+    ucx_options.op_timeout = options.peer_timeout;
+    auto ucx = UcxTransport::Create(ucx_options);
+    if (!ucx.ok()) {
+      ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());
+      LOG(WARNING) << ucx_status;
+    } else {
+      d->ucx_ = *std::move(ucx);
+      self.set_ucx_worker_address(d->ucx_->worker_address());
+      self.set_ucx_cuda_aware(d->ucx_->cuda_aware());
+      for (const auto& pool : d->pools_->pools()) {
+        // Device memory is only registered with a UCX that takes it.
+        if (pool->kind() == MemoryKind::kDevice && !d->ucx_->cuda_aware()) continue;
+        auto rkey = d->ucx_->Register(pool->base(), pool->capacity());
+        if (!rkey.ok()) return rkey.status();
+        v1::RegisteredPool* p = self.add_pools();
+        p->set_kind(ToProto(pool->kind()));
+        p->set_device(pool->device());
+        p->set_base(reinterpret_cast<uint64_t>(pool->base()));
+        p->set_size(pool->capacity());
+        p->set_rkey(*rkey);
+      }
+      d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get());
+      engines.push_back(d->ucx_engine_.get());
+      ucx_status = absl::StrCat(
+          "RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ", self.pools_size(),
+          " pool(s) registered; device memory: ",
+          d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
+                                : "not CUDA-aware, staging not built yet");
+    }
+  }
+  ClusterOptions cluster_options;
+  cluster_options.peers = options.peers;
+  cluster_options.heartbeat = options.heartbeat;
+  cluster_options.peer_timeout = options.peer_timeout;
+  d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
+  d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
+
   SchedulerOptions sched;
   sched.node = d->node_;
   sched.workers = options.copy_threads;
   sched.max_active = options.max_active;
   sched.rate_limit = options.rate_limit;
   sched.inline_max_bytes = options.inline_max_bytes;
-  GpuRuntime* gpu = d->gpu_.get();
-  d->scheduler_ = std::make_unique<TransferScheduler>(
-      sched, d->registry_.get(), engines,
-      [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); });
+  d->scheduler_ = std::make_unique<TransferScheduler>(sched, d->registry_.get(), engines, hasher,
+                                                      d->remote_ranges_.get());
   d->buffer_service_ = std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_);
-  d->transfer_service_ = std::make_unique<TransferServiceImpl>(d->scheduler_.get());
+  d->transfer_service_ =
+      std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
+  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->cluster_.get(), d->holds_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -111,11 +163,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ports.push_back(std::make_unique<int>(0));
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), ports.back().get());
   }
-  NodeFacts facts{d->node_, HostName(), {}, absl::Now(), gpu, d->pools_.get(),
-                  d->scheduler_.get(), engines};
+  NodeFacts facts{d->node_,      HostName(), {},        absl::Now(), gpu, d->pools_.get(),
+                  d->scheduler_.get(), engines, d->cluster_.get(), ucx_status,
+                  d->ucx_ != nullptr && d->ucx_->cuda_aware()};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(d->buffer_service_.get());
   builder.RegisterService(d->transfer_service_.get());
+  builder.RegisterService(d->peer_service_.get());
   d->node_service_ = std::make_unique<NodeServiceImpl>(facts);
   builder.RegisterService(d->node_service_.get());
   d->server_ = builder.BuildAndStart();
@@ -137,6 +191,23 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   facts.listen = d->addresses_;
   d->node_service_->UpdateFacts(facts);
+  std::string advertise = options.advertise;
+  if (advertise.empty()) {
+    for (const std::string& a : d->addresses_) {
+      if (!absl::StartsWith(a, "unix:")) {
+        advertise = a;
+        break;
+      }
+    }
+    if (advertise.empty()) advertise = d->addresses_.front();
+  }
+  d->cluster_->SetAdvertisedAddress(advertise);
+  HoldTable* holds = d->holds_.get();
+  UcxTransport* ucx_transport = d->ucx_.get();
+  d->cluster_->Start([holds, ucx_transport](const std::string& node, uint64_t incarnation) {
+    holds->ReleaseFrom(node, incarnation);
+    if (ucx_transport != nullptr) ucx_transport->Forget(UcxEngine::PeerKey(node, incarnation));
+  });
   d->server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "gpumoved " << kVersion << " serving node " << d->node_ << " on "
             << absl::StrJoin(d->addresses_, ", ");

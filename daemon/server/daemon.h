@@ -11,13 +11,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/cluster/holds.h"
+#include "daemon/cluster/remote_ranges.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/local_engine.h"
+#include "daemon/path/ucx_engine.h"
+#include "daemon/path/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
 #include "daemon/server/node_service.h"
+#include "daemon/server/peer_service.h"
 #include "daemon/server/transfer_service.h"
 
 namespace gpumove {
@@ -36,6 +42,16 @@ struct DaemonOptions {
   uint64_t inline_max_bytes = 64 << 10;
   // When set, the first bound address is written here once the server is up.
   std::string port_file;
+  // Cluster: peers to join (host:port or DNS name:port), the address to advertise to them
+  // (default: the first bound TCP address), heartbeat and failure detection.
+  std::vector<std::string> peers;
+  std::string advertise;
+  absl::Duration heartbeat = absl::Milliseconds(500);
+  absl::Duration peer_timeout = absl::Seconds(3);
+  // The UCX engine (node-to-node moves). Without it a node still joins a cluster and
+  // routes requests.
+  bool ucx = true;
+  uint64_t ucx_chunk = 4 << 20;
 };
 
 class Daemon {
@@ -64,11 +80,17 @@ class Daemon {
   std::unique_ptr<GpuRuntime> gpu_;
   std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<BufferRegistry> registry_;
+  std::unique_ptr<HoldTable> holds_;
+  std::unique_ptr<UcxTransport> ucx_;
+  std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<TransferScheduler> scheduler_;
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -41,13 +41,16 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
                            ? "memcpy between this node's host pools"
                            : "memcpy and cudaMemcpyAsync inside this node; peer copies between "
                              "its GPUs");
+    } else if (path == PathKind::kUcx) {
+      info->set_reason(facts_.ucx_status);
     } else if (!available) {
-      info->set_reason("not in this build yet: node-to-node engines are not enabled");
+      info->set_reason(path == PathKind::kMpi ? "not started under mpirun"
+                                              : "not in this build yet");
     }
   }
   response->set_cuda_compiled(facts_.gpu->cuda_compiled());
   response->set_gpu_status(facts_.gpu->status());
-  response->set_ucx_cuda_aware(false);
+  response->set_ucx_cuda_aware(facts_.ucx_cuda_aware);
   response->set_mpi_cuda_aware(false);
   ToProto(facts_.start_time, response->mutable_start_time());
   response->set_active_transfers(static_cast<uint32_t>(facts_.scheduler->active()));
@@ -56,8 +59,20 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
 }
 
 grpc::Status NodeServiceImpl::ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
-                                        v1::ListPeersResponse*) {
-  // A node without membership knows no peers.
+                                        v1::ListPeersResponse* response) {
+  Cluster* cluster = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    cluster = facts_.cluster;
+  }
+  if (cluster == nullptr) return grpc::Status::OK;
+  for (const PeerView& p : cluster->List()) {
+    v1::PeerInfo* info = response->add_peers();
+    info->set_node(p.node);
+    info->set_address(p.address);
+    info->set_up(p.up);
+    ToProto(p.last_seen, info->mutable_last_seen());
+  }
   return grpc::Status::OK;
 }
 

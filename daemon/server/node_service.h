@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/core/engine.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
@@ -26,6 +27,10 @@ struct NodeFacts {
   PoolSet* pools = nullptr;
   TransferScheduler* scheduler = nullptr;
   std::vector<Engine*> engines;
+  Cluster* cluster = nullptr;  // Null: no peers.
+  // Why UCX is or is not there, and whether it takes device memory.
+  std::string ucx_status;
+  bool ucx_cuda_aware = false;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

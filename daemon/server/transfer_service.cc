@@ -22,9 +22,52 @@ absl::StatusOr<absl::Time> WaitDeadline(const grpc::ServerContext* context, bool
 
 }  // namespace
 
+std::string TransferServiceImpl::NodeOf(const std::string& id) const {
+  const size_t dot = id.find('.');
+  if (dot == std::string::npos) return "";
+  const std::string node = id.substr(dot + 1);
+  return node == node_ ? "" : node;
+}
+
+absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
+    const std::string& node) {
+  if (cluster_ == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\" (this node is \"",
+                                            node_, "\" and has no peers)"));
+  }
+  auto peer = cluster_->Find(node);
+  if (!peer.ok()) return peer.status();
+  return v1::TransferService::NewStub(cluster_->ChannelTo(peer->address));
+}
+
 grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
                                          const v1::SubmitRequest* request,
                                          v1::SubmitResponse* response) {
+  // Where does each move run? Here when this node holds one of its ends, else on its
+  // source node. A batch runs on one node.
+  std::string runner;
+  for (const v1::TransferSpec& spec : request->transfers()) {
+    const std::string src = spec.source().node().empty() ? node_ : spec.source().node();
+    const std::string dst = spec.destination().node().empty() ? node_ : spec.destination().node();
+    const std::string here = (src == node_ || dst == node_) ? node_ : src;
+    if (!runner.empty() && here != runner) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("the moves of one Submit must run on one node (", runner,
+                                       " and ", here, " here); split the batch"));
+    }
+    runner = here;
+  }
+  if (!runner.empty() && runner != node_) {
+    auto stub = StubFor(runner);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    v1::SubmitRequest forwarded = *request;
+    for (v1::TransferSpec& spec : *forwarded.mutable_transfers()) {
+      if (spec.source().node().empty()) spec.mutable_source()->set_node(node_);
+      if (spec.destination().node().empty()) spec.mutable_destination()->set_node(node_);
+    }
+    auto client = grpc::ClientContext::FromServerContext(*context);
+    return (*stub)->Submit(client.get(), forwarded, response);
+  }
   std::vector<TransferSpec> specs;
   for (int i = 0; i < request->transfers_size(); ++i) {
     const v1::TransferSpec& in = request->transfers(i);
@@ -57,6 +100,11 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
+  if (const std::string node = NodeOf(request->id()); !node.empty()) {
+    auto stub = StubFor(node);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    return (*stub)->Get(grpc::ClientContext::FromServerContext(*context).get(), *request, response);
+  }
   auto t = scheduler_->Get(Principal(context), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
@@ -81,6 +129,11 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context,
                                        const v1::WaitRequest* request, v1::Transfer* response) {
+  if (const std::string node = NodeOf(request->id()); !node.empty()) {
+    auto stub = StubFor(node);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    return (*stub)->Wait(grpc::ClientContext::FromServerContext(*context).get(), *request, response);
+  }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
   auto t = scheduler_->Wait(Principal(context), request->id(), *deadline);
@@ -97,6 +150,20 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
     auto d = FromProto(request->progress_interval());
     if (!d.ok()) return ToGrpcStatus(d.status());
     if (*d > absl::ZeroDuration()) interval = std::max(*d, absl::Milliseconds(1));
+  }
+  if (const std::string node = NodeOf(request->id()); !node.empty()) {
+    auto stub = StubFor(node);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    auto client = grpc::ClientContext::FromServerContext(*context);
+    auto reader = (*stub)->Watch(client.get(), *request);
+    v1::TransferEvent event;
+    while (reader->Read(&event)) {
+      if (!writer->Write(event)) {
+        client->TryCancel();
+        break;
+      }
+    }
+    return reader->Finish();
   }
   const std::string owner = Principal(context);
   auto t = scheduler_->Get(owner, request->id());
@@ -128,6 +195,12 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request,
                                          v1::Transfer* response) {
+  if (const std::string node = NodeOf(request->id()); !node.empty()) {
+    auto stub = StubFor(node);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    return (*stub)->Cancel(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                           response);
+  }
   auto t = scheduler_->Cancel(Principal(context), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);

@@ -2,14 +2,21 @@
 #ifndef GPUMOVE_DAEMON_SERVER_TRANSFER_SERVICE_H_
 #define GPUMOVE_DAEMON_SERVER_TRANSFER_SERVICE_H_
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
 
+// Any daemon accepts any request: a move runs on the node holding one of its ends
+// (pushes from the source, pulls into the destination); a Submit naming neither end's
+// node is forwarded to the source's node, and Get/Wait/Watch/Cancel of a transfer id are
+// forwarded to the node that runs it (the id ends in ".<node>").
 class TransferServiceImpl final : public v1::TransferService::Service {
  public:
-  explicit TransferServiceImpl(TransferScheduler* scheduler) : scheduler_(scheduler) {}
+  // `cluster` may be null: a node without peers.
+  TransferServiceImpl(TransferScheduler* scheduler, Cluster* cluster, std::string node)
+      : scheduler_(scheduler), cluster_(cluster), node_(std::move(node)) {}
 
   grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request,
                       v1::SubmitResponse* response) override;
@@ -25,7 +32,14 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                       v1::Transfer* response) override;
 
  private:
+  // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
+  // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
+  std::string NodeOf(const std::string& id) const;
+  absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(const std::string& node);
+
   TransferScheduler* const scheduler_;
+  Cluster* const cluster_;
+  const std::string node_;
 };
 
 }  // namespace gpumove

@@ -1,0 +1,217 @@
+#include "daemon/cluster/cluster.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "daemon/common/log.h"
+
+namespace gpumove {
+
+absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec) {
+  if (absl::StartsWith(spec, "unix:")) return std::vector<std::string>{spec};
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || colon + 1 == spec.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("peer \"", spec, "\" has no port"));
+  }
+  std::string host = spec.substr(0, colon);
+  const std::string port = spec.substr(colon + 1);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve peer \"", spec, "\": ", gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (ai->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, ip, sizeof(ip));
+      out.push_back(absl::StrCat(ip, ":", port));
+    } else if (ai->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, ip, sizeof(ip));
+      out.push_back(absl::StrCat("[", ip, "]:", port));
+    }
+  }
+  freeaddrinfo(result);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+uint64_t NewIncarnation() {
+  absl::BitGen rng;
+  return absl::Uniform<uint64_t>(rng, 1, UINT64_MAX);
+}
+
+std::string HostId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(in, boot);
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return absl::StrCat(name, "/", absl::StripAsciiWhitespace(boot));
+}
+
+Cluster::Cluster(ClusterOptions options, v1::NodeDescriptor self)
+    : options_(std::move(options)), node_(self.node()), self_(std::move(self)) {}
+
+v1::NodeDescriptor Cluster::self() const {
+  absl::MutexLock lock(&mu_);
+  return self_;
+}
+
+void Cluster::SetAdvertisedAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  self_.set_address(address);
+}
+
+Cluster::~Cluster() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void Cluster::Start(LostCallback on_lost) {
+  on_lost_ = std::move(on_lost);
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+std::shared_ptr<grpc::Channel> Cluster::ChannelTo(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& channel = channels_[address];
+  if (channel == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    // Fail fast on a dead peer instead of waiting out gRPC's long reconnect backoff.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return channel;
+}
+
+void Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
+  if (d.node().empty() || d.node() == node_) return;
+  absl::MutexLock lock(&mu_);
+  Peer& p = peers_[d.node()];
+  const uint64_t old = p.view.descriptor.incarnation();
+  if (old != 0 && old != d.incarnation()) {
+    LOG(INFO) << "peer " << d.node() << " restarted (incarnation " << old << " -> "
+              << d.incarnation() << ")";
+    lost_.emplace_back(d.node(), old);
+  } else if (!p.view.up) {
+    LOG(INFO) << "peer " << d.node() << " is up at " << d.address();
+  }
+  p.view.node = d.node();
+  p.view.address = d.address().empty() ? via : d.address();
+  p.view.descriptor = d;
+  p.view.up = true;
+  p.view.last_seen = absl::Now();
+  if (!via.empty() && std::find(p.addresses.begin(), p.addresses.end(), via) == p.addresses.end()) {
+    p.addresses.push_back(via);
+  }
+}
+
+void Cluster::OnHello(const v1::NodeDescriptor& from) { Learn(from, from.address()); }
+
+absl::StatusOr<PeerView> Cluster::Find(const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(node);
+  if (it == peers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\""));
+  }
+  if (!it->second.view.up) {
+    return absl::UnavailableError(absl::StrCat("node \"", node, "\" is down (last seen ",
+                                               absl::FormatTime(it->second.view.last_seen), ")"));
+  }
+  PeerView v = it->second.view;
+  return v;
+}
+
+std::vector<PeerView> Cluster::List() const {
+  std::vector<PeerView> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [node, p] : peers_) out.push_back(p.view);
+  std::sort(out.begin(), out.end(), [](const PeerView& a, const PeerView& b) { return a.node < b.node; });
+  return out;
+}
+
+std::vector<std::string> Cluster::Targets() {
+  bool refresh = false;
+  {
+    absl::MutexLock lock(&mu_);
+    refresh = absl::Now() - resolved_at_ > options_.dns_refresh;
+  }
+  if (refresh) {
+    std::vector<std::string> resolved;
+    for (const std::string& spec : options_.peers) {
+      auto addrs = ResolvePeer(spec);
+      if (!addrs.ok()) {
+        VLOG(1) << addrs.status();
+        continue;
+      }
+      resolved.insert(resolved.end(), addrs->begin(), addrs->end());
+    }
+    absl::MutexLock lock(&mu_);
+    resolved_ = std::move(resolved);
+    resolved_at_ = absl::Now();
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out = resolved_;
+  for (const auto& [node, p] : peers_) out.push_back(p.view.address);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  out.erase(std::remove(out.begin(), out.end(), self_.address()), out.end());
+  return out;
+}
+
+void Cluster::HeartbeatLoop() {
+  while (true) {
+    for (const std::string& address : Targets()) {
+      auto stub = v1::PeerService::NewStub(ChannelTo(address));
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.peer_timeout,
+                                                                     absl::Seconds(1))));
+      v1::HelloRequest request;
+      *request.mutable_from() = self();
+      v1::HelloResponse response;
+      if (stub->Hello(&context, request, &response).ok()) Learn(response.node(), address);
+    }
+    std::vector<std::pair<std::string, uint64_t>> lost;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      for (auto& [node, p] : peers_) {
+        if (p.view.up && now - p.view.last_seen > options_.peer_timeout) {
+          LOG(WARNING) << "peer " << node << " is down: no answer for "
+                       << absl::FormatDuration(now - p.view.last_seen);
+          p.view.up = false;
+          lost_.emplace_back(node, p.view.descriptor.incarnation());
+        }
+      }
+      lost.swap(lost_);
+    }
+    for (const auto& [node, incarnation] : lost) {
+      if (on_lost_) on_lost_(node, incarnation);
+    }
+    absl::MutexLock lock(&mu_);
+    auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopped), options_.heartbeat)) return;
+  }
+}
+
+}  // namespace gpumove

@@ -1,0 +1,105 @@
+// Cluster membership: which other daemons exist, whether they are up, and how to reach
+// them. Peers come from --peers (host:port, or a DNS name resolving to several addresses,
+// as a Kubernetes headless Service does) and from any daemon that says Hello to us.
+// A heartbeat thread says Hello to every known address; a peer that does not answer for
+// peer_timeout is down, and a changed incarnation means it restarted. Either way the
+// listeners hear that the old incarnation is gone.
+#ifndef GPUMOVE_DAEMON_CLUSTER_CLUSTER_H_
+#define GPUMOVE_DAEMON_CLUSTER_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/gpumove/v1/peer.grpc.pb.h"
+
+namespace gpumove {
+
+struct ClusterOptions {
+  // host:port, name:port (every address the name resolves to) or unix:/path.
+  std::vector<std::string> peers;
+  absl::Duration heartbeat = absl::Milliseconds(500);
+  absl::Duration peer_timeout = absl::Seconds(3);
+  absl::Duration dns_refresh = absl::Seconds(5);
+};
+
+// What the rest of the daemon may know of a peer.
+struct PeerView {
+  std::string node;
+  std::string address;
+  bool up = false;
+  absl::Time last_seen = absl::InfinitePast();
+  v1::NodeDescriptor descriptor;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+class Cluster {
+ public:
+  using LostCallback = std::function<void(const std::string& node, uint64_t incarnation)>;
+
+  Cluster(ClusterOptions options, v1::NodeDescriptor self);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Starts the heartbeat thread. `on_lost` runs (on that thread) for each peer
+  // incarnation that went down or was replaced by a restart.
+  void Start(LostCallback on_lost);
+
+  v1::NodeDescriptor self() const;
+  // The address peers should use, once the server is bound (before Start).
+  void SetAdvertisedAddress(const std::string& address);
+  // An incoming Hello: the caller is a peer from now on.
+  void OnHello(const v1::NodeDescriptor& from);
+  // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
+  absl::StatusOr<PeerView> Find(const std::string& node) const;
+  std::vector<PeerView> List() const;
+  // A channel to any address (cached).
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+
+ private:
+  struct Peer {
+    PeerView view;
+    std::vector<std::string> addresses;  // Addresses that answered as this node.
+  };
+
+  void HeartbeatLoop();
+  std::vector<std::string> Targets();
+  void Learn(const v1::NodeDescriptor& d, const std::string& via) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ClusterOptions options_;
+  const std::string node_;
+  LostCallback on_lost_;
+
+  mutable absl::Mutex mu_;
+  v1::NodeDescriptor self_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // By node.
+  std::vector<std::string> resolved_ ABSL_GUARDED_BY(mu_);             // From --peers.
+  absl::Time resolved_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_;
+};
+
+// Expands one --peers entry into addresses: a literal address is itself; a name is
+// resolved (A and AAAA records). INVALID_ARGUMENT without a port, UNAVAILABLE when the
+// name does not resolve.
+absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec);
+
+// Random id for this process's life, and the machine's boot id + host name.
+uint64_t NewIncarnation();
+std::string HostId();
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CLUSTER_CLUSTER_H_

@@ -1,0 +1,73 @@
+#include "daemon/cluster/cluster.h"
+
+#include "gtest/gtest.h"
+
+namespace gpumove {
+namespace {
+
+TEST(ResolvePeer, LiteralAddressesAndNames) {
+  EXPECT_EQ(*ResolvePeer("127.0.0.1:7470"), std::vector<std::string>{"127.0.0.1:7470"});
+  EXPECT_EQ(*ResolvePeer("unix:/tmp/x.sock"), std::vector<std::string>{"unix:/tmp/x.sock"});
+  auto local = ResolvePeer("localhost:9");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_FALSE(local->empty());
+  for (const auto& a : *local) EXPECT_TRUE(a == "127.0.0.1:9" || a == "[::1]:9") << a;
+}
+
+TEST(ResolvePeer, RejectsMissingPortsAndUnknownNames) {
+  EXPECT_EQ(ResolvePeer("127.0.0.1").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolvePeer("host:").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolvePeer("no-such-host.invalid:7470").status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
+  v1::NodeDescriptor self;
+  self.set_node("a");
+  self.set_address("127.0.0.1:1");
+  Cluster c({}, self);
+  EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kNotFound);
+  v1::NodeDescriptor b;
+  b.set_node("b");
+  b.set_address("127.0.0.1:2");
+  b.set_incarnation(7);
+  c.OnHello(b);
+  auto found = c.Find("b");
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(found->up);
+  EXPECT_EQ(found->address, "127.0.0.1:2");
+  c.OnHello(self);  // Our own echo is not a peer.
+  EXPECT_EQ(c.List().size(), 1u);
+}
+
+TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
+  v1::NodeDescriptor self;
+  self.set_node("a");
+  self.set_address("127.0.0.1:1");
+  ClusterOptions options;
+  options.heartbeat = absl::Milliseconds(20);
+  options.peer_timeout = absl::Milliseconds(200);
+  Cluster c(options, self);
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, uint64_t>> lost;
+  c.Start([&](const std::string& node, uint64_t inc) {
+    absl::MutexLock lock(&mu);
+    lost.emplace_back(node, inc);
+  });
+  v1::NodeDescriptor b;
+  b.set_node("b");
+  b.set_address("127.0.0.1:9");  // Nobody answers there.
+  b.set_incarnation(7);
+  c.OnHello(b);
+  b.set_incarnation(8);  // b restarted.
+  c.OnHello(b);
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kUnavailable);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_EQ(lost[0], std::make_pair(std::string("b"), uint64_t{7}));
+  EXPECT_EQ(lost[1], std::make_pair(std::string("b"), uint64_t{8}));
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -1,0 +1,50 @@
+// The receiving side of node-to-node moves: ranges of this node's buffers held in use for
+// moves that other nodes run, from PrepareRemote until CompleteRemote, or until the
+// runner is seen down or restarted.
+#ifndef GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
+#define GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/core/buffer_registry.h"
+#include "daemon/core/engine.h"
+
+namespace gpumove {
+
+class HoldTable {
+ public:
+  // `registry` and `hasher` must outlive the table.
+  HoldTable(BufferRegistry* registry,
+            std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher)
+      : registry_(registry), hasher_(std::move(hasher)) {}
+
+  // Checks and holds a range for (from_node, transfer_id). ALREADY_EXISTS for a repeat.
+  absl::StatusOr<BufferUse*> Hold(const std::string& from_node, uint64_t from_incarnation,
+                                  const std::string& transfer_id, const std::string& owner,
+                                  const std::string& buffer_id, uint64_t offset, uint64_t length);
+  // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold.
+  absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
+                                    bool checksum);
+  // Ends every hold of a node's incarnation (it went down or restarted).
+  int ReleaseFrom(const std::string& node, uint64_t incarnation);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    uint64_t incarnation = 0;
+    BufferUse use;
+  };
+  BufferRegistry* const registry_;
+  const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
+  mutable absl::Mutex mu_;
+  // Key: from_node + '\n' + transfer_id.
+  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CLUSTER_HOLDS_H_

@@ -1,0 +1,125 @@
+#include "daemon/cluster/remote_ranges.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/log.h"
+
+namespace gpumove {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& node) {
+  if (s.ok()) return absl::OkStatus();
+  // A transport failure talking to the peer is the peer being unavailable.
+  const auto code = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                        ? absl::StatusCode::kUnavailable
+                        : static_cast<absl::StatusCode>(s.error_code());
+  return absl::Status(code, absl::StrCat(s.error_message(), " (node ", node, ")"));
+}
+
+MemoryKind FromProtoKind(v1::MemoryKind k) {
+  return k == v1::DEVICE ? MemoryKind::kDevice
+         : k == v1::PINNED_HOST ? MemoryKind::kPinnedHost
+                                : MemoryKind::kHost;
+}
+
+}  // namespace
+
+ClusterRemoteRanges::ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout)
+    : cluster_(cluster), rpc_timeout_(rpc_timeout) {
+  releaser_ = std::thread([this] { ReleaseLoop(); });
+}
+
+ClusterRemoteRanges::~ClusterRemoteRanges() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  releaser_.join();
+}
+
+absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(const std::string& owner,
+                                                        const std::string& transfer_id,
+                                                        const std::string& node,
+                                                        const std::string& buffer_id,
+                                                        uint64_t offset, uint64_t length,
+                                                        bool write) {
+  auto peer = cluster_->Find(node);
+  if (!peer.ok()) return peer.status();
+  auto stub = v1::PeerService::NewStub(peer->channel != nullptr ? peer->channel
+                                                                : cluster_->ChannelTo(peer->address));
+  v1::PrepareRemoteRequest request;
+  request.set_transfer_id(transfer_id);
+  const v1::NodeDescriptor self = cluster_->self();
+  request.set_from_node(self.node());
+  request.set_from_incarnation(self.incarnation());
+  request.set_owner(owner);
+  request.mutable_range()->set_buffer_id(buffer_id);
+  request.mutable_range()->set_offset(offset);
+  request.mutable_range()->set_length(length);
+  request.set_write(write);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  v1::PrepareRemoteResponse response;
+  absl::Status st = FromGrpc(stub->PrepareRemote(&context, request, &response), node);
+  if (!st.ok()) return st;
+  RemoteHold hold;
+  hold.node = node;
+  hold.incarnation = peer->descriptor.incarnation();
+  hold.transfer_id = transfer_id;
+  hold.address = response.address();
+  hold.length = response.length();
+  hold.kind = FromProtoKind(response.kind());
+  hold.device = response.device();
+  hold.write = write;
+  hold.ucx_worker_address = peer->descriptor.ucx_worker_address();
+  hold.same_host = peer->descriptor.host_id() == self.host_id();
+  if (response.pool_index() >= 0 && response.pool_index() < peer->descriptor.pools_size()) {
+    hold.ucx_rkey = peer->descriptor.pools(response.pool_index()).rkey();
+  }
+  return hold;
+}
+
+absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
+                                                       const absl::Status& outcome,
+                                                       bool checksum) {
+  auto peer = cluster_->Find(hold.node);
+  if (!peer.ok()) return peer.status();
+  if (peer->descriptor.incarnation() != hold.incarnation) {
+    return absl::UnavailableError(absl::StrCat("node ", hold.node, " restarted during the move"));
+  }
+  auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+  v1::CompleteRemoteRequest request;
+  request.set_transfer_id(hold.transfer_id);
+  request.set_from_node(cluster_->self().node());
+  request.set_code(static_cast<int32_t>(outcome.code()));
+  request.set_message(std::string(outcome.message()));
+  request.set_checksum(checksum && outcome.ok());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  v1::CompleteRemoteResponse response;
+  absl::Status st = FromGrpc(stub->CompleteRemote(&context, request, &response), hold.node);
+  if (!st.ok()) return st;
+  return response.xxh3();
+}
+
+void ClusterRemoteRanges::Release(const RemoteHold& hold) {
+  absl::MutexLock lock(&mu_);
+  to_release_.push_back(hold);
+}
+
+void ClusterRemoteRanges::ReleaseLoop() {
+  while (true) {
+    RemoteHold hold;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !to_release_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (to_release_.empty()) return;
+      hold = std::move(to_release_.front());
+      to_release_.pop_front();
+    }
+    auto st = Complete(hold, absl::CancelledError("move did not run"), false);
+    if (!st.ok()) VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": " << st.status();
+  }
+}
+
+}  // namespace gpumove

@@ -1,0 +1,42 @@
+// RemoteRanges over the peer service: how the scheduler holds, reaches and releases
+// ranges on other nodes.
+#ifndef GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
+#define GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
+
+#include <deque>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/core/engine.h"
+
+namespace gpumove {
+
+class ClusterRemoteRanges : public RemoteRanges {
+ public:
+  // `cluster` must outlive this. RPCs to peers give up after `rpc_timeout`.
+  ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout);
+  ~ClusterRemoteRanges() override;
+
+  absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
+                                     const std::string& node, const std::string& buffer_id,
+                                     uint64_t offset, uint64_t length, bool write) override;
+  absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
+                                    bool checksum) override;
+  void Release(const RemoteHold& hold) override;
+
+ private:
+  void ReleaseLoop();
+
+  Cluster* const cluster_;
+  const absl::Duration rpc_timeout_;
+  absl::Mutex mu_;
+  std::deque<RemoteHold> to_release_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread releaser_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_

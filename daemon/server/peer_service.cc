@@ -1,0 +1,47 @@
+#include "daemon/server/peer_service.h"
+
+#include "daemon/server/convert.h"
+
+namespace gpumove {
+
+grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest* request,
+                                    v1::HelloResponse* response) {
+  cluster_->OnHello(request->from());
+  *response->mutable_node() = cluster_->self();
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
+                                            const v1::PrepareRemoteRequest* request,
+                                            v1::PrepareRemoteResponse* response) {
+  if (request->from_node().empty() || request->transfer_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "from_node and transfer_id are required");
+  }
+  auto use = holds_->Hold(request->from_node(), request->from_incarnation(),
+                          request->transfer_id(), request->owner(), request->range().buffer_id(),
+                          request->range().offset(), request->range().length());
+  if (!use.ok()) return ToGrpcStatus(use.status());
+  const BufferUse& u = **use;
+  response->set_address(reinterpret_cast<uint64_t>(u.data()));
+  response->set_length(u.length());
+  response->set_kind(ToProto(u.kind()));
+  response->set_device(u.device());
+  response->set_pool_index(-1);
+  const v1::NodeDescriptor self = cluster_->self();
+  for (int i = 0; i < self.pools_size(); ++i) {
+    const v1::RegisteredPool& p = self.pools(i);
+    if (p.kind() == ToProto(u.kind()) && p.device() == u.device()) response->set_pool_index(i);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
+                                             const v1::CompleteRemoteRequest* request,
+                                             v1::CompleteRemoteResponse* response) {
+  auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum());
+  if (!hash.ok()) return ToGrpcStatus(hash.status());
+  response->set_xxh3(*hash);
+  return grpc::Status::OK;
+}
+
+}  // namespace gpumove

@@ -1,0 +1,30 @@
+// gpumove.v1.PeerService: membership Hello and the receiving side of node-to-node moves.
+#ifndef GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
+#define GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
+
+#include "daemon/cluster/cluster.h"
+#include "daemon/cluster/holds.h"
+#include "proto/gpumove/v1/peer.grpc.pb.h"
+
+namespace gpumove {
+
+class PeerServiceImpl final : public v1::PeerService::Service {
+ public:
+  PeerServiceImpl(Cluster* cluster, HoldTable* holds) : cluster_(cluster), holds_(holds) {}
+
+  grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
+                     v1::HelloResponse* response) override;
+  grpc::Status PrepareRemote(grpc::ServerContext* context, const v1::PrepareRemoteRequest* request,
+                             v1::PrepareRemoteResponse* response) override;
+  grpc::Status CompleteRemote(grpc::ServerContext* context,
+                              const v1::CompleteRemoteRequest* request,
+                              v1::CompleteRemoteResponse* response) override;
+
+ private:
+  Cluster* const cluster_;
+  HoldTable* const holds_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
