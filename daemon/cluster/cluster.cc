@@ -23,14 +23,16 @@ absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec) {
   }
   std::string host = spec.substr(0, colon);
   const std::string port = spec.substr(colon + 1);
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]"))
+    host = host.substr(1, host.size() - 2);
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
   const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
   if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve peer \"", spec, "\": ", gai_strerror(rc)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve peer \"", spec, "\": ", gai_strerror(rc)));
   }
   std::vector<std::string> out;
   for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
@@ -126,7 +128,15 @@ void Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
   }
 }
 
-void Cluster::OnHello(const v1::NodeDescriptor& from) { Learn(from, from.address()); }
+std::vector<std::string> Cluster::OnHello(const v1::NodeDescriptor& from) {
+  Learn(from, from.address());
+  std::vector<std::string> known;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [node, p] : peers_) {
+    if (node != from.node() && p.view.up) known.push_back(p.view.address);
+  }
+  return known;
+}
 
 absl::StatusOr<PeerView> Cluster::Find(const std::string& node) const {
   absl::MutexLock lock(&mu_);
@@ -146,7 +156,8 @@ std::vector<PeerView> Cluster::List() const {
   std::vector<PeerView> out;
   absl::MutexLock lock(&mu_);
   for (const auto& [node, p] : peers_) out.push_back(p.view);
-  std::sort(out.begin(), out.end(), [](const PeerView& a, const PeerView& b) { return a.node < b.node; });
+  std::sort(out.begin(), out.end(),
+            [](const PeerView& a, const PeerView& b) { return a.node < b.node; });
   return out;
 }
 
@@ -172,6 +183,7 @@ std::vector<std::string> Cluster::Targets() {
   }
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out = resolved_;
+  out.insert(out.end(), gossiped_.begin(), gossiped_.end());
   for (const auto& [node, p] : peers_) out.push_back(p.view.address);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -184,12 +196,25 @@ void Cluster::HeartbeatLoop() {
     for (const std::string& address : Targets()) {
       auto stub = v1::PeerService::NewStub(ChannelTo(address));
       grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.peer_timeout,
-                                                                     absl::Seconds(1))));
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + std::min(options_.peer_timeout, absl::Seconds(1))));
       v1::HelloRequest request;
       *request.mutable_from() = self();
       v1::HelloResponse response;
-      if (stub->Hello(&context, request, &response).ok()) Learn(response.node(), address);
+      if (!stub->Hello(&context, request, &response).ok()) {
+        // A gossiped address that does not answer is forgotten (a peer's old port);
+        // configured addresses and known nodes' addresses are kept trying.
+        absl::MutexLock lock(&mu_);
+        gossiped_.erase(std::remove(gossiped_.begin(), gossiped_.end(), address), gossiped_.end());
+        continue;
+      }
+      Learn(response.node(), address);
+      absl::MutexLock lock(&mu_);
+      for (const std::string& a : response.known_addresses()) {
+        if (std::find(gossiped_.begin(), gossiped_.end(), a) == gossiped_.end()) {
+          gossiped_.push_back(a);
+        }
+      }
     }
     std::vector<std::pair<std::string, uint64_t>> lost;
     {

@@ -58,8 +58,9 @@ class Cluster {
   v1::NodeDescriptor self() const;
   // The address peers should use, once the server is bound (before Start).
   void SetAdvertisedAddress(const std::string& address);
-  // An incoming Hello: the caller is a peer from now on.
-  void OnHello(const v1::NodeDescriptor& from);
+  // An incoming Hello: the caller is a peer from now on. Returns the addresses of the
+  // other nodes we know, for the caller to meet.
+  std::vector<std::string> OnHello(const v1::NodeDescriptor& from);
   // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
   absl::StatusOr<PeerView> Find(const std::string& node) const;
   std::vector<PeerView> List() const;
@@ -84,6 +85,7 @@ class Cluster {
   v1::NodeDescriptor self_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // By node.
   std::vector<std::string> resolved_ ABSL_GUARDED_BY(mu_);             // From --peers.
+  std::vector<std::string> gossiped_ ABSL_GUARDED_BY(mu_);             // From Hello answers.
   absl::Time resolved_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);

@@ -37,7 +37,12 @@ TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
   EXPECT_TRUE(found->up);
   EXPECT_EQ(found->address, "127.0.0.1:2");
   c.OnHello(self);  // Our own echo is not a peer.
-  EXPECT_EQ(c.List().size(), 1u);
+  v1::NodeDescriptor d;
+  d.set_node("d");
+  d.set_address("127.0.0.1:4");
+  d.set_incarnation(1);
+  EXPECT_EQ(c.OnHello(d), std::vector<std::string>{"127.0.0.1:2"});  // d hears of b.
+  EXPECT_EQ(c.List().size(), 2u);
 }
 
 TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {

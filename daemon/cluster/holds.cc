@@ -6,16 +6,17 @@
 namespace gpumove {
 
 absl::StatusOr<BufferUse*> HoldTable::Hold(const std::string& from_node, uint64_t from_incarnation,
-                                           const std::string& transfer_id,
-                                           const std::string& owner, const std::string& buffer_id,
-                                           uint64_t offset, uint64_t length) {
+                                           const std::string& transfer_id, const std::string& owner,
+                                           const std::string& buffer_id, uint64_t offset,
+                                           uint64_t length) {
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
   const std::string key = absl::StrCat(from_node, "\n", transfer_id);
   absl::MutexLock lock(&mu_);
   auto& slot = holds_[key];
   if (slot != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already holds a range"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("transfer ", transfer_id, " already holds a range"));
   }
   slot = std::make_unique<Entry>();
   slot->incarnation = from_incarnation;
@@ -30,7 +31,8 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     absl::MutexLock lock(&mu_);
     auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
     if (it == holds_.end()) {
-      return absl::NotFoundError(absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+      return absl::NotFoundError(
+          absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
     }
     entry = std::move(it->second);
     holds_.erase(it);

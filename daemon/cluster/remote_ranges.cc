@@ -16,7 +16,7 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& node) {
 }
 
 MemoryKind FromProtoKind(v1::MemoryKind k) {
-  return k == v1::DEVICE ? MemoryKind::kDevice
+  return k == v1::DEVICE        ? MemoryKind::kDevice
          : k == v1::PINNED_HOST ? MemoryKind::kPinnedHost
                                 : MemoryKind::kHost;
 }
@@ -36,16 +36,13 @@ ClusterRemoteRanges::~ClusterRemoteRanges() {
   releaser_.join();
 }
 
-absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(const std::string& owner,
-                                                        const std::string& transfer_id,
-                                                        const std::string& node,
-                                                        const std::string& buffer_id,
-                                                        uint64_t offset, uint64_t length,
-                                                        bool write) {
+absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
+    const std::string& owner, const std::string& transfer_id, const std::string& node,
+    const std::string& buffer_id, uint64_t offset, uint64_t length, bool write) {
   auto peer = cluster_->Find(node);
   if (!peer.ok()) return peer.status();
-  auto stub = v1::PeerService::NewStub(peer->channel != nullptr ? peer->channel
-                                                                : cluster_->ChannelTo(peer->address));
+  auto stub = v1::PeerService::NewStub(
+      peer->channel != nullptr ? peer->channel : cluster_->ChannelTo(peer->address));
   v1::PrepareRemoteRequest request;
   request.set_transfer_id(transfer_id);
   const v1::NodeDescriptor self = cluster_->self();
@@ -79,8 +76,7 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(const std::string& owner
 }
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
-                                                       const absl::Status& outcome,
-                                                       bool checksum) {
+                                                       const absl::Status& outcome, bool checksum) {
   auto peer = cluster_->Find(hold.node);
   if (!peer.ok()) return peer.status();
   if (peer->descriptor.incarnation() != hold.incarnation) {
@@ -111,14 +107,17 @@ void ClusterRemoteRanges::ReleaseLoop() {
     RemoteHold hold;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !to_release_.empty(); };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !to_release_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (to_release_.empty()) return;
       hold = std::move(to_release_.front());
       to_release_.pop_front();
     }
     auto st = Complete(hold, absl::CancelledError("move did not run"), false);
-    if (!st.ok()) VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": " << st.status();
+    if (!st.ok())
+      VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": "
+              << st.status();
   }
 }
 

@@ -54,7 +54,7 @@ absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t 
   constexpr uint64_t kBounce = 8ull << 20;
   std::unique_ptr<char[]> bounce(new char[std::min(length, kBounce)]);
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                   &XXH3_freeState);
+                                                                 &XXH3_freeState);
   XXH3_64bits_reset(state.get());
   for (uint64_t done = 0; done < length;) {
     const uint64_t n = std::min(kBounce, length - done);

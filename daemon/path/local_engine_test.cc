@@ -53,9 +53,9 @@ TEST(LocalEngine, RefusesDevicesItDoesNotHave) {
   auto gpu = GpuRuntime::CreateHostOnly("test");
   LocalEngine engine(gpu.get());
   char buf[16];
-  EXPECT_EQ(engine.CanServe({buf, MemoryKind::kDevice, 0}, {buf, MemoryKind::kHost, kHostDevice})
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      engine.CanServe({buf, MemoryKind::kDevice, 0}, {buf, MemoryKind::kHost, kHostDevice}).code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(HashRange, MatchesForEqualBytesAndDiffersOtherwise) {

@@ -50,6 +50,7 @@ struct UcxTransport::Impl {
     void* flush_request = nullptr;
     bool flush_posted = false;
     absl::Status status;
+    absl::Time failed_at = absl::InfiniteFuture();
     absl::Time last_progress;
     std::atomic<bool> abandon{false};  // Set by a caller that timed out.
     absl::Notification finished;
@@ -146,10 +147,21 @@ struct UcxTransport::Impl {
   }
 
   void Fail(Op& op, Peer* peer, absl::Status status) {
-    if (op.status.ok()) op.status = std::move(status);
+    if (!op.status.ok()) return;
+    op.status = std::move(status);
+    op.failed_at = absl::Now();
     // Outstanding requests still point at local memory: force the endpoint closed so they
     // complete (with errors) before the caller may reuse it.
     if (peer != nullptr && !op.requests.empty()) ClosePeer(peer, std::string(op.status.message()));
+    for (auto& [req, n] : op.requests) ucp_request_cancel(worker, req);
+  }
+
+  // A failed op whose requests UCX never completes (seen with cma to a dead process) is
+  // let go after a grace period: its peer is gone, so nothing can reach the memory now.
+  bool GiveUp(const Op& op) {
+    if (absl::Now() - op.failed_at < absl::Seconds(1)) return false;
+    LOG(WARNING) << "abandoning " << op.requests.size() << " UCX request(s) to a failed peer";
+    return true;
   }
 
   // Advances one op; true when it has finished.
@@ -174,7 +186,7 @@ struct UcxTransport::Impl {
       }
       it = op.requests.erase(it);
     }
-    if (!op.status.ok()) return op.requests.empty();
+    if (!op.status.ok()) return op.requests.empty() || GiveUp(op);
     ucp_rkey_h rkey = nullptr;
     if (!op.flush) {
       auto found = peer->rkeys.find(op.remote.rkey);
@@ -222,8 +234,9 @@ struct UcxTransport::Impl {
       }
     }
     if (absl::Now() - op.last_progress > options.op_timeout) {
-      Fail(op, peer, absl::UnavailableError(absl::StrCat(
-          "no progress from the peer for ", absl::FormatDuration(options.op_timeout))));
+      Fail(op, peer,
+           absl::UnavailableError(absl::StrCat("no progress from the peer for ",
+                                               absl::FormatDuration(options.op_timeout))));
       return op.requests.empty();
     }
     return op.done == op.length && op.requests.empty();
@@ -357,8 +370,8 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
                                const std::function<bool(uint64_t)>& progress) {
   // The move is cut into slices that the caller waits for one at a time (with the next
   // already posted), so progress, rate limits and cancel act between slices.
-  const uint64_t slice = std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2,
-                                            impl_->options.chunk);
+  const uint64_t slice =
+      std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
   auto start = [&](uint64_t offset, bool flush) {
     auto op = std::make_shared<Impl::Op>();
     op->put = put;

@@ -57,7 +57,8 @@ TEST_F(UcxTransportTest, PutLandsAndGetReadsBack) {
 
 TEST_F(UcxTransportTest, StopsWhenProgressSaysSo) {
   int calls = 0;
-  absl::Status st = a_->Put(remote_, local_mem_.data(), 8 << 20, [&](uint64_t) { return ++calls < 2; });
+  absl::Status st =
+      a_->Put(remote_, local_mem_.data(), 8 << 20, [&](uint64_t) { return ++calls < 2; });
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
   EXPECT_NE(std::memcmp(remote_mem_.data(), local_mem_.data(), 8 << 20), 0);
 }

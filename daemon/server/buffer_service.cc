@@ -28,8 +28,7 @@ absl::Status BufferServiceImpl::CheckNode(const std::string& node) const {
 }
 
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
-                                         const v1::AllocateRequest* request,
-                                         v1::Buffer* response) {
+                                         const v1::AllocateRequest* request, v1::Buffer* response) {
   auto kind = FromProto(request->kind());
   if (!kind.ok()) return ToGrpcStatus(kind.status());
   auto ttl = FromProto(request->lease_ttl());
@@ -48,8 +47,7 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
 }
 
 grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
-                                        const v1::ReleaseRequest* request,
-                                        v1::ReleaseResponse*) {
+                                        const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
   return ToGrpcStatus(registry_->Release(Principal(context), request->buffer_id()));
 }
 
@@ -61,8 +59,7 @@ grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
-                                     const v1::ListBuffersRequest*,
+grpc::Status BufferServiceImpl::List(grpc::ServerContext* context, const v1::ListBuffersRequest*,
                                      v1::ListBuffersResponse* response) {
   for (const BufferInfo& info : registry_->List(Principal(context))) {
     ToProto(info, node_, response->add_buffers());
@@ -95,11 +92,11 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
   const v1::BufferRef& target = message.target();
   if (auto st = CheckNode(target.node()); !st.ok()) return ToGrpcStatus(st);
   // The whole range is checked, and held, before the first byte is written.
-  auto use = registry_->Acquire(Principal(context), target.buffer_id(), target.offset(),
-                                target.length());
+  auto use =
+      registry_->Acquire(Principal(context), target.buffer_id(), target.offset(), target.length());
   if (!use.ok()) return ToGrpcStatus(use.status());
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
-                                                                  &XXH3_freeState);
+                                                                &XXH3_freeState);
   XXH3_64bits_reset(hash.get());
   uint64_t written = 0;
   do {
@@ -132,8 +129,9 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
   if (auto st = CheckNode(request->source().node()); !st.ok()) return ToGrpcStatus(st);
   if (request->chunk_size() > kMaxReadChunk) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("chunk_size ", request->chunk_size(), " exceeds ", kMaxReadChunk));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("chunk_size ", request->chunk_size(), " exceeds ", kMaxReadChunk));
   }
   const uint32_t chunk = request->chunk_size() == 0 ? kDefaultReadChunk : request->chunk_size();
   auto use = registry_->Acquire(Principal(context), request->source().buffer_id(),
@@ -141,15 +139,17 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
   if (!use.ok()) return ToGrpcStatus(use.status());
   v1::ReadResponse message;
   for (uint64_t done = 0; done < use->length();) {
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    if (context->IsCancelled())
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
     const uint64_t n = std::min<uint64_t>(chunk, use->length() - done);
     message.set_offset(use->offset() + done);
     std::string* data = message.mutable_data();
     data->resize(n);
-    absl::Status st = gpu_->Copy(data->data(), kHostDevice, use->data() + done, CopyDevice(*use),
-                                 n, n, nullptr);
+    absl::Status st =
+        gpu_->Copy(data->data(), kHostDevice, use->data() + done, CopyDevice(*use), n, n, nullptr);
     if (!st.ok()) return ToGrpcStatus(st);
-    if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    if (!writer->Write(message))
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
     done += n;
   }
   return grpc::Status::OK;

@@ -58,8 +58,8 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
       }
     }
     if (index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--gpus: no GPU \"", item, "\" on this node (", devices.size(), " present)"));
+      return absl::InvalidArgumentError(absl::StrCat("--gpus: no GPU \"", item, "\" on this node (",
+                                                     devices.size(), " present)"));
     }
     if (std::find(out.begin(), out.end(), index) == out.end()) out.push_back(index);
   }
@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     const PoolStats s = pool->Stats();
     LOG(INFO) << "pool " << MemoryKindName(s.kind)
               << (s.device >= 0 ? absl::StrCat(" GPU ", s.device) : "") << ": " << s.capacity
-              << " bytes" << (s.kind == MemoryKind::kPinnedHost && !s.locked ? " (not locked)" : "");
+              << " bytes"
+              << (s.kind == MemoryKind::kPinnedHost && !s.locked ? " (not locked)" : "");
   }
   d->registry_ = std::make_unique<BufferRegistry>(d->pools_.get(), options.default_lease);
   d->registry_->StartLeaseReaper(absl::Milliseconds(100));
@@ -123,11 +124,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       }
       d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get());
       engines.push_back(d->ucx_engine_.get());
-      ucx_status = absl::StrCat(
-          "RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ", self.pools_size(),
-          " pool(s) registered; device memory: ",
-          d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
-                                : "not CUDA-aware, staging not built yet");
+      ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
+                                self.pools_size(), " pool(s) registered; device memory: ",
+                                d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
+                                                      : "not CUDA-aware, staging not built yet");
     }
   }
   ClusterOptions cluster_options;
@@ -135,7 +135,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   cluster_options.heartbeat = options.heartbeat;
   cluster_options.peer_timeout = options.peer_timeout;
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
-  d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
+  d->remote_ranges_ =
+      std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
 
   SchedulerOptions sched;
   sched.node = d->node_;
@@ -163,8 +164,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ports.push_back(std::make_unique<int>(0));
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), ports.back().get());
   }
-  NodeFacts facts{d->node_,      HostName(), {},        absl::Now(), gpu, d->pools_.get(),
-                  d->scheduler_.get(), engines, d->cluster_.get(), ucx_status,
+  NodeFacts facts{d->node_,
+                  HostName(),
+                  {},
+                  absl::Now(),
+                  gpu,
+                  d->pools_.get(),
+                  d->scheduler_.get(),
+                  engines,
+                  d->cluster_.get(),
+                  ucx_status,
                   d->ucx_ != nullptr && d->ucx_->cuda_aware()};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(d->buffer_service_.get());
@@ -174,8 +183,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   builder.RegisterService(d->node_service_.get());
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ",
-                                               absl::StrJoin(options.listen, ", ")));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", absl::StrJoin(options.listen, ", ")));
   }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];

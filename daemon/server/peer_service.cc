@@ -6,7 +6,8 @@ namespace gpumove {
 
 grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest* request,
                                     v1::HelloResponse* response) {
-  cluster_->OnHello(request->from());
+  for (std::string& a : cluster_->OnHello(request->from()))
+    response->add_known_addresses(std::move(a));
   *response->mutable_node() = cluster_->self();
   return grpc::Status::OK;
 }
@@ -15,11 +16,12 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
                                             const v1::PrepareRemoteRequest* request,
                                             v1::PrepareRemoteResponse* response) {
   if (request->from_node().empty() || request->transfer_id().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "from_node and transfer_id are required");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "from_node and transfer_id are required");
   }
-  auto use = holds_->Hold(request->from_node(), request->from_incarnation(),
-                          request->transfer_id(), request->owner(), request->range().buffer_id(),
-                          request->range().offset(), request->range().length());
+  auto use = holds_->Hold(request->from_node(), request->from_incarnation(), request->transfer_id(),
+                          request->owner(), request->range().buffer_id(), request->range().offset(),
+                          request->range().length());
   if (!use.ok()) return ToGrpcStatus(use.status());
   const BufferUse& u = **use;
   response->set_address(reinterpret_cast<uint64_t>(u.data()));

@@ -32,8 +32,8 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
     const std::string& node) {
   if (cluster_ == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\" (this node is \"",
-                                            node_, "\" and has no peers)"));
+    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\" (this node is \"", node_,
+                                            "\" and has no peers)"));
   }
   auto peer = cluster_->Find(node);
   if (!peer.ok()) return peer.status();
@@ -127,12 +127,13 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context,
-                                       const v1::WaitRequest* request, v1::Transfer* response) {
+grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
+                                       v1::Transfer* response) {
   if (const std::string node = NodeOf(request->id()); !node.empty()) {
     auto stub = StubFor(node);
     if (!stub.ok()) return ToGrpcStatus(stub.status());
-    return (*stub)->Wait(grpc::ClientContext::FromServerContext(*context).get(), *request, response);
+    return (*stub)->Wait(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                         response);
   }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
@@ -183,7 +184,8 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
       sent_bytes = t->bytes_done;
     }
     if (IsTerminal(t->state)) return grpc::Status::OK;
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
+    if (context->IsCancelled())
+      return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
     if (scheduler_->stopped()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
     }
@@ -193,8 +195,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 }
 
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
-                                         const v1::CancelRequest* request,
-                                         v1::Transfer* response) {
+                                         const v1::CancelRequest* request, v1::Transfer* response) {
   if (const std::string node = NodeOf(request->id()); !node.empty()) {
     auto stub = StubFor(node);
     if (!stub.ok()) return ToGrpcStatus(stub.status());

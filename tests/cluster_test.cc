@@ -1,0 +1,303 @@
+// Three gpumoved nodes on loopback, one cluster: moves in every direction (push, pull and
+// third-party), verified by checksum and by reading back; concurrency; cancel; a node
+// killed mid-move; the killed node restarted and rejoining.
+#include <signal.h>
+
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove {
+namespace {
+
+using ::absl::StatusCode;
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&out[i], &v, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+struct Node {
+  std::string name;
+  std::unique_ptr<DaemonProcess> process;
+  std::unique_ptr<Client> client;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  // Starts a node that joins through `join` (an address; empty for the first node).
+  static Node StartNode(const std::string& name, const std::string& join,
+                        std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--node=" + name, "--host_pool_size=768MiB",
+                                      "--pinned_pool_size=64MiB", "--heartbeat=100ms",
+                                      "--peer_timeout=1500ms"};
+    if (!join.empty()) flags.push_back("--peers=" + join);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Node n;
+    n.name = name;
+    auto p = DaemonProcess::Start(flags);
+    EXPECT_TRUE(p.ok()) << p.status();
+    n.process = *std::move(p);
+    n.client = *Client::Connect(n.process->address());
+    return n;
+  }
+
+  // Waits until every node sees `want` peers up.
+  static void AwaitMembership(std::vector<Node*> nodes, size_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    for (Node* n : nodes) {
+      while (true) {
+        auto peers = n->client->ListPeers();
+        size_t up = 0;
+        for (const auto& p : *peers) up += p.up();
+        if (up == want) break;
+        ASSERT_LT(absl::Now(), deadline) << n->name << " sees " << up << " peers up";
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    }
+  }
+
+  void SetUp() override {
+    nodes_.push_back(StartNode("node-a", ""));
+    nodes_.push_back(StartNode("node-b", nodes_[0].process->address()));
+    nodes_.push_back(StartNode("node-c", nodes_[0].process->address()));
+    AwaitMembership({&nodes_[0], &nodes_[1], &nodes_[2]}, 2);
+  }
+
+  static v1::BufferRef On(const Node& n, const std::string& id, uint64_t offset = 0,
+                          uint64_t length = 0) {
+    v1::BufferRef r = Ref(id, offset, length);
+    r.set_node(n.name);
+    return r;
+  }
+
+  std::vector<Node> nodes_;
+};
+
+TEST_F(ClusterTest, ListPeersShowsTheWholeCluster) {
+  auto peers = nodes_[1].client->ListPeers();
+  ASSERT_TRUE(peers.ok());
+  ASSERT_EQ(peers->size(), 2u);
+  EXPECT_EQ((*peers)[0].node(), "node-a");
+  EXPECT_EQ((*peers)[1].node(), "node-c");  // Found through node-a.
+  auto info = nodes_[0].client->GetInfo();
+  bool ucx = false;
+  for (const auto& p : info->paths()) ucx |= p.path() == v1::UCX && p.available();
+  EXPECT_TRUE(ucx);
+}
+
+TEST_F(ClusterTest, EveryDirectionEveryWayVerified) {
+  uint64_t seed = 1;
+  int case_no = 0;
+  for (uint64_t size : {1ull, 4097ull, (1ull << 20) + 3, 24ull << 20}) {
+    for (int from = 0; from < 3; ++from) {
+      for (int to = 0; to < 3; ++to) {
+        if (from == to) continue;
+        const int submit_at = case_no++ % 3;  // Push, pull or third party, in turn.
+        const v1::MemoryKind src_kind = (case_no % 2) ? v1::HOST : v1::PINNED_HOST;
+        const v1::MemoryKind dst_kind = (case_no % 2) ? v1::PINNED_HOST : v1::HOST;
+        Node& f = nodes_[from];
+        Node& t = nodes_[to];
+        SCOPED_TRACE(absl::StrCat(f.name, " -> ", t.name, " ", size, " bytes, submitted at ",
+                                  nodes_[submit_at].name));
+        auto src = f.client->Allocate(size + 16, src_kind);
+        auto dst = t.client->Allocate(size + 32, dst_kind);
+        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+        const std::string data = RandomBytes(size + 16, seed++);
+        const std::string before = RandomBytes(size + 32, seed++);
+        ASSERT_TRUE(f.client->Write(Ref(src->id()), data).ok());
+        ASSERT_TRUE(t.client->Write(Ref(dst->id()), before).ok());
+        MoveOptions o;
+        o.checksum = true;
+        auto moved = nodes_[submit_at].client->Move(On(f, src->id(), 16, size), On(t, dst->id(), 8), o);
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+        EXPECT_EQ(moved->path(), v1::UCX);
+        EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
+        const std::string after = *t.client->Read(Ref(dst->id()));
+        EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
+        EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
+        EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
+        // Both ends let go of their buffers once the move is over.
+        ASSERT_TRUE(f.client->Release(src->id()).ok());
+        ASSERT_TRUE(t.client->Release(dst->id()).ok());
+      }
+    }
+  }
+}
+
+TEST_F(ClusterTest, HundredsOfMebibytes) {
+  const uint64_t size = 320ull << 20;
+  auto src = nodes_[0].client->Allocate(size);
+  auto dst = nodes_[2].client->Allocate(size);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const std::string data = RandomBytes(size, 77);
+  ASSERT_TRUE(nodes_[0].client->Write(Ref(src->id()), data).ok());
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = nodes_[1].client->Move(On(nodes_[0], src->id()), On(nodes_[2], dst->id()), o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*nodes_[2].client->Read(Ref(dst->id())) == data);
+}
+
+TEST_F(ClusterTest, ManyConcurrentMoves) {
+  constexpr int kMoves = 24;
+  const uint64_t size = 2 << 20;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kMoves);
+  for (int i = 0; i < kMoves; ++i) {
+    threads.emplace_back([&, i] {
+      Node& f = nodes_[i % 3];
+      Node& t = nodes_[(i + 1 + i / 3 % 2) % 3];
+      auto src = f.client->Allocate(size);
+      auto dst = t.client->Allocate(size);
+      if (!src.ok() || !dst.ok()) {
+        errors[i] = "allocate failed";
+        return;
+      }
+      const std::string data = RandomBytes(size, 1000 + i);
+      if (!f.client->Write(Ref(src->id()), data).ok()) errors[i] = "write failed";
+      auto moved = nodes_[(i + 2) % 3].client->Move(On(f, src->id()), On(t, dst->id()));
+      if (!moved.ok() || moved->state() != v1::SUCCEEDED) {
+        errors[i] = moved.ok() ? moved->error_message() : moved.status().ToString();
+        return;
+      }
+      if (*t.client->Read(Ref(dst->id())) != data) errors[i] = "bytes differ";
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < kMoves; ++i) EXPECT_EQ(errors[i], "") << "move " << i;
+}
+
+TEST_F(ClusterTest, AnyNodeAnswersForAnyTransfer) {
+  auto src = nodes_[0].client->Allocate(1 << 20);
+  auto dst = nodes_[1].client->Allocate(1 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = nodes_[2].client->Move(On(nodes_[0], src->id()), On(nodes_[1], dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(absl::EndsWith(t->id(), ".node-a")) << t->id();  // A push runs at the source.
+  for (Node& n : nodes_) {
+    auto done = n.client->Wait(t->id(), absl::Seconds(10));
+    ASSERT_TRUE(done.ok()) << n.name << ": " << done.status();
+    EXPECT_EQ(done->state(), v1::SUCCEEDED);
+    auto watched = n.client->Watch(t->id(), nullptr);
+    ASSERT_TRUE(watched.ok()) << n.name << ": " << watched.status();
+    EXPECT_EQ(watched->state(), v1::SUCCEEDED);
+    EXPECT_EQ(n.client->GetTransfer(t->id())->id(), t->id());
+  }
+  EXPECT_EQ(nodes_[1].client->GetTransfer("t-0000000000000000.node-z").status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, BadRemoteRequestsGetTheirCodes) {
+  auto src = nodes_[0].client->Allocate(4096);
+  auto move_code = [&](v1::BufferRef s, v1::BufferRef d) {
+    return nodes_[0].client->Move(s, d).status().code();
+  };
+  v1::BufferRef nowhere = Ref("b-x");
+  nowhere.set_node("node-z");
+  EXPECT_EQ(move_code(On(nodes_[0], src->id()), nowhere), StatusCode::kNotFound);
+  EXPECT_EQ(move_code(On(nodes_[0], src->id()), On(nodes_[1], "b-missing")), StatusCode::kNotFound);
+  auto small = nodes_[1].client->Allocate(1024);
+  EXPECT_EQ(move_code(On(nodes_[0], src->id()), On(nodes_[1], small->id())),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(nodes_[1].client->GetBuffer(small->id())->active_uses(), 0u);
+  // A move between two other nodes and one of ours in one batch cannot run anywhere.
+  v1::SubmitRequest mixed;
+  auto* m1 = mixed.add_transfers();
+  *m1->mutable_source() = On(nodes_[1], small->id(), 0, 10);
+  *m1->mutable_destination() = On(nodes_[2], "b-any");
+  auto* m2 = mixed.add_transfers();
+  *m2->mutable_source() = Ref(src->id(), 0, 10);
+  *m2->mutable_destination() = Ref(src->id(), 100);
+  EXPECT_EQ(nodes_[0].client->Submit(mixed).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterTest, CancelMidMoveReleasesBothEnds) {
+  Node slow = StartNode("node-s", nodes_[0].process->address(), {"--max_move_rate=64MiB"});
+  AwaitMembership({&slow}, 3);
+  auto src = slow.client->Allocate(128 << 20);
+  auto dst = nodes_[1].client->Allocate(128 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = nodes_[2].client->Move(On(slow, src->id()), On(nodes_[1], dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(nodes_[0].client->Cancel(t->id()).ok());
+  auto end = nodes_[1].client->Wait(t->id(), absl::Seconds(10));
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->state(), v1::CANCELLED);
+  EXPECT_LT(end->bytes_done(), 128u << 20);
+  EXPECT_TRUE(nodes_[1].client->Release(dst->id()).ok());
+  EXPECT_TRUE(slow.client->Release(src->id()).ok());
+}
+
+TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {
+  Node slow = StartNode("node-s", nodes_[0].process->address(), {"--max_move_rate=32MiB"});
+  AwaitMembership({&slow}, 3);
+  auto src = slow.client->Allocate(128 << 20);
+  auto dst = nodes_[1].client->Allocate(128 << 20);
+  auto remote_src = nodes_[1].client->Allocate(128 << 20);
+  auto pull_dst = slow.client->Allocate(128 << 20);
+  MoveOptions o;
+  o.wait = false;
+  // node-s (throttled) pushes into node-b and pulls from node-b, both through node-c.
+  auto push = nodes_[2].client->Move(On(slow, src->id()), On(nodes_[1], dst->id()), o);
+  auto pull = slow.client->Move(On(nodes_[1], remote_src->id()), Ref(pull_dst->id()), o);
+  ASSERT_TRUE(push.ok() && pull.ok()) << push.status() << pull.status();
+  EXPECT_TRUE(absl::EndsWith(pull->id(), ".node-s")) << "a pull runs at the destination";
+
+  // node-b dies mid-move: both end FAILED with UNAVAILABLE, in bounded time.
+  absl::SleepFor(absl::Milliseconds(300));
+  nodes_[1].process->Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  for (const auto& t : {*push, *pull}) {
+    auto end = nodes_[0].client->Wait(t.id(), absl::Seconds(15));
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(end->state(), v1::FAILED) << t.id();
+    EXPECT_EQ(end->error_code(), static_cast<int>(StatusCode::kUnavailable)) << end->error_message();
+  }
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // node-s let go of its buffers.
+  EXPECT_TRUE(slow.client->Release(src->id()).ok());
+  EXPECT_TRUE(slow.client->Release(pull_dst->id()).ok());
+  // The others keep serving each other.
+  auto a = nodes_[0].client->Allocate(4096);
+  auto c = nodes_[2].client->Allocate(4096);
+  EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(nodes_[2], c->id()))->state(), v1::SUCCEEDED);
+  // A move to the dead node is refused as UNAVAILABLE once it is seen down.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(nodes_[1], dst->id())).status().code(),
+            StatusCode::kUnavailable);
+
+  // node-b comes back (new process, new port) and moves work again.
+  nodes_[1] = StartNode("node-b", nodes_[0].process->address());
+  AwaitMembership({&nodes_[0], &nodes_[1], &nodes_[2], &slow}, 3);
+  auto b = nodes_[1].client->Allocate(1 << 20);
+  const std::string data = RandomBytes(1 << 20, 5);
+  auto big_a = nodes_[0].client->Allocate(1 << 20);
+  ASSERT_TRUE(nodes_[0].client->Write(Ref(big_a->id()), data).ok());
+  MoveOptions check;
+  check.checksum = true;
+  auto again = nodes_[2].client->Move(On(nodes_[0], big_a->id()), On(nodes_[1], b->id()), check);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
+  EXPECT_TRUE(*nodes_[1].client->Read(Ref(b->id())) == data);
+}
+
+}  // namespace
+}  // namespace gpumove
