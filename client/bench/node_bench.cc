@@ -1,0 +1,187 @@
+// Node-to-node benchmark: moves between two gpumoved nodes over UCX, next to the
+// baselines run in the same invocation on the same link: ucx_perftest ucp_put_bw (same
+// UCX_TLS, same sizes) and, for TCP, iperf3. Prints every figure and the ratios.
+//
+//   bazel run //client/bench:node_bench -- --tls=auto   # UCX picks (cma/shm on one host)
+//   bazel run //client/bench:node_bench -- --tls=tcp    # UCX_TLS=tcp, plus iperf3
+//
+// gpumove figures per size: "single" is one move at a time, Submit+wait (what one client
+// sees, RPCs included); "stream" is 16 moves per Submit, two Submits in flight (bytes per
+// second of wall time, as ucx_perftest keeps many puts in flight).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "daemon/common/bytes.h"
+#include "tests/util/daemon_process.h"
+
+ABSL_FLAG(std::string, tls, "auto", "auto (UCX chooses) or a UCX_TLS value such as tcp.");
+ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
+ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest move.");
+ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
+ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongside.");
+
+namespace gpumove {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Runs a shell command, returns its stdout.
+std::string Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// ucx_perftest ucp_put_bw between two processes on loopback; GB/s (overall), 0 if it
+// could not run.
+double UcxPerftest(uint64_t size, const std::string& tls, int port) {
+  const uint64_t iters = std::clamp<uint64_t>((4ull << 30) / size, 20, 20000);
+  const std::string env = tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " ");
+  const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ", port);
+  const std::string server = absl::StrCat(env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 &");
+  if (system(server.c_str()) != 0) return 0;
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string out =
+      Capture(absl::StrCat(env, "timeout 60 ucx_perftest 127.0.0.1 ", common, " 2>/dev/null"));
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (line.find("Final:") == absl::string_view::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    // Final: iters 50% avg overall bw_avg bw_overall ...
+    double mbps = 0;
+    if (f.size() >= 7 && absl::SimpleAtod(f[6], &mbps)) return mbps * 1024 * 1024 / 1e9;
+  }
+  return 0;
+}
+
+// iperf3 over loopback, one stream, 2 s; GB/s.
+double Iperf3(int port) {
+  if (system(absl::StrCat("timeout 20 iperf3 -s -1 -p ", port, " >/dev/null 2>&1 &").c_str()) != 0) {
+    return 0;
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string out = Capture(absl::StrCat("timeout 20 iperf3 -c 127.0.0.1 -p ", port,
+                                               " -t 2 -f g 2>/dev/null | grep receiver"));
+  std::vector<std::string> f = absl::StrSplit(out, ' ', absl::SkipEmpty());
+  for (size_t i = 1; i < f.size(); ++i) {
+    double v = 0;
+    if (f[i] == "Gbits/sec" && absl::SimpleAtod(f[i - 1], &v)) return v / 8;
+  }
+  return 0;
+}
+
+int Main() {
+  const std::string tls = absl::GetFlag(FLAGS_tls);
+  if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
+  const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
+  const std::string pool = absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20));
+  auto a = DaemonProcess::Start({"--node=bench-a", pool, "--pinned_pool_size=0",
+                                 "--device_pool_size=0", "--copy_threads=4"});
+  if (!a.ok()) {
+    std::cerr << a.status() << "\n";
+    return 1;
+  }
+  auto b = DaemonProcess::Start({"--node=bench-b", pool, "--pinned_pool_size=0",
+                                 "--device_pool_size=0", "--peers=" + (*a)->address()});
+  if (!b.ok()) {
+    std::cerr << b.status() << "\n";
+    return 1;
+  }
+  auto ca = *Client::Connect((*a)->address());
+  auto cb = *Client::Connect((*b)->address());
+  for (int i = 0; i < 200 && ca->ListPeers()->empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
+  auto src = ca->Allocate(max_size);
+  auto dst = cb->Allocate(max_size);
+  if (!src.ok() || !dst.ok()) {
+    std::cerr << "allocate: " << src.status() << dst.status() << "\n";
+    return 1;
+  }
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node("bench-b");
+  const auto info = ca->GetInfo();
+  for (const auto& p : info->paths()) {
+    if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
+  }
+  std::cout << "UCX_TLS=" << tls << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " CPUs; medians\n\n";
+  std::cout << absl::StrFormat("%10s %12s %12s %14s %10s %10s\n", "size", "single GB/s",
+                               "stream GB/s", "perftest GB/s", "single/pt", "stream/pt");
+  const double budget = absl::GetFlag(FLAGS_seconds_per_size);
+  int port = 20000 + getpid() % 20000;
+  for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
+    std::vector<double> single;
+    const absl::Time end = absl::Now() + absl::Seconds(budget);
+    while (single.size() < 5 || (absl::Now() < end && single.size() < 2000)) {
+      const absl::Time t0 = absl::Now();
+      auto t = ca->Move(Ref(src->id(), 0, size), to);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) {
+        std::cerr << "move failed: " << t.status() << (t.ok() ? t->error_message() : "") << "\n";
+        return 1;
+      }
+      single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    // Stream: 16 moves per Submit over disjoint ranges, two Submits in flight.
+    const uint64_t part = std::max<uint64_t>(size / 16, 1);
+    const int parts = size >= 16 ? 16 : 1;
+    v1::SubmitRequest batch[2];
+    for (int k = 0; k < 2; ++k) {
+      batch[k].set_wait(true);
+      for (int i = 0; i < parts; ++i) {
+        auto* s = batch[k].add_transfers();
+        *s->mutable_source() = Ref(src->id(), i * part, part);
+        v1::BufferRef d = to;
+        d.set_offset(i * part);
+        *s->mutable_destination() = d;
+      }
+    }
+    uint64_t streamed = 0;
+    const absl::Time s0 = absl::Now();
+    const absl::Time s_end = s0 + absl::Seconds(budget);
+    std::thread second([&] {
+      while (absl::Now() < s_end) (void)ca->Submit(batch[1]);
+    });
+    while (absl::Now() < s_end) {
+      if (ca->Submit(batch[0]).ok()) streamed += part * parts;
+    }
+    second.join();
+    const double stream_bw = 2 * streamed / absl::ToDoubleSeconds(absl::Now() - s0) / 1e9;
+    const double single_bw = size / Median(single) / 1e9;
+    const double pt = absl::GetFlag(FLAGS_baselines) ? UcxPerftest(size, tls, port++) : 0;
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3f %10.3f\n", FormatBytes(size),
+                                 single_bw, stream_bw, pt, pt > 0 ? single_bw / pt : 0,
+                                 pt > 0 ? stream_bw / pt : 0);
+  }
+  if (tls == "tcp" && absl::GetFlag(FLAGS_baselines)) {
+    const double ip = Iperf3(port++);
+    std::cout << absl::StrFormat("\niperf3 (one TCP stream, loopback): %.3f GB/s\n", ip);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpumove
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gpumove::Main();
+}
