@@ -31,6 +31,7 @@ absl::Status UcxError(ucs_status_t status, absl::string_view what) {
 struct UcxTransport::Impl {
   // One endpoint per peer incarnation, with its unpacked remote keys.
   struct Peer {
+    uint64_t generation = 0;  // How often its key had been forgotten when it was made.
     ucp_ep_h ep = nullptr;
     bool failed = false;
     std::string error;
@@ -39,6 +40,7 @@ struct UcxTransport::Impl {
 
   // One slice of a move (or a flush), run by the progress thread.
   struct Op {
+    uint64_t generation = 0;  // Of the peer key when the move began.
     bool put = true;
     bool flush = false;
     RemoteRange remote;
@@ -66,6 +68,15 @@ struct UcxTransport::Impl {
   absl::Mutex mu;
   std::deque<std::function<void()>> jobs ABSL_GUARDED_BY(mu);
   bool stop ABSL_GUARDED_BY(mu) = false;
+  // Times each peer key was forgotten: a move that began before a Forget must not carry
+  // on over the endpoint made after it.
+  absl::flat_hash_map<std::string, uint64_t> forgotten ABSL_GUARDED_BY(mu);
+
+  uint64_t Generation(const std::string& key) {
+    absl::MutexLock lock(&mu);
+    auto it = forgotten.find(key);
+    return it == forgotten.end() ? 0 : it->second;
+  }
 
   // Owned by the progress thread.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
@@ -111,6 +122,7 @@ struct UcxTransport::Impl {
     auto& slot = peers[r.peer_key];
     if (slot == nullptr) {
       slot = std::make_unique<Peer>();
+      slot->generation = Generation(r.peer_key);
       ucp_ep_params_t params = {};
       params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -164,13 +176,8 @@ struct UcxTransport::Impl {
     return true;
   }
 
-  // Advances one op; true when it has finished.
-  bool Advance(Op& op) {
-    Peer* peer = GetPeer(op.remote);
-    if (peer->failed && op.status.ok()) Fail(op, peer, absl::UnavailableError(peer->error));
-    if (op.abandon && op.status.ok()) {
-      Fail(op, peer, absl::UnavailableError("move abandoned after a timeout"));
-    }
+  // Collects the requests of `op` that UCX has finished.
+  void ReapRequests(Op& op, Peer* peer) {
     for (auto it = op.requests.begin(); it != op.requests.end();) {
       ucs_status_t st = ucp_request_check_status(it->first);
       if (st == UCS_INPROGRESS) {
@@ -186,6 +193,25 @@ struct UcxTransport::Impl {
       }
       it = op.requests.erase(it);
     }
+  }
+
+  // Advances one op; true when it has finished.
+  bool Advance(Op& op) {
+    if (!op.status.ok()) {
+      // Failed (Forget, timeout, error): only its requests' ends are awaited.
+      ReapRequests(op, nullptr);
+      return op.requests.empty() || GiveUp(op);
+    }
+    Peer* peer = GetPeer(op.remote);
+    if (op.generation < peer->generation) {
+      Fail(op, nullptr, absl::UnavailableError("peer restarted or down during the move"));
+      return op.requests.empty();
+    }
+    if (peer->failed && op.status.ok()) Fail(op, peer, absl::UnavailableError(peer->error));
+    if (op.abandon && op.status.ok()) {
+      Fail(op, peer, absl::UnavailableError("move abandoned after a timeout"));
+    }
+    ReapRequests(op, peer);
     if (!op.status.ok()) return op.requests.empty() || GiveUp(op);
     ucp_rkey_h rkey = nullptr;
     if (!op.flush) {
@@ -372,8 +398,10 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   // already posted), so progress, rate limits and cancel act between slices.
   const uint64_t slice =
       std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
+  const uint64_t generation = impl_->Generation(remote.peer_key);
   auto start = [&](uint64_t offset, bool flush) {
     auto op = std::make_shared<Impl::Op>();
+    op->generation = generation;
     op->put = put;
     op->flush = flush;
     op->remote = remote;
@@ -436,7 +464,17 @@ absl::Status UcxTransport::Get(const RemoteRange& remote, void* local, uint64_t 
 void UcxTransport::Forget(const std::string& peer_key) {
   impl_->Call([&] {
     auto it = impl_->peers.find(peer_key);
-    if (it != impl_->peers.end()) impl_->ClosePeer(it->second.get(), "peer restarted or down");
+    if (it == impl_->peers.end()) return;
+    // Its moves in flight fail; a later move (the peer came back) gets a new endpoint.
+    for (auto& op : impl_->active) {
+      if (op->remote.peer_key == peer_key) {
+        impl_->Fail(*op, it->second.get(), absl::UnavailableError("peer restarted or down"));
+      }
+    }
+    impl_->ClosePeer(it->second.get(), "peer restarted or down");
+    impl_->peers.erase(it);
+    absl::MutexLock lock(&impl_->mu);
+    ++impl_->forgotten[peer_key];
   });
 }
 

@@ -63,14 +63,20 @@ TEST_F(UcxTransportTest, StopsWhenProgressSaysSo) {
   EXPECT_NE(std::memcmp(remote_mem_.data(), local_mem_.data(), 8 << 20), 0);
 }
 
-TEST_F(UcxTransportTest, ForgottenPeerFailsUnavailable) {
+TEST_F(UcxTransportTest, ForgetFailsMovesInFlightAndLaterMovesReconnect) {
   ASSERT_TRUE(a_->Put(remote_, local_mem_.data(), 4096, nullptr).ok());
-  a_->Forget(remote_.peer_key);
-  EXPECT_EQ(a_->Put(remote_, local_mem_.data(), 4096, nullptr).code(),
-            absl::StatusCode::kUnavailable);
-  // A new incarnation of the same peer connects afresh.
-  remote_.peer_key = "b#2";
-  EXPECT_TRUE(a_->Put(remote_, local_mem_.data(), 4096, nullptr).ok());
+  // Forget the peer while a move is in flight (from its first progress report, with the
+  // next slice already posted): the move fails UNAVAILABLE.
+  bool forgot = false;
+  absl::Status st = a_->Put(remote_, local_mem_.data(), 8 << 20, [&](uint64_t) {
+    if (!forgot) a_->Forget(remote_.peer_key);
+    forgot = true;
+    return true;
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  // The peer is still there (it was only thought down): a new move gets a new endpoint.
+  EXPECT_TRUE(a_->Put(remote_, local_mem_.data(), 1 << 20, nullptr).ok());
+  EXPECT_EQ(std::memcmp(remote_mem_.data(), local_mem_.data(), 1 << 20), 0);
 }
 
 TEST_F(UcxTransportTest, DeadPeerFailsInBoundedTime) {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Three hosts as network namespaces on a bridge (its own namespace; 198.18.0.0/24, no
+# route out), one gpumoved each, UCX over TCP between them: a third-party move across
+# hosts; a link cut mid-move and a daemon killed mid-move both fail their moves
+# UNAVAILABLE in bounded time; the link restored and the killed node restarted, moves
+# work again. Needs root (CI runs as root). Everything is removed at the end.
+set -euo pipefail
+
+RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
+GPUMOVED="$RUNFILES/daemon/gpumoved"
+CTL="$RUNFILES/client/cli/gpumovectl"
+WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")"
+TAG="gm$(( $$ % 100000 ))"
+BR="${TAG}br"
+declare -A IP=([a]=198.18.0.1 [b]=198.18.0.2 [c]=198.18.0.3)
+declare -A PID=()
+
+fail() { echo "FAIL: $*"; for h in a b c; do echo "--- host-$h"; tail -20 "$WORK/$h.log" 2>/dev/null; done; exit 1; }
+cleanup() {
+  for h in "${!PID[@]}"; do kill -9 "${PID[$h]}" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ns in "${TAG}a" "${TAG}b" "${TAG}c" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+[ "$(id -u)" = 0 ] || fail "needs root to create network namespaces"
+
+ip netns add "$BR"
+ip -n "$BR" link add br0 type bridge
+ip -n "$BR" link set br0 up
+for h in a b c; do
+  ip netns add "$TAG$h"
+  ip link add "eth0" netns "$TAG$h" type veth peer name "p$h" netns "$BR"
+  ip -n "$BR" link set "p$h" master br0 up
+  ip -n "$TAG$h" addr add "${IP[$h]}/24" dev eth0
+  ip -n "$TAG$h" link set eth0 up
+  ip -n "$TAG$h" link set lo up
+done
+ip netns exec "${TAG}a" ip route | grep -q default && fail "a host has a route out"
+
+in_host() { local h=$1; shift; ip netns exec "$TAG$h" "$@"; }
+ctl() { local h=$1; shift; in_host "$h" "$CTL" --addr "${IP[$h]}:7470" "$@"; }
+start() {  # start HOST [extra flags...]
+  local h=$1; shift
+  ip netns exec "$TAG$h" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$GPUMOVED" --node="host-$h" \
+    --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s \
+    --host_pool_size=384MiB --pinned_pool_size=128MiB "$@" 2>>"$WORK/$h.log" &
+  PID[$h]=$!
+}
+await_peers() {  # await_peers HOST N
+  for _ in $(seq 200); do
+    [ "$(ctl "$1" peers 2>/dev/null | grep -c ' up$' || true)" = "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "host-$1 does not see $2 peers up: $(ctl "$1" peers 2>&1)"
+}
+await_end() {  # await_end HOST ID MAX_SECONDS -> prints the final line
+  local out
+  for _ in $(seq $(( $3 * 10 ))); do
+    out=$(ctl "$1" transfer "$2" 2>&1)
+    [[ "$out" == *RUNNING* || "$out" == *QUEUED* ]] || { echo "$out"; return 0; }
+    sleep 0.1
+  done
+  fail "transfer $2 still running after $3 s: $out"
+}
+
+start a --max_move_rate=32MiB
+start b
+start c
+for h in a b c; do await_peers "$h" 2; done
+ctl a info | grep -q "UCX_TLS=tcp" || fail "UCX is not on TCP"
+
+# A third-party move across hosts, verified.
+SRC=$(ctl a alloc 96MiB)
+DST=$(ctl b alloc 96MiB --kind pinned)
+head -c 33554432 /dev/urandom >"$WORK/data"
+ctl a write "$SRC" "$WORK/data" 2>/dev/null
+out=$(ctl c move "host-a/$SRC" "host-b/$DST" --length 32MiB --checksum) || fail "move: $out"
+[[ "$out" == *SUCCEEDED*UCX* ]] || fail "third-party move: $out"
+ctl b read "$DST" "$WORK/back" --length 32MiB
+cmp -s "$WORK/data" "$WORK/back" || fail "bytes on host-b differ from those written on host-a"
+echo "ok: third-party move host-a -> host-b through host-c"
+
+# Cut host-b's link mid-move: the move fails UNAVAILABLE in bounded time.
+ID=$(ctl a move "$SRC" "host-b/$DST" --no-wait)
+sleep 0.5
+ip -n "$BR" link set pb down
+start_cut=$(date +%s)
+out=$(await_end a "$ID" 20)
+[[ "$out" == *FAILED*UNAVAILABLE* ]] || fail "after the link cut: $out"
+echo "ok: link cut -> FAILED UNAVAILABLE after $(( $(date +%s) - start_cut )) s"
+ip -n "$BR" link set pb up
+await_peers a 2
+out=$(ctl a move "$SRC" "host-b/$DST" --length 1MiB --checksum) || fail "after the link came back: $out"
+echo "ok: link restored, moves work again"
+
+# Kill host-c's daemon mid-move: the move fails UNAVAILABLE; restarted, it rejoins.
+DST_C=$(ctl c alloc 96MiB)
+ID=$(ctl a move "$SRC" "host-c/$DST_C" --no-wait)
+sleep 0.5
+kill -9 "${PID[c]}"
+wait "${PID[c]}" 2>/dev/null || true
+start_kill=$(date +%s)
+out=$(await_end a "$ID" 20)
+[[ "$out" == *FAILED*UNAVAILABLE* ]] || fail "after the kill: $out"
+echo "ok: daemon killed -> FAILED UNAVAILABLE after $(( $(date +%s) - start_kill )) s"
+start c
+for h in a b c; do await_peers "$h" 2; done
+DST_C=$(ctl c alloc 32MiB)
+out=$(ctl b move "host-a/$SRC" "host-c/$DST_C" --length 32MiB --checksum) || fail "after restart: $out"
+ctl c read "$DST_C" "$WORK/back2"
+cmp -s "$WORK/data" "$WORK/back2" || fail "bytes on the restarted host-c differ"
+echo "ok: restarted host-c rejoined and took a verified move"
+echo PASS
