@@ -1,6 +1,8 @@
 #include "daemon/core/transfer_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
@@ -274,17 +276,35 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       if (t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
     }
   };
+  // Moves that reach other nodes each wait for a PrepareRemote round trip: a batch
+  // prepares them on a few threads at once.
+  std::vector<absl::StatusOr<std::shared_ptr<Record>>> prepared(specs.size());
+  const bool any_remote = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& s) {
+    return (!s.source.node.empty() && s.source.node != options_.node) ||
+           (!s.destination.node.empty() && s.destination.node != options_.node);
+  });
+  const size_t threads = any_remote ? std::min<size_t>(specs.size(), 8) : 1;
+  std::atomic<size_t> next{0};
+  auto prepare_some = [&] {
+    for (size_t i = next++; i < specs.size(); i = next++) prepared[i] = Prepare(owner, specs[i]);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < threads; ++i) helpers.emplace_back(prepare_some);
+  prepare_some();
+  for (auto& h : helpers) h.join();
+  absl::Status first_error;
   for (size_t i = 0; i < specs.size(); ++i) {
-    auto t = Prepare(owner, specs[i]);
-    if (!t.ok()) {
-      return absl::Status(t.status().code(),
-                          specs.size() == 1
-                              ? std::string(t.status().message())
-                              : absl::StrCat("transfer ", i, ": ", t.status().message()));
+    if (prepared[i].ok()) {
+      (*prepared[i])->idempotency_key = idempotency_key;
+      batch.push_back(*std::move(prepared[i]));
+    } else if (first_error.ok()) {
+      const absl::Status& st = prepared[i].status();
+      first_error = absl::Status(st.code(), specs.size() == 1
+                                                ? std::string(st.message())
+                                                : absl::StrCat("transfer ", i, ": ", st.message()));
     }
-    (*t)->idempotency_key = idempotency_key;
-    batch.push_back(*std::move(t));
   }
+  if (!first_error.ok()) return first_error;  // The cleanup releases what was prepared.
 
   std::vector<TransferSnapshot> out;
   std::shared_ptr<Record> run_inline;
