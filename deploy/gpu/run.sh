@@ -18,6 +18,9 @@ echo "== GPU local benchmark"
 echo "== host local benchmark"
 .gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
 
+echo "== node-to-node benchmark (two daemons on this host, UCX)"
+.gpu/bin/node_bench --seconds_per_size=0.3 --baselines="$(command -v ucx_perftest >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/node_bench.txt"
+
 passed=$(grep -c '\[       OK \]' "$OUT/gpu_local_test.log")
 failed=$(grep -c '\[  FAILED  \].*(' "$OUT/gpu_local_test.log")
 echo "GPU suite: $passed passed, $failed failed"
