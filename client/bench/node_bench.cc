@@ -6,8 +6,8 @@
 //   bazel run //client/bench:node_bench -- --tls=tcp    # UCX_TLS=tcp, plus iperf3
 //
 // gpumove figures per size: "single" is one move at a time, Submit+wait (what one client
-// sees, RPCs included); "stream" is 16 moves per Submit, two Submits in flight (bytes per
-// second of wall time, as ucx_perftest keeps many puts in flight).
+// sees, RPCs included); "stream" is up to 16 moves of that size per Submit, two Submits in
+// flight (bytes per second of wall time, as ucx_perftest keeps many puts in flight).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,9 +140,10 @@ int Main() {
       }
       single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    // Stream: 16 moves per Submit over disjoint ranges, two Submits in flight.
-    const uint64_t part = std::max<uint64_t>(size / 16, 1);
-    const int parts = size >= 16 ? 16 : 1;
+    // Stream: up to 16 moves of `size` per Submit over disjoint ranges (as many as the
+    // buffers hold), two Submits in flight.
+    const uint64_t part = size;
+    const int parts = static_cast<int>(std::clamp<uint64_t>(max_size / size, 1, 16));
     v1::SubmitRequest batch[2];
     for (int k = 0; k < 2; ++k) {
       batch[k].set_wait(true);

@@ -285,8 +285,15 @@ struct UcxTransport::Impl {
         ready.swap(jobs);
       }
       for (auto& job : ready) job();
-      for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
+      unsigned events = 0;
+      for (int i = 0; i < 64; ++i) {
+        const unsigned n = ucp_worker_progress(worker);
+        if (n == 0) break;
+        events += n;
       }
+      // Busy moves are polled, but a poll that found nothing yields the CPU: on a small
+      // machine the threads feeding those moves need it more than this one.
+      if (events == 0 && ready.empty()) std::this_thread::yield();
       for (auto it = active.begin(); it != active.end();) {
         if (Advance(**it)) {
           (*it)->finished.Notify();
