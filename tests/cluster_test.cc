@@ -13,21 +13,12 @@
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/random_bytes.h"
 
 namespace gpumove {
 namespace {
 
 using ::absl::StatusCode;
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string out(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&out[i], &v, std::min<size_t>(8, n - i));
-  }
-  return out;
-}
 
 struct Node {
   std::string name;
