@@ -265,14 +265,17 @@ TEST(Integration, ExpiredLeaseFreesTheBufferAndRenewKeepsIt) {
 }
 
 TEST(Integration, BufferInUseOutlivesItsLease) {
-  Daemon d({"--max_move_rate=64MiB"});
-  std::string a = d.Alloc(48 << 20, v1::HOST, absl::Milliseconds(200));
+  Daemon d({"--max_move_rate=16MiB"});
+  std::string a = d.Alloc(48 << 20, v1::HOST, absl::Seconds(1));
   std::string b = d.Alloc(48 << 20);
   ASSERT_TRUE(d.client->Write(Ref(a), std::string(48 << 20, 'q')).ok());
+  // A fresh second of lease, then a move of about three seconds: the lease runs out
+  // while the move still reads the buffer.
+  ASSERT_TRUE(d.client->RenewLease(a).ok());
   MoveOptions o;
   o.checksum = true;
-  auto t = d.client->Move(Ref(a), Ref(b), o);  // ~750 ms, past the lease.
-  ASSERT_TRUE(t.ok());
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
   EXPECT_EQ(d.client->GetBuffer(a).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(d.client->Read(Ref(b, 0, 4)).value(), "qqqq");
