@@ -254,10 +254,10 @@ TEST(Integration, QueueFullIsResourceExhausted) {
 
 TEST(Integration, ExpiredLeaseFreesTheBufferAndRenewKeepsIt) {
   Daemon d;
-  std::string doomed = d.Alloc(4096, v1::HOST, absl::Milliseconds(300));
-  std::string kept = d.Alloc(4096, v1::HOST, absl::Milliseconds(300));
-  for (int i = 0; i < 8; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
+  std::string doomed = d.Alloc(4096, v1::HOST, absl::Seconds(1));
+  std::string kept = d.Alloc(4096, v1::HOST, absl::Seconds(1));
+  for (int i = 0; i < 8; ++i) {  // 1.6 s of renewing every 0.2 s keeps it alive.
+    absl::SleepFor(absl::Milliseconds(200));
     ASSERT_TRUE(d.client->RenewLease(kept).ok());
   }
   EXPECT_EQ(d.client->GetBuffer(doomed).status().code(), StatusCode::kNotFound);
