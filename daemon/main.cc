@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/common/bytes.h"
 #include "daemon/common/log.h"
@@ -52,11 +53,39 @@ ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
+namespace {
+
+// absl keeps only the last of a repeated flag; --listen may be given several times, so
+// the repeats are folded into one comma list first.
+std::vector<char*> FoldRepeatedListen(int argc, char** argv, std::string& folded) {
+  std::vector<char*> out;
+  std::vector<std::string> values;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--listen=", 0) == 0) {
+      values.push_back(a.substr(9));
+    } else if (a == "--listen" && i + 1 < argc) {
+      values.push_back(argv[++i]);
+    } else {
+      out.push_back(argv[i]);
+    }
+  }
+  if (!values.empty()) {
+    folded = "--listen=" + absl::StrJoin(values, ",");
+    out.push_back(folded.data());
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpumove daemon: owns this node's GPU and host buffer pools and moves bytes.\n"
       "  gpumoved [--listen=127.0.0.1:7470] [--node=NAME] [--device_pool_size=1GiB] ...");
-  absl::ParseCommandLine(argc, argv);
+  std::string folded;
+  std::vector<char*> args = FoldRepeatedListen(argc, argv, folded);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   gpumove::SetLogJson(absl::GetFlag(FLAGS_log_json));
   gpumove::SetLogVerbosity(absl::GetFlag(FLAGS_v));
 
