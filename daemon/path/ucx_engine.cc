@@ -20,12 +20,15 @@ absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
     return absl::FailedPreconditionError(
         absl::StrCat("the remote buffer's pool on ", remote.node, " is not registered with UCX"));
   }
-  for (const Endpoint* e : {&src, &dst}) {
-    if (e->kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-      return absl::FailedPreconditionError(
-          "device memory over UCX needs a CUDA-aware UCX or the staging pipeline, which this "
-          "build does not have yet");
-    }
+  if (remote.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device memory on ", remote.node,
+        " over a UCX that is not CUDA-aware needs staging on that side, not built yet"));
+  }
+  const Endpoint& local = src.remote != nullptr ? dst : src;
+  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware() && pinned_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "staging device memory needs a pinned pool on this node (--pinned_pool_size)");
   }
   return absl::OkStatus();
 }
@@ -45,8 +48,33 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     return !control.cancelled();
   };
   if (control.cancelled()) return absl::CancelledError("cancelled");
-  return push ? transport_->Put(remote, src.data, length, progress)
-              : transport_->Get(remote, dst.data, length, progress);
+  const Endpoint& local = push ? src : dst;
+  if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
+    return push ? transport_->Put(remote, src.data, length, progress)
+                : transport_->Get(remote, dst.data, length, progress);
+  }
+  // Device memory and a UCX that cannot take it: through pinned bounce buffers.
+  auto ring = BounceRing::Take(pinned_, staging_);
+  if (!ring.ok()) return ring.status();
+  auto at = [&remote](uint64_t offset) {
+    RemoteRange r = remote;
+    r.address += offset;
+    return r;
+  };
+  if (push) {
+    return StageOut(
+        gpu_, src.data, src.device, length, *ring,
+        [&](const char* host, uint64_t offset, uint64_t n) {
+          return transport_->Put(at(offset), host, n, nullptr);
+        },
+        progress);
+  }
+  return StageIn(
+      gpu_, dst.data, dst.device, length, *ring,
+      [&](char* host, uint64_t offset, uint64_t n) {
+        return transport_->Get(at(offset), host, n, nullptr);
+      },
+      progress);
 }
 
 }  // namespace gpumove

@@ -122,12 +122,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         p->set_size(pool->capacity());
         p->set_rkey(*rkey);
       }
-      d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get());
+      d->ucx_engine_ = std::make_unique<UcxEngine>(
+          d->ucx_.get(), gpu, d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice));
       engines.push_back(d->ucx_engine_.get());
       ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
                                 self.pools_size(), " pool(s) registered; device memory: ",
                                 d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
-                                                      : "not CUDA-aware, staging not built yet");
+                                                      : "staged through pinned bounce buffers on this side "
+                                  "(remote device memory: not yet)");
     }
   }
   ClusterOptions cluster_options;

@@ -4,7 +4,7 @@
 # to the GPU machine and run deploy/gpu/run.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test
+TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //tests:gpu_staging_test
          //client/bench:gpu_local_bench //client/bench:local_bench //client/bench:node_bench)
 bazel build "${TARGETS[@]}" 2>&1 | tail -1
 BIN=$(bazel info bazel-bin 2>/dev/null)

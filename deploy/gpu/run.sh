@@ -12,6 +12,8 @@ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee
 echo "== GPU test suite"
 .gpu/bin/gpu_local_test --gtest_output=xml:"$OUT/gpu_local_test.xml" 2>&1 | tee "$OUT/gpu_local_test.log" | grep -vE '^(gpu|  )'
 tests_rc=${PIPESTATUS[0]}
+.gpu/bin/gpu_staging_test --gtest_output=xml:"$OUT/gpu_staging_test.xml" 2>&1 | tee "$OUT/gpu_staging_test.log" | grep -vE '^(  )'
+[ "${PIPESTATUS[0]}" = 0 ] || tests_rc=1
 
 echo "== GPU local benchmark"
 .gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
@@ -21,7 +23,7 @@ echo "== host local benchmark"
 echo "== node-to-node benchmark (two daemons on this host, UCX)"
 .gpu/bin/node_bench --seconds_per_size=0.3 --baselines="$(command -v ucx_perftest >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/node_bench.txt"
 
-passed=$(grep -c '\[       OK \]' "$OUT/gpu_local_test.log")
-failed=$(grep -c '\[  FAILED  \].*(' "$OUT/gpu_local_test.log")
+passed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[       OK \]')
+failed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[  FAILED  \].*(')
 echo "GPU suite: $passed passed, $failed failed"
 exit "$tests_rc"

@@ -1,0 +1,153 @@
+#include "daemon/path/staging.h"
+
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace gpumove {
+
+absl::StatusOr<BounceRing> BounceRing::Take(Pool* pinned, StagingOptions options) {
+  if (pinned == nullptr) return absl::FailedPreconditionError("no pinned pool for staging");
+  BounceRing ring(pinned, options.chunk);
+  for (int i = 0; i < options.slots; ++i) {
+    auto slot = pinned->Allocate(options.chunk);
+    if (!slot.ok()) break;
+    ring.slots_.push_back(*slot);
+  }
+  if (ring.slots_.size() < 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the pinned pool has no room for two ", options.chunk, "-byte staging buffers"));
+  }
+  return ring;
+}
+
+BounceRing::BounceRing(BounceRing&& other) noexcept
+    : pool_(other.pool_), chunk_(other.chunk_), slots_(std::move(other.slots_)) {
+  other.slots_.clear();
+}
+
+BounceRing::~BounceRing() {
+  for (char* s : slots_) pool_->Free(s);
+}
+
+namespace {
+
+// A bounded ring between a producer and a consumer thread: slot k is filled by the
+// producer, drained by the consumer, then reused for chunk k + slots.
+class Pipeline {
+ public:
+  explicit Pipeline(size_t slots) : slots_(slots) {}
+
+  // Producer side: waits until chunk k's slot is free; false when the pipeline stopped.
+  bool AwaitFree(uint64_t k) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || k < drained_ + slots_; };
+    mu_.Await(absl::Condition(&ready));
+    return !stop_;
+  }
+  void Filled() {
+    absl::MutexLock lock(&mu_);
+    ++filled_;
+  }
+  // Consumer side: waits until chunk k is filled; false when the pipeline stopped.
+  bool AwaitFilled(uint64_t k) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || k < filled_; };
+    mu_.Await(absl::Condition(&ready));
+    return k < filled_;
+  }
+  void Drained() {
+    absl::MutexLock lock(&mu_);
+    ++drained_;
+  }
+  // Ends the pipeline with `status` (the first error wins); both sides stop waiting.
+  void Stop(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = std::move(status);
+    stop_ = true;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  const size_t slots_;
+  absl::Mutex mu_;
+  uint64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t drained_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs `produce(k, slot, offset, n)` on a helper thread and `consume(...)` on this one,
+// chunk by chunk through the ring.
+absl::Status RunPipeline(
+    uint64_t length, const BounceRing& ring,
+    const std::function<absl::Status(char*, uint64_t, uint64_t)>& produce,
+    const std::function<absl::Status(char*, uint64_t, uint64_t)>& consume,
+    const StageProgress& progress) {
+  const uint64_t chunk = ring.chunk();
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  Pipeline pipe(ring.slots());
+  std::thread producer([&] {
+    for (uint64_t k = 0; k < chunks; ++k) {
+      if (!pipe.AwaitFree(k)) return;
+      const uint64_t offset = k * chunk;
+      absl::Status st = produce(ring.slot(k % ring.slots()), offset, std::min(chunk, length - offset));
+      if (!st.ok()) {
+        pipe.Stop(st);
+        return;
+      }
+      pipe.Filled();
+    }
+  });
+  for (uint64_t k = 0; k < chunks; ++k) {
+    if (!pipe.AwaitFilled(k)) break;
+    const uint64_t offset = k * chunk;
+    const uint64_t n = std::min(chunk, length - offset);
+    absl::Status st = consume(ring.slot(k % ring.slots()), offset, n);
+    if (!st.ok()) {
+      pipe.Stop(st);
+      break;
+    }
+    pipe.Drained();
+    if (progress && !progress(offset + n) && offset + n < length) {
+      pipe.Stop(absl::CancelledError("cancelled"));
+      break;
+    }
+  }
+  pipe.Stop(absl::OkStatus());
+  producer.join();
+  return pipe.status();
+}
+
+}  // namespace
+
+absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
+                      const BounceRing& ring, const StageSend& send,
+                      const StageProgress& progress) {
+  return RunPipeline(
+      length, ring,
+      [&](char* slot, uint64_t offset, uint64_t n) {
+        return gpu->Copy(slot, kHostDevice, src + offset, device, n, n, nullptr);
+      },
+      [&](char* slot, uint64_t offset, uint64_t n) { return send(slot, offset, n); }, progress);
+}
+
+absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
+                     const BounceRing& ring, const StageReceive& receive,
+                     const StageProgress& progress) {
+  // The wire fills the ring (producer thread); this thread copies onto the GPU, so the
+  // progress it reports counts bytes that have landed in device memory.
+  return RunPipeline(
+      length, ring, [&](char* slot, uint64_t offset, uint64_t n) { return receive(slot, offset, n); },
+      [&](char* slot, uint64_t offset, uint64_t n) {
+        return gpu->Copy(dst + offset, device, slot, kHostDevice, n, n, nullptr);
+      },
+      progress);
+}
+
+}  // namespace gpumove

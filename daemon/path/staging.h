@@ -1,0 +1,64 @@
+// The staging pipeline: moves bytes between device memory and a transport that only
+// takes host memory, through a ring of pinned bounce buffers. Going out, chunk k is on
+// the wire while chunk k+1 is copied off the GPU; coming in, chunk k is copied onto the
+// GPU while chunk k+1 arrives. Any host-only transport (UCX without CUDA support, MPI
+// without it) plugs in its send/receive; the GPU side is GpuRuntime::Copy, so with the
+// host-only runtime the same code runs on host memory (that is how CI exercises it).
+#ifndef GPUMOVE_DAEMON_PATH_STAGING_H_
+#define GPUMOVE_DAEMON_PATH_STAGING_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/pool.h"
+
+namespace gpumove {
+
+struct StagingOptions {
+  uint64_t chunk = 8 << 20;  // Bytes per bounce buffer.
+  int slots = 4;             // Bounce buffers per move.
+};
+
+// Bounce buffers for one move, carved from the pinned pool and returned when done.
+class BounceRing {
+ public:
+  // Takes `options.slots` buffers of `options.chunk` bytes (fewer, down to 2, when the
+  // pool is short; RESOURCE_EXHAUSTED below that).
+  static absl::StatusOr<BounceRing> Take(Pool* pinned, StagingOptions options);
+  BounceRing(BounceRing&& other) noexcept;
+  ~BounceRing();
+
+  size_t slots() const { return slots_.size(); }
+  uint64_t chunk() const { return chunk_; }
+  char* slot(size_t i) const { return slots_[i]; }
+
+ private:
+  BounceRing(Pool* pool, uint64_t chunk) : pool_(pool), chunk_(chunk) {}
+  Pool* pool_;
+  uint64_t chunk_;
+  std::vector<char*> slots_;
+};
+
+// Sends host bytes [host, host+n) to the wire at `offset` of the move.
+using StageSend = std::function<absl::Status(const char* host, uint64_t offset, uint64_t n)>;
+// Fills [host, host+n) from the wire at `offset` of the move.
+using StageReceive = std::function<absl::Status(char* host, uint64_t offset, uint64_t n)>;
+// Bytes known done; false stops the move (it then returns CANCELLED).
+using StageProgress = std::function<bool(uint64_t done)>;
+
+// device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
+// standing in for a GPU).
+absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
+                      const BounceRing& ring, const StageSend& send,
+                      const StageProgress& progress);
+// receive -> bounce -> device.
+absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
+                     const BounceRing& ring, const StageReceive& receive,
+                     const StageProgress& progress);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_STAGING_H_
