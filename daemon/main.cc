@@ -50,6 +50,9 @@ ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(3),
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
+ABSL_FLAG(bool, ucx_force_staging, false,
+          "Stage every range peers move to or from this node through pinned bounce buffers, "
+          "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
   options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
   options.ucx = absl::GetFlag(FLAGS_ucx);
+  options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   if (options.listen.empty()) {
     LOG(ERROR) << "--listen is empty";

@@ -1,7 +1,7 @@
 // GPU suite for the staged UCX path (tag "gpu"; run on the GPU machine, whose UCX is not
-// CUDA-aware): two daemons on one host, device memory pushed to and pulled from the other
-// node's host memory through pinned bounce buffers, verified; device memory on the remote
-// side refused as not yet supported.
+// CUDA-aware): two daemons on one host; device memory pushed to and pulled from the other
+// node's host memory (staged on the running side), and device to device across nodes
+// (staged on both sides), verified.
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +26,7 @@ class GpuStaging : public ::testing::Test {
   void SetUp() override {
     a_ = *DaemonProcess::Start({"--node=gpu-a", "--device_pool_size=3GiB",
                                 "--host_pool_size=256MiB", "--pinned_pool_size=256MiB"});
-    b_ = *DaemonProcess::Start({"--node=gpu-b", "--device_pool_size=0",
+    b_ = *DaemonProcess::Start({"--node=gpu-b", "--device_pool_size=2560MiB",
                                 "--host_pool_size=2560MiB", "--pinned_pool_size=256MiB",
                                 "--peers=" + a_->address()});
     ca_ = *Client::Connect(a_->address());
@@ -70,15 +70,32 @@ TEST_F(GpuStaging, DevicePushedToAndPulledFromAnotherNodeVerified) {
   }
 }
 
-TEST_F(GpuStaging, RemoteDeviceMemoryIsRefusedForNow) {
-  auto dev = ca_->Allocate(1 << 20, v1::DEVICE, 0);
-  auto host = cb_->Allocate(1 << 20);
-  // Submitted at gpu-b, both of these would need gpu-a's device memory staged remotely.
-  EXPECT_EQ(cb_->Move(Ref(host->id()), On("gpu-a", dev->id())).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(cb_->Move(On("gpu-a", dev->id()), Ref(host->id())).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ca_->GetBuffer(dev->id())->active_uses(), 0u);
+TEST_F(GpuStaging, DeviceToDeviceAcrossNodesVerified) {
+  const int gpus = ca_->GetInfo()->gpus_size();
+  uint64_t seed = 70;
+  for (uint64_t size : {(5ull << 20) + 3, 200ull << 20}) {
+    SCOPED_TRACE(absl::StrCat(size, " bytes"));
+    auto a_dev = ca_->Allocate(size, v1::DEVICE, 0);
+    auto b_dev = cb_->Allocate(size, v1::DEVICE, gpus - 1);
+    auto a_back = ca_->Allocate(size, v1::DEVICE, gpus - 1);
+    ASSERT_TRUE(a_dev.ok() && b_dev.ok() && a_back.ok());
+    const std::string data = RandomBytes(size, seed++);
+    ASSERT_TRUE(ca_->Write(Ref(a_dev->id()), data).ok());
+    MoveOptions o;
+    o.checksum = true;
+    // Push from gpu-a's GPU into gpu-b's GPU, submitted at gpu-b (so gpu-b pulls).
+    auto pull = cb_->Move(On("gpu-a", a_dev->id()), Ref(b_dev->id()), o);
+    ASSERT_TRUE(pull.ok()) << pull.status();
+    ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+    EXPECT_TRUE(*cb_->Read(Ref(b_dev->id())) == data);
+    // And back, pushed by gpu-b.
+    auto push = cb_->Move(Ref(b_dev->id()), On("gpu-a", a_back->id()), o);
+    ASSERT_TRUE(push.ok()) << push.status();
+    ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+    EXPECT_TRUE(*ca_->Read(Ref(a_back->id())) == data);
+    for (auto& id : {a_dev->id(), a_back->id()}) ASSERT_TRUE(ca_->Release(id).ok());
+    ASSERT_TRUE(cb_->Release(b_dev->id()).ok());
+  }
 }
 
 TEST_F(GpuStaging, LargeStagedPushThroughput) {
@@ -97,6 +114,16 @@ TEST_F(GpuStaging, LargeStagedPushThroughput) {
     const double p = (pull->end_time().seconds() - pull->start_time().seconds()) +
                      (pull->end_time().nanos() - pull->start_time().nanos()) * 1e-9;
     std::cout << "staged pull other node's host -> GPU0, 2 GiB: " << size / p / 1e9 << " GB/s\n";
+  }
+  auto b_dev = cb_->Allocate(size, v1::DEVICE, 1 % ca_->GetInfo()->gpus_size());
+  ASSERT_TRUE(b_dev.ok()) << b_dev.status();
+  for (int i = 0; i < 3; ++i) {
+    auto d2d = ca_->Move(Ref(dev->id()), On("gpu-b", b_dev->id()));
+    ASSERT_TRUE(d2d.ok() && d2d->state() == v1::SUCCEEDED);
+    const double s = (d2d->end_time().seconds() - d2d->start_time().seconds()) +
+                     (d2d->end_time().nanos() - d2d->start_time().nanos()) * 1e-9;
+    std::cout << "staged both sides GPU0 (gpu-a) -> GPU (gpu-b), 2 GiB: " << size / s / 1e9
+              << " GB/s\n";
   }
 }
 

@@ -5,23 +5,59 @@
 
 namespace gpumove {
 
-absl::StatusOr<BufferUse*> HoldTable::Hold(const std::string& from_node, uint64_t from_incarnation,
-                                           const std::string& transfer_id, const std::string& owner,
-                                           const std::string& buffer_id, uint64_t offset,
-                                           uint64_t length) {
+absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
+                                               uint64_t from_incarnation,
+                                               const std::string& transfer_id,
+                                               const std::string& owner,
+                                               const std::string& buffer_id, uint64_t offset,
+                                               uint64_t length) {
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
+  auto entry = std::make_unique<Entry>();
+  entry->incarnation = from_incarnation;
+  if (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice)) {
+    auto ring = BounceRing::Take(staging_.pinned, staging_.options);
+    if (!ring.ok()) return ring.status();
+    entry->ring.emplace(*std::move(ring));
+  }
+  entry->use = *std::move(use);
   const std::string key = absl::StrCat(from_node, "\n", transfer_id);
   absl::MutexLock lock(&mu_);
   auto& slot = holds_[key];
   if (slot != nullptr) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("transfer ", transfer_id, " already holds a range"));
+    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already holds a range"));
   }
-  slot = std::make_unique<Entry>();
-  slot->incarnation = from_incarnation;
-  slot->use = *std::move(use);
-  return &slot->use;
+  slot = std::move(entry);
+  return Held{&slot->use, slot->ring.has_value() ? &*slot->ring : nullptr};
+}
+
+absl::Status HoldTable::StageChunk(const std::string& from_node, const std::string& transfer_id,
+                                   uint32_t slot, uint64_t offset, uint64_t length,
+                                   bool to_range) {
+  Entry* entry = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
+    if (it == holds_.end()) {
+      return absl::NotFoundError(absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+    }
+    entry = it->second.get();
+  }
+  // The runner uses one slot at a time per chunk and completes only after its last
+  // StageChunk, so the entry stays while this runs.
+  if (!entry->ring.has_value()) {
+    return absl::FailedPreconditionError("this range is not staged");
+  }
+  const BounceRing& ring = *entry->ring;
+  uint64_t end = 0;
+  if (slot >= ring.slots() || length > ring.chunk() || __builtin_add_overflow(offset, length, &end) ||
+      end > entry->use.length()) {
+    return absl::InvalidArgumentError("stage chunk outside the slot or the held range");
+  }
+  const int device = entry->use.kind() == MemoryKind::kDevice ? entry->use.device() : kHostDevice;
+  char* range = entry->use.data() + offset;
+  return to_range ? staging_.gpu->Copy(range, device, ring.slot(slot), kHostDevice, length, length, nullptr)
+                  : staging_.gpu->Copy(ring.slot(slot), kHostDevice, range, device, length, length, nullptr);
 }
 
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,

@@ -4,6 +4,7 @@
 #ifndef GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
 #define GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -12,20 +13,40 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/path/staging.h"
 
 namespace gpumove {
 
+// When ranges on this node need staging (see HoldTable::Hold).
+struct StagingPolicy {
+  bool device = false;  // Device memory: the transport cannot take it.
+  bool all = false;     // Every range (to exercise the protocol without a GPU).
+  GpuRuntime* gpu = nullptr;
+  Pool* pinned = nullptr;
+  StagingOptions options;
+};
+
 class HoldTable {
  public:
-  // `registry` and `hasher` must outlive the table.
+  // `registry` and `hasher` (and the policy's gpu and pool) must outlive the table.
   HoldTable(BufferRegistry* registry,
-            std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher)
-      : registry_(registry), hasher_(std::move(hasher)) {}
+            std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher,
+            StagingPolicy staging = {})
+      : registry_(registry), hasher_(std::move(hasher)), staging_(staging) {}
 
-  // Checks and holds a range for (from_node, transfer_id). ALREADY_EXISTS for a repeat.
-  absl::StatusOr<BufferUse*> Hold(const std::string& from_node, uint64_t from_incarnation,
-                                  const std::string& transfer_id, const std::string& owner,
-                                  const std::string& buffer_id, uint64_t offset, uint64_t length);
+  struct Held {
+    const BufferUse* use = nullptr;
+    const BounceRing* ring = nullptr;  // Set when this node stages the range.
+  };
+  // Checks and holds a range for (from_node, transfer_id), with a bounce ring when the
+  // policy says it must be staged. ALREADY_EXISTS for a repeat.
+  absl::StatusOr<Held> Hold(const std::string& from_node, uint64_t from_incarnation,
+                            const std::string& transfer_id, const std::string& owner,
+                            const std::string& buffer_id, uint64_t offset, uint64_t length);
+  // One chunk of a staged move between bounce slot `slot` and the held range.
+  absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
+                          uint32_t slot, uint64_t offset, uint64_t length, bool to_range);
   // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum);
@@ -37,9 +58,11 @@ class HoldTable {
   struct Entry {
     uint64_t incarnation = 0;
     BufferUse use;
+    std::optional<BounceRing> ring;
   };
   BufferRegistry* const registry_;
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
+  const StagingPolicy staging_;
   mutable absl::Mutex mu_;
   // Key: from_node + '\n' + transfer_id.
   absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);

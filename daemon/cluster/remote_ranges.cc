@@ -72,6 +72,12 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
   if (response.pool_index() >= 0 && response.pool_index() < peer->descriptor.pools_size()) {
     hold.ucx_rkey = peer->descriptor.pools(response.pool_index()).rkey();
   }
+  hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
+  hold.stage_slot_size = response.stage_slot_size();
+  if (response.stage_pool_index() >= 0 &&
+      response.stage_pool_index() < peer->descriptor.pools_size()) {
+    hold.stage_rkey = peer->descriptor.pools(response.stage_pool_index()).rkey();
+  }
   return hold;
 }
 
@@ -95,6 +101,27 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
   absl::Status st = FromGrpc(stub->CompleteRemote(&context, request, &response), hold.node);
   if (!st.ok()) return st;
   return response.xxh3();
+}
+
+absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
+                                             uint64_t offset, uint64_t length, bool to_range) {
+  auto peer = cluster_->Find(hold.node);
+  if (!peer.ok()) return peer.status();
+  if (peer->descriptor.incarnation() != hold.incarnation) {
+    return absl::UnavailableError(absl::StrCat("node ", hold.node, " restarted during the move"));
+  }
+  auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+  v1::StageChunkRequest request;
+  request.set_transfer_id(hold.transfer_id);
+  request.set_from_node(cluster_->self().node());
+  request.set_slot(slot);
+  request.set_offset(offset);
+  request.set_length(length);
+  request.set_to_range(to_range);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  v1::StageChunkResponse response;
+  return FromGrpc(stub->StageChunk(&context, request, &response), hold.node);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

@@ -25,6 +25,8 @@ class ClusterRemoteRanges : public RemoteRanges {
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
                                     bool checksum) override;
   void Release(const RemoteHold& hold) override;
+  absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
+                          uint64_t length, bool to_range) override;
 
  private:
   void ReleaseLoop();

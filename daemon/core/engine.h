@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +31,11 @@ struct RemoteHold {
   std::string ucx_worker_address;
   std::string ucx_rkey;  // Empty: the remote pool is not registered with UCX.
   bool same_host = false;  // The remote node runs on this machine.
+  // Set when the remote node stages its range: its bounce slots (addresses in its space),
+  // their size and the packed rkey of the pool holding them.
+  std::vector<uint64_t> stage_slots;
+  uint64_t stage_slot_size = 0;
+  std::string stage_rkey;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -58,6 +64,10 @@ class RemoteRanges {
                                             bool checksum) = 0;
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
+  // For a staged remote range: has the remote node copy one chunk between its bounce
+  // slot and the range (to_range after a put into the slot, else before a get from it).
+  virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
+                                  uint64_t length, bool to_range) = 0;
 };
 
 // Given to Move by the scheduler.

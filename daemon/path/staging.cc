@@ -82,21 +82,17 @@ class Pipeline {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// Runs `produce(k, slot, offset, n)` on a helper thread and `consume(...)` on this one,
-// chunk by chunk through the ring.
-absl::Status RunPipeline(
-    uint64_t length, const BounceRing& ring,
-    const std::function<absl::Status(char*, uint64_t, uint64_t)>& produce,
-    const std::function<absl::Status(char*, uint64_t, uint64_t)>& consume,
-    const StageProgress& progress) {
-  const uint64_t chunk = ring.chunk();
+}  // namespace
+
+absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
+                       const StageStep& consume, const StageProgress& progress) {
   const uint64_t chunks = (length + chunk - 1) / chunk;
-  Pipeline pipe(ring.slots());
+  Pipeline pipe(slots);
   std::thread producer([&] {
     for (uint64_t k = 0; k < chunks; ++k) {
       if (!pipe.AwaitFree(k)) return;
       const uint64_t offset = k * chunk;
-      absl::Status st = produce(ring.slot(k % ring.slots()), offset, std::min(chunk, length - offset));
+      absl::Status st = produce(k % slots, offset, std::min(chunk, length - offset));
       if (!st.ok()) {
         pipe.Stop(st);
         return;
@@ -108,7 +104,7 @@ absl::Status RunPipeline(
     if (!pipe.AwaitFilled(k)) break;
     const uint64_t offset = k * chunk;
     const uint64_t n = std::min(chunk, length - offset);
-    absl::Status st = consume(ring.slot(k % ring.slots()), offset, n);
+    absl::Status st = consume(k % slots, offset, n);
     if (!st.ok()) {
       pipe.Stop(st);
       break;
@@ -124,17 +120,16 @@ absl::Status RunPipeline(
   return pipe.status();
 }
 
-}  // namespace
-
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
                       const StageProgress& progress) {
-  return RunPipeline(
-      length, ring,
-      [&](char* slot, uint64_t offset, uint64_t n) {
-        return gpu->Copy(slot, kHostDevice, src + offset, device, n, n, nullptr);
+  return RunStaged(
+      length, ring.chunk(), ring.slots(),
+      [&](size_t slot, uint64_t offset, uint64_t n) {
+        return gpu->Copy(ring.slot(slot), kHostDevice, src + offset, device, n, n, nullptr);
       },
-      [&](char* slot, uint64_t offset, uint64_t n) { return send(slot, offset, n); }, progress);
+      [&](size_t slot, uint64_t offset, uint64_t n) { return send(ring.slot(slot), offset, n); },
+      progress);
 }
 
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
@@ -142,10 +137,11 @@ absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
                      const StageProgress& progress) {
   // The wire fills the ring (producer thread); this thread copies onto the GPU, so the
   // progress it reports counts bytes that have landed in device memory.
-  return RunPipeline(
-      length, ring, [&](char* slot, uint64_t offset, uint64_t n) { return receive(slot, offset, n); },
-      [&](char* slot, uint64_t offset, uint64_t n) {
-        return gpu->Copy(dst + offset, device, slot, kHostDevice, n, n, nullptr);
+  return RunStaged(
+      length, ring.chunk(), ring.slots(),
+      [&](size_t slot, uint64_t offset, uint64_t n) { return receive(ring.slot(slot), offset, n); },
+      [&](size_t slot, uint64_t offset, uint64_t n) {
+        return gpu->Copy(dst + offset, device, ring.slot(slot), kHostDevice, n, n, nullptr);
       },
       progress);
 }

@@ -49,6 +49,14 @@ using StageReceive = std::function<absl::Status(char* host, uint64_t offset, uin
 // Bytes known done; false stops the move (it then returns CANCELLED).
 using StageProgress = std::function<bool(uint64_t done)>;
 
+// The ring itself: `produce(slot, offset, n)` runs on a helper thread and fills slot
+// `slot` with chunk [offset, offset+n); `consume(slot, offset, n)` runs on the calling
+// thread and drains it; a slot is reused only after it was drained. Chunks are `chunk`
+// bytes, `slots` at most in flight.
+using StageStep = std::function<absl::Status(size_t slot, uint64_t offset, uint64_t n)>;
+absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
+                       const StageStep& consume, const StageProgress& progress);
+
 // device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
 // standing in for a GPU).
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,

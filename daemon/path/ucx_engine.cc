@@ -1,5 +1,7 @@
 #include "daemon/path/ucx_engine.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpumove {
@@ -16,14 +18,14 @@ absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
   if (remote.ucx_worker_address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("node ", remote.node, " has no UCX engine"));
   }
-  if (remote.ucx_rkey.empty()) {
+  if (!remote.stage_slots.empty()) {
+    if (remote.stage_rkey.empty() || remote.stage_slot_size == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", remote.node, " stages this range but its bounce pool is not registered"));
+    }
+  } else if (remote.ucx_rkey.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the remote buffer's pool on ", remote.node, " is not registered with UCX"));
-  }
-  if (remote.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device memory on ", remote.node,
-        " over a UCX that is not CUDA-aware needs staging on that side, not built yet"));
   }
   const Endpoint& local = src.remote != nullptr ? dst : src;
   if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware() && pinned_ == nullptr) {
@@ -48,6 +50,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     return !control.cancelled();
   };
   if (control.cancelled()) return absl::CancelledError("cancelled");
+  if (!hold.stage_slots.empty()) return MoveRemoteStaged(src, dst, length, progress);
   const Endpoint& local = push ? src : dst;
   if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
     return push ? transport_->Put(remote, src.data, length, progress)
@@ -73,6 +76,65 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       gpu_, dst.data, dst.device, length, *ring,
       [&](char* host, uint64_t offset, uint64_t n) {
         return transport_->Get(at(offset), host, n, nullptr);
+      },
+      progress);
+}
+
+absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,
+                                         uint64_t length,
+                                         const std::function<bool(uint64_t)>& progress) {
+  const bool push = dst.remote != nullptr;
+  const RemoteHold& hold = push ? *dst.remote : *src.remote;
+  const Endpoint& local = push ? src : dst;
+  const uint64_t chunk = hold.stage_slot_size;
+  size_t slots = hold.stage_slots.size();
+  // Our own device memory goes through our bounce slots too, one per remote slot.
+  std::optional<BounceRing> ours;
+  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
+    auto ring = BounceRing::Take(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)});
+    if (!ring.ok()) return ring.status();
+    ours.emplace(*std::move(ring));
+    slots = std::min(slots, ours->slots());
+  }
+  auto slot_range = [&](size_t slot) {
+    RemoteRange r;
+    r.peer_key = PeerKey(hold.node, hold.incarnation);
+    r.worker_address = hold.ucx_worker_address;
+    r.rkey = hold.stage_rkey;
+    r.address = hold.stage_slots[slot];
+    r.peer_error_handling = !hold.same_host;
+    return r;
+  };
+  if (push) {
+    return RunStaged(
+        length, chunk, slots,
+        [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
+          const char* host = src.data + offset;
+          if (ours.has_value()) {
+            absl::Status st = gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset,
+                                         src.device, n, n, nullptr);
+            if (!st.ok()) return st;
+            host = ours->slot(slot);
+          }
+          return transport_->Put(slot_range(slot), host, n, nullptr);
+        },
+        [&](size_t slot, uint64_t offset, uint64_t n) {
+          return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/true);
+        },
+        progress);
+  }
+  return RunStaged(
+      length, chunk, slots,
+      [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
+        absl::Status st = remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
+        if (!st.ok()) return st;
+        char* host = ours.has_value() ? ours->slot(slot) : dst.data + offset;
+        return transport_->Get(slot_range(slot), host, n, nullptr);
+      },
+      [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
+        if (!ours.has_value()) return absl::OkStatus();
+        return gpu_->Copy(dst.data + offset, dst.device, ours->slot(slot), kHostDevice, n, n,
+                          nullptr);
       },
       progress);
 }

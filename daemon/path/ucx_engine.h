@@ -2,8 +2,8 @@
 // into the peer's registered pool and flushes; a pull gets them. Host and pinned memory
 // go zero-copy from pool to pool. Local device memory goes direct with a CUDA-aware UCX,
 // else through the staging pipeline (pinned bounce buffers, GPU copies overlapping the
-// wire). Device memory on the remote side needs that side to stage, which is not built
-// yet: such moves are refused with FAILED_PRECONDITION.
+// wire). Device memory on the remote side is staged by that side: the runner puts into or
+// gets from its bounce slots and has it copy each chunk on or off its GPU.
 #ifndef GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 #define GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 
@@ -17,9 +17,11 @@ namespace gpumove {
 
 class UcxEngine : public Engine {
  public:
-  // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers.
-  UcxEngine(UcxTransport* transport, GpuRuntime* gpu, Pool* pinned, StagingOptions staging = {})
-      : transport_(transport), gpu_(gpu), pinned_(pinned), staging_(staging) {}
+  // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
+  // `remote` drives the other node's half of a move it stages.
+  UcxEngine(UcxTransport* transport, GpuRuntime* gpu, Pool* pinned, RemoteRanges* remote,
+            StagingOptions staging = {})
+      : transport_(transport), gpu_(gpu), pinned_(pinned), remote_(remote), staging_(staging) {}
 
   PathKind path() const override { return PathKind::kUcx; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
@@ -30,9 +32,15 @@ class UcxEngine : public Engine {
   static std::string PeerKey(const std::string& node, uint64_t incarnation);
 
  private:
+  // A move whose remote end is staged by the remote node: chunks go through its bounce
+  // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
+  absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                                const std::function<bool(uint64_t)>& progress);
+
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;
   Pool* const pinned_;
+  RemoteRanges* const remote_;
   const StagingOptions staging_;
 };
 

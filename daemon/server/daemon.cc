@@ -122,14 +122,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         p->set_size(pool->capacity());
         p->set_rkey(*rkey);
       }
-      d->ucx_engine_ = std::make_unique<UcxEngine>(
-          d->ucx_.get(), gpu, d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice));
-      engines.push_back(d->ucx_engine_.get());
       ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
                                 self.pools_size(), " pool(s) registered; device memory: ",
                                 d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
-                                                      : "staged through pinned bounce buffers on this side "
-                                  "(remote device memory: not yet)");
+                                                      : "staged through pinned bounce buffers");
     }
   }
   ClusterOptions cluster_options;
@@ -139,6 +135,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
   d->remote_ranges_ =
       std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
+  if (d->ucx_ != nullptr) {
+    Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
+    d->ucx_engine_ =
+        std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned, d->remote_ranges_.get());
+    engines.push_back(d->ucx_engine_.get());
+    // This node stages its own device ranges for peers when UCX cannot take them (every
+    // range with --ucx_force_staging).
+    StagingPolicy staging;
+    staging.device = !d->ucx_->cuda_aware();
+    staging.all = options.ucx_force_staging;
+    staging.gpu = gpu;
+    staging.pinned = pinned;
+    d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
+  }
 
   SchedulerOptions sched;
   sched.node = d->node_;

@@ -51,6 +51,9 @@ struct DaemonOptions {
   // The UCX engine (node-to-node moves). Without it a node still joins a cluster and
   // routes requests.
   bool ucx = true;
+  // Stage every range peers move to or from this node, not only device memory (exercises
+  // the staging protocol on machines without GPUs).
+  bool ucx_force_staging = false;
   uint64_t ucx_chunk = 4 << 20;
 };
 

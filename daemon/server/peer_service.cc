@@ -19,20 +19,28 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "from_node and transfer_id are required");
   }
-  auto use = holds_->Hold(request->from_node(), request->from_incarnation(), request->transfer_id(),
-                          request->owner(), request->range().buffer_id(), request->range().offset(),
-                          request->range().length());
-  if (!use.ok()) return ToGrpcStatus(use.status());
-  const BufferUse& u = **use;
+  auto held = holds_->Hold(request->from_node(), request->from_incarnation(),
+                           request->transfer_id(), request->owner(), request->range().buffer_id(),
+                           request->range().offset(), request->range().length());
+  if (!held.ok()) return ToGrpcStatus(held.status());
+  const BufferUse& u = *held->use;
   response->set_address(reinterpret_cast<uint64_t>(u.data()));
   response->set_length(u.length());
   response->set_kind(ToProto(u.kind()));
   response->set_device(u.device());
   response->set_pool_index(-1);
   const v1::NodeDescriptor self = cluster_->self();
+  response->set_stage_pool_index(-1);
   for (int i = 0; i < self.pools_size(); ++i) {
     const v1::RegisteredPool& p = self.pools(i);
     if (p.kind() == ToProto(u.kind()) && p.device() == u.device()) response->set_pool_index(i);
+    if (p.kind() == v1::PINNED_HOST) response->set_stage_pool_index(i);
+  }
+  if (held->ring != nullptr) {
+    for (size_t i = 0; i < held->ring->slots(); ++i) {
+      response->add_stage_slots(reinterpret_cast<uint64_t>(held->ring->slot(i)));
+    }
+    response->set_stage_slot_size(held->ring->chunk());
   }
   return grpc::Status::OK;
 }
@@ -44,6 +52,18 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
   if (!hash.ok()) return ToGrpcStatus(hash.status());
   response->set_xxh3(*hash);
   return grpc::Status::OK;
+}
+
+}  // namespace gpumove
+
+namespace gpumove {
+
+grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*,
+                                         const v1::StageChunkRequest* request,
+                                         v1::StageChunkResponse*) {
+  return ToGrpcStatus(holds_->StageChunk(request->from_node(), request->transfer_id(),
+                                         request->slot(), request->offset(), request->length(),
+                                         request->to_range()));
 }
 
 }  // namespace gpumove

@@ -19,6 +19,8 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   grpc::Status CompleteRemote(grpc::ServerContext* context,
                               const v1::CompleteRemoteRequest* request,
                               v1::CompleteRemoteResponse* response) override;
+  grpc::Status StageChunk(grpc::ServerContext* context, const v1::StageChunkRequest* request,
+                          v1::StageChunkResponse* response) override;
 
  private:
   Cluster* const cluster_;
