@@ -81,14 +81,20 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
   return hold;
 }
 
-absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
-                                                       const absl::Status& outcome, bool checksum) {
+absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> ClusterRemoteRanges::StubFor(
+    const RemoteHold& hold) {
   auto peer = cluster_->Find(hold.node);
   if (!peer.ok()) return peer.status();
   if (peer->descriptor.incarnation() != hold.incarnation) {
     return absl::UnavailableError(absl::StrCat("node ", hold.node, " restarted during the move"));
   }
-  auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+  return v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+}
+
+absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
+                                                       const absl::Status& outcome, bool checksum) {
+  auto stub = StubFor(hold);
+  if (!stub.ok()) return stub.status();
   v1::CompleteRemoteRequest request;
   request.set_transfer_id(hold.transfer_id);
   request.set_from_node(cluster_->self().node());
@@ -98,19 +104,15 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::CompleteRemoteResponse response;
-  absl::Status st = FromGrpc(stub->CompleteRemote(&context, request, &response), hold.node);
+  absl::Status st = FromGrpc((*stub)->CompleteRemote(&context, request, &response), hold.node);
   if (!st.ok()) return st;
   return response.xxh3();
 }
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
                                              uint64_t offset, uint64_t length, bool to_range) {
-  auto peer = cluster_->Find(hold.node);
-  if (!peer.ok()) return peer.status();
-  if (peer->descriptor.incarnation() != hold.incarnation) {
-    return absl::UnavailableError(absl::StrCat("node ", hold.node, " restarted during the move"));
-  }
-  auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+  auto stub = StubFor(hold);
+  if (!stub.ok()) return stub.status();
   v1::StageChunkRequest request;
   request.set_transfer_id(hold.transfer_id);
   request.set_from_node(cluster_->self().node());
@@ -121,7 +123,7 @@ absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t sl
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::StageChunkResponse response;
-  return FromGrpc(stub->StageChunk(&context, request, &response), hold.node);
+  return FromGrpc((*stub)->StageChunk(&context, request, &response), hold.node);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

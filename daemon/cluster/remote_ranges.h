@@ -30,6 +30,8 @@ class ClusterRemoteRanges : public RemoteRanges {
 
  private:
   void ReleaseLoop();
+  // A stub for the hold's node, as long as it is the incarnation the hold was made with.
+  absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> StubFor(const RemoteHold& hold);
 
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;

@@ -87,7 +87,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->registry_->StartLeaseReaper(absl::Milliseconds(100));
   GpuRuntime* gpu = d->gpu_.get();
   RangeHasher hasher = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
-  d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher);
   d->local_engine_ = std::make_unique<LocalEngine>(gpu);
   std::vector<Engine*> engines = {d->local_engine_.get()};
 
@@ -135,20 +134,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
   d->remote_ranges_ =
       std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
+  // This node stages its own device ranges for peers when UCX cannot take them (every
+  // range with --ucx_force_staging).
+  StagingPolicy staging;
   if (d->ucx_ != nullptr) {
     Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     d->ucx_engine_ =
         std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned, d->remote_ranges_.get());
     engines.push_back(d->ucx_engine_.get());
-    // This node stages its own device ranges for peers when UCX cannot take them (every
-    // range with --ucx_force_staging).
-    StagingPolicy staging;
     staging.device = !d->ucx_->cuda_aware();
     staging.all = options.ucx_force_staging;
     staging.gpu = gpu;
     staging.pinned = pinned;
-    d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
   }
+  d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
 
   SchedulerOptions sched;
   sched.node = d->node_;
