@@ -17,6 +17,8 @@ tests_rc=${PIPESTATUS[0]}
 
 echo "== GPU local benchmark"
 .gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
+echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
+.gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/gpu_staged_bench.txt"
 echo "== host local benchmark"
 .gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
 

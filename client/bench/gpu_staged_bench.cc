@@ -1,0 +1,123 @@
+// Staged-path benchmark (GPU machine): two daemons on one host, UCX not CUDA-aware, so
+// GPU memory between them goes through pinned bounce buffers. In one run it measures each
+// stage alone and the staged moves, and prints the staged figure against the slowest
+// stage (the pipeline's ceiling):
+//   D2H      LOCAL GPU0 -> pinned inside node A
+//   H2D      LOCAL pinned -> GPU inside node B
+//   wire     UCX pinned (A) -> pinned (B), no GPU
+//   staged   UCX GPU0 (A) -> GPU (B), staged on both sides; and GPU0 (A) -> host (B)
+// Figures are the daemons' own start->end times (medians), so the RPC of each Submit is
+// not counted.
+#include <algorithm>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "daemon/common/bytes.h"
+#include "tests/util/daemon_process.h"
+
+ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{16ull << 20}, "Smallest move.");
+ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{1ull << 30}, "Largest move.");
+ABSL_FLAG(int, reps, 7, "Repetitions per figure (medians are printed).");
+
+namespace gpumove {
+namespace {
+
+double Seconds(const v1::Transfer& t) {
+  return (t.end_time().seconds() - t.start_time().seconds()) +
+         (t.end_time().nanos() - t.start_time().nanos()) * 1e-9;
+}
+
+// Median GB/s of `reps` moves submitted to `c`.
+double Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst, uint64_t size,
+               int reps) {
+  std::vector<double> s;
+  for (int i = 0; i < reps + 1; ++i) {
+    v1::BufferRef from = src;
+    from.set_length(size);
+    auto t = c.Move(from, dst);
+    if (!t.ok() || t->state() != v1::SUCCEEDED) {
+      std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "")
+                << "\n";
+      std::exit(1);
+    }
+    if (i > 0) s.push_back(Seconds(*t));
+  }
+  std::sort(s.begin(), s.end());
+  return size / s[s.size() / 2] / 1e9;
+}
+
+v1::BufferRef On(const std::string& node, const std::string& id) {
+  v1::BufferRef r = Ref(id);
+  r.set_node(node);
+  return r;
+}
+
+int Main() {
+  const uint64_t max = absl::GetFlag(FLAGS_max_size).bytes;
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const std::string pools = absl::StrFormat("--device_pool_size=%d", 2 * max + (64 << 20));
+  const std::string pinned = absl::StrFormat("--pinned_pool_size=%d", 2 * max + (128 << 20));
+  auto a = DaemonProcess::Start({"--node=stage-a", pools, pinned, "--host_pool_size=64MiB"});
+  if (!a.ok()) {
+    std::cerr << a.status() << "\n";
+    return 1;
+  }
+  auto b = DaemonProcess::Start({"--node=stage-b", pools, pinned,
+                                 absl::StrFormat("--host_pool_size=%d", max + (64 << 20)),
+                                 "--peers=" + (*a)->address()});
+  if (!b.ok()) {
+    std::cerr << b.status() << "\n";
+    return 1;
+  }
+  auto ca = *Client::Connect((*a)->address());
+  auto cb = *Client::Connect((*b)->address());
+  for (int i = 0; i < 200 && ca->ListPeers()->empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
+  const auto info = ca->GetInfo();
+  const int gpus = info->gpus_size();
+  if (gpus == 0) {
+    std::cout << "gpu_staged_bench: no GPU here (" << info->gpu_status() << ")\n";
+    return 0;
+  }
+  for (const auto& p : info->paths()) {
+    if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
+  }
+  auto a_dev = ca->Allocate(max, v1::DEVICE, 0);
+  auto a_pin = ca->Allocate(max, v1::PINNED_HOST);
+  auto b_dev = cb->Allocate(max, v1::DEVICE, gpus - 1);
+  auto b_pin = cb->Allocate(max, v1::PINNED_HOST);
+  auto b_host = cb->Allocate(max, v1::HOST);
+  for (auto* r : {&a_dev, &a_pin, &b_dev, &b_pin, &b_host}) {
+    if (!r->ok()) {
+      std::cerr << "allocate: " << r->status() << "\n";
+      return 1;
+    }
+  }
+  std::cout << absl::StrFormat("GB/s, medians of %d; ratios are staged / slowest stage\n", reps);
+  std::cout << absl::StrFormat("%10s %8s %8s %8s %10s %10s %8s %8s\n", "size", "D2H", "H2D",
+                               "wire", "dev->dev", "dev->host", "d2d/min", "d2h/min");
+  for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max; size *= 4) {
+    const double d2h = Measure(*ca, Ref(a_dev->id()), Ref(a_pin->id()), size, reps);
+    const double h2d = Measure(*cb, Ref(b_pin->id()), Ref(b_dev->id()), size, reps);
+    const double wire = Measure(*ca, Ref(a_pin->id()), On("stage-b", b_pin->id()), size, reps);
+    const double d2d = Measure(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, reps);
+    const double d2host = Measure(*ca, Ref(a_dev->id()), On("stage-b", b_host->id()), size, reps);
+    const double slowest = std::min({d2h, h2d, wire});
+    std::cout << absl::StrFormat("%10s %8.2f %8.2f %8.2f %10.2f %10.2f %8.3f %8.3f\n",
+                                 FormatBytes(size), d2h, h2d, wire, d2d, d2host, d2d / slowest,
+                                 d2host / std::min(d2h, wire));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpumove
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gpumove::Main();
+}
