@@ -49,8 +49,10 @@ Client::Client(std::shared_ptr<grpc::Channel> channel)
       node_(v1::NodeService::NewStub(channel_)) {}
 
 absl::StatusOr<v1::Buffer> Client::Allocate(uint64_t size, v1::MemoryKind kind, int device,
-                                            absl::Duration lease, const std::string& label) {
+                                            absl::Duration lease, const std::string& label,
+                                            const std::string& node) {
   v1::AllocateRequest request;
+  request.set_node(node);
   request.set_size(size);
   request.set_kind(kind);
   request.set_device(device);
@@ -63,16 +65,19 @@ absl::StatusOr<v1::Buffer> Client::Allocate(uint64_t size, v1::MemoryKind kind, 
   return response;
 }
 
-absl::Status Client::Release(const std::string& buffer_id) {
+absl::Status Client::Release(const std::string& buffer_id, const std::string& node) {
   v1::ReleaseRequest request;
+  request.set_node(node);
   request.set_buffer_id(buffer_id);
   grpc::ClientContext context;
   v1::ReleaseResponse response;
   return FromGrpcStatus(buffers_->Release(&context, request, &response));
 }
 
-absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id) {
+absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id,
+                                             const std::string& node) {
   v1::GetBufferRequest request;
+  request.set_node(node);
   request.set_buffer_id(buffer_id);
   grpc::ClientContext context;
   v1::Buffer response;
@@ -81,16 +86,20 @@ absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id) {
   return response;
 }
 
-absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers() {
+absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
   grpc::ClientContext context;
+  v1::ListBuffersRequest request;
+  request.set_node(node);
   v1::ListBuffersResponse response;
-  auto st = FromGrpcStatus(buffers_->List(&context, v1::ListBuffersRequest(), &response));
+  auto st = FromGrpcStatus(buffers_->List(&context, request, &response));
   if (!st.ok()) return st;
   return std::vector<v1::Buffer>(response.buffers().begin(), response.buffers().end());
 }
 
-absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl::Duration ttl) {
+absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl::Duration ttl,
+                                              const std::string& node) {
   v1::RenewLeaseRequest request;
+  request.set_node(node);
   request.set_buffer_id(buffer_id);
   if (ttl > absl::ZeroDuration()) SetDuration(ttl, request.mutable_lease_ttl());
   grpc::ClientContext context;

@@ -44,14 +44,16 @@ class Client {
   explicit Client(std::shared_ptr<grpc::Channel> channel);
 
   // Buffers.
+  // `node` names another node of the cluster (empty: the one this client talks to).
   absl::StatusOr<v1::Buffer> Allocate(uint64_t size, v1::MemoryKind kind = v1::HOST,
                                       int device = 0, absl::Duration lease = absl::ZeroDuration(),
-                                      const std::string& label = "");
-  absl::Status Release(const std::string& buffer_id);
-  absl::StatusOr<v1::Buffer> GetBuffer(const std::string& buffer_id);
-  absl::StatusOr<std::vector<v1::Buffer>> ListBuffers();
+                                      const std::string& label = "", const std::string& node = "");
+  absl::Status Release(const std::string& buffer_id, const std::string& node = "");
+  absl::StatusOr<v1::Buffer> GetBuffer(const std::string& buffer_id, const std::string& node = "");
+  absl::StatusOr<std::vector<v1::Buffer>> ListBuffers(const std::string& node = "");
   absl::StatusOr<v1::Buffer> RenewLease(const std::string& buffer_id,
-                                        absl::Duration ttl = absl::ZeroDuration());
+                                        absl::Duration ttl = absl::ZeroDuration(),
+                                        const std::string& node = "");
   // Writes `data` at target (target.length is set to data.size()).
   absl::StatusOr<v1::WriteResponse> Write(v1::BufferRef target, absl::string_view data);
   // Streams `length` bytes produced by `next` (which fills up to n bytes and returns how

@@ -89,6 +89,31 @@ TEST_F(ClusterTest, ListPeersShowsTheWholeCluster) {
   EXPECT_TRUE(ucx);
 }
 
+TEST_F(ClusterTest, AnyNodeServesBuffersOfEveryNode) {
+  // A client of node-c alone allocates, writes, reads, renews, lists and releases a
+  // buffer that lives on node-a.
+  Client& c = *nodes_[2].client;
+  auto b = c.Allocate((2 << 20) + 7, v1::PINNED_HOST, 0, absl::Seconds(30), "remote", "node-a");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->node(), "node-a");
+  EXPECT_TRUE(nodes_[0].client->GetBuffer(b->id()).ok());  // It is really on node-a.
+  const std::string data = RandomBytes((2 << 20) + 7, 31);
+  ASSERT_TRUE(c.Write(On(nodes_[0], b->id()), data).ok());
+  EXPECT_TRUE(*nodes_[0].client->Read(Ref(b->id())) == data);
+  EXPECT_TRUE(*c.Read(On(nodes_[0], b->id(), 5, 100)) == data.substr(5, 100));
+  EXPECT_TRUE(c.RenewLease(b->id(), absl::Seconds(60), "node-a").ok());
+  EXPECT_EQ(c.GetBuffer(b->id(), "node-a")->label(), "remote");
+  auto listed = c.ListBuffers("node-a");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_TRUE(c.ListBuffers()->empty());  // node-c's own list is its own.
+  EXPECT_EQ(c.Release(b->id(), "node-b").code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c.Release(b->id(), "node-a").ok());
+  EXPECT_EQ(nodes_[0].client->GetBuffer(b->id()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.Allocate(4096, v1::HOST, 0, absl::ZeroDuration(), "", "node-z").status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST_F(ClusterTest, EveryDirectionEveryWayVerified) {
   uint64_t seed = 1;
   int case_no = 0;

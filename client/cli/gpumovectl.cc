@@ -34,6 +34,7 @@ ABSL_FLAG(std::string, kind, "host", "alloc: memory kind, host | pinned | device
 ABSL_FLAG(int, gpu, 0, "alloc: GPU index for --kind=device.");
 ABSL_FLAG(absl::Duration, lease, absl::ZeroDuration(), "alloc/renew: lease TTL (e.g. 30s).");
 ABSL_FLAG(std::string, label, "", "alloc/move: a label shown in listings.");
+ABSL_FLAG(std::string, node, "", "alloc/ls: another node of the cluster (default: the one --addr is).");
 ABSL_FLAG(std::string, offset, "0", "read/write: offset into the buffer (size suffixes work).");
 ABSL_FLAG(std::string, length, "0", "read/move: bytes (0: to the end of the buffer).");
 ABSL_FLAG(bool, checksum, false, "move: verify with xxh3 on both sides (DATA_LOSS on mismatch).");
@@ -54,12 +55,13 @@ Usage: gpumovectl [--addr ADDR] [--json] COMMAND [ARGS] [FLAGS]
 Commands:
   info                               node, GPUs, pools and paths
   peers                              nodes this one knows
-  alloc SIZE [--kind host|pinned|device] [--gpu N] [--lease 30s] [--label L]
-                                     allocate a buffer; prints its id
-  ls                                 list buffers
+  alloc SIZE [--kind host|pinned|device] [--gpu N] [--lease 30s] [--label L] [--node N]
+                                     allocate a buffer (on node N); prints its id
+  ls [--node N]                      list buffers
   get BUF                            show one buffer
   release BUF                        free a buffer
   renew BUF [--lease TTL]            renew a buffer's lease
+  (BUF is [node/]buffer_id: any node answers for buffers of every node)
   write BUF FILE [--offset N]        copy FILE (- for stdin) into BUF
   read BUF FILE [--offset N] [--length N]
                                      copy bytes of BUF into FILE (- for stdout)
@@ -228,7 +230,8 @@ int Run(Client& c, const std::vector<std::string>& args) {
                           : k == "device" ? v1::DEVICE
                                           : throw UsageError{"--kind must be host, pinned or device"};
     auto b = c.Allocate(SizeArg(args[1]), kind, absl::GetFlag(FLAGS_gpu),
-                        absl::GetFlag(FLAGS_lease), absl::GetFlag(FLAGS_label));
+                        absl::GetFlag(FLAGS_lease), absl::GetFlag(FLAGS_label),
+                        absl::GetFlag(FLAGS_node));
     if (!b.ok()) return Fail(b.status());
     if (json) std::cout << Json(*b);
     else std::cout << b->id() << "\n";
@@ -236,7 +239,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
   }
   if (cmd == "ls") {
     Need(args, 0, "ls");
-    auto list = c.ListBuffers();
+    auto list = c.ListBuffers(absl::GetFlag(FLAGS_node));
     if (!list.ok()) return Fail(list.status());
     if (json) {
       v1::ListBuffersResponse r;
@@ -260,19 +263,22 @@ int Run(Client& c, const std::vector<std::string>& args) {
   }
   if (cmd == "get") {
     Need(args, 1, "get BUF");
-    auto b = c.GetBuffer(RefArg(args[1]).buffer_id());
+    const v1::BufferRef ref = RefArg(args[1]);
+    auto b = c.GetBuffer(ref.buffer_id(), ref.node());
     if (!b.ok()) return Fail(b.status());
     std::cout << Json(*b);
     return 0;
   }
   if (cmd == "release") {
     Need(args, 1, "release BUF");
-    if (auto st = c.Release(RefArg(args[1]).buffer_id()); !st.ok()) return Fail(st);
+    const v1::BufferRef ref = RefArg(args[1]);
+    if (auto st = c.Release(ref.buffer_id(), ref.node()); !st.ok()) return Fail(st);
     return 0;
   }
   if (cmd == "renew") {
     Need(args, 1, "renew BUF [--lease TTL]");
-    auto b = c.RenewLease(RefArg(args[1]).buffer_id(), absl::GetFlag(FLAGS_lease));
+    const v1::BufferRef ref = RefArg(args[1]);
+    auto b = c.RenewLease(ref.buffer_id(), absl::GetFlag(FLAGS_lease), ref.node());
     if (!b.ok()) return Fail(b.status());
     if (json) std::cout << Json(*b);
     return 0;

@@ -21,14 +21,26 @@ int CopyDevice(const BufferUse& use) {
 
 }  // namespace
 
-absl::Status BufferServiceImpl::CheckNode(const std::string& node) const {
-  if (node.empty() || node == node_) return absl::OkStatus();
-  return absl::NotFoundError(
-      absl::StrCat("unknown node \"", node, "\" (this node is \"", node_, "\")"));
+absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::RemoteStub(
+    const std::string& node) {
+  if (node.empty() || node == node_) return nullptr;
+  if (cluster_ == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown node \"", node, "\" (this node is \"", node_, "\")"));
+  }
+  auto peer = cluster_->Find(node);
+  if (!peer.ok()) return peer.status();
+  return v1::BufferService::NewStub(cluster_->ChannelTo(peer->address));
 }
 
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
                                          const v1::AllocateRequest* request, v1::Buffer* response) {
+  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    return (*remote)->Allocate(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                               response);
+  }
   auto kind = FromProto(request->kind());
   if (!kind.ok()) return ToGrpcStatus(kind.status());
   auto ttl = FromProto(request->lease_ttl());
@@ -47,20 +59,41 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
 }
 
 grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
-                                        const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
+                                        const v1::ReleaseRequest* request,
+                                        v1::ReleaseResponse* response) {
+  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    return (*remote)->Release(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                              response);
+  }
   return ToGrpcStatus(registry_->Release(Principal(context), request->buffer_id()));
 }
 
 grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
                                     const v1::GetBufferRequest* request, v1::Buffer* response) {
+  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    return (*remote)->Get(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                          response);
+  }
+
   auto info = registry_->Get(Principal(context), request->buffer_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
   return grpc::Status::OK;
 }
 
-grpc::Status BufferServiceImpl::List(grpc::ServerContext* context, const v1::ListBuffersRequest*,
+grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
+                                     const v1::ListBuffersRequest* request,
                                      v1::ListBuffersResponse* response) {
+  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    return (*remote)->List(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                           response);
+  }
   for (const BufferInfo& info : registry_->List(Principal(context))) {
     ToProto(info, node_, response->add_buffers());
   }
@@ -70,6 +103,12 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context, const v1::Lis
 grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
                                            const v1::RenewLeaseRequest* request,
                                            v1::Buffer* response) {
+  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    return (*remote)->RenewLease(grpc::ClientContext::FromServerContext(*context).get(), *request,
+                                 response);
+  }
   auto ttl = FromProto(request->lease_ttl());
   if (!ttl.ok()) return ToGrpcStatus(ttl.status());
   auto info = registry_->RenewLease(Principal(context), request->buffer_id(), *ttl);
@@ -90,7 +129,18 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
                         "the first Write message must name the target");
   }
   const v1::BufferRef& target = message.target();
-  if (auto st = CheckNode(target.node()); !st.ok()) return ToGrpcStatus(st);
+  if (auto remote = RemoteStub(target.node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    // Relay the stream to the owning node, message by message.
+    auto client = grpc::ClientContext::FromServerContext(*context);
+    auto writer = (*remote)->Write(client.get(), response);
+    do {
+      if (!writer->Write(message)) break;
+    } while (reader->Read(&message));
+    writer->WritesDone();
+    return writer->Finish();
+  }
   // The whole range is checked, and held, before the first byte is written.
   auto use =
       registry_->Acquire(Principal(context), target.buffer_id(), target.offset(), target.length());
@@ -127,7 +177,20 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
 
 grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
-  if (auto st = CheckNode(request->source().node()); !st.ok()) return ToGrpcStatus(st);
+  if (auto remote = RemoteStub(request->source().node()); !remote.ok()) {
+    return ToGrpcStatus(remote.status());
+  } else if (*remote != nullptr) {
+    auto client = grpc::ClientContext::FromServerContext(*context);
+    auto reader = (*remote)->Read(client.get(), *request);
+    v1::ReadResponse message;
+    while (reader->Read(&message)) {
+      if (!writer->Write(message)) {
+        client->TryCancel();
+        break;
+      }
+    }
+    return reader->Finish();
+  }
   if (request->chunk_size() > kMaxReadChunk) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,

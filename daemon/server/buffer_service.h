@@ -4,16 +4,21 @@
 
 #include <string>
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
 
+// Requests naming another node are forwarded to it (so one address serves a client for
+// the whole cluster).
 class BufferServiceImpl final : public v1::BufferService::Service {
  public:
-  BufferServiceImpl(BufferRegistry* registry, GpuRuntime* gpu, std::string node)
-      : registry_(registry), gpu_(gpu), node_(std::move(node)) {}
+  // `cluster` may be null: a node without peers.
+  BufferServiceImpl(BufferRegistry* registry, GpuRuntime* gpu, std::string node,
+                    Cluster* cluster = nullptr)
+      : registry_(registry), gpu_(gpu), node_(std::move(node)), cluster_(cluster) {}
 
   grpc::Status Allocate(grpc::ServerContext* context, const v1::AllocateRequest* request,
                         v1::Buffer* response) override;
@@ -31,11 +36,14 @@ class BufferServiceImpl final : public v1::BufferService::Service {
                     grpc::ServerWriter<v1::ReadResponse>* writer) override;
 
  private:
-  absl::Status CheckNode(const std::string& node) const;
+  // A stub for `node` when it is another node; null when it is this one (or empty).
+  // NOT_FOUND / UNAVAILABLE for unknown or down nodes.
+  absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(const std::string& node);
 
   BufferRegistry* const registry_;
   GpuRuntime* const gpu_;
   const std::string node_;
+  Cluster* const cluster_;
 };
 
 }  // namespace gpumove

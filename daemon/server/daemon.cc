@@ -157,7 +157,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   sched.inline_max_bytes = options.inline_max_bytes;
   d->scheduler_ = std::make_unique<TransferScheduler>(sched, d->registry_.get(), engines, hasher,
                                                       d->remote_ranges_.get());
-  d->buffer_service_ = std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_);
+  d->buffer_service_ =
+      std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_, d->cluster_.get());
   d->transfer_service_ =
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
   d->peer_service_ = std::make_unique<PeerServiceImpl>(d->cluster_.get(), d->holds_.get());
