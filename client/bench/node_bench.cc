@@ -32,6 +32,7 @@ ABSL_FLAG(std::string, tls, "auto", "auto (UCX chooses) or a UCX_TLS value such 
 ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
 ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest move.");
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
+ABSL_FLAG(int, copy_threads, 4, "Worker threads of the node that runs the moves.");
 ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongside.");
 
 namespace gpumove {
@@ -60,7 +61,8 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port) {
   const uint64_t iters = std::clamp<uint64_t>((4ull << 30) / size, 20, 20000);
   const std::string env = tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " ");
   const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ", port);
-  const std::string server = absl::StrCat(env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 &");
+  const std::string server =
+      absl::StrCat(env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 &");
   if (system(server.c_str()) != 0) return 0;
   absl::SleepFor(absl::Milliseconds(300));
   const std::string out =
@@ -77,7 +79,8 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port) {
 
 // iperf3 over loopback, one stream, 2 s; GB/s.
 double Iperf3(int port) {
-  if (system(absl::StrCat("timeout 20 iperf3 -s -1 -p ", port, " >/dev/null 2>&1 &").c_str()) != 0) {
+  if (system(absl::StrCat("timeout 20 iperf3 -s -1 -p ", port, " >/dev/null 2>&1 &").c_str()) !=
+      0) {
     return 0;
   }
   absl::SleepFor(absl::Milliseconds(300));
@@ -96,8 +99,9 @@ int Main() {
   if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const std::string pool = absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20));
-  auto a = DaemonProcess::Start({"--node=bench-a", pool, "--pinned_pool_size=0",
-                                 "--device_pool_size=0", "--copy_threads=4"});
+  auto a =
+      DaemonProcess::Start({"--node=bench-a", pool, "--pinned_pool_size=0", "--device_pool_size=0",
+                            "--copy_threads=" + std::to_string(absl::GetFlag(FLAGS_copy_threads))});
   if (!a.ok()) {
     std::cerr << a.status() << "\n";
     return 1;
