@@ -53,6 +53,8 @@ ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one); empty: off.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
   options.ucx = absl::GetFlag(FLAGS_ucx);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   if (options.listen.empty()) {

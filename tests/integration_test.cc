@@ -1,6 +1,10 @@
 // A real gpumoved driven through the C++ client: data lands, bad input is refused with
 // the right code and changes nothing, cancel, leases and SIGTERM drain behave.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <random>
 #include <string>
@@ -368,6 +372,52 @@ TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   EXPECT_EQ(info->pools(1).kind(), v1::PINNED_HOST);
   EXPECT_EQ(info->listen(0), d.process->address());
   EXPECT_TRUE(info->paths(0).available());
+}
+
+// GET http://address/metrics with a plain socket.
+std::string FetchMetrics(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  close(fd);
+  return body;
+}
+
+TEST(Integration, MetricsCountTransfersAndPools) {
+  Daemon d({"--metrics_listen=127.0.0.1:0", "--max_move_rate=32MiB"});
+  auto info = d.client->GetInfo();
+  ASSERT_FALSE(info->metrics_address().empty());
+  std::string a = d.Alloc(1 << 20), b = d.Alloc(1 << 20), big = d.Alloc(64 << 20),
+              big2 = d.Alloc(64 << 20);
+  ASSERT_EQ(d.client->Move(Ref(a), Ref(b))->state(), v1::SUCCEEDED);
+  ASSERT_EQ(d.client->Move(Ref(a), Ref(b))->state(), v1::SUCCEEDED);
+  MoveOptions o;
+  o.wait = false;
+  auto slow = d.client->Move(Ref(big), Ref(big2), o);
+  ASSERT_TRUE(d.client->Cancel(slow->id()).ok());
+  ASSERT_EQ(d.client->Wait(slow->id())->state(), v1::CANCELLED);
+  const std::string m = FetchMetrics(info->metrics_address());
+  EXPECT_NE(m.find("gpumoved_transfers_total{outcome=\"SUCCEEDED\",path=\"LOCAL\"} 2"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("gpumoved_transfers_total{outcome=\"CANCELLED\",path=\"LOCAL\"} 1"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("gpumoved_transfer_bytes_total{path=\"LOCAL\"} 2097152"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("gpumoved_transfer_seconds_count{path=\"LOCAL\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpumoved_pool_bytes{device=\"\",kind=\"HOST\",state=\"capacity\"} 536870912"),
+            std::string::npos) << m;
 }
 
 TEST(Integration, HealthServiceReportsServing) {

@@ -209,6 +209,9 @@ int Run(Client& c, const std::vector<std::string>& args) {
                                    p.available() ? "yes" : "no", p.reason());
     }
     std::cout << "active    " << info->active_transfers() << " transfer(s)\n";
+    if (!info->metrics_address().empty()) {
+      std::cout << "metrics   http://" << info->metrics_address() << "/metrics\n";
+    }
     return 0;
   }
   if (cmd == "peers") {

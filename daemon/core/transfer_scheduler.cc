@@ -461,6 +461,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   }
   t->dependents.clear();
   --active_;
+  if (options_.on_end) options_.on_end(SnapshotLocked(*t));
   finished_.push_back(t->id);
   while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {
     auto it = transfers_.find(finished_.front());

@@ -90,6 +90,8 @@ struct SchedulerOptions {
   // caller that will wait for it anyway, runs on the caller's thread: a few microseconds
   // of copying instead of two thread hand-offs. 0 turns this off.
   uint64_t inline_max_bytes = 64 << 10;
+  // Called (under the scheduler's lock: it must not call back) when a transfer ends.
+  std::function<void(const TransferSnapshot&)> on_end;
 };
 
 class TransferScheduler {

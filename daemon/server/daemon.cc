@@ -149,8 +149,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
 
+  if (!options.metrics_listen.empty()) {
+    auto metrics = Metrics::Start(options.metrics_listen, d->pools_.get(), d->cluster_.get());
+    if (!metrics.ok()) return metrics.status();
+    d->metrics_ = *std::move(metrics);
+    LOG(INFO) << "metrics on http://" << d->metrics_->address() << "/metrics";
+  }
   SchedulerOptions sched;
   sched.node = d->node_;
+  if (d->metrics_ != nullptr) {
+    Metrics* metrics = d->metrics_.get();
+    sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };
+  }
   sched.workers = options.copy_threads;
   sched.max_active = options.max_active;
   sched.rate_limit = options.rate_limit;
@@ -211,6 +221,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     d->addresses_.push_back(absl::StrCat(address.substr(0, colon), ":", *ports[i]));
   }
   facts.listen = d->addresses_;
+  if (d->metrics_ != nullptr) facts.metrics_address = d->metrics_->address();
   d->node_service_->UpdateFacts(facts);
   std::string advertise = options.advertise;
   if (advertise.empty()) {

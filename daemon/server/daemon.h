@@ -22,6 +22,7 @@
 #include "daemon/path/ucx_engine.h"
 #include "daemon/path/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
+#include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/peer_service.h"
 #include "daemon/server/transfer_service.h"
@@ -55,6 +56,8 @@ struct DaemonOptions {
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
   uint64_t ucx_chunk = 4 << 20;
+  // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
+  std::string metrics_listen;
 };
 
 class Daemon {
@@ -89,6 +92,7 @@ class Daemon {
   std::unique_ptr<LocalEngine> local_engine_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TransferScheduler> scheduler_;
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;

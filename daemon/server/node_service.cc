@@ -55,6 +55,7 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
   ToProto(facts_.start_time, response->mutable_start_time());
   response->set_active_transfers(static_cast<uint32_t>(facts_.scheduler->active()));
   for (const std::string& l : facts_.listen) response->add_listen(l);
+  response->set_metrics_address(facts_.metrics_address);
   return grpc::Status::OK;
 }
 

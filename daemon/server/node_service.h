@@ -31,6 +31,7 @@ struct NodeFacts {
   // Why UCX is or is not there, and whether it takes device memory.
   std::string ucx_status;
   bool ucx_cuda_aware = false;
+  std::string metrics_address;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

@@ -1,0 +1,90 @@
+#include "daemon/server/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumove {
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& listen,
+                                                        PoolSet* pools, Cluster* cluster) {
+  std::unique_ptr<Metrics> m(new Metrics());
+  m->pools_ = pools;
+  m->cluster_ = cluster;
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
+  }
+  const auto ports = m->exposer_->GetListeningPorts();
+  const size_t colon = listen.rfind(':');
+  m->address_ = absl::StrCat(listen.substr(0, colon), ":", ports.empty() ? 0 : ports.front());
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  m->transfers_ = &prometheus::BuildCounter()
+                       .Name("gpumoved_transfers_total")
+                       .Help("Transfers that ended, by path and outcome")
+                       .Register(*m->registry_);
+  m->bytes_ = &prometheus::BuildCounter()
+                   .Name("gpumoved_transfer_bytes_total")
+                   .Help("Bytes moved by transfers that succeeded, by path")
+                   .Register(*m->registry_);
+  m->seconds_ = &prometheus::BuildHistogram()
+                     .Name("gpumoved_transfer_seconds")
+                     .Help("Time from start to end of transfers that succeeded, by path")
+                     .Register(*m->registry_);
+  m->pool_bytes_ = &prometheus::BuildGauge()
+                        .Name("gpumoved_pool_bytes")
+                        .Help("Pool capacity and free bytes, by kind and device")
+                        .Register(*m->registry_);
+  m->peers_up_ = &prometheus::BuildGauge()
+                      .Name("gpumoved_peers_up")
+                      .Help("Peers answering heartbeats")
+                      .Register(*m->registry_)
+                      .Add({});
+  m->Refresh();
+  m->exposer_->RegisterCollectable(m->registry_);
+  Metrics* raw = m.get();
+  m->refresher_ = std::thread([raw] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) raw->Refresh();
+  });
+  return m;
+}
+
+Metrics::~Metrics() {
+  stop_.Notify();
+  if (refresher_.joinable()) refresher_.join();
+}
+
+void Metrics::OnTransferEnd(const TransferSnapshot& t) {
+  const std::string path = PathKindName(t.path);
+  transfers_->Add({{"path", path}, {"outcome", TransferStateName(t.state)}}).Increment();
+  if (t.state != TransferState::kSucceeded) return;
+  bytes_->Add({{"path", path}}).Increment(static_cast<double>(t.length));
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30};
+  seconds_->Add({{"path", path}}, kBuckets).Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
+}
+
+void Metrics::Refresh() {
+  for (const auto& pool : pools_->pools()) {
+    const PoolStats s = pool->Stats();
+    const std::string device = s.device >= 0 ? absl::StrCat(s.device) : "";
+    pool_bytes_->Add({{"kind", MemoryKindName(s.kind)}, {"device", device}, {"state", "capacity"}})
+        .Set(static_cast<double>(s.capacity));
+    pool_bytes_->Add({{"kind", MemoryKindName(s.kind)}, {"device", device}, {"state", "free"}})
+        .Set(static_cast<double>(s.free));
+  }
+  if (cluster_ != nullptr) {
+    int up = 0;
+    for (const PeerView& p : cluster_->List()) up += p.up;
+    peers_up_->Set(up);
+  }
+}
+
+}  // namespace gpumove

@@ -1,0 +1,62 @@
+// Prometheus metrics on their own HTTP port (gpumoved_ prefix): transfers and bytes by
+// path and outcome, move durations, pool capacity and free bytes, peers up.
+#ifndef GPUMOVE_DAEMON_SERVER_METRICS_H_
+#define GPUMOVE_DAEMON_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/core/transfer_scheduler.h"
+#include "daemon/memory/pool.h"
+
+namespace prometheus {
+class Exposer;
+class Registry;
+template <typename T>
+class Family;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace gpumove {
+
+class Metrics {
+ public:
+  // Serves /metrics on `listen` (host:port; port 0 picks one). `pools` and `cluster`
+  // (may be null) must outlive this. UNAVAILABLE when the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& listen,
+                                                        PoolSet* pools, Cluster* cluster);
+  ~Metrics();
+
+  // host:port actually bound.
+  const std::string& address() const { return address_; }
+  // Counts a transfer that reached its end state. Thread-safe and lock-free enough to be
+  // called under the scheduler's lock.
+  void OnTransferEnd(const TransferSnapshot& t);
+
+ private:
+  Metrics() = default;
+  void Refresh();
+
+  std::string address_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* transfers_ = nullptr;
+  prometheus::Family<prometheus::Counter>* bytes_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
+  prometheus::Gauge* peers_up_ = nullptr;
+  PoolSet* pools_ = nullptr;
+  Cluster* cluster_ = nullptr;
+  absl::Notification stop_;
+  std::thread refresher_;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_SERVER_METRICS_H_
