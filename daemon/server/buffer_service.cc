@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
+#include "daemon/server/forward.h"
 
 namespace gpumove {
 namespace {
@@ -33,13 +34,23 @@ absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::Remo
   return v1::BufferService::NewStub(cluster_->ChannelTo(peer->address));
 }
 
+template <typename Request, typename Response>
+std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
+    const std::string& node,
+    grpc::Status (v1::BufferService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                    Response*),
+    grpc::ServerContext* context, const Request& request, Response* response) {
+  auto remote = RemoteStub(node);
+  if (!remote.ok()) return ToGrpcStatus(remote.status());
+  if (*remote == nullptr) return std::nullopt;
+  return ForwardUnary(**remote, method, context, request, response);
+}
+
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
                                          const v1::AllocateRequest* request, v1::Buffer* response) {
-  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    return (*remote)->Allocate(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                               response);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Allocate, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   auto kind = FromProto(request->kind());
   if (!kind.ok()) return ToGrpcStatus(kind.status());
@@ -61,22 +72,18 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
                                         const v1::ReleaseRequest* request,
                                         v1::ReleaseResponse* response) {
-  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    return (*remote)->Release(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                              response);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Release, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   return ToGrpcStatus(registry_->Release(Principal(context), request->buffer_id()));
 }
 
 grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
                                     const v1::GetBufferRequest* request, v1::Buffer* response) {
-  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    return (*remote)->Get(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                          response);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Get, context,
+                                    *request, response)) {
+    return *forwarded;
   }
 
   auto info = registry_->Get(Principal(context), request->buffer_id());
@@ -88,11 +95,9 @@ grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
                                      const v1::ListBuffersRequest* request,
                                      v1::ListBuffersResponse* response) {
-  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    return (*remote)->List(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                           response);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::List, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   for (const BufferInfo& info : registry_->List(Principal(context))) {
     ToProto(info, node_, response->add_buffers());
@@ -103,11 +108,9 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
                                            const v1::RenewLeaseRequest* request,
                                            v1::Buffer* response) {
-  if (auto remote = RemoteStub(request->node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    return (*remote)->RenewLease(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                                 response);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::RenewLease, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   auto ttl = FromProto(request->lease_ttl());
   if (!ttl.ok()) return ToGrpcStatus(ttl.status());

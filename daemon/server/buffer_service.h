@@ -2,6 +2,7 @@
 #ifndef GPUMOVE_DAEMON_SERVER_BUFFER_SERVICE_H_
 #define GPUMOVE_DAEMON_SERVER_BUFFER_SERVICE_H_
 
+#include <optional>
 #include <string>
 
 #include "daemon/cluster/cluster.h"
@@ -39,6 +40,14 @@ class BufferServiceImpl final : public v1::BufferService::Service {
   // A stub for `node` when it is another node; null when it is this one (or empty).
   // NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(const std::string& node);
+  // The forwarded call's status when `node` is another node (or cannot be reached);
+  // nullopt when the call is this node's to serve.
+  template <typename Request, typename Response>
+  std::optional<grpc::Status> MaybeForward(const std::string& node,
+                                           grpc::Status (v1::BufferService::Stub::*method)(
+                                               grpc::ClientContext*, const Request&, Response*),
+                                           grpc::ServerContext* context, const Request& request,
+                                           Response* response);
 
   BufferRegistry* const registry_;
   GpuRuntime* const gpu_;

@@ -12,15 +12,16 @@
 
 namespace gpumove {
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& listen,
-                                                        PoolSet* pools, Cluster* cluster) {
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& listen, PoolSet* pools,
+                                                        Cluster* cluster) {
   std::unique_ptr<Metrics> m(new Metrics());
   m->pools_ = pools;
   m->cluster_ = cluster;
   try {
     m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
   }
   const auto ports = m->exposer_->GetListeningPorts();
   const size_t colon = listen.rfind(':');
@@ -68,7 +69,8 @@ void Metrics::OnTransferEnd(const TransferSnapshot& t) {
   bytes_->Add({{"path", path}}).Increment(static_cast<double>(t.length));
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30};
-  seconds_->Add({{"path", path}}, kBuckets).Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
+  seconds_->Add({{"path", path}}, kBuckets)
+      .Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
 }
 
 void Metrics::Refresh() {

@@ -29,8 +29,8 @@ class Metrics {
  public:
   // Serves /metrics on `listen` (host:port; port 0 picks one). `pools` and `cluster`
   // (may be null) must outlive this. UNAVAILABLE when the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& listen,
-                                                        PoolSet* pools, Cluster* cluster);
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& listen, PoolSet* pools,
+                                                        Cluster* cluster);
   ~Metrics();
 
   // host:port actually bound.

@@ -58,8 +58,7 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
 
 namespace gpumove {
 
-grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*,
-                                         const v1::StageChunkRequest* request,
+grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageChunkRequest* request,
                                          v1::StageChunkResponse*) {
   return ToGrpcStatus(holds_->StageChunk(request->from_node(), request->transfer_id(),
                                          request->slot(), request->offset(), request->length(),

@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
+#include "daemon/server/forward.h"
 
 namespace gpumove {
 namespace {
@@ -38,6 +39,19 @@ absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::
   auto peer = cluster_->Find(node);
   if (!peer.ok()) return peer.status();
   return v1::TransferService::NewStub(cluster_->ChannelTo(peer->address));
+}
+
+template <typename Request, typename Response>
+std::optional<grpc::Status> TransferServiceImpl::MaybeForward(
+    const std::string& id,
+    grpc::Status (v1::TransferService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                      Response*),
+    grpc::ServerContext* context, const Request& request, Response* response) {
+  const std::string node = NodeOf(id);
+  if (node.empty()) return std::nullopt;
+  auto stub = StubFor(node);
+  if (!stub.ok()) return ToGrpcStatus(stub.status());
+  return ForwardUnary(**stub, method, context, request, response);
 }
 
 grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
@@ -100,10 +114,9 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
-  if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(node);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    return (*stub)->Get(grpc::ClientContext::FromServerContext(*context).get(), *request, response);
+  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Get, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   auto t = scheduler_->Get(Principal(context), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
@@ -129,11 +142,9 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                        v1::Transfer* response) {
-  if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(node);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    return (*stub)->Wait(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                         response);
+  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
@@ -196,11 +207,9 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
-  if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(node);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    return (*stub)->Cancel(grpc::ClientContext::FromServerContext(*context).get(), *request,
-                           response);
+  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
+                                    *request, response)) {
+    return *forwarded;
   }
   auto t = scheduler_->Cancel(Principal(context), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());

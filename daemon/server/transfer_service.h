@@ -2,6 +2,9 @@
 #ifndef GPUMOVE_DAEMON_SERVER_TRANSFER_SERVICE_H_
 #define GPUMOVE_DAEMON_SERVER_TRANSFER_SERVICE_H_
 
+#include <optional>
+#include <string>
+
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
@@ -36,6 +39,14 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   std::string NodeOf(const std::string& id) const;
   absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(const std::string& node);
+  // The forwarded call's status when transfer `id` belongs to another node; nullopt when
+  // it is this node's.
+  template <typename Request, typename Response>
+  std::optional<grpc::Status> MaybeForward(const std::string& id,
+                                           grpc::Status (v1::TransferService::Stub::*method)(
+                                               grpc::ClientContext*, const Request&, Response*),
+                                           grpc::ServerContext* context, const Request& request,
+                                           Response* response);
 
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;
