@@ -53,6 +53,13 @@ ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
+ABSL_FLAG(std::string, mpi, "auto",
+          "MPI path: auto (when started by mpirun/mpiexec/srun), on (fail without MPI) or off. "
+          "As a rank the node is named rank<N> (or --node with %r for the rank), the other "
+          "ranks are its peers, and without --listen it serves 127.0.0.1:(7470 + its rank "
+          "on this host).");
+ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
+          "Bytes per MPI message of a move; four are kept in flight per move.");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one); empty: off.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
@@ -123,6 +130,13 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
+  options.mpi = absl::GetFlag(FLAGS_mpi);
+  if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {
+    LOG(ERROR) << "--mpi must be auto, on or off";
+    return 2;
+  }
+  options.mpi_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
+  options.listen_given = !folded.empty();
   if (options.listen.empty()) {
     LOG(ERROR) << "--listen is empty";
     return 2;

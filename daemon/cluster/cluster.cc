@@ -161,6 +161,11 @@ std::vector<PeerView> Cluster::List() const {
   return out;
 }
 
+void Cluster::AddPeers(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  added_.insert(added_.end(), addresses.begin(), addresses.end());
+}
+
 std::vector<std::string> Cluster::Targets() {
   bool refresh = false;
   {
@@ -184,6 +189,7 @@ std::vector<std::string> Cluster::Targets() {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out = resolved_;
   out.insert(out.end(), gossiped_.begin(), gossiped_.end());
+  out.insert(out.end(), added_.begin(), added_.end());
   for (const auto& [node, p] : peers_) out.push_back(p.view.address);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -58,6 +58,9 @@ class Cluster {
   v1::NodeDescriptor self() const;
   // The address peers should use, once the server is bound (before Start).
   void SetAdvertisedAddress(const std::string& address);
+  // More peer addresses to keep meeting, as if given in options.peers (the other ranks
+  // of an MPI job, learned at start).
+  void AddPeers(const std::vector<std::string>& addresses);
   // An incoming Hello: the caller is a peer from now on. Returns the addresses of the
   // other nodes we know, for the caller to meet.
   std::vector<std::string> OnHello(const v1::NodeDescriptor& from);
@@ -86,6 +89,7 @@ class Cluster {
   absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // By node.
   std::vector<std::string> resolved_ ABSL_GUARDED_BY(mu_);             // From --peers.
   std::vector<std::string> gossiped_ ABSL_GUARDED_BY(mu_);             // From Hello answers.
+  std::vector<std::string> added_ ABSL_GUARDED_BY(mu_);                // From AddPeers.
   absl::Time resolved_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);

@@ -60,8 +60,39 @@ absl::Status HoldTable::StageChunk(const std::string& from_node, const std::stri
                   : staging_.gpu->Copy(ring.slot(slot), kHostDevice, range, device, length, length, nullptr);
 }
 
+absl::Status HoldTable::StartHalf(const std::string& from_node, const std::string& transfer_id,
+                                 const HalfStarter& start) {
+  // Under the lock, so that a concurrent release cannot drop the range meanwhile; starting
+  // only posts the first receives.
+  absl::MutexLock lock(&mu_);
+  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
+  if (it == holds_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+  }
+  if (it->second->half != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already started"));
+  }
+  auto half = start(it->second->use);
+  if (!half.ok()) return half.status();
+  it->second->half = *std::move(half);
+  return absl::OkStatus();
+}
+
+absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string& transfer_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
+  if (it == holds_.end() || it->second->half == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no running half for transfer ", transfer_id, " from ", from_node));
+  }
+  it->second->half->Stop();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
-                                             const std::string& transfer_id, bool checksum) {
+                                             const std::string& transfer_id, bool checksum,
+                                             bool runner_ok, absl::Duration half_wait) {
   std::unique_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
@@ -72,6 +103,13 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     }
     entry = std::move(it->second);
     holds_.erase(it);
+  }
+  if (entry->half != nullptr) {
+    if (!runner_ok) entry->half->Stop();
+    absl::Status st = entry->half->Wait(absl::Now() + half_wait);
+    if (!st.ok() && runner_ok) {
+      return absl::Status(st.code(), absl::StrCat("this node's half of the move: ", st.message()));
+    }
   }
   if (!checksum) return 0;
   const BufferUse& u = entry->use;

@@ -47,9 +47,21 @@ class HoldTable {
   // One chunk of a staged move between bounce slot `slot` and the held range.
   absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
                           uint32_t slot, uint64_t offset, uint64_t length, bool to_range);
-  // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold.
+  // Starts this node's half of a two-sided move (path MPI) on a held range: `start` gets
+  // the held range and returns the running half. NOT_FOUND: no such hold;
+  // ALREADY_EXISTS: one was started.
+  using HalfStarter =
+      std::function<absl::StatusOr<std::unique_ptr<PassiveHalf>>(const BufferUse& range)>;
+  absl::Status StartHalf(const std::string& from_node, const std::string& transfer_id,
+                         const HalfStarter& start);
+  // Stops the sending half of a hold. NOT_FOUND: no such hold or half.
+  absl::Status StopHalf(const std::string& from_node, const std::string& transfer_id);
+  // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold. A
+  // half is stopped first unless `runner_ok`, then waited for (up to `half_wait`); when
+  // the runner says OK but the half failed, that is the answer.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
-                                    bool checksum);
+                                    bool checksum, bool runner_ok = true,
+                                    absl::Duration half_wait = absl::Seconds(2));
   // Ends every hold of a node's incarnation (it went down or restarted).
   int ReleaseFrom(const std::string& node, uint64_t incarnation);
   size_t size() const;
@@ -59,6 +71,8 @@ class HoldTable {
     uint64_t incarnation = 0;
     BufferUse use;
     std::optional<BounceRing> ring;
+    // Last: it uses the range, so it goes first.
+    std::unique_ptr<PassiveHalf> half;
   };
   BufferRegistry* const registry_;
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;

@@ -69,6 +69,9 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
   hold.write = write;
   hold.ucx_worker_address = peer->descriptor.ucx_worker_address();
   hold.same_host = peer->descriptor.host_id() == self.host_id();
+  if (self.mpi_world() != 0 && peer->descriptor.mpi_world() == self.mpi_world()) {
+    hold.mpi_rank = peer->descriptor.mpi_rank();
+  }
   if (response.pool_index() >= 0 && response.pool_index() < peer->descriptor.pools_size()) {
     hold.ucx_rkey = peer->descriptor.pools(response.pool_index()).rkey();
   }
@@ -124,6 +127,36 @@ absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t sl
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::StageChunkResponse response;
   return FromGrpc((*stub)->StageChunk(&context, request, &response), hold.node);
+}
+
+absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint64_t chunk,
+                                           bool send) {
+  auto stub = StubFor(hold);
+  if (!stub.ok()) return stub.status();
+  v1::StartMpiRequest request;
+  request.set_transfer_id(hold.transfer_id);
+  const v1::NodeDescriptor self = cluster_->self();
+  request.set_from_node(self.node());
+  request.set_from_rank(self.mpi_rank());
+  request.set_tag(tag);
+  request.set_chunk(chunk);
+  request.set_send(send);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  v1::StartMpiResponse response;
+  return FromGrpc((*stub)->StartMpi(&context, request, &response), hold.node);
+}
+
+absl::Status ClusterRemoteRanges::StopMpi(const RemoteHold& hold) {
+  auto stub = StubFor(hold);
+  if (!stub.ok()) return stub.status();
+  v1::StopMpiRequest request;
+  request.set_transfer_id(hold.transfer_id);
+  request.set_from_node(cluster_->self().node());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  v1::StopMpiResponse response;
+  return FromGrpc((*stub)->StopMpi(&context, request, &response), hold.node);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

@@ -27,6 +27,8 @@ class ClusterRemoteRanges : public RemoteRanges {
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;
+  absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) override;
+  absl::Status StopMpi(const RemoteHold& hold) override;
 
  private:
   void ReleaseLoop();

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
@@ -36,6 +37,8 @@ struct RemoteHold {
   std::vector<uint64_t> stage_slots;
   uint64_t stage_slot_size = 0;
   std::string stage_rkey;
+  // The remote node's MPI rank when both nodes are ranks of one MPI job; -1 otherwise.
+  int mpi_rank = -1;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -68,6 +71,28 @@ class RemoteRanges {
   // slot and the range (to_range after a put into the slot, else before a get from it).
   virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                                   uint64_t length, bool to_range) = 0;
+  // Path MPI (two-sided): has the remote node start its half of the move, sending the held
+  // range to our rank (`send`, a pull) or receiving it, under `tag` in `chunk`-byte
+  // messages. Returns once its first receives are posted.
+  virtual absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) {
+    return absl::UnimplementedError("this node cannot reach remote MPI halves");
+  }
+  // Asks the remote sender of a pull to stop after the chunks in flight (a cancel).
+  virtual absl::Status StopMpi(const RemoteHold& hold) {
+    return absl::UnimplementedError("this node cannot reach remote MPI halves");
+  }
+};
+
+// This node's half of a two-sided move that another node runs (path MPI): started when
+// the runner asks, ended with the hold.
+class PassiveHalf {
+ public:
+  // Stops it (a sender stops after the chunks in flight) and waits for it.
+  virtual ~PassiveHalf() = default;
+  // A sender stops after the chunks in flight and tells the receiver so.
+  virtual void Stop() = 0;
+  // How it ended; DEADLINE_EXCEEDED if it has not by `deadline`.
+  virtual absl::Status Wait(absl::Time deadline) = 0;
 };
 
 // Given to Move by the scheduler.

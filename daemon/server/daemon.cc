@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "daemon/common/log.h"
 #include "daemon/server/convert.h"
@@ -68,6 +70,36 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::unique_ptr<Daemon> d(new Daemon());
+  // MPI first: as a rank, the job decides our name, address and peers.
+  std::string mpi_status = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
+  if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {
+    MpiOptions mpi_options;
+    mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
+    auto mpi = MpiTransport::Start(mpi_options);
+    if (!mpi.ok()) {
+      if (options.mpi == "on") return mpi.status();
+      mpi_status = absl::StrCat("MPI did not start: ", mpi.status().message());
+      LOG(WARNING) << mpi_status;
+    } else {
+      d->mpi_ = *std::move(mpi);
+      const MpiWorld& w = d->mpi_->world();
+      const std::string rank = absl::StrCat(w.rank);
+      options.node = options.node.empty() ? absl::StrCat("rank", rank)
+                                          : absl::StrReplaceAll(options.node, {{"%r", rank}});
+      options.port_file = absl::StrReplaceAll(options.port_file, {{"%r", rank}});
+      if (!options.listen_given) {
+        options.listen = {absl::StrCat("127.0.0.1:", 7470 + w.local_rank)};
+      }
+      mpi_status = absl::StrCat("two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size,
+                                " (", w.library, "); device memory: ",
+                                w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
+                                " (", w.cuda_awareness, ")");
+      LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
+                << " on this host): " << w.library << "; " << w.cuda_awareness;
+    }
+  } else if (options.mpi == "off") {
+    mpi_status = "disabled (--mpi=off)";
+  }
   d->node_ = options.node.empty() ? HostName() : options.node;
   d->gpu_ = GpuRuntime::Create();
   LOG(INFO) << "node " << d->node_ << ": " << d->gpu_->status();
@@ -96,6 +128,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   self.set_host_id(HostId());
   self.set_incarnation(NewIncarnation());
   self.set_version(kVersion);
+  self.set_mpi_rank(-1);
+  if (d->mpi_ != nullptr) {
+    self.set_mpi_rank(d->mpi_->world().rank);
+    self.set_mpi_world(d->mpi_->world().world_id);
+  }
   std::string ucx_status = "disabled (--noucx)";
   if (options.ucx) {
     UcxOptions ucx_options;
@@ -147,6 +184,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     staging.gpu = gpu;
     staging.pinned = pinned;
   }
+  if (d->mpi_ != nullptr) {
+    MpiEngineOptions mpi_options;
+    mpi_options.chunk = options.mpi_chunk;
+    d->mpi_engine_ = std::make_unique<MpiEngine>(
+        d->mpi_.get(), gpu, d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
+        d->remote_ranges_.get(), mpi_options);
+    engines.push_back(d->mpi_engine_.get());
+  }
   d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
 
   if (!options.metrics_listen.empty()) {
@@ -171,7 +216,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_, d->cluster_.get());
   d->transfer_service_ =
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
-  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->cluster_.get(), d->holds_.get());
+  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->cluster_.get(), d->holds_.get(),
+                                                       d->mpi_engine_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -196,7 +242,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                   engines,
                   d->cluster_.get(),
                   ucx_status,
-                  d->ucx_ != nullptr && d->ucx_->cuda_aware()};
+                  d->ucx_ != nullptr && d->ucx_->cuda_aware(),
+                  {},
+                  mpi_status,
+                  d->mpi_ != nullptr && d->mpi_->world().cuda_aware};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(d->buffer_service_.get());
   builder.RegisterService(d->transfer_service_.get());
@@ -232,11 +281,44 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       }
     }
     if (advertise.empty()) advertise = d->addresses_.front();
+    // A wildcard listen is advertised by host name.
+    for (const char* any : {"0.0.0.0:", "[::]:"}) {
+      if (absl::StartsWith(advertise, any)) {
+        advertise = absl::StrCat(HostName(), ":", advertise.substr(strlen(any)));
+      }
+    }
   }
   d->cluster_->SetAdvertisedAddress(advertise);
+  // As an MPI rank: every rank's name and address, gathered once; the others are our peers.
+  std::vector<std::string> mpi_nodes;
+  if (d->mpi_ != nullptr) {
+    auto all = d->mpi_->Allgather(absl::StrCat(d->node_, "\n", advertise));
+    if (!all.ok()) return all.status();
+    std::vector<std::string> peers;
+    for (int r = 0; r < static_cast<int>(all->size()); ++r) {
+      std::pair<std::string, std::string> entry = absl::StrSplit((*all)[r], '\n');
+      if (r != d->mpi_->world().rank) {
+        if (entry.first == d->node_) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("ranks ", r, " and ", d->mpi_->world().rank, " are both named ",
+                           d->node_, " (use %r in --node)"));
+        }
+        peers.push_back(entry.second);
+      }
+      mpi_nodes.push_back(entry.first);
+    }
+    d->cluster_->AddPeers(peers);
+    LOG(INFO) << "MPI job: " << absl::StrJoin(mpi_nodes, ", ");
+  }
   HoldTable* holds = d->holds_.get();
   UcxTransport* ucx_transport = d->ucx_.get();
-  d->cluster_->Start([holds, ucx_transport](const std::string& node, uint64_t incarnation) {
+  MpiTransport* mpi_transport = d->mpi_.get();
+  d->cluster_->Start([holds, ucx_transport, mpi_transport, mpi_nodes](const std::string& node,
+                                                                      uint64_t incarnation) {
+    // Wake this node's MPI operations with that rank before dropping what they use.
+    for (int r = 0; r < static_cast<int>(mpi_nodes.size()); ++r) {
+      if (mpi_nodes[r] == node) mpi_transport->FailPeer(r, absl::StrCat("node ", node, " is down"));
+    }
     holds->ReleaseFrom(node, incarnation);
     if (ucx_transport != nullptr) ucx_transport->Forget(UcxEngine::PeerKey(node, incarnation));
   });

@@ -19,6 +19,8 @@
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/local_engine.h"
+#include "daemon/path/mpi_engine.h"
+#include "daemon/path/mpi_transport.h"
 #include "daemon/path/ucx_engine.h"
 #include "daemon/path/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
@@ -58,6 +60,13 @@ struct DaemonOptions {
   uint64_t ucx_chunk = 4 << 20;
   // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
   std::string metrics_listen;
+  // MPI: "auto" (when an MPI launcher started us), "on" (fail without it) or "off". As
+  // a rank, the node is named rank<N> unless `node` is given ("%r" in `node` and
+  // `port_file` becomes the rank), peers are the other ranks, and without
+  // `listen_given` it listens on 127.0.0.1:(7470 + rank on this host).
+  std::string mpi = "auto";
+  uint64_t mpi_chunk = 4 << 20;
+  bool listen_given = true;
 };
 
 class Daemon {
@@ -86,6 +95,9 @@ class Daemon {
   std::unique_ptr<GpuRuntime> gpu_;
   std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<BufferRegistry> registry_;
+  // Before holds_: MPI halves of held ranges use them.
+  std::unique_ptr<MpiTransport> mpi_;
+  std::unique_ptr<MpiEngine> mpi_engine_;
   std::unique_ptr<HoldTable> holds_;
   std::unique_ptr<UcxTransport> ucx_;
   std::unique_ptr<UcxEngine> ucx_engine_;

@@ -43,15 +43,16 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
                              "its GPUs");
     } else if (path == PathKind::kUcx) {
       info->set_reason(facts_.ucx_status);
+    } else if (path == PathKind::kMpi) {
+      info->set_reason(facts_.mpi_status);
     } else if (!available) {
-      info->set_reason(path == PathKind::kMpi ? "not started under mpirun"
-                                              : "not in this build yet");
+      info->set_reason("not in this build yet");
     }
   }
   response->set_cuda_compiled(facts_.gpu->cuda_compiled());
   response->set_gpu_status(facts_.gpu->status());
   response->set_ucx_cuda_aware(facts_.ucx_cuda_aware);
-  response->set_mpi_cuda_aware(false);
+  response->set_mpi_cuda_aware(facts_.mpi_cuda_aware);
   ToProto(facts_.start_time, response->mutable_start_time());
   response->set_active_transfers(static_cast<uint32_t>(facts_.scheduler->active()));
   for (const std::string& l : facts_.listen) response->add_listen(l);

@@ -32,6 +32,9 @@ struct NodeFacts {
   std::string ucx_status;
   bool ucx_cuda_aware = false;
   std::string metrics_address;
+  // Why MPI is or is not there, and whether it takes device memory.
+  std::string mpi_status;
+  bool mpi_cuda_aware = false;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

@@ -1,5 +1,6 @@
 #include "daemon/server/peer_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
@@ -48,7 +49,8 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              const v1::CompleteRemoteRequest* request,
                                              v1::CompleteRemoteResponse* response) {
-  auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum());
+  auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
+                               /*runner_ok=*/request->code() == 0);
   if (!hash.ok()) return ToGrpcStatus(hash.status());
   response->set_xxh3(*hash);
   return grpc::Status::OK;
@@ -63,6 +65,39 @@ grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageCh
   return ToGrpcStatus(holds_->StageChunk(request->from_node(), request->transfer_id(),
                                          request->slot(), request->offset(), request->length(),
                                          request->to_range()));
+}
+
+}  // namespace gpumove
+
+namespace gpumove {
+
+grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*, const v1::StartMpiRequest* request,
+                                       v1::StartMpiResponse*) {
+  if (mpi_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", cluster_->self().node(), " is not an MPI rank"));
+  }
+  // The rank must be the one the runner's node announced in this job.
+  auto runner = cluster_->Find(request->from_node());
+  if (!runner.ok()) return ToGrpcStatus(runner.status());
+  const v1::NodeDescriptor self = cluster_->self();
+  if (runner->descriptor.mpi_world() != self.mpi_world() ||
+      runner->descriptor.mpi_rank() != request->from_rank()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", request->from_node(), " is not rank ",
+                                     request->from_rank(), " of this node's MPI job"));
+  }
+  return ToGrpcStatus(holds_->StartHalf(
+      request->from_node(), request->transfer_id(), [&](const BufferUse& u) {
+        return mpi_->StartPassive(Endpoint{u.data(), u.kind(), u.device()}, u.length(),
+                                  request->from_rank(), request->tag(), request->chunk(),
+                                  request->send());
+      }));
+}
+
+grpc::Status PeerServiceImpl::StopMpi(grpc::ServerContext*, const v1::StopMpiRequest* request,
+                                      v1::StopMpiResponse*) {
+  return ToGrpcStatus(holds_->StopHalf(request->from_node(), request->transfer_id()));
 }
 
 }  // namespace gpumove

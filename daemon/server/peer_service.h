@@ -4,13 +4,16 @@
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
+#include "daemon/path/mpi_engine.h"
 #include "proto/gpumove/v1/peer.grpc.pb.h"
 
 namespace gpumove {
 
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
-  PeerServiceImpl(Cluster* cluster, HoldTable* holds) : cluster_(cluster), holds_(holds) {}
+  // `mpi` may be null (not an MPI rank).
+  PeerServiceImpl(Cluster* cluster, HoldTable* holds, MpiEngine* mpi = nullptr)
+      : cluster_(cluster), holds_(holds), mpi_(mpi) {}
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override;
@@ -21,10 +24,15 @@ class PeerServiceImpl final : public v1::PeerService::Service {
                               v1::CompleteRemoteResponse* response) override;
   grpc::Status StageChunk(grpc::ServerContext* context, const v1::StageChunkRequest* request,
                           v1::StageChunkResponse* response) override;
+  grpc::Status StartMpi(grpc::ServerContext* context, const v1::StartMpiRequest* request,
+                        v1::StartMpiResponse* response) override;
+  grpc::Status StopMpi(grpc::ServerContext* context, const v1::StopMpiRequest* request,
+                       v1::StopMpiResponse* response) override;
 
  private:
   Cluster* const cluster_;
   HoldTable* const holds_;
+  MpiEngine* const mpi_;
 };
 
 }  // namespace gpumove

@@ -1,0 +1,273 @@
+#include "daemon/path/mpi_engine.h"
+
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+
+namespace gpumove {
+namespace {
+
+// A receive that got the sender's zero-byte "stopped" message.
+constexpr absl::string_view kSenderStopped = "the sender stopped before the end";
+
+bool IsSenderStopped(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted && s.message() == kSenderStopped;
+}
+
+class Passive : public PassiveHalf {
+ public:
+  ~Passive() override {
+    Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  void Stop() override { stop_.store(true); }
+  absl::Status Wait(absl::Time deadline) override {
+    if (!done_.WaitForNotificationWithDeadline(deadline)) {
+      return absl::DeadlineExceededError("this node's half of the MPI move has not finished");
+    }
+    return status_;
+  }
+
+  std::atomic<bool> stop_{false};
+  absl::Notification posted_;
+  absl::Notification done_;
+  absl::Status status_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int MpiEngine::NextTag() {
+  // Tags only need to differ among this runner's moves still in flight with one peer;
+  // they go round the library's tag space (at least 32767 values). Tag 0 is not used.
+  const uint64_t ub = static_cast<uint64_t>(mpi_->world().tag_ub);
+  return static_cast<int>(next_tag_.fetch_add(1) % ub) + 1;
+}
+
+absl::Status MpiEngine::CanServe(const Endpoint& src, const Endpoint& dst) const {
+  if ((src.remote == nullptr) == (dst.remote == nullptr)) {
+    return absl::FailedPreconditionError("MPI moves need exactly one end on another node");
+  }
+  const RemoteHold& remote = src.remote != nullptr ? *src.remote : *dst.remote;
+  if (remote.mpi_rank < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", remote.node, " is not a rank of this node's MPI job"));
+  }
+  const Endpoint& local = src.remote != nullptr ? dst : src;
+  if (Staged(local) && pinned_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "staging device memory for a host-only MPI needs a pinned pool on this node "
+        "(--pinned_pool_size)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                             MoveControl& control) {
+  if (control.cancelled()) return absl::CancelledError("cancelled");
+  const bool push = dst.remote != nullptr;
+  const RemoteHold& hold = push ? *dst.remote : *src.remote;
+  Side side;
+  side.local = push ? src : dst;
+  side.length = length;
+  side.peer = hold.mpi_rank;
+  side.tag = NextTag();
+  side.chunk = options_.chunk;
+  side.progress = [&control](uint64_t done) {
+    control.Progress(done);
+    return !control.cancelled();
+  };
+  if (push) {
+    // The destination posts its receives before we send.
+    absl::Status st = remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/false);
+    if (!st.ok()) return st;
+    return Send(side);
+  }
+  absl::Status st = Receive(
+      side, [&] { return remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/true); },
+      [&] { remote_->StopMpi(hold).IgnoreError(); });
+  if (IsSenderStopped(st)) {
+    return absl::AbortedError(absl::StrCat("node ", hold.node,
+                                           " stopped sending before the end (see its log)"));
+  }
+  return st;
+}
+
+absl::Status MpiEngine::Send(const Side& side) {
+  uint64_t sent = 0;  // Bytes whose sends completed.
+  bool stopped = false;
+  bool wire_failed = false;
+  absl::Status st;
+  if (Staged(side.local)) {
+    auto ring = BounceRing::Take(pinned_, {.chunk = side.chunk, .slots = options_.stage_slots});
+    if (!ring.ok()) {
+      st = ring.status();
+    } else {
+      st = StageOut(
+          gpu_, side.local.data, side.local.device, side.length, *ring,
+          [&](const char* host, uint64_t offset, uint64_t n) -> absl::Status {
+            auto r = mpi_->Wait(mpi_->Isend(host, n, side.peer, side.tag));
+            if (!r.ok()) {
+              wire_failed = true;
+              return r.status();
+            }
+            sent = offset + n;
+            return absl::OkStatus();
+          },
+          [&](uint64_t done) {
+            if (!side.progress(done)) stopped = true;
+            return !stopped;
+          });
+    }
+  } else {
+    // Unstaged: a window of sends straight from the range.
+    std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, uint64_t>> in_flight;
+    uint64_t next = 0;
+    while (true) {
+      while (!stopped && next < side.length &&
+             in_flight.size() < static_cast<size_t>(options_.window)) {
+        const uint64_t n = std::min(side.chunk, side.length - next);
+        in_flight.emplace_back(mpi_->Isend(side.local.data + next, n, side.peer, side.tag),
+                               next + n);
+        next += n;
+      }
+      if (in_flight.empty()) break;
+      auto r = mpi_->Wait(in_flight.front().first);
+      if (!r.ok()) {
+        // The peer is gone or MPI failed: the rest are abandoned to the library.
+        wire_failed = true;
+        st = r.status();
+        break;
+      }
+      sent = in_flight.front().second;
+      in_flight.pop_front();
+      if (!stopped && !side.progress(sent) && next < side.length) stopped = true;
+    }
+    if (st.ok() && stopped) st = absl::CancelledError("cancelled");
+  }
+  if (st.ok() || wire_failed || sent >= side.length) return st;
+  // Stopped early with the wire intact: tell the receiver no more is coming.
+  auto r = mpi_->Wait(mpi_->Isend(nullptr, 0, side.peer, side.tag));
+  if (!r.ok()) return r.status();
+  return st;
+}
+
+absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Status()>& posted,
+                                const std::function<void()>& ask_stop) {
+  bool stop_asked = false;
+  auto progress = [&](uint64_t done) {
+    if (!stop_asked && !side.progress(done)) {
+      stop_asked = true;
+      ask_stop();
+    }
+    return true;  // Keep receiving until the sender says it stopped.
+  };
+  absl::Status st;
+  if (Staged(side.local)) {
+    auto ring = BounceRing::Take(pinned_, {.chunk = side.chunk, .slots = options_.stage_slots});
+    if (!ring.ok()) return ring.status();
+    // The staging pipeline posts each receive when its bounce slot is free; MPI matches a
+    // send that arrives first when the receive is posted.
+    if (absl::Status s = posted(); !s.ok()) return s;
+    st = StageIn(
+        gpu_, side.local.data, side.local.device, side.length, *ring,
+        [&](char* host, uint64_t offset, uint64_t n) -> absl::Status {
+          auto r = mpi_->Wait(mpi_->Irecv(host, n, side.peer, side.tag));
+          if (!r.ok()) return r.status();
+          if (*r == 0) return absl::AbortedError(kSenderStopped);
+          if (*r != n) {
+            return absl::DataLossError(
+                absl::StrCat("chunk at ", offset, ": ", *r, " bytes came, ", n, " expected"));
+          }
+          return absl::OkStatus();
+        },
+        progress);
+  } else {
+    std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, uint64_t>> in_flight;
+    uint64_t next = 0;
+    auto post = [&] {
+      while (next < side.length && in_flight.size() < static_cast<size_t>(options_.window)) {
+        const uint64_t n = std::min(side.chunk, side.length - next);
+        in_flight.emplace_back(mpi_->Irecv(side.local.data + next, n, side.peer, side.tag), n);
+        next += n;
+      }
+    };
+    post();
+    if (absl::Status s = posted(); !s.ok()) {
+      for (auto& [op, unused] : in_flight) mpi_->CancelReceive(op);
+      return s;
+    }
+    uint64_t done = 0;
+    while (!in_flight.empty()) {
+      auto [op, n] = in_flight.front();
+      in_flight.pop_front();
+      auto r = mpi_->Wait(op);
+      if (!r.ok()) {
+        st = r.status();
+      } else if (*r == 0) {
+        st = absl::AbortedError(kSenderStopped);
+      } else if (*r != n) {
+        st = absl::DataLossError(
+            absl::StrCat("chunk at ", done, ": ", *r, " bytes came, ", n, " expected"));
+      }
+      if (!st.ok()) {
+        for (auto& [rest, unused] : in_flight) mpi_->CancelReceive(rest);
+        break;
+      }
+      done += n;
+      progress(done);
+      post();
+    }
+  }
+  if (IsSenderStopped(st) && stop_asked) return absl::CancelledError("cancelled");
+  return st;
+}
+
+absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpoint& range,
+                                                                     uint64_t length,
+                                                                     int runner_rank, int tag,
+                                                                     uint64_t chunk, bool send) {
+  if (runner_rank < 0 || runner_rank >= mpi_->world().size ||
+      runner_rank == mpi_->world().rank) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
+  }
+  if (tag <= 0 || tag > mpi_->world().tag_ub || chunk == 0 || chunk > (1ull << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad MPI tag ", tag, " or chunk ", chunk));
+  }
+  if (Staged(range) && pinned_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this node has no pinned pool to stage device memory for MPI");
+  }
+  auto half = std::make_unique<Passive>();
+  Passive* p = half.get();
+  Side side;
+  side.local = range;
+  side.length = length;
+  side.peer = runner_rank;
+  side.tag = tag;
+  side.chunk = chunk;
+  side.progress = [p](uint64_t) { return !p->stop_.load(); };
+  p->thread_ = std::thread([this, p, side, send] {
+    if (send) {
+      p->posted_.Notify();
+      p->status_ = Send(side);
+    } else {
+      p->status_ = Receive(
+          side,
+          [p] {
+            p->posted_.Notify();
+            return absl::OkStatus();
+          },
+          [] {});
+    }
+    if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
+    p->done_.Notify();
+  });
+  p->posted_.WaitForNotification();
+  return half;
+}
+
+}  // namespace gpumove

@@ -1,0 +1,91 @@
+// Path MPI: moves between ranks of one MPI job with two-sided MPI_Isend / MPI_Irecv.
+//
+// Each move gets a tag from its runner; its bytes go as `chunk`-byte messages in order
+// under that tag, and MPI's rule that messages between two ranks with one tag are matched
+// in the order they were sent makes message k chunk k. The runner's half runs in Move;
+// the other node's half (PassiveHalf) is started through the peer service (StartMpi)
+// once the hold exists, and posts its receives before the runner sends. A sender that
+// stops early (cancel, a failed GPU copy) finishes its chunks in flight and then sends a
+// zero-byte message, so a receiver never waits for bytes that will not come and a sender
+// never waits for a receive that will not be posted. A receiver that wants to stop (the
+// runner of a cancelled pull) asks the sender (StopMpi) and keeps receiving until that
+// message arrives.
+//
+// Device memory goes straight to a CUDA-aware MPI; otherwise each side stages it through
+// its own pinned bounce buffers with the shared staging pipeline (staging.h).
+#ifndef GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
+#define GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "daemon/core/engine.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/pool.h"
+#include "daemon/path/mpi_transport.h"
+#include "daemon/path/staging.h"
+
+namespace gpumove {
+
+struct MpiEngineOptions {
+  uint64_t chunk = 4 << 20;  // Bytes per message.
+  int window = 4;            // Messages in flight per move, each way (unstaged).
+  int stage_slots = 4;       // Bounce buffers per staged side.
+};
+
+class MpiEngine : public Engine {
+ public:
+  // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
+  // `remote` starts and stops the other node's half.
+  MpiEngine(MpiTransport* mpi, GpuRuntime* gpu, Pool* pinned, RemoteRanges* remote,
+            MpiEngineOptions options = {})
+      : mpi_(mpi), gpu_(gpu), pinned_(pinned), remote_(remote), options_(options) {}
+
+  PathKind path() const override { return PathKind::kMpi; }
+  absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                    MoveControl& control) override;
+
+  // This node's half of a move run by `runner_rank`: sends `range` to it (`send`) or
+  // receives into it. Returns once the first receives are posted.
+  absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range,
+                                                            uint64_t length, int runner_rank,
+                                                            int tag, uint64_t chunk, bool send);
+
+  // One side of a move; `progress(done)` false asks to stop.
+  struct Side {
+    Endpoint local;
+    uint64_t length = 0;
+    int peer = 0;
+    int tag = 0;
+    uint64_t chunk = 0;
+    std::function<bool(uint64_t)> progress;
+  };
+  // Sends; CANCELLED when progress asked to stop before every chunk went.
+  absl::Status Send(const Side& side);
+  // Receives; `posted` runs once the first receives are posted (an error from it cancels
+  // them and ends the receive); `ask_stop` runs once when progress asks to stop (the
+  // receive then goes on until the sender says it stopped).
+  // CANCELLED when it stopped early after asking, ABORTED when the sender stopped
+  // without being asked.
+  absl::Status Receive(const Side& side, const std::function<absl::Status()>& posted,
+                       const std::function<void()>& ask_stop);
+
+ private:
+  bool Staged(const Endpoint& e) const {
+    return e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware;
+  }
+  int NextTag();
+
+  MpiTransport* const mpi_;
+  GpuRuntime* const gpu_;
+  Pool* const pinned_;
+  RemoteRanges* const remote_;
+  const MpiEngineOptions options_;
+  std::atomic<uint64_t> next_tag_{0};
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_

@@ -1,0 +1,453 @@
+#include "daemon/path/mpi_transport.h"
+
+#include <climits>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/common/log.h"
+
+#ifdef GPUMOVE_HAVE_MPI
+#include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support.
+#endif
+#endif
+
+namespace gpumove {
+
+bool MpiTransport::LaunchedByMpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                          "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+struct MpiTransport::Op {
+  bool send = false;
+  void* data = nullptr;
+  uint64_t n = 0;
+  int peer = 0;
+  int tag = 0;
+  uint64_t generation = 0;
+  absl::Time posted;
+  // Written under mu_ by the MPI thread.
+  bool done = false;      // Waiters may return: status/count are final.
+  bool finished = false;  // MPI is done with the buffer.
+  bool cancel_asked = false;
+  absl::Status status;
+  uint64_t count = 0;
+};
+
+#ifndef GPUMOVE_HAVE_MPI
+
+absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions) {
+  return absl::UnimplementedError("this gpumoved was built without MPI (--config=nompi)");
+}
+MpiTransport::~MpiTransport() = default;
+absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::string&) {
+  return absl::UnimplementedError("no MPI");
+}
+std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void*, uint64_t, int, int) {
+  return nullptr;
+}
+std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int) { return nullptr; }
+absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&) {
+  return absl::UnimplementedError("no MPI");
+}
+void MpiTransport::CancelReceive(const std::shared_ptr<Op>&) {}
+void MpiTransport::FailPeer(int, const std::string&) {}
+size_t MpiTransport::pending() const { return 0; }
+
+#else  // GPUMOVE_HAVE_MPI
+
+namespace {
+
+std::string MpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return absl::StrCat("MPI error ", code);
+  return std::string(text, len);
+}
+
+absl::Status MpiStatus(int code, const char* what) {
+  if (code == MPI_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, ": ", MpiError(code)));
+}
+
+// Whether the library takes device pointers, asked the way each family answers.
+bool ProbeCudaAwareness(std::string* how) {
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  const bool aware = MPIX_Query_cuda_support() == 1;
+  *how = absl::StrCat("MPIX_Query_cuda_support() = ", aware ? 1 : 0);
+  return aware;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int aware = 0;
+  if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &aware) != MPI_SUCCESS) aware = 0;
+  *how = absl::StrCat("MPIX_GPU_query_support(CUDA) = ", aware);
+  return aware == 1;
+#else
+  *how = "the library has no CUDA query; assumed host-only";
+  return false;
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions options) {
+  std::unique_ptr<MpiTransport> t(new MpiTransport(options));
+  absl::Notification ready;
+  absl::Status init;
+  MpiTransport* self = t.get();
+  t->thread_ = std::thread([self, &ready, &init] {
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+      init = absl::UnavailableError(absl::StrCat("MPI_Init_thread: ", rc));
+      ready.Notify();
+      return;
+    }
+    MpiWorld& w = self->world_;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+    MPI_Comm local;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL,
+                            &local) == MPI_SUCCESS) {
+      MPI_Comm_rank(local, &w.local_rank);
+      MPI_Comm_size(local, &w.local_size);
+      MPI_Comm_free(&local);
+    }
+    int* ub = nullptr;
+    int flag = 0;
+    if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag) {
+      w.tag_ub = *ub;
+    }
+    char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(library, &len);
+    w.library = std::string(
+        *absl::StrSplit(absl::string_view(library, len), absl::MaxSplits('\n', 1)).begin());
+    w.cuda_aware = ProbeCudaAwareness(&w.cuda_awareness);
+    uint64_t id = 0;
+    if (w.rank == 0) id = std::random_device()() * 0x100000000ull + std::random_device()();
+    rc = MPI_Bcast(&id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    init = MpiStatus(rc, "MPI_Bcast");
+    w.world_id = id;
+    ready.Notify();
+    if (init.ok()) self->Loop();
+  });
+  ready.WaitForNotification();
+  if (!init.ok()) {
+    t->thread_.join();
+    t->thread_ = std::thread();
+    return init;
+  }
+  return t;
+}
+
+MpiTransport::~MpiTransport() {
+  if (!thread_.joinable()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  // The loop cancels what is left, finalises (collective) and returns; peers that died
+  // can make MPI_Finalize wait forever, so give it a bounded time and leave it behind.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  {
+    absl::MutexLock lock(&mu_);
+    auto finalized = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return finalized_; };
+    mu_.AwaitWithDeadline(absl::Condition(&finalized), deadline);
+    if (!finalized_) {
+      LOG(WARNING) << "MPI_Finalize did not return in 10 s (a rank is gone); exiting without it";
+      thread_.detach();
+      return;
+    }
+  }
+  thread_.join();
+}
+
+void MpiTransport::Loop() {
+  std::vector<MPI_Request> requests;
+  std::vector<std::shared_ptr<Op>> ops;
+  std::vector<int> indexes;
+  std::vector<MPI_Status> statuses;
+  int idle = 0;
+  absl::Time stop_deadline = absl::InfiniteFuture();
+  auto finish = [this](Op& op, absl::Status status, uint64_t count) {
+    mu_.AssertHeld();
+    op.finished = true;
+    if (!op.done) {
+      op.done = true;
+      op.status = std::move(status);
+      op.count = count;
+    }
+    --in_flight_;
+  };
+  while (true) {
+    std::deque<std::shared_ptr<Op>> post, cancel;
+    std::deque<std::function<void()>> tasks;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
+      };
+      if (ops.empty()) mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+      post.swap(to_post_);
+      cancel.swap(to_cancel_);
+      tasks.swap(tasks_);
+      if (stop_ && stop_deadline == absl::InfiniteFuture()) {
+        stop_deadline = absl::Now() + absl::Seconds(2);
+        for (auto& op : ops) {
+          if (!op->send) cancel.push_back(op);
+        }
+      }
+      if (stop_ && tasks.empty() && post.empty() &&
+          (ops.empty() || absl::Now() > stop_deadline)) {
+        for (auto& op : ops) finish(*op, absl::UnavailableError("daemon stopping"), 0);
+        for (auto& op : post) finish(*op, absl::UnavailableError("daemon stopping"), 0);
+        break;
+      }
+    }
+    for (auto& task : tasks) task();
+    for (auto& op : post) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      const int count = static_cast<int>(op->n);
+      int rc = op->send ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
+                        : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      if (rc != MPI_SUCCESS) {
+        absl::MutexLock lock(&mu_);
+        finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
+        continue;
+      }
+      requests.push_back(r);
+      ops.push_back(std::move(op));
+    }
+    auto cancel_at = [&](size_t i) {
+      if (ops[i]->send || ops[i]->cancel_asked) return;
+      ops[i]->cancel_asked = true;
+      MPI_Cancel(&requests[i]);
+    };
+    for (auto& op : cancel) {
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i] == op) cancel_at(i);
+      }
+    }
+    if (ops.empty()) continue;
+    // Timeouts: a receive is cancelled (and ends when MPI lets go of it); a send is
+    // reported failed now and left to MPI.
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (now - ops[i]->posted < options_.op_timeout) continue;
+      if (!ops[i]->send) {
+        cancel_at(i);
+      } else {
+        absl::MutexLock lock(&mu_);
+        if (!ops[i]->done) {
+          ops[i]->done = true;
+          ops[i]->status = absl::UnavailableError(
+              absl::StrCat("MPI send to rank ", ops[i]->peer, " did not complete in ",
+                           absl::FormatDuration(options_.op_timeout)));
+        }
+      }
+    }
+    indexes.resize(ops.size());
+    statuses.resize(ops.size());
+    int completed = 0;
+    const int rc = MPI_Testsome(static_cast<int>(ops.size()), requests.data(), &completed,
+                                indexes.data(), statuses.data());
+    if (completed == MPI_UNDEFINED) completed = 0;
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      // The library could not say which request failed: fail them all.
+      LOG(ERROR) << "MPI_Testsome: " << MpiError(rc) << "; failing " << ops.size()
+                 << " operation(s)";
+      absl::MutexLock lock(&mu_);
+      for (auto& op : ops) finish(*op, MpiStatus(rc, "MPI_Testsome"), 0);
+      ops.clear();
+      requests.clear();
+      continue;
+    }
+    if (completed == 0) {
+      // Nothing finished: spin briefly (latency), then back off so idle waits do not
+      // take a core from the copies.
+      if (++idle > 200) {
+        absl::SleepFor(absl::Microseconds(50));
+      } else {
+        std::this_thread::yield();
+      }
+      continue;
+    }
+    idle = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      for (int k = 0; k < completed; ++k) {
+        Op& op = *ops[indexes[k]];
+        MPI_Status& s = statuses[k];
+        if (rc == MPI_ERR_IN_STATUS && s.MPI_ERROR != MPI_SUCCESS) {
+          finish(op,
+                 absl::UnavailableError(absl::StrCat(op.send ? "send to" : "receive from",
+                                                     " rank ", op.peer, ": ",
+                                                     MpiError(s.MPI_ERROR))),
+                 0);
+          continue;
+        }
+        int cancelled = 0;
+        MPI_Test_cancelled(&s, &cancelled);
+        if (cancelled) {
+          finish(op, absl::CancelledError("receive cancelled"), 0);
+          continue;
+        }
+        int count = static_cast<int>(op.n);
+        if (!op.send) MPI_Get_count(&s, MPI_BYTE, &count);
+        finish(op, absl::OkStatus(), static_cast<uint64_t>(count));
+      }
+    }
+    // Drop what completed (Testsome set their requests to MPI_REQUEST_NULL).
+    size_t keep = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (requests[i] == MPI_REQUEST_NULL) continue;
+      requests[keep] = requests[i];
+      ops[keep++] = std::move(ops[i]);
+    }
+    requests.resize(keep);
+    ops.resize(keep);
+  }
+  MPI_Finalize();
+  absl::MutexLock lock(&mu_);
+  finalized_ = true;
+}
+
+absl::Status MpiTransport::RunOnMpiThread(std::function<absl::Status()> fn) {
+  auto done = std::make_shared<absl::Notification>();
+  auto status = std::make_shared<absl::Status>();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return absl::UnavailableError("MPI is stopping");
+    tasks_.push_back([fn = std::move(fn), done, status] {
+      *status = fn();
+      done->Notify();
+    });
+  }
+  done->WaitForNotification();
+  return *status;
+}
+
+absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::string& mine) {
+  std::vector<std::string> out;
+  absl::Status st = RunOnMpiThread([&]() -> absl::Status {
+    const int size = world_.size;
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(size), displs(size);
+    absl::Status s = MpiStatus(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT,
+                                             MPI_COMM_WORLD),
+                               "MPI_Allgather");
+    if (!s.ok()) return s;
+    int total = 0;
+    for (int i = 0; i < size; ++i) {
+      displs[i] = total;
+      total += lens[i];
+    }
+    std::string all(total, '\0');
+    s = MpiStatus(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(),
+                                 displs.data(), MPI_CHAR, MPI_COMM_WORLD),
+                  "MPI_Allgatherv");
+    if (!s.ok()) return s;
+    for (int i = 0; i < size; ++i) out.push_back(all.substr(displs[i], lens[i]));
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
+                                                    int tag) {
+  auto op = std::make_shared<Op>();
+  op->send = send;
+  op->data = data;
+  op->n = n;
+  op->peer = peer;
+  op->tag = tag;
+  op->posted = absl::Now();
+  absl::MutexLock lock(&mu_);
+  op->generation = peer_generation_[peer];
+  if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
+      tag > world_.tag_ub) {
+    op->done = op->finished = true;
+    op->status = absl::InvalidArgumentError(
+        absl::StrCat("bad MPI operation: ", n, " bytes, rank ", peer, ", tag ", tag));
+    return op;
+  }
+  if (stop_) {
+    op->done = op->finished = true;
+    op->status = absl::UnavailableError("daemon stopping");
+    return op;
+  }
+  ++in_flight_;
+  to_post_.push_back(op);
+  return op;
+}
+
+std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void* data, uint64_t n, int peer,
+                                                     int tag) {
+  return Post(true, const_cast<void*>(data), n, peer, tag);
+}
+
+std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, int peer, int tag) {
+  return Post(false, data, n, peer, tag);
+}
+
+absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this, &op]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return op->done || peer_generation_[op->peer] != op->generation;
+    };
+    // The loop times operations out itself; this deadline only guards against an MPI call
+    // that never returns.
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready),
+                               op->posted + options_.op_timeout + absl::Seconds(10))) {
+      failure = absl::UnavailableError(absl::StrCat("MPI made no progress with rank ", op->peer,
+                                                    " for ",
+                                                    absl::FormatDuration(options_.op_timeout)));
+    } else if (op->done) {
+      if (op->status.ok()) return op->count;
+      failure = op->status;
+    } else {
+      failure = absl::UnavailableError(
+          absl::StrCat("rank ", op->peer, " failed: ", peer_failure_[op->peer]));
+    }
+  }
+  if (!op->send) CancelReceive(op);
+  return failure;
+}
+
+void MpiTransport::CancelReceive(const std::shared_ptr<Op>& op) {
+  absl::MutexLock lock(&mu_);
+  if (op->finished) return;
+  to_cancel_.push_back(op);
+  auto finished = [&op]() { return op->finished; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) {
+    LOG(ERROR) << "MPI kept a receive from rank " << op->peer << " (tag " << op->tag
+               << ") after cancelling it";
+  }
+}
+
+void MpiTransport::FailPeer(int peer, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  ++peer_generation_[peer];
+  peer_failure_[peer] = why;
+}
+
+size_t MpiTransport::pending() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+#endif  // GPUMOVE_HAVE_MPI
+
+}  // namespace gpumove

@@ -1,0 +1,103 @@
+// The daemon's MPI library use, all of it: one thread initialises MPI, makes every MPI call
+// and finalises it; other threads hand it point-to-point operations and wait for them.
+// Built against Open MPI (default), MPICH (--config=mpich) or without MPI
+// (--config=nompi: Start says so). This is the only file that includes mpi.h.
+#ifndef GPUMOVE_DAEMON_PATH_MPI_TRANSPORT_H_
+#define GPUMOVE_DAEMON_PATH_MPI_TRANSPORT_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace gpumove {
+
+struct MpiOptions {
+  // An operation with no completion this long fails UNAVAILABLE (the peer is also failed
+  // at once when the cluster sees it down; this is the backstop).
+  absl::Duration op_timeout = absl::Seconds(30);
+};
+
+// What MPI said about this job at start.
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // Rank among the job's processes on this host.
+  int local_size = 1;
+  int tag_ub = 32767;
+  bool cuda_aware = false;      // Device pointers may be given to MPI.
+  std::string cuda_awareness;   // How that was found out.
+  std::string library;          // MPI_Get_library_version, first line.
+  uint64_t world_id = 0;        // The same on every rank of the job, random per job.
+};
+
+class MpiTransport {
+ public:
+  // True when a launcher started this process as an MPI rank (Open MPI's mpirun, MPICH's
+  // Hydra, PMIx/PMI launchers such as Slurm's srun --mpi=pmix).
+  static bool LaunchedByMpi();
+  // Starts the MPI thread and initialises MPI on it (collective across the job).
+  static absl::StatusOr<std::unique_ptr<MpiTransport>> Start(MpiOptions options);
+  // Finalises MPI (collective; gives up after a few seconds when peers are gone).
+  ~MpiTransport();
+
+  const MpiWorld& world() const { return world_; }
+
+  // Every rank calls this once, in the same order as other collectives: returns each
+  // rank's string, indexed by rank.
+  absl::StatusOr<std::vector<std::string>> Allgather(const std::string& mine);
+
+  // One posted send or receive.
+  struct Op;
+  // Posts a send of [data, data+n) to `peer` (n may be 0). The bytes must stay put until
+  // Wait returns OK.
+  std::shared_ptr<Op> Isend(const void* data, uint64_t n, int peer, int tag);
+  // Posts a receive of at most n bytes from `peer` into [data, data+n).
+  std::shared_ptr<Op> Irecv(void* data, uint64_t n, int peer, int tag);
+  // Bytes sent or received. UNAVAILABLE when the peer was failed (see FailPeer) or the
+  // operation timed out, and the library's error otherwise. A receive that fails is
+  // cancelled first, so its buffer is free once this returns.
+  absl::StatusOr<uint64_t> Wait(const std::shared_ptr<Op>& op);
+  // Cancels a posted receive and waits until MPI is done with its buffer.
+  void CancelReceive(const std::shared_ptr<Op>& op);
+  // Fails every operation now pending with `peer` (it died or stopped answering): their
+  // waits return UNAVAILABLE and receives are cancelled. Later operations are tried anew.
+  void FailPeer(int peer, const std::string& why);
+
+  // Operations MPI has not finished (for tests and shutdown).
+  size_t pending() const;
+
+ private:
+  explicit MpiTransport(MpiOptions options) : options_(options) {}
+  void Loop();
+  // Runs fn on the MPI thread and waits for it.
+  absl::Status RunOnMpiThread(std::function<absl::Status()> fn);
+  std::shared_ptr<Op> Post(bool send, void* data, uint64_t n, int peer, int tag);
+
+  const MpiOptions options_;
+  MpiWorld world_;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<Op>> to_post_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Op>> to_cancel_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, uint64_t> peer_generation_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, std::string> peer_failure_ ABSL_GUARDED_BY(mu_);
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool finalized_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_MPI_TRANSPORT_H_
