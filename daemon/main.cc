@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, mpi, "auto",
           "on this host).");
 ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per MPI message of a move; four are kept in flight per move.");
+ABSL_FLAG(bool, mpi_force_staging, false,
+          "Stage this node's side of every MPI move through pinned bounce buffers, as device "
+          "memory is with a host-only MPI (to test that path without a GPU).");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one); empty: off.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.mpi_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
+  options.mpi_force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
   options.listen_given = !folded.empty();
   if (options.listen.empty()) {
     LOG(ERROR) << "--listen is empty";

@@ -196,8 +196,13 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
       }
     };
     post();
+    auto cancel_rest = [&] {
+      std::vector<std::shared_ptr<MpiTransport::Op>> rest;
+      for (auto& [op, unused] : in_flight) rest.push_back(op);
+      mpi_->CancelReceives(rest);
+    };
     if (absl::Status s = posted(); !s.ok()) {
-      for (auto& [op, unused] : in_flight) mpi_->CancelReceive(op);
+      cancel_rest();
       return s;
     }
     uint64_t done = 0;
@@ -214,7 +219,7 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
             absl::StrCat("chunk at ", done, ": ", *r, " bytes came, ", n, " expected"));
       }
       if (!st.ok()) {
-        for (auto& [rest, unused] : in_flight) mpi_->CancelReceive(rest);
+        cancel_rest();
         break;
       }
       done += n;

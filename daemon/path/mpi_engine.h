@@ -32,6 +32,8 @@ struct MpiEngineOptions {
   uint64_t chunk = 4 << 20;  // Bytes per message.
   int window = 4;            // Messages in flight per move, each way (unstaged).
   int stage_slots = 4;       // Bounce buffers per staged side.
+  // Stage every range, not only device memory (exercises staging without a GPU).
+  bool force_staging = false;
 };
 
 class MpiEngine : public Engine {
@@ -74,7 +76,8 @@ class MpiEngine : public Engine {
 
  private:
   bool Staged(const Endpoint& e) const {
-    return e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware;
+    return options_.force_staging ||
+           (e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware);
   }
   int NextTag();
 

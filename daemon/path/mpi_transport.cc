@@ -58,7 +58,7 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int)
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&) {
   return absl::UnimplementedError("no MPI");
 }
-void MpiTransport::CancelReceive(const std::shared_ptr<Op>&) {}
+void MpiTransport::CancelReceives(const std::vector<std::shared_ptr<Op>>&, absl::Duration) {}
 void MpiTransport::FailPeer(int, const std::string&) {}
 size_t MpiTransport::pending() const { return 0; }
 
@@ -135,10 +135,12 @@ absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions opt
     uint64_t id = 0;
     if (w.rank == 0) id = std::random_device()() * 0x100000000ull + std::random_device()();
     rc = MPI_Bcast(&id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    init = MpiStatus(rc, "MPI_Bcast");
     w.world_id = id;
+    // `init` and `ready` belong to Start, which may return as soon as ready is notified.
+    const absl::Status st = MpiStatus(rc, "MPI_Bcast");
+    init = st;
     ready.Notify();
-    if (init.ok()) self->Loop();
+    if (st.ok()) self->Loop();
   });
   ready.WaitForNotification();
   if (!init.ok()) {
@@ -422,18 +424,28 @@ absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
           absl::StrCat("rank ", op->peer, " failed: ", peer_failure_[op->peer]));
     }
   }
-  if (!op->send) CancelReceive(op);
+  if (!op->send) CancelReceives({op});
   return failure;
 }
 
-void MpiTransport::CancelReceive(const std::shared_ptr<Op>& op) {
+void MpiTransport::CancelReceives(const std::vector<std::shared_ptr<Op>>& ops,
+                                  absl::Duration wait) {
   absl::MutexLock lock(&mu_);
-  if (op->finished) return;
-  to_cancel_.push_back(op);
-  auto finished = [&op]() { return op->finished; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) {
-    LOG(ERROR) << "MPI kept a receive from rank " << op->peer << " (tag " << op->tag
-               << ") after cancelling it";
+  for (const auto& op : ops) {
+    if (!op->finished && !op->send) to_cancel_.push_back(op);
+  }
+  auto finished = [&ops]() {
+    for (const auto& op : ops) {
+      if (!op->finished && !op->send) return false;
+    }
+    return true;
+  };
+  if (mu_.AwaitWithTimeout(absl::Condition(&finished), wait)) return;
+  for (const auto& op : ops) {
+    if (!op->finished && !op->send) {
+      LOG(WARNING) << "MPI still holds a receive from rank " << op->peer << " (tag " << op->tag
+                   << ") " << absl::FormatDuration(wait) << " after cancelling it";
+    }
   }
 }
 

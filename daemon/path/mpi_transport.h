@@ -67,8 +67,10 @@ class MpiTransport {
   // operation timed out, and the library's error otherwise. A receive that fails is
   // cancelled first, so its buffer is free once this returns.
   absl::StatusOr<uint64_t> Wait(const std::shared_ptr<Op>& op);
-  // Cancels a posted receive and waits until MPI is done with its buffer.
-  void CancelReceive(const std::shared_ptr<Op>& op);
+  // Cancels posted receives and waits until MPI is done with their buffers, or `wait`
+  // passed (a receive already matched to a rank that died may never end; it is logged).
+  void CancelReceives(const std::vector<std::shared_ptr<Op>>& ops,
+                      absl::Duration wait = absl::Seconds(1));
   // Fails every operation now pending with `peer` (it died or stopped answering): their
   // waits return UNAVAILABLE and receives are cancelled. Later operations are tried anew.
   void FailPeer(int peer, const std::string& why);

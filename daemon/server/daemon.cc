@@ -187,6 +187,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (d->mpi_ != nullptr) {
     MpiEngineOptions mpi_options;
     mpi_options.chunk = options.mpi_chunk;
+    mpi_options.force_staging = options.mpi_force_staging;
     d->mpi_engine_ = std::make_unique<MpiEngine>(
         d->mpi_.get(), gpu, d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
         d->remote_ranges_.get(), mpi_options);

@@ -66,6 +66,7 @@ struct DaemonOptions {
   // `listen_given` it listens on 127.0.0.1:(7470 + rank on this host).
   std::string mpi = "auto";
   uint64_t mpi_chunk = 4 << 20;
+  bool mpi_force_staging = false;
   bool listen_given = true;
 };
 

@@ -1,0 +1,429 @@
+// gpumoved started as an MPI job (mpirun -np 3): the cluster forms from MPI_COMM_WORLD and
+// moves go over path MPI, verified, in every direction, big and small, concurrent, staged,
+// cancelled; a rank killed mid-move fails its moves and the others keep serving.
+//
+// The MPI flavour comes from the environment: GPUMOVE_MPI=openmpi (default: Open MPI with
+// ob1/tcp, with its UCX pml, and ob1/shared memory with every side staged) or mpich (the
+// daemon then has to be built with --config=mpich; tests/run.sh does both).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/random_bytes.h"
+
+namespace gpumove {
+namespace {
+
+using ::absl::StatusCode;
+
+std::string Flavor() {
+  const char* f = std::getenv("GPUMOVE_MPI");
+  return f != nullptr && *f != '\0' ? f : "openmpi";
+}
+
+bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
+
+// One way to launch the job.
+struct Launch {
+  std::string name;
+  std::vector<std::string> mpi_args;     // For the launcher.
+  std::vector<std::string> daemon_flags;  // For every rank.
+};
+
+std::vector<Launch> Launches() {
+  if (Flavor() == "mpich") {
+    return {{"mpich", {}, {}}, {"mpich_staged", {}, {"--mpi_force_staging"}}};
+  }
+  return {
+      {"ob1_tcp", {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp"}, {}},
+      // UCX's pml refuses machines without an RDMA device unless told any device will do.
+      {"ucx",
+       {"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"},
+       {}},
+      {"ob1_shm_staged", {"--mca", "pml", "ob1", "--mca", "btl", "self,vader"},
+       {"--mpi_force_staging"}},
+  };
+}
+
+// An MPI job of gpumoved ranks, started with the flavour's launcher and stopped with
+// SIGTERM (the launcher forwards it; the ranks drain and exit).
+class MpiJob {
+ public:
+  static std::unique_ptr<MpiJob> Start(int ranks, const Launch& launch,
+                                       std::vector<std::string> flags) {
+    auto job = std::unique_ptr<MpiJob>(new MpiJob());
+    char tmpl[] = "/tmp/gpumove-mpi-XXXXXX";
+    job->dir_ = mkdtemp(tmpl);
+    std::vector<std::string> args;
+    if (Flavor() == "mpich") {
+      args = {Executable("/usr/bin/mpiexec.mpich") ? "/usr/bin/mpiexec.mpich" : "mpiexec", "-n",
+              absl::StrCat(ranks)};
+    } else {
+      args = {Executable("/usr/bin/mpirun.openmpi") ? "/usr/bin/mpirun.openmpi" : "mpirun",
+              "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "-np",
+              absl::StrCat(ranks)};
+    }
+    args.insert(args.end(), launch.mpi_args.begin(), launch.mpi_args.end());
+    args.push_back(FindBuiltBinary("daemon/gpumoved", "GPUMOVED"));
+    for (const std::string& f :
+         {std::string("--listen=127.0.0.1:0"), "--port_file=" + job->dir_ + "/port.%r",
+          std::string("--host_pool_size=400MiB"), std::string("--pinned_pool_size=64MiB"),
+          std::string("--heartbeat=200ms"), std::string("--peer_timeout=1500ms"),
+          std::string("--mpi_chunk=1MiB")}) {
+      args.push_back(f);
+    }
+    args.insert(args.end(), launch.daemon_flags.begin(), launch.daemon_flags.end());
+    args.insert(args.end(), flags.begin(), flags.end());
+    job->log_ = job->dir_ + "/job.log";
+    job->pid_ = fork();
+    if (job->pid_ == 0) {
+      setpgid(0, 0);
+      freopen(job->log_.c_str(), "w", stdout);
+      dup2(fileno(stdout), fileno(stderr));
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (int r = 0; r < ranks; ++r) {
+      const std::string file = absl::StrCat(job->dir_, "/port.", r);
+      std::string address;
+      while (address.empty()) {
+        std::ifstream in(file);
+        std::getline(in, address);
+        if (!address.empty()) break;
+        if (absl::Now() > deadline || waitpid(job->pid_, nullptr, WNOHANG) != 0) {
+          ADD_FAILURE() << "rank " << r << " did not start; log:\n" << job->Log();
+          return nullptr;
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      job->addresses_.push_back(address);
+      job->clients_.push_back(*Client::Connect(address));
+    }
+    return job;
+  }
+
+  ~MpiJob() {
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (waitpid(pid_, nullptr, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(-pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    kill(-pid_, SIGKILL);  // Anything left in the group.
+  }
+
+  Client& client(int rank) { return *clients_[rank]; }
+  int size() const { return static_cast<int>(clients_.size()); }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  // The process of `rank`: the gpumoved whose port file is ours and whose environment
+  // names that rank.
+  pid_t RankPid(int rank) const {
+    DIR* proc = opendir("/proc");
+    pid_t found = -1;
+    while (dirent* e = readdir(proc)) {
+      const pid_t pid = atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+      std::string cmdline((std::istreambuf_iterator<char>(cmd)), {});
+      const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+      if (!absl::EndsWith(argv0, "gpumoved") ||
+          !absl::StrContains(cmdline, dir_ + "/port.%r")) {
+        continue;
+      }
+      std::ifstream env(absl::StrCat("/proc/", pid, "/environ"));
+      std::string environ((std::istreambuf_iterator<char>(env)), {});
+      for (const char* var : {"OMPI_COMM_WORLD_RANK=", "PMI_RANK="}) {
+        if (absl::StrContains(environ, absl::StrCat(std::string(1, '\0'), var, rank,
+                                                    std::string(1, '\0')))) {
+          found = pid;
+        }
+      }
+    }
+    closedir(proc);
+    return found;
+  }
+
+ private:
+  MpiJob() = default;
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::string log_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<Client>> clients_;
+};
+
+v1::BufferRef On(int rank, const std::string& id, uint64_t offset = 0, uint64_t length = 0) {
+  v1::BufferRef r = Ref(id, offset, length);
+  r.set_node(absl::StrCat("rank", rank));
+  return r;
+}
+
+MoveOptions ViaMpi(bool wait = true) {
+  MoveOptions o;
+  o.path = v1::MPI;
+  o.checksum = wait;
+  o.wait = wait;
+  return o;
+}
+
+void AwaitMembership(MpiJob& job) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (int r = 0; r < job.size(); ++r) {
+    while (true) {
+      auto peers = job.client(r).ListPeers();
+      size_t up = 0;
+      if (peers.ok()) {
+        for (const auto& p : *peers) up += p.up();
+      }
+      if (up == static_cast<size_t>(job.size() - 1)) break;
+      ASSERT_LT(absl::Now(), deadline) << "rank " << r << " sees " << up << " peers";
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
+class MpiTest : public ::testing::TestWithParam<Launch> {
+ protected:
+  void SetUp() override {
+    job_ = MpiJob::Start(3, GetParam(), {});
+    ASSERT_NE(job_, nullptr);
+    AwaitMembership(*job_);
+  }
+  void TearDown() override {
+    if (HasFailure() && job_ != nullptr) std::cerr << "job log:\n" << job_->Log();
+    job_.reset();
+  }
+  std::unique_ptr<MpiJob> job_;
+};
+
+TEST_P(MpiTest, TheJobIsTheCluster) {
+  for (int r = 0; r < 3; ++r) {
+    auto info = job_->client(r).GetInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->node(), absl::StrCat("rank", r));
+    bool mpi = false;
+    for (const auto& p : info->paths()) {
+      if (p.path() != v1::MPI) continue;
+      mpi = p.available();
+      EXPECT_TRUE(absl::StrContains(p.reason(), absl::StrCat("rank ", r, " of 3"))) << p.reason();
+    }
+    EXPECT_TRUE(mpi);
+    EXPECT_FALSE(info->mpi_cuda_aware());  // Debian's MPI libraries are host-only.
+    auto peers = job_->client(r).ListPeers();
+    ASSERT_EQ(peers->size(), 2u);
+  }
+}
+
+TEST_P(MpiTest, EveryDirectionEveryWayVerified) {
+  uint64_t seed = 1;
+  int case_no = 0;
+  for (uint64_t size : {1ull, 4097ull, (1ull << 20) + 3, (9ull << 20) + 5}) {
+    for (int from = 0; from < 3; ++from) {
+      for (int to = 0; to < 3; ++to) {
+        if (from == to) continue;
+        const int submit_at = case_no++ % 3;  // Push, pull or third party, in turn.
+        SCOPED_TRACE(absl::StrCat("rank", from, " -> rank", to, " ", size, " bytes at rank",
+                                  submit_at));
+        Client& f = job_->client(from);
+        Client& t = job_->client(to);
+        auto src = f.Allocate(size + 16, case_no % 2 ? v1::HOST : v1::PINNED_HOST);
+        auto dst = t.Allocate(size + 32, case_no % 2 ? v1::PINNED_HOST : v1::HOST);
+        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+        const std::string data = RandomBytes(size + 16, seed++);
+        const std::string before = RandomBytes(size + 32, seed++);
+        ASSERT_TRUE(f.Write(Ref(src->id()), data).ok());
+        ASSERT_TRUE(t.Write(Ref(dst->id()), before).ok());
+        auto moved = job_->client(submit_at).Move(On(from, src->id(), 16, size),
+                                                  On(to, dst->id(), 8), ViaMpi());
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+        EXPECT_EQ(moved->path(), v1::MPI);
+        EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
+        const std::string after = *t.Read(Ref(dst->id()));
+        EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
+        EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
+        EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
+        ASSERT_TRUE(f.Release(src->id()).ok());
+        ASSERT_TRUE(t.Release(dst->id()).ok());
+      }
+    }
+  }
+}
+
+TEST_P(MpiTest, HundredsOfMebibytes) {
+  const uint64_t size = 160ull << 20;
+  auto src = job_->client(2).Allocate(size);
+  auto dst = job_->client(0).Allocate(size);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const std::string data = RandomBytes(size, 77);
+  ASSERT_TRUE(job_->client(2).Write(Ref(src->id()), data).ok());
+  auto moved = job_->client(1).Move(On(2, src->id()), On(0, dst->id()), ViaMpi());
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*job_->client(0).Read(Ref(dst->id())) == data);
+}
+
+TEST_P(MpiTest, ManyConcurrentMoves) {
+  constexpr int kMoves = 12;
+  const uint64_t size = (3 << 20) + 11;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kMoves);
+  for (int i = 0; i < kMoves; ++i) {
+    threads.emplace_back([&, i] {
+      const int from = i % 3;
+      const int to = (i + 1 + i / 3 % 2) % 3;
+      Client& f = job_->client(from);
+      auto src = f.Allocate(size);
+      auto dst = job_->client(to).Allocate(size);
+      if (!src.ok() || !dst.ok()) {
+        errors[i] = "allocate failed";
+        return;
+      }
+      const std::string data = RandomBytes(size, 1000 + i);
+      if (!f.Write(Ref(src->id()), data).ok()) errors[i] = "write failed";
+      auto moved =
+          job_->client((i + 2) % 3).Move(On(from, src->id()), On(to, dst->id()), ViaMpi());
+      if (!moved.ok() || moved->state() != v1::SUCCEEDED) {
+        errors[i] = moved.ok() ? moved->error_message() : moved.status().ToString();
+        return;
+      }
+      if (*job_->client(to).Read(Ref(dst->id())) != data) errors[i] = "bytes differ";
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < kMoves; ++i) EXPECT_EQ(errors[i], "") << "move " << i;
+}
+
+TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {
+  auto a = job_->client(0).Allocate(4096);
+  auto b = job_->client(0).Allocate(4096);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Both ends on one node: that is path LOCAL's, not MPI's.
+  auto moved = job_->client(0).Move(Ref(a->id()), Ref(b->id()), ViaMpi());
+  EXPECT_EQ(moved.status().code(), StatusCode::kFailedPrecondition) << moved.status();
+  EXPECT_EQ(job_->client(0).GetBuffer(a->id())->active_uses(), 0u);
+  // AUTO between ranks picks a path that can serve it.
+  auto c = job_->client(1).Allocate(4096);
+  MoveOptions o;
+  o.checksum = true;
+  auto any = job_->client(0).Move(Ref(a->id()), On(1, c->id()), o);
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->state(), v1::SUCCEEDED);
+}
+
+INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(Launches()),
+                         [](const auto& info) { return info.param.name; });
+
+// Cancel and rank failure, with a rate limit so that moves last long enough.
+class MpiFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_ = MpiJob::Start(3, Launches().front(), {"--max_move_rate=48MiB"});
+    ASSERT_NE(job_, nullptr);
+    AwaitMembership(*job_);
+  }
+  void TearDown() override {
+    if (HasFailure() && job_ != nullptr) std::cerr << "job log:\n" << job_->Log();
+    job_.reset();
+  }
+  std::unique_ptr<MpiJob> job_;
+};
+
+TEST_F(MpiFailureTest, CancelledPushAndPullReleaseBothEndsAndLeaveNothingBehind) {
+  const uint64_t size = 96 << 20;
+  auto src = job_->client(0).Allocate(size);
+  auto dst = job_->client(1).Allocate(size);
+  auto back = job_->client(0).Allocate(size);
+  ASSERT_TRUE(src.ok() && dst.ok() && back.ok());
+  // A push (runs at rank0) and a pull (runs at rank0, rank1 sends), both cancelled.
+  auto push = job_->client(2).Move(On(0, src->id()), On(1, dst->id()), ViaMpi(false));
+  auto pull = job_->client(0).Move(On(1, dst->id()), Ref(back->id()), ViaMpi(false));
+  ASSERT_TRUE(push.ok() && pull.ok()) << push.status() << pull.status();
+  absl::SleepFor(absl::Milliseconds(400));
+  for (const auto* t : {&*push, &*pull}) {
+    ASSERT_TRUE(job_->client(1).Cancel(t->id()).ok());
+    auto end = job_->client(2).Wait(t->id(), absl::Seconds(10));
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(end->state(), v1::CANCELLED) << end->error_message();
+    EXPECT_LT(end->bytes_done(), size);
+  }
+  // Both ends were let go, and the same ranks and buffers move again, verified: nothing
+  // of the cancelled moves is left to match the next ones.
+  for (int r : {0, 1}) {
+    for (const auto& b : *job_->client(r).ListBuffers()) EXPECT_EQ(b.active_uses(), 0u);
+  }
+  const std::string data = RandomBytes(3 << 20, 5);
+  ASSERT_TRUE(job_->client(0).Write(Ref(src->id()), data).ok());
+  auto again = job_->client(0).Move(On(0, src->id(), 0, data.size()), On(1, dst->id()), ViaMpi());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
+  auto pulled =
+      job_->client(0).Move(On(1, dst->id(), 0, data.size()), Ref(back->id()), ViaMpi());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->state(), v1::SUCCEEDED) << pulled->error_message();
+  EXPECT_TRUE(*job_->client(0).Read(Ref(back->id(), 0, data.size())) == data);
+}
+
+TEST_F(MpiFailureTest, KilledRankFailsItsMovesAndTheOthersKeepServing) {
+  if (Flavor() == "mpich") {
+    GTEST_SKIP() << "MPICH's Hydra ends the whole job when a rank dies";
+  }
+  const uint64_t size = 128 << 20;
+  auto a = job_->client(1).Allocate(size);
+  auto c = job_->client(2).Allocate(size);
+  auto z = job_->client(0).Allocate(size);
+  ASSERT_TRUE(a.ok() && c.ok() && z.ok());
+  // rank1 pushes into rank2; rank0 pulls from rank2. Then rank2 dies.
+  auto push = job_->client(0).Move(On(1, a->id()), On(2, c->id()), ViaMpi(false));
+  auto pull = job_->client(0).Move(On(2, c->id()), Ref(z->id()), ViaMpi(false));
+  ASSERT_TRUE(push.ok() && pull.ok()) << push.status() << pull.status();
+  absl::SleepFor(absl::Milliseconds(500));
+  const pid_t victim = job_->RankPid(2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  for (const auto* t : {&*push, &*pull}) {
+    auto end = job_->client(0).Wait(t->id(), absl::Seconds(20));
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(end->state(), v1::FAILED) << t->id();
+    EXPECT_EQ(end->error_code(), static_cast<int>(StatusCode::kUnavailable))
+        << end->error_message();
+  }
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // rank0 and rank1 still move between themselves over MPI, verified.
+  const std::string data = RandomBytes(5 << 20, 9);
+  ASSERT_TRUE(job_->client(1).Write(Ref(a->id()), data).ok());
+  auto moved = job_->client(1).Move(On(1, a->id(), 0, data.size()), On(0, z->id()), ViaMpi());
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*job_->client(0).Read(Ref(z->id(), 0, data.size())) == data);
+  EXPECT_EQ(job_->client(1).GetBuffer(a->id())->active_uses(), 0u);
+}
+
+}  // namespace
+}  // namespace gpumove
