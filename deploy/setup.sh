@@ -7,7 +7,7 @@ PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-rules-java
   g++ libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev
-  libucx-dev ucx-utils libopenmpi-dev openmpi-bin
+  libucx-dev ucx-utils libopenmpi-dev openmpi-bin libmpich-dev mpich netpipe-openmpi
   iproute2 python3
 )
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <map>
 #include <string>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -371,7 +372,15 @@ TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   EXPECT_EQ(info->pools(0).kind(), v1::HOST);
   EXPECT_EQ(info->pools(1).kind(), v1::PINNED_HOST);
   EXPECT_EQ(info->listen(0), d.process->address());
-  EXPECT_TRUE(info->paths(0).available());
+  std::map<v1::Path, const v1::PathInfo*> paths;
+  for (const auto& p : info->paths()) paths[p.path()] = &p;
+  ASSERT_TRUE(paths.count(v1::PATH_AUTO) && paths.count(v1::LOCAL) && paths.count(v1::MPI));
+  EXPECT_TRUE(paths[v1::LOCAL]->available());
+  EXPECT_NE(paths[v1::PATH_AUTO]->reason().find("preferring"), std::string::npos);
+  // A daemon not started by an MPI launcher has no MPI path, and says so.
+  EXPECT_FALSE(paths[v1::MPI]->available());
+  EXPECT_NE(paths[v1::MPI]->reason().find("not an MPI rank"), std::string::npos)
+      << paths[v1::MPI]->reason();
 }
 
 // GET http://address/metrics with a plain socket.

@@ -6,13 +6,7 @@
 // ob1/tcp, with its UCX pml, and ob1/shared memory with every side staged) or mpich (the
 // daemon then has to be built with --config=mpich; tests/run.sh does both).
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <dirent.h>
-
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -20,162 +14,13 @@
 #include "absl/strings/str_join.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
-#include "tests/util/daemon_process.h"
+#include "tests/util/mpi_job.h"
 #include "tests/util/random_bytes.h"
 
 namespace gpumove {
 namespace {
 
 using ::absl::StatusCode;
-
-std::string Flavor() {
-  const char* f = std::getenv("GPUMOVE_MPI");
-  return f != nullptr && *f != '\0' ? f : "openmpi";
-}
-
-bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
-
-// One way to launch the job.
-struct Launch {
-  std::string name;
-  std::vector<std::string> mpi_args;     // For the launcher.
-  std::vector<std::string> daemon_flags;  // For every rank.
-};
-
-std::vector<Launch> Launches() {
-  if (Flavor() == "mpich") {
-    return {{"mpich", {}, {}}, {"mpich_staged", {}, {"--mpi_force_staging"}}};
-  }
-  return {
-      {"ob1_tcp", {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp"}, {}},
-      // UCX's pml refuses machines without an RDMA device unless told any device will do.
-      {"ucx",
-       {"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"},
-       {}},
-      {"ob1_shm_staged", {"--mca", "pml", "ob1", "--mca", "btl", "self,vader"},
-       {"--mpi_force_staging"}},
-  };
-}
-
-// An MPI job of gpumoved ranks, started with the flavour's launcher and stopped with
-// SIGTERM (the launcher forwards it; the ranks drain and exit).
-class MpiJob {
- public:
-  static std::unique_ptr<MpiJob> Start(int ranks, const Launch& launch,
-                                       std::vector<std::string> flags) {
-    auto job = std::unique_ptr<MpiJob>(new MpiJob());
-    char tmpl[] = "/tmp/gpumove-mpi-XXXXXX";
-    job->dir_ = mkdtemp(tmpl);
-    std::vector<std::string> args;
-    if (Flavor() == "mpich") {
-      args = {Executable("/usr/bin/mpiexec.mpich") ? "/usr/bin/mpiexec.mpich" : "mpiexec", "-n",
-              absl::StrCat(ranks)};
-    } else {
-      args = {Executable("/usr/bin/mpirun.openmpi") ? "/usr/bin/mpirun.openmpi" : "mpirun",
-              "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "-np",
-              absl::StrCat(ranks)};
-    }
-    args.insert(args.end(), launch.mpi_args.begin(), launch.mpi_args.end());
-    args.push_back(FindBuiltBinary("daemon/gpumoved", "GPUMOVED"));
-    for (const std::string& f :
-         {std::string("--listen=127.0.0.1:0"), "--port_file=" + job->dir_ + "/port.%r",
-          std::string("--host_pool_size=400MiB"), std::string("--pinned_pool_size=64MiB"),
-          std::string("--heartbeat=200ms"), std::string("--peer_timeout=1500ms"),
-          std::string("--mpi_chunk=1MiB")}) {
-      args.push_back(f);
-    }
-    args.insert(args.end(), launch.daemon_flags.begin(), launch.daemon_flags.end());
-    args.insert(args.end(), flags.begin(), flags.end());
-    job->log_ = job->dir_ + "/job.log";
-    job->pid_ = fork();
-    if (job->pid_ == 0) {
-      setpgid(0, 0);
-      freopen(job->log_.c_str(), "w", stdout);
-      dup2(fileno(stdout), fileno(stderr));
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    for (int r = 0; r < ranks; ++r) {
-      const std::string file = absl::StrCat(job->dir_, "/port.", r);
-      std::string address;
-      while (address.empty()) {
-        std::ifstream in(file);
-        std::getline(in, address);
-        if (!address.empty()) break;
-        if (absl::Now() > deadline || waitpid(job->pid_, nullptr, WNOHANG) != 0) {
-          ADD_FAILURE() << "rank " << r << " did not start; log:\n" << job->Log();
-          return nullptr;
-        }
-        absl::SleepFor(absl::Milliseconds(50));
-      }
-      job->addresses_.push_back(address);
-      job->clients_.push_back(*Client::Connect(address));
-    }
-    return job;
-  }
-
-  ~MpiJob() {
-    kill(pid_, SIGTERM);
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (waitpid(pid_, nullptr, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(-pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    kill(-pid_, SIGKILL);  // Anything left in the group.
-  }
-
-  Client& client(int rank) { return *clients_[rank]; }
-  int size() const { return static_cast<int>(clients_.size()); }
-  std::string Log() const {
-    std::ifstream in(log_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  // The process of `rank`: the gpumoved whose port file is ours and whose environment
-  // names that rank.
-  pid_t RankPid(int rank) const {
-    DIR* proc = opendir("/proc");
-    pid_t found = -1;
-    while (dirent* e = readdir(proc)) {
-      const pid_t pid = atoi(e->d_name);
-      if (pid <= 0) continue;
-      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
-      std::string cmdline((std::istreambuf_iterator<char>(cmd)), {});
-      const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
-      if (!absl::EndsWith(argv0, "gpumoved") ||
-          !absl::StrContains(cmdline, dir_ + "/port.%r")) {
-        continue;
-      }
-      std::ifstream env(absl::StrCat("/proc/", pid, "/environ"));
-      std::string environ((std::istreambuf_iterator<char>(env)), {});
-      for (const char* var : {"OMPI_COMM_WORLD_RANK=", "PMI_RANK="}) {
-        if (absl::StrContains(environ, absl::StrCat(std::string(1, '\0'), var, rank,
-                                                    std::string(1, '\0')))) {
-          found = pid;
-        }
-      }
-    }
-    closedir(proc);
-    return found;
-  }
-
- private:
-  MpiJob() = default;
-  pid_t pid_ = -1;
-  std::string dir_;
-  std::string log_;
-  std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<Client>> clients_;
-};
 
 v1::BufferRef On(int rank, const std::string& id, uint64_t offset = 0, uint64_t length = 0) {
   v1::BufferRef r = Ref(id, offset, length);
@@ -207,11 +52,12 @@ void AwaitMembership(MpiJob& job) {
   }
 }
 
-class MpiTest : public ::testing::TestWithParam<Launch> {
+class MpiTest : public ::testing::TestWithParam<MpiLaunch> {
  protected:
   void SetUp() override {
-    job_ = MpiJob::Start(3, GetParam(), {});
-    ASSERT_NE(job_, nullptr);
+    auto job = MpiJob::Start(3, GetParam());
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *std::move(job);
     AwaitMembership(*job_);
   }
   void TearDown() override {
@@ -336,15 +182,16 @@ TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {
   EXPECT_EQ(any->state(), v1::SUCCEEDED);
 }
 
-INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(Launches()),
+INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(MpiLaunches()),
                          [](const auto& info) { return info.param.name; });
 
 // Cancel and rank failure, with a rate limit so that moves last long enough.
 class MpiFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_ = MpiJob::Start(3, Launches().front(), {"--max_move_rate=48MiB"});
-    ASSERT_NE(job_, nullptr);
+    auto job = MpiJob::Start(3, MpiLaunches().front(), {"--max_move_rate=48MiB"});
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *std::move(job);
     AwaitMembership(*job_);
   }
   void TearDown() override {
@@ -390,8 +237,11 @@ TEST_F(MpiFailureTest, CancelledPushAndPullReleaseBothEndsAndLeaveNothingBehind)
 }
 
 TEST_F(MpiFailureTest, KilledRankFailsItsMovesAndTheOthersKeepServing) {
-  if (Flavor() == "mpich") {
-    GTEST_SKIP() << "MPICH's Hydra ends the whole job when a rank dies";
+  if (MpiFlavor() == "mpich") {
+    // Measured with Debian's MPICH 4.0.2 (ch4:ucx) and -disable-auto-cleanup: the rank
+    // moving bytes with the dead one aborts inside UCX (cma: process_vm_readv "No such
+    // process" is fatal, MPICH does not ask UCX for error handling). Not survivable.
+    GTEST_SKIP() << "MPICH 4.0.2 (ch4:ucx) aborts a rank whose peer dies mid-transfer";
   }
   const uint64_t size = 128 << 20;
   auto a = job_->client(1).Allocate(size);

@@ -14,6 +14,14 @@ fi
 log=$(mktemp)
 bazel test //... --test_summary=short "${filters[@]}" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-python3 tests/summarize.py "$log" bazel-testlogs
+first=$(python3 tests/summarize.py "$log" bazel-testlogs)
+# The MPI suite again against MPICH (the daemon rebuilt with --config=mpich).
+bazel test --config=mpich --test_env=GPUMOVE_MPI=mpich //tests:mpi_test --test_summary=short \
+    "$@" 2>&1 | tee "$log"
+mrc=${PIPESTATUS[0]}
+[ "$mrc" = 0 ] || rc=$mrc
+mpich=$(python3 tests/summarize.py "$log" bazel-testlogs)
+echo "MPICH pass: $mpich"
 rm -f "$log"
+echo "$first" "$mpich" | awk '{p += $1 + $5; f += $3 + $7} END {print p " passed, " f " failed"}'
 exit "$rc"

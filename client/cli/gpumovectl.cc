@@ -205,7 +205,8 @@ int Run(Client& c, const std::vector<std::string>& args) {
     }
     std::cout << "paths\n";
     for (const auto& p : info->paths()) {
-      std::cout << absl::StrFormat("  %-8s %-3s %s\n", v1::Path_Name(p.path()),
+      std::cout << absl::StrFormat("  %-8s %-3s %s\n",
+                                   p.path() == v1::PATH_AUTO ? "AUTO" : v1::Path_Name(p.path()),
                                    p.available() ? "yes" : "no", p.reason());
     }
     std::cout << "active    " << info->active_transfers() << " transfer(s)\n";

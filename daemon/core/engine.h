@@ -112,6 +112,9 @@ class Engine {
   virtual PathKind path() const = 0;
   // OK when Move can copy from `src` to `dst`; otherwise FAILED_PRECONDITION saying why.
   virtual absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const = 0;
+  // True when this engine would stage device memory of this move through host bounce
+  // buffers (AUTO prefers an engine that does not).
+  virtual bool Stages(const Endpoint& src, const Endpoint& dst) const { return false; }
   // Copies `length` bytes and returns when they are visible in dst. CANCELLED when it
   // stopped early because control.cancelled().
   virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,

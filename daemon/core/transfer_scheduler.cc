@@ -148,14 +148,22 @@ std::vector<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Unfin
 
 absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const Endpoint& src,
                                                         const Endpoint& dst) const {
+  // AUTO: the first engine (LOCAL, UCX, MPI, in that order) that can serve the move and
+  // needs no host staging of device memory; else the first that can serve it.
   std::string reasons;
+  Engine* staged = nullptr;
   for (Engine* e : engines_) {
     if (path != PathKind::kAuto && e->path() != path) continue;
     absl::Status st = e->CanServe(src, dst);
-    if (st.ok()) return e;
+    if (st.ok()) {
+      if (path != PathKind::kAuto || !e->Stages(src, dst)) return e;
+      if (staged == nullptr) staged = e;
+      continue;
+    }
     absl::StrAppend(&reasons, reasons.empty() ? "" : "; ", PathKindName(e->path()), ": ",
                     st.message());
   }
+  if (staged != nullptr) return staged;
   if (reasons.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("path ", PathKindName(path), " is not available on this node"));

@@ -13,7 +13,10 @@ namespace {
 // can see ordering and cancel running moves.
 class FakeEngine : public Engine {
  public:
-  PathKind path() const override { return PathKind::kLocal; }
+  explicit FakeEngine(PathKind path = PathKind::kLocal, bool stages = false)
+      : path_(path), stages_(stages) {}
+  PathKind path() const override { return path_; }
+  bool Stages(const Endpoint&, const Endpoint&) const override { return stages_; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override {
     if (src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice) {
       return absl::FailedPreconditionError("host only");
@@ -51,6 +54,8 @@ class FakeEngine : public Engine {
   std::atomic<bool> fail_next_{false};
 
  private:
+  const PathKind path_;
+  const bool stages_;
   absl::Mutex mu_;
   bool open_ = true;
   int started_ = 0;
@@ -73,7 +78,8 @@ class SchedulerTest : public ::testing::Test {
     registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
     options.node = "n1";
     sched_ = std::make_unique<TransferScheduler>(
-        options, registry_.get(), std::vector<Engine*>{&engine_},
+        options, registry_.get(),
+        engines_.empty() ? std::vector<Engine*>{&engine_} : engines_,
         [this](const Endpoint& e, uint64_t n) -> absl::StatusOr<uint64_t> {
           if (corrupt_hash_ && e.data == corrupt_target_) return 42;
           return SumHash(e, n);
@@ -110,6 +116,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   FakeEngine engine_;
+  std::vector<Engine*> engines_;  // Instead of engine_ when set.
   std::unique_ptr<GpuRuntime> gpu_;
   std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<BufferRegistry> registry_;
@@ -133,6 +140,27 @@ TEST_F(SchedulerTest, MovesBytesAndEndsSucceeded) {
   EXPECT_EQ(got.substr(0, 200), std::string(200, 'b'));
   EXPECT_EQ(got.substr(200, 5000), std::string(5000, 'a'));
   EXPECT_EQ(got.substr(5200), std::string(4800, 'b'));
+}
+
+TEST_F(SchedulerTest, AutoPrefersAPathThatNeedsNoStaging) {
+  FakeEngine staging(PathKind::kUcx, /*stages=*/true), direct(PathKind::kMpi, false);
+  engines_ = {&staging, &direct};
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  EXPECT_EQ(WaitDone(SubmitOne(Move(a, b)).id).path, PathKind::kMpi);
+  TransferSpec s = Move(a, b);
+  s.path = PathKind::kUcx;  // Asked for: served even though it stages.
+  EXPECT_EQ(WaitDone(SubmitOne(s).id).path, PathKind::kUcx);
+  s.path = PathKind::kCudaIpc;  // Not on this node.
+  EXPECT_EQ(sched_->Submit("me", {s}, "").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerTest, AutoTakesTheFirstWhenAllStage) {
+  FakeEngine first(PathKind::kUcx, true), second(PathKind::kMpi, true);
+  engines_ = {&first, &second};
+  Start();
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b');
+  EXPECT_EQ(WaitDone(SubmitOne(Move(a, b)).id).path, PathKind::kUcx);
 }
 
 TEST_F(SchedulerTest, BadRequestsChangeNothing) {

@@ -46,6 +46,11 @@ class MpiEngine : public Engine {
 
   PathKind path() const override { return PathKind::kMpi; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
+  // Both ranks run the same library, so the remote side stages device memory when we do.
+  bool Stages(const Endpoint& src, const Endpoint& dst) const override {
+    return (src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice) &&
+           !mpi_->world().cuda_aware;
+  }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
 

@@ -25,6 +25,12 @@ class UcxEngine : public Engine {
 
   PathKind path() const override { return PathKind::kUcx; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
+  bool Stages(const Endpoint& src, const Endpoint& dst) const override {
+    const Endpoint& local = src.remote != nullptr ? dst : src;
+    const RemoteHold* remote = src.remote != nullptr ? src.remote : dst.remote;
+    return (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) ||
+           (remote != nullptr && !remote->stage_slots.empty());
+  }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
 

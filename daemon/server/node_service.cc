@@ -30,6 +30,12 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
     p->set_buffers(static_cast<uint32_t>(s.buffers));
     p->set_locked(s.locked);
   }
+  v1::PathInfo* automatic = response->add_paths();
+  automatic->set_path(v1::PATH_AUTO);
+  automatic->set_available(true);
+  automatic->set_reason(
+      "per move, the first available of LOCAL (both ends here), UCX, MPI that can serve it, "
+      "preferring one that needs no host staging of device memory");
   for (PathKind path : {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi}) {
     v1::PathInfo* info = response->add_paths();
     info->set_path(ToProto(path));

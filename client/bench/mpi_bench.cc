@@ -1,0 +1,191 @@
+// Path MPI throughput between two gpumoved ranks of one MPI job on this host, next to
+// NetPIPE (NPopenmpi, MPI ping-pong) over the same MPI transport in the same run.
+//
+//   bazel run -c opt //client/bench:mpi_bench -- [--mca=default|ob1_tcp|ucx]
+//
+// "single": one move at a time (Submit with wait: the client's whole round trip).
+// "stream": 16 moves per Submit, two Submits in flight (what a pipeline sees).
+// NetPIPE's figure is bytes / half the ping-pong time, the same buffer every time.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/gpumove_client.h"
+#include "daemon/common/bytes.h"
+#include "tests/util/mpi_job.h"
+
+ABSL_FLAG(std::string, mca, "default",
+          "Open MPI transport for both: default (ob1 with shared memory), ob1_tcp, or ucx.");
+ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
+ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest move.");
+ABSL_FLAG(gpumove::ByteSize, chunk, gpumove::ByteSize{4 << 20}, "--mpi_chunk of the ranks.");
+ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
+ABSL_FLAG(bool, baselines, true, "Run NetPIPE alongside.");
+ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for every rank.");
+
+namespace gpumove {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::vector<std::string> McaArgs(const std::string& mca) {
+  if (mca == "ob1_tcp") return {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp"};
+  if (mca == "ucx") {
+    return {"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
+            "any"};
+  }
+  return {};
+}
+
+// NetPIPE over [min, max]: bytes -> GB/s for the exact powers of two it measures.
+std::map<uint64_t, double> NetPipe(const std::vector<std::string>& mca, uint64_t min,
+                                   uint64_t max) {
+  const std::string out = "/tmp/gpumove-netpipe.out";
+  std::remove(out.c_str());
+  std::vector<std::string> cmd = MpiLauncher(2);
+  cmd.insert(cmd.end(), mca.begin(), mca.end());
+  for (std::string a : {std::string("NPopenmpi"), absl::StrCat("-l ", min),
+                        absl::StrCat("-u ", max), "-o " + out}) {
+    cmd.push_back(a);
+  }
+  const std::string line = absl::StrCat(absl::StrJoin(cmd, " "), " > /dev/null 2>&1");
+  std::map<uint64_t, double> bw;
+  if (std::system(line.c_str()) != 0) {
+    std::cerr << "NetPIPE failed: " << line << "\n";
+    return bw;
+  }
+  std::ifstream in(out);
+  double bytes = 0, mbps = 0, seconds = 0;
+  // Its third column is the one-way time (half a round trip); its Mbps column counts
+  // 2^20 bits and overflows at 256 MiB, so the rate is worked out here.
+  while (in >> bytes >> mbps >> seconds) {
+    if (seconds > 0) bw[static_cast<uint64_t>(bytes)] = bytes / seconds / 1e9;
+  }
+  return bw;
+}
+
+int Main() {
+  const std::string mca = absl::GetFlag(FLAGS_mca);
+  const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
+  const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
+  const double budget = absl::GetFlag(FLAGS_seconds_per_size);
+  MpiLaunch launch{mca, McaArgs(mca), {}};
+  std::vector<std::string> flags = {
+      absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20)),
+      absl::StrCat("--mpi_chunk=", absl::GetFlag(FLAGS_chunk).bytes), "--noucx",
+      "--heartbeat=500ms", "--peer_timeout=5s"};
+  for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) flags.push_back(f);
+  auto job = MpiJob::Start(2, launch, flags);
+  if (!job.ok()) {
+    std::cerr << job.status() << "\n";
+    return 1;
+  }
+  Client& c0 = (*job)->client(0);
+  Client& c1 = (*job)->client(1);
+  // Wait for the two ranks to meet.
+  for (int i = 0; i < 200; ++i) {
+    auto peers = c0.ListPeers();
+    if (peers.ok() && !peers->empty() && (*peers)[0].up()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto src = c0.Allocate(max_size);
+  auto dst = c1.Allocate(max_size);
+  if (!src.ok() || !dst.ok()) {
+    std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
+    return 1;
+  }
+  std::string fill(max_size, '\0');
+  for (uint64_t i = 0; i < max_size; i += 4096) fill[i] = static_cast<char>(i / 4096);
+  (void)c0.Write(Ref(src->id()), fill);
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node("rank1");
+
+  struct Row {
+    uint64_t size;
+    double single, stream;
+  };
+  std::vector<Row> rows;
+  for (uint64_t size = min_size; size <= max_size; size *= 4) {
+    MoveOptions o;
+    o.path = v1::MPI;
+    std::vector<double> single;
+    const absl::Time end = absl::Now() + absl::Seconds(budget);
+    while (absl::Now() < end || single.size() < 5) {
+      v1::BufferRef d = to;
+      d.set_length(size);
+      const absl::Time t0 = absl::Now();
+      auto t = c0.Move(Ref(src->id(), 0, size), d, o);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) {
+        std::cerr << "move failed: " << (t.ok() ? t->error_message() : t.status().ToString())
+                  << "\n";
+        return 1;
+      }
+      single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    // Stream: the buffer cut into up to 16 parts per Submit, two Submits in flight.
+    const int parts = static_cast<int>(std::clamp<uint64_t>(max_size / size, 1, 16));
+    v1::SubmitRequest batch[2];
+    for (int k = 0; k < 2; ++k) {
+      batch[k].set_wait(true);
+      for (int i = 0; i < parts; ++i) {
+        auto* s = batch[k].add_transfers();
+        s->set_path(v1::MPI);
+        *s->mutable_source() = Ref(src->id(), i * size, size);
+        v1::BufferRef d = to;
+        d.set_offset(i * size);
+        d.set_length(size);
+        *s->mutable_destination() = d;
+      }
+    }
+    uint64_t streamed = 0;
+    const absl::Time s0 = absl::Now();
+    const absl::Time s_end = s0 + absl::Seconds(budget);
+    std::atomic<uint64_t> second_bytes{0};
+    std::thread second([&] {
+      while (absl::Now() < s_end) {
+        if (c0.Submit(batch[1]).ok()) second_bytes += size * parts;
+      }
+    });
+    while (absl::Now() < s_end) {
+      if (c0.Submit(batch[0]).ok()) streamed += size * parts;
+    }
+    second.join();
+    streamed += second_bytes;
+    rows.push_back({size, size / Median(single) / 1e9,
+                    streamed / absl::ToDoubleSeconds(absl::Now() - s0) / 1e9});
+  }
+  job->reset();  // Stop the daemons before the baseline runs.
+  std::map<uint64_t, double> np;
+  if (absl::GetFlag(FLAGS_baselines)) np = NetPipe(McaArgs(mca), min_size, max_size);
+
+  std::cout << "path MPI between two ranks on this host (" << MpiFlavor() << ", mca " << mca
+            << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
+            << " messages) vs NetPIPE NPopenmpi, GB/s\n";
+  std::cout << absl::StrFormat("%10s %12s %12s %12s %10s %10s\n", "size", "single", "stream",
+                               "NetPIPE", "single/NP", "stream/NP");
+  for (const Row& r : rows) {
+    const double base = np.count(r.size) ? np[r.size] : 0;
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12.3f %10.3f %10.3f\n", FormatBytes(r.size),
+                                 r.single, r.stream, base, base > 0 ? r.single / base : 0,
+                                 base > 0 ? r.stream / base : 0);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpumove
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gpumove::Main();
+}
