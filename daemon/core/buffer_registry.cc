@@ -1,5 +1,10 @@
 #include "daemon/core/buffer_registry.h"
 
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +13,23 @@
 #include "daemon/core/range.h"
 
 namespace gpumove {
+namespace {
+
+// Start time of a process (field 22 of /proc/PID/stat), 0 when there is no such process.
+// A pid reused by a new process has another start time.
+uint64_t ProcessStart(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const size_t close = stat.rfind(')');  // The name may hold spaces and parentheses.
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+  uint64_t start = 0;
+  // Fields after the name start at field 3 (state); field 22 is index 19.
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start)) return 0;
+  return start;
+}
+
+}  // namespace
 
 BufferUse& BufferUse::operator=(BufferUse&& other) noexcept {
   if (this != &other) {
@@ -50,7 +72,7 @@ BufferRegistry::~BufferRegistry() {
   }
   if (reaper_.joinable()) reaper_.join();
   absl::MutexLock lock(&mu_);
-  for (auto& [id, entry] : buffers_) entry->pool->Free(entry->ptr);
+  for (auto& [id, entry] : buffers_) Free(*entry);
 }
 
 absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& options) {
@@ -100,6 +122,49 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
   return info;
 }
 
+void BufferRegistry::Free(Entry& entry) {
+  if (entry.pool != nullptr) entry.pool->Free(entry.ptr);
+  entry.keepalive.reset();
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::Adopt(AdoptOptions options) {
+  if (options.data == nullptr || options.size == 0) {
+    return absl::InvalidArgumentError("adopted memory needs an address and a size");
+  }
+  if (options.lease_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must not be negative");
+  }
+  auto entry = std::make_shared<Entry>();
+  if (options.owner_pid != 0) {
+    entry->owner_start = ProcessStart(options.owner_pid);
+    if (options.owner_pid < 0 || entry->owner_start == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process ", options.owner_pid, " is not visible to the daemon (another PID namespace?)"));
+    }
+  }
+  entry->ptr = options.data;
+  entry->keepalive = std::move(options.keepalive);
+  BufferInfo& info = entry->info;
+  info.size = options.size;
+  info.kind = options.kind;
+  info.device = options.device;
+  info.owner = options.owner;
+  info.label = options.label;
+  info.imported = true;
+  info.owner_pid = options.owner_pid;
+  info.create_time = absl::Now();
+  info.lease_ttl = options.lease_ttl > absl::ZeroDuration() ? options.lease_ttl : default_lease_;
+  if (info.lease_ttl > absl::ZeroDuration()) {
+    info.lease_expire_time = info.create_time + info.lease_ttl;
+  }
+  absl::MutexLock lock(&mu_);
+  do {
+    info.id = absl::StrFormat("b-%016x", absl::Uniform<uint64_t>(rng_));
+  } while (buffers_.contains(info.id));
+  buffers_.emplace(info.id, entry);
+  return info;
+}
+
 std::shared_ptr<BufferRegistry::Entry> BufferRegistry::FindLocked(const std::string& owner,
                                                                   const std::string& id) const {
   auto it = buffers_.find(id);
@@ -120,7 +185,7 @@ absl::Status BufferRegistry::Release(const std::string& owner, const std::string
     }
     buffers_.erase(id);
   }
-  entry->pool->Free(entry->ptr);
+  Free(*entry);
   return absl::OkStatus();
 }
 
@@ -196,7 +261,7 @@ void BufferRegistry::EndUse(Entry* entry) {
   }
   if (free_now) {
     LOG(INFO) << "buffer " << entry->info.id << " freed after its last use (lease expired)";
-    entry->pool->Free(entry->ptr);
+    Free(*entry);
   }
 }
 
@@ -207,12 +272,17 @@ int BufferRegistry::ExpireLeases(absl::Time now) {
     absl::MutexLock lock(&mu_);
     for (auto it = buffers_.begin(); it != buffers_.end();) {
       const BufferInfo& info = it->second->info;
-      if (!info.lease_expire_time.has_value() || *info.lease_expire_time > now) {
+      const bool leased_out = info.lease_expire_time.has_value() && *info.lease_expire_time <= now;
+      const bool orphaned =
+          info.owner_pid > 0 && ProcessStart(info.owner_pid) != it->second->owner_start;
+      if (!leased_out && !orphaned) {
         ++it;
         continue;
       }
       ++expired;
-      LOG(INFO) << "buffer " << info.id << " lease expired"
+      LOG(INFO) << "buffer " << info.id
+                << (orphaned ? absl::StrCat(": owner process ", info.owner_pid, " exited")
+                             : std::string(" lease expired"))
                 << (info.active_uses > 0 ? "; freed when its transfers end" : "; freed");
       if (info.active_uses > 0) {
         it->second->doomed = true;
@@ -222,7 +292,7 @@ int BufferRegistry::ExpireLeases(absl::Time now) {
       buffers_.erase(it++);
     }
   }
-  for (auto& entry : to_free) entry->pool->Free(entry->ptr);
+  for (auto& entry : to_free) Free(*entry);
   return expired;
 }
 

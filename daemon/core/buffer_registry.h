@@ -31,6 +31,10 @@ struct BufferInfo {
   std::optional<absl::Time> lease_expire_time;  // Unset: no lease.
   absl::Duration lease_ttl;
   uint32_t active_uses = 0;
+  // Memory a client process lent us (CUDA IPC import), not from a pool; released with
+  // the buffer, or when process `owner_pid` (when not 0) exits.
+  bool imported = false;
+  int owner_pid = 0;
 };
 
 struct AllocateOptions {
@@ -40,6 +44,20 @@ struct AllocateOptions {
   absl::Duration lease_ttl = absl::ZeroDuration();  // Zero: the registry's default.
   std::string label;
   std::string owner;
+};
+
+// A buffer over memory that is not ours (a client's allocation mapped into the daemon).
+struct AdoptOptions {
+  char* data = nullptr;
+  uint64_t size = 0;
+  MemoryKind kind = MemoryKind::kDevice;
+  int device = 0;
+  // Kept until the buffer is freed (the mapping: dropping it unmaps the memory).
+  std::shared_ptr<const void> keepalive;
+  absl::Duration lease_ttl = absl::ZeroDuration();
+  std::string label;
+  std::string owner;
+  int owner_pid = 0;  // 0: not tied to a process.
 };
 
 class BufferRegistry;
@@ -85,6 +103,9 @@ class BufferRegistry {
   // INVALID_ARGUMENT (size 0, bigger than the pool, negative TTL), FAILED_PRECONDITION
   // (no such pool here, e.g. DEVICE without GPUs), RESOURCE_EXHAUSTED (pool full).
   absl::StatusOr<BufferInfo> Allocate(const AllocateOptions& options);
+  // Registers memory we did not allocate. INVALID_ARGUMENT (no memory, size 0, negative
+  // TTL, an owner process this daemon cannot see).
+  absl::StatusOr<BufferInfo> Adopt(AdoptOptions options);
   // NOT_FOUND, FAILED_PRECONDITION while in use.
   absl::Status Release(const std::string& owner, const std::string& id);
   absl::StatusOr<BufferInfo> Get(const std::string& owner, const std::string& id) const;
@@ -97,8 +118,8 @@ class BufferRegistry {
   absl::StatusOr<BufferUse> Acquire(const std::string& owner, const std::string& id,
                                     uint64_t offset, uint64_t length);
 
-  // Frees the buffers whose lease ran out by `now` (those in use are freed when their
-  // last use ends). Returns how many expired.
+  // Frees the buffers whose lease ran out by `now`, and imported ones whose owner
+  // process exited (those in use are freed when their last use ends). Returns how many.
   int ExpireLeases(absl::Time now);
   // Calls ExpireLeases every `period` on a thread of its own until the registry dies.
   void StartLeaseReaper(absl::Duration period);
@@ -109,10 +130,13 @@ class BufferRegistry {
   friend class BufferUse;
   struct Entry {
     BufferInfo info;
-    Pool* pool = nullptr;
+    Pool* pool = nullptr;  // Null for adopted memory.
     char* ptr = nullptr;
+    std::shared_ptr<const void> keepalive;
+    uint64_t owner_start = 0;  // The owner process's start time (pid reuse check).
     bool doomed = false;  // Released from the map; free when the last use ends.
   };
+  static void Free(Entry& entry);
 
   void EndUse(Entry* entry);
   std::shared_ptr<Entry> FindLocked(const std::string& owner, const std::string& id) const

@@ -1,6 +1,12 @@
 #include "daemon/core/buffer_registry.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -129,6 +135,73 @@ TEST_F(BufferRegistryTest, ExpiredBufferInUseIsFreedAfterItsLastUse) {
   EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kResourceExhausted);
   use->Reset();
   EXPECT_TRUE(registry_->Allocate(o).ok());
+}
+
+// Adopted memory: kept mapped while the buffer lives, let go on release, on lease
+// expiry, and when the process that lent it exits.
+TEST_F(BufferRegistryTest, AdoptedMemoryIsLetGoWithItsBuffer) {
+  std::vector<char> memory(4096, 'm');
+  auto released = std::make_shared<std::atomic<int>>(0);
+  auto keepalive = std::shared_ptr<const void>(nullptr, [released](const void*) { ++*released; });
+  AdoptOptions o;
+  o.data = memory.data();
+  o.size = memory.size();
+  o.kind = MemoryKind::kHost;
+  o.device = kHostDevice;
+  o.keepalive = keepalive;
+  o.owner = "alice";
+  keepalive.reset();
+  auto b = registry_->Adopt(o);
+  o.keepalive.reset();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->imported);
+  {
+    auto use = registry_->Acquire("alice", b->id, 100, 10);
+    ASSERT_TRUE(use.ok());
+    EXPECT_EQ(use->data(), memory.data() + 100);
+    EXPECT_EQ(registry_->Release("alice", b->id).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(*released, 0);
+  ASSERT_TRUE(registry_->Release("alice", b->id).ok());
+  EXPECT_EQ(*released, 1);
+  // Pool accounting is untouched by adopted memory.
+  for (const auto& pool : pools_->pools()) EXPECT_EQ(pool->Stats().buffers, 0u);
+
+  AdoptOptions bad = o;
+  bad.data = nullptr;
+  EXPECT_EQ(registry_->Adopt(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.owner_pid = 999999999;  // No such process.
+  EXPECT_EQ(registry_->Adopt(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BufferRegistryTest, AdoptedMemoryGoesWhenItsOwnerProcessExits) {
+  std::vector<char> memory(4096);
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  auto released = std::make_shared<std::atomic<int>>(0);
+  AdoptOptions o;
+  o.data = memory.data();
+  o.size = memory.size();
+  o.kind = MemoryKind::kHost;
+  o.device = kHostDevice;
+  o.keepalive = std::shared_ptr<const void>(nullptr, [released](const void*) { ++*released; });
+  o.owner = "alice";
+  o.owner_pid = child;
+  auto b = registry_->Adopt(o);
+  o.keepalive.reset();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->owner_pid, child);
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now()), 0);  // Alive: kept.
+  EXPECT_TRUE(registry_->Get("alice", b->id).ok());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now()), 1);
+  EXPECT_EQ(registry_->Get("alice", b->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*released, 1);
 }
 
 }  // namespace

@@ -99,6 +99,52 @@ class CudaRuntime : public GpuRuntime {
   }
   void PinnedFree(void* ptr) override { cudaFreeHost(ptr); }
 
+  absl::StatusOr<std::string> IpcExport(int device, void* base) override {
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    cudaIpcMemHandle_t handle;
+    CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, base));
+    return std::string(handle.reserved, sizeof(handle.reserved));
+  }
+
+  absl::StatusOr<IpcMapping> IpcOpen(int device, const std::string& handle) override {
+    cudaIpcMemHandle_t h;
+    if (handle.size() != sizeof(h.reserved)) {
+      return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle has ", sizeof(h.reserved),
+                                                     " bytes, not ", handle.size()));
+    }
+    std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    void* ptr = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // Not sticky: clear it.
+      return absl::InvalidArgumentError(absl::StrCat("cudaIpcOpenMemHandle: ", cudaGetErrorName(err),
+                                                     ": ", cudaGetErrorString(err)));
+    }
+    IpcMapping m;
+    m.base = static_cast<char*>(ptr);
+    // The allocation's size, from the driver: offsets and lengths are checked against it.
+    size_t size = 0;
+    if (get_address_range_ != nullptr) {
+      unsigned long long base = 0;
+      if (get_address_range_(&base, &size, reinterpret_cast<unsigned long long>(ptr)) != 0 ||
+          base != reinterpret_cast<unsigned long long>(ptr)) {
+        size = 0;
+      }
+    }
+    if (size == 0) {
+      cudaIpcCloseMemHandle(ptr);
+      return absl::InternalError("cannot learn the size of the mapped allocation");
+    }
+    m.size = size;
+    return m;
+  }
+
+  void IpcClose(int device, void* base) override {
+    cudaSetDevice(device);
+    cudaIpcCloseMemHandle(base);
+  }
+
   absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
                     uint64_t chunk, const CopyProgress& progress) override {
     if (chunk == 0) chunk = bytes;
@@ -155,6 +201,19 @@ class CudaRuntime : public GpuRuntime {
 
  private:
   std::vector<GpuDevice> devices_;
+  // cuMemGetAddressRange, reached through the runtime (no link against libcuda).
+  using AddressRangeFn = int (*)(unsigned long long*, size_t*, unsigned long long);
+  AddressRangeFn get_address_range_ = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<AddressRangeFn>(nullptr);
+    }
+    return reinterpret_cast<AddressRangeFn>(fn);
+  }();
 };
 
 }  // namespace

@@ -61,6 +61,23 @@ class GpuRuntime {
   // every byte has landed in dst. INTERNAL carries the CUDA error text.
   virtual absl::Status Copy(void* dst, int dst_device, const void* src, int src_device,
                             uint64_t bytes, uint64_t chunk, const CopyProgress& progress) = 0;
+
+  // CUDA IPC. The handle (cudaIpcMemHandle_t's 64 bytes) of the allocation starting at
+  // `base` on `device`, for other processes on this host to map.
+  virtual absl::StatusOr<std::string> IpcExport(int device, void* base) {
+    return absl::FailedPreconditionError("CUDA IPC needs a GPU");
+  }
+  // Maps another process's allocation on `device`: its first byte here and its size.
+  // INVALID_ARGUMENT for a handle the driver refuses (malformed, stale, from a process
+  // that is gone).
+  struct IpcMapping {
+    char* base = nullptr;
+    uint64_t size = 0;
+  };
+  virtual absl::StatusOr<IpcMapping> IpcOpen(int device, const std::string& handle) {
+    return absl::FailedPreconditionError("CUDA IPC needs a GPU");
+  }
+  virtual void IpcClose(int device, void* base) {}
 };
 
 }  // namespace gpumove
