@@ -86,6 +86,26 @@ absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id,
   return response;
 }
 
+absl::StatusOr<v1::Buffer> Client::Import(const v1::ImportRequest& request) {
+  grpc::ClientContext context;
+  v1::Buffer response;
+  auto st = FromGrpcStatus(buffers_->Import(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
+                                                  const std::string& node) {
+  v1::ExportRequest request;
+  request.set_buffer_id(buffer_id);
+  request.set_node(node);
+  grpc::ClientContext context;
+  v1::ExportResponse response;
+  auto st = FromGrpcStatus(buffers_->Export(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
 absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
   grpc::ClientContext context;
   v1::ListBuffersRequest request;

@@ -50,6 +50,11 @@ class Client {
                                       const std::string& label = "", const std::string& node = "");
   absl::Status Release(const std::string& buffer_id, const std::string& node = "");
   absl::StatusOr<v1::Buffer> GetBuffer(const std::string& buffer_id, const std::string& node = "");
+  // CUDA IPC on the daemon's host: lend part of our own GPU allocation to the daemon
+  // (request: handle, offset, size, device UUID, ...), or map one of its device buffers.
+  absl::StatusOr<v1::Buffer> Import(const v1::ImportRequest& request);
+  absl::StatusOr<v1::ExportResponse> Export(const std::string& buffer_id,
+                                            const std::string& node = "");
   absl::StatusOr<std::vector<v1::Buffer>> ListBuffers(const std::string& node = "");
   absl::StatusOr<v1::Buffer> RenewLease(const std::string& buffer_id,
                                         absl::Duration ttl = absl::ZeroDuration(),

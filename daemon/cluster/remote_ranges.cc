@@ -75,6 +75,9 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
   if (response.pool_index() >= 0 && response.pool_index() < peer->descriptor.pools_size()) {
     hold.ucx_rkey = peer->descriptor.pools(response.pool_index()).rkey();
   }
+  hold.cuda_ipc_handle = response.cuda_ipc_handle();
+  hold.cuda_ipc_offset = response.cuda_ipc_offset();
+  hold.device_uuid = response.device_uuid();
   hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
   hold.stage_slot_size = response.stage_slot_size();
   if (response.stage_pool_index() >= 0 &&

@@ -39,6 +39,11 @@ struct RemoteHold {
   std::string stage_rkey;
   // The remote node's MPI rank when both nodes are ranks of one MPI job; -1 otherwise.
   int mpi_rank = -1;
+  // Device ranges the remote node shares over CUDA IPC: its allocation's handle, the
+  // range's offset in it and the GPU's UUID (empty handle: not shared).
+  std::string cuda_ipc_handle;
+  uint64_t cuda_ipc_offset = 0;
+  std::string device_uuid;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range

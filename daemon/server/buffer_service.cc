@@ -222,3 +222,83 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
 }
 
 }  // namespace gpumove
+
+namespace gpumove {
+
+grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
+                                       const v1::ImportRequest* request, v1::Buffer* response) {
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Import, context,
+                                    *request, response)) {
+    return *forwarded;
+  }
+  if (ipc_ == nullptr || gpu_->devices().empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", node_, " has no GPU to import memory on"));
+  }
+  int device = -1;
+  for (const GpuDevice& d : gpu_->devices()) {
+    if (d.uuid == request->device_uuid()) device = d.index;
+  }
+  if (device < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("no GPU \"", request->device_uuid(), "\" on node ", node_));
+  }
+  if (request->size() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "size must be greater than 0");
+  }
+  auto ttl = FromProto(request->lease_ttl());
+  if (!ttl.ok()) return ToGrpcStatus(ttl.status());
+  auto mapping = ipc_->Open(device, request->cuda_ipc_handle());
+  if (!mapping.ok()) return ToGrpcStatus(mapping.status());
+  const uint64_t size = (*mapping)->size;
+  if (request->offset() > size || request->size() > size - request->offset()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("offset ", request->offset(), " + size ", request->size(),
+                                     " runs past the allocation (", size, " bytes)"));
+  }
+  AdoptOptions options;
+  options.data = (*mapping)->base + request->offset();
+  options.size = request->size();
+  options.kind = MemoryKind::kDevice;
+  options.device = device;
+  options.keepalive = *mapping;
+  options.lease_ttl = *ttl;
+  options.label = request->label();
+  options.owner = Principal(context);
+  options.owner_pid = request->owner_pid();
+  auto info = registry_->Adopt(std::move(options));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, node_, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
+                                       const v1::ExportRequest* request,
+                                       v1::ExportResponse* response) {
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Export, context,
+                                    *request, response)) {
+    return *forwarded;
+  }
+  auto use = registry_->Acquire(Principal(context), request->buffer_id(), 0, 0);
+  if (!use.ok()) return ToGrpcStatus(use.status());
+  if (use->kind() != MemoryKind::kDevice) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("buffer ", request->buffer_id(),
+                                     " is not device memory; only DEVICE buffers export"));
+  }
+  auto ref = ipc_ != nullptr ? ipc_->Find(use->data(), use->length()) : std::nullopt;
+  if (!ref.has_value()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this buffer's memory cannot be shared over CUDA IPC");
+  }
+  response->set_cuda_ipc_handle(ref->handle);
+  response->set_offset(ref->offset);
+  response->set_size(use->length());
+  response->set_device(use->device());
+  for (const GpuDevice& d : gpu_->devices()) {
+    if (d.index == use->device()) response->set_device_uuid(d.uuid);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace gpumove

@@ -8,6 +8,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
+#include "daemon/gpu/ipc.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -17,9 +18,10 @@ namespace gpumove {
 class BufferServiceImpl final : public v1::BufferService::Service {
  public:
   // `cluster` may be null: a node without peers.
+  // `ipc` may be null: no CUDA IPC (Import and Export answer FAILED_PRECONDITION).
   BufferServiceImpl(BufferRegistry* registry, GpuRuntime* gpu, std::string node,
-                    Cluster* cluster = nullptr)
-      : registry_(registry), gpu_(gpu), node_(std::move(node)), cluster_(cluster) {}
+                    Cluster* cluster = nullptr, IpcTable* ipc = nullptr)
+      : registry_(registry), gpu_(gpu), node_(std::move(node)), cluster_(cluster), ipc_(ipc) {}
 
   grpc::Status Allocate(grpc::ServerContext* context, const v1::AllocateRequest* request,
                         v1::Buffer* response) override;
@@ -35,6 +37,10 @@ class BufferServiceImpl final : public v1::BufferService::Service {
                      v1::WriteResponse* response) override;
   grpc::Status Read(grpc::ServerContext* context, const v1::ReadRequest* request,
                     grpc::ServerWriter<v1::ReadResponse>* writer) override;
+  grpc::Status Import(grpc::ServerContext* context, const v1::ImportRequest* request,
+                      v1::Buffer* response) override;
+  grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
+                      v1::ExportResponse* response) override;
 
  private:
   // A stub for `node` when it is another node; null when it is this one (or empty).
@@ -53,6 +59,7 @@ class BufferServiceImpl final : public v1::BufferService::Service {
   GpuRuntime* const gpu_;
   const std::string node_;
   Cluster* const cluster_;
+  IpcTable* const ipc_;
 };
 
 }  // namespace gpumove

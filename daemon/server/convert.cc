@@ -141,6 +141,8 @@ void ToProto(const BufferInfo& info, const std::string& node, v1::Buffer* out) {
     ToProto(*info.lease_expire_time, out->mutable_lease_expire_time());
   }
   out->set_active_uses(info.active_uses);
+  out->set_imported(info.imported);
+  out->set_owner_pid(info.owner_pid);
 }
 
 void ToProto(const TransferSnapshot& t, v1::Transfer* out) {

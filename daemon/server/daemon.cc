@@ -115,12 +115,37 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
               << " bytes"
               << (s.kind == MemoryKind::kPinnedHost && !s.locked ? " (not locked)" : "");
   }
+  // CUDA IPC: device pools are offered to other processes on this host (clients mapping
+  // exported buffers, peer daemons moving GPU to GPU).
+  d->ipc_ = std::make_unique<IpcTable>(d->gpu_.get());
+  std::string ipc_status = "no GPU on this node";
+  if (!d->gpu_->devices().empty()) {
+    int exported = 0;
+    ipc_status.clear();
+    for (const auto& pool : d->pools_->pools()) {
+      if (pool->kind() != MemoryKind::kDevice) continue;
+      absl::Status st = d->ipc_->Export(pool->device(), pool->base(), pool->capacity());
+      if (st.ok()) {
+        ++exported;
+      } else {
+        LOG(WARNING) << "GPU " << pool->device() << " pool not shared over CUDA IPC: " << st;
+        ipc_status = absl::StrCat(" (", st.message(), ")");
+      }
+    }
+    ipc_status = absl::StrCat(
+        "GPU to GPU with daemons on this host; ", exported,
+        " device pool(s) shared; client memory import/export", ipc_status);
+  }
   d->registry_ = std::make_unique<BufferRegistry>(d->pools_.get(), options.default_lease);
   d->registry_->StartLeaseReaper(absl::Milliseconds(100));
   GpuRuntime* gpu = d->gpu_.get();
   RangeHasher hasher = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
   d->local_engine_ = std::make_unique<LocalEngine>(gpu);
   std::vector<Engine*> engines = {d->local_engine_.get()};
+  if (!d->gpu_->devices().empty()) {
+    d->cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get());
+    engines.push_back(d->cuda_ipc_engine_.get());
+  }
 
   // Who we are to peers: UCX worker address and the pools it can reach.
   v1::NodeDescriptor self;
@@ -213,12 +238,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   sched.inline_max_bytes = options.inline_max_bytes;
   d->scheduler_ = std::make_unique<TransferScheduler>(sched, d->registry_.get(), engines, hasher,
                                                       d->remote_ranges_.get());
-  d->buffer_service_ =
-      std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_, d->cluster_.get());
+  d->buffer_service_ = std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_,
+                                                           d->cluster_.get(), d->ipc_.get());
   d->transfer_service_ =
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
-  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->cluster_.get(), d->holds_.get(),
-                                                       d->mpi_engine_.get());
+  d->peer_service_ = std::make_unique<PeerServiceImpl>(
+      d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(), d->ipc_.get(), gpu);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -246,7 +271,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                   d->ucx_ != nullptr && d->ucx_->cuda_aware(),
                   {},
                   mpi_status,
-                  d->mpi_ != nullptr && d->mpi_->world().cuda_aware};
+                  d->mpi_ != nullptr && d->mpi_->world().cuda_aware,
+                  ipc_status};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(d->buffer_service_.get());
   builder.RegisterService(d->transfer_service_.get());
@@ -314,8 +340,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   HoldTable* holds = d->holds_.get();
   UcxTransport* ucx_transport = d->ucx_.get();
   MpiTransport* mpi_transport = d->mpi_.get();
-  d->cluster_->Start([holds, ucx_transport, mpi_transport, mpi_nodes](const std::string& node,
-                                                                      uint64_t incarnation) {
+  CudaIpcEngine* cuda_ipc = d->cuda_ipc_engine_.get();
+  d->cluster_->Start([holds, ucx_transport, mpi_transport, mpi_nodes, cuda_ipc](
+                         const std::string& node, uint64_t incarnation) {
+    if (cuda_ipc != nullptr) cuda_ipc->Forget(node, incarnation);
     // Wake this node's MPI operations with that rank before dropping what they use.
     for (int r = 0; r < static_cast<int>(mpi_nodes.size()); ++r) {
       if (mpi_nodes[r] == node) mpi_transport->FailPeer(r, absl::StrCat("node ", node, " is down"));

@@ -18,6 +18,8 @@
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
+#include "daemon/gpu/ipc.h"
+#include "daemon/path/cuda_ipc_engine.h"
 #include "daemon/path/local_engine.h"
 #include "daemon/path/mpi_engine.h"
 #include "daemon/path/mpi_transport.h"
@@ -95,6 +97,8 @@ class Daemon {
   std::vector<std::string> addresses_;
   std::unique_ptr<GpuRuntime> gpu_;
   std::unique_ptr<PoolSet> pools_;
+  // Before registry_: imported buffers hold mappings from it.
+  std::unique_ptr<IpcTable> ipc_;
   std::unique_ptr<BufferRegistry> registry_;
   // Before holds_: MPI halves of held ranges use them.
   std::unique_ptr<MpiTransport> mpi_;
@@ -103,6 +107,7 @@ class Daemon {
   std::unique_ptr<UcxTransport> ucx_;
   std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
+  std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<Metrics> metrics_;

@@ -34,7 +34,8 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
   automatic->set_path(v1::PATH_AUTO);
   automatic->set_available(true);
   automatic->set_reason(
-      "per move, the first available of LOCAL (both ends here), UCX, MPI that can serve it, "
+      "per move, the first available of LOCAL (both ends here), CUDA_IPC (device memory of "
+      "a daemon on this host), UCX, MPI that can serve it, "
       "preferring one that needs no host staging of device memory");
   for (PathKind path : {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi}) {
     v1::PathInfo* info = response->add_paths();
@@ -51,8 +52,8 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
       info->set_reason(facts_.ucx_status);
     } else if (path == PathKind::kMpi) {
       info->set_reason(facts_.mpi_status);
-    } else if (!available) {
-      info->set_reason("not in this build yet");
+    } else if (path == PathKind::kCudaIpc) {
+      info->set_reason(facts_.cuda_ipc_status);
     }
   }
   response->set_cuda_compiled(facts_.gpu->cuda_compiled());

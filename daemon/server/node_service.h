@@ -35,6 +35,7 @@ struct NodeFacts {
   // Why MPI is or is not there, and whether it takes device memory.
   std::string mpi_status;
   bool mpi_cuda_aware = false;
+  std::string cuda_ipc_status;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

@@ -37,6 +37,15 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
     if (p.kind() == ToProto(u.kind()) && p.device() == u.device()) response->set_pool_index(i);
     if (p.kind() == v1::PINNED_HOST) response->set_stage_pool_index(i);
   }
+  if (u.kind() == MemoryKind::kDevice && ipc_ != nullptr && gpu_ != nullptr) {
+    if (auto ref = ipc_->Find(u.data(), u.length())) {
+      response->set_cuda_ipc_handle(ref->handle);
+      response->set_cuda_ipc_offset(ref->offset);
+      for (const GpuDevice& d : gpu_->devices()) {
+        if (d.index == u.device()) response->set_device_uuid(d.uuid);
+      }
+    }
+  }
   if (held->ring != nullptr) {
     for (size_t i = 0; i < held->ring->slots(); ++i) {
       response->add_stage_slots(reinterpret_cast<uint64_t>(held->ring->slot(i)));

@@ -4,6 +4,7 @@
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
+#include "daemon/gpu/ipc.h"
 #include "daemon/path/mpi_engine.h"
 #include "proto/gpumove/v1/peer.grpc.pb.h"
 
@@ -11,9 +12,10 @@ namespace gpumove {
 
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
-  // `mpi` may be null (not an MPI rank).
-  PeerServiceImpl(Cluster* cluster, HoldTable* holds, MpiEngine* mpi = nullptr)
-      : cluster_(cluster), holds_(holds), mpi_(mpi) {}
+  // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC).
+  PeerServiceImpl(Cluster* cluster, HoldTable* holds, MpiEngine* mpi = nullptr,
+                  IpcTable* ipc = nullptr, GpuRuntime* gpu = nullptr)
+      : cluster_(cluster), holds_(holds), mpi_(mpi), ipc_(ipc), gpu_(gpu) {}
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override;
@@ -33,6 +35,8 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   Cluster* const cluster_;
   HoldTable* const holds_;
   MpiEngine* const mpi_;
+  IpcTable* const ipc_;
+  GpuRuntime* const gpu_;
 };
 
 }  // namespace gpumove

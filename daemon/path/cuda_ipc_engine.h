@@ -1,0 +1,52 @@
+// Path CUDA_IPC: moves between this node and another daemon on the same host, GPU to
+// GPU. The remote node hands out its device range's CUDA IPC handle in PrepareRemote;
+// this node maps the allocation once (cached per peer incarnation) and copies with
+// cudaMemcpyAsync between the two device pointers, so bytes never touch host memory.
+// Same host is detected (host id in Hello), not configured.
+#ifndef GPUMOVE_DAEMON_PATH_CUDA_IPC_ENGINE_H_
+#define GPUMOVE_DAEMON_PATH_CUDA_IPC_ENGINE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/core/engine.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/gpu/ipc.h"
+
+namespace gpumove {
+
+class CudaIpcEngine : public Engine {
+ public:
+  // Both must outlive the engine.
+  CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t chunk = 64 << 20)
+      : gpu_(gpu), ipc_(ipc), chunk_(chunk) {}
+
+  PathKind path() const override { return PathKind::kCudaIpc; }
+  absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                    MoveControl& control) override;
+
+  // Drops the mappings of a peer incarnation that went away.
+  void Forget(const std::string& node, uint64_t incarnation);
+
+ private:
+  // The GPU of ours on which to map the remote range: the same physical GPU when we
+  // serve it, else the local end's GPU (peer access then reaches it).
+  int MapDevice(const RemoteHold& remote, const Endpoint& local) const;
+
+  GpuRuntime* const gpu_;
+  IpcTable* const ipc_;
+  const uint64_t chunk_;
+  absl::Mutex mu_;
+  // Mappings kept open per peer incarnation ("node#incarnation").
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<const IpcTable::Mapping>>> held_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_CUDA_IPC_ENGINE_H_

@@ -1,0 +1,377 @@
+// GPU suite for CUDA IPC and the MPI staging path (tag "gpu"; run on the GPU machine):
+// client memory imported into a daemon and moved, bad handles, a daemon buffer exported
+// and written by the client, a client that exits while its memory is lent, path
+// CUDA_IPC between two daemons on one host (one per GPU), cancel, and path MPI moving
+// device buffers through the staging pipeline of a host-only MPI.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/mpi_job.h"
+#include "tests/util/random_bytes.h"
+
+#ifdef GPUMOVE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpumove {
+namespace {
+
+#ifdef GPUMOVE_HAVE_CUDA
+
+v1::BufferRef On(const std::string& node, const std::string& id, uint64_t offset = 0,
+                 uint64_t length = 0) {
+  v1::BufferRef r = Ref(id, offset, length);
+  r.set_node(node);
+  return r;
+}
+
+std::string Uuid(int device) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, device);
+  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  char s[64];
+  std::snprintf(s, sizeof(s),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                u[14], u[15]);
+  return s;
+}
+
+int GpuCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+// A cudaMalloc allocation of this test process, filled with `data`.
+struct ClientMemory {
+  void* ptr = nullptr;
+  std::string handle;
+  ClientMemory(int device, const std::string& data) {
+    cudaSetDevice(device);
+    EXPECT_EQ(cudaMalloc(&ptr, data.size()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, data.data(), data.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    cudaIpcMemHandle_t h;
+    EXPECT_EQ(cudaIpcGetMemHandle(&h, ptr), cudaSuccess);
+    handle.assign(h.reserved, sizeof(h.reserved));
+  }
+  ~ClientMemory() { cudaFree(ptr); }
+  std::string Contents(size_t offset, size_t n) const {
+    std::string out(n, '\0');
+    cudaMemcpy(out.data(), static_cast<char*>(ptr) + offset, n, cudaMemcpyDeviceToHost);
+    return out;
+  }
+};
+
+class GpuIpc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+    auto d = DaemonProcess::Start({"--node=ipc-a", "--device_pool_size=1GiB",
+                                   "--host_pool_size=512MiB", "--pinned_pool_size=128MiB"});
+    ASSERT_TRUE(d.ok()) << d.status();
+    d_ = *std::move(d);
+    c_ = *Client::Connect(d_->address());
+  }
+  std::unique_ptr<DaemonProcess> d_;
+  std::unique_ptr<Client> c_;
+};
+
+TEST_F(GpuIpc, ImportedClientMemoryMovesBothWaysAndIsLetGo) {
+  const size_t alloc = (48 << 20) + 4096 + 5;
+  const std::string data = RandomBytes(alloc, 1);
+  for (int g = 0; g < GpuCount(); ++g) {
+    SCOPED_TRACE(absl::StrCat("GPU ", g));
+    ClientMemory mem(g, data);
+    v1::ImportRequest req;
+    req.set_cuda_ipc_handle(mem.handle);
+    req.set_offset(4096);
+    req.set_size(alloc - 4096);
+    req.set_device_uuid(Uuid(g));
+    req.set_owner_pid(getpid());
+    req.set_label("mine");
+    auto b = c_->Import(req);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->imported());
+    EXPECT_EQ(b->kind(), v1::DEVICE);
+    EXPECT_EQ(b->device(), g);
+    EXPECT_EQ(b->size(), alloc - 4096);
+    // Out of the client's memory into a host buffer, verified.
+    auto host = c_->Allocate(alloc - 4096, v1::PINNED_HOST);
+    MoveOptions o;
+    o.checksum = true;
+    auto out = c_->Move(Ref(b->id()), Ref(host->id()), o);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->state(), v1::SUCCEEDED) << out->error_message();
+    EXPECT_TRUE(*c_->Read(Ref(host->id())) == data.substr(4096));
+    // Into it, from another GPU's pool buffer: the client sees the bytes in its memory.
+    const std::string fresh = RandomBytes(1 << 20, 2);
+    auto dev = c_->Allocate(1 << 20, v1::DEVICE, GpuCount() - 1 - g);
+    ASSERT_TRUE(c_->Write(Ref(dev->id()), fresh).ok());
+    auto in = c_->Move(Ref(dev->id()), Ref(b->id(), 1000), o);
+    ASSERT_TRUE(in.ok()) << in.status();
+    ASSERT_EQ(in->state(), v1::SUCCEEDED) << in->error_message();
+    EXPECT_TRUE(mem.Contents(4096 + 1000, 1 << 20) == fresh);
+    EXPECT_TRUE(mem.Contents(4096, 1000) == data.substr(4096, 1000));  // Neighbours kept.
+    // Released: gone; the same allocation can be lent again.
+    ASSERT_TRUE(c_->Release(b->id()).ok());
+    EXPECT_EQ(c_->GetBuffer(b->id()).status().code(), absl::StatusCode::kNotFound);
+    auto again = c_->Import(req);
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_TRUE(c_->Release(again->id()).ok());
+    ASSERT_TRUE(c_->Release(host->id()).ok());
+    ASSERT_TRUE(c_->Release(dev->id()).ok());
+  }
+}
+
+TEST_F(GpuIpc, BadImportsGetInvalidArgumentAndChangeNothing) {
+  ClientMemory mem(0, RandomBytes(1 << 20, 3));
+  v1::ImportRequest good;
+  good.set_cuda_ipc_handle(mem.handle);
+  good.set_size(1 << 20);
+  good.set_device_uuid(Uuid(0));
+  auto code = [&](v1::ImportRequest r) { return c_->Import(r).status().code(); };
+  v1::ImportRequest r = good;
+  r.set_cuda_ipc_handle(std::string(64, '\x5a'));  // Garbage handle.
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.set_cuda_ipc_handle("short");
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.set_offset(4096);  // Runs past the allocation.
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.set_device_uuid("GPU-00000000-0000-0000-0000-000000000000");
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.set_size(0);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.set_owner_pid(999999999);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c_->ListBuffers()->empty());
+  EXPECT_TRUE(c_->GetInfo().ok());  // Still serving.
+}
+
+TEST_F(GpuIpc, ExportedBufferIsWrittenByTheClientDirectly) {
+  const int g = GpuCount() - 1;
+  auto b = c_->Allocate((8 << 20) + 3, v1::DEVICE, g);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto ex = c_->Export(b->id());
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ(ex->size(), (8u << 20) + 3);
+  EXPECT_EQ(ex->device_uuid(), Uuid(g));
+  cudaIpcMemHandle_t h;
+  ASSERT_EQ(ex->cuda_ipc_handle().size(), sizeof(h.reserved));
+  std::memcpy(h.reserved, ex->cuda_ipc_handle().data(), sizeof(h.reserved));
+  cudaSetDevice(g);
+  void* base = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  const std::string data = RandomBytes(ex->size(), 4);
+  ASSERT_EQ(cudaMemcpy(static_cast<char*>(base) + ex->offset(), data.data(), data.size(),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  EXPECT_TRUE(*c_->Read(Ref(b->id())) == data);
+  cudaIpcCloseMemHandle(base);
+  auto host = c_->Allocate(4096);
+  EXPECT_EQ(c_->Export(host->id()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->Export("b-nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(GpuIpc, AClientThatExitsTakesItsLentMemoryWithIt) {
+  const std::string helper = FindBuiltBinary("tests/gpu_ipc_client", "GPU_IPC_CLIENT");
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(out[1], 1);
+    execl(helper.c_str(), helper.c_str(), d_->address().c_str(), "4194304", "7", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  char line[64] = {};
+  FILE* f = fdopen(out[0], "r");
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr) << "helper " << helper << " printed nothing";
+  std::string id(line);
+  id.erase(id.find_last_not_of("\n") + 1);
+  auto b = c_->GetBuffer(id);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->owner_pid(), child);
+  EXPECT_TRUE(*c_->Read(Ref(id, 0, 16)) == std::string(16, '\x07'));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  fclose(f);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (c_->GetBuffer(id).ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(c_->GetBuffer(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(c_->GetInfo().ok());
+}
+
+// Two daemons on one host, one GPU each (the same GPU when there is only one).
+class GpuIpcTwoDaemons : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+    const std::string other = GpuCount() > 1 ? "1" : "0";
+    auto a = DaemonProcess::Start({"--node=ipc-a", "--gpus=0", "--device_pool_size=1536MiB",
+                                   "--host_pool_size=256MiB", "--max_move_rate=0"});
+    ASSERT_TRUE(a.ok()) << a.status();
+    a_ = *std::move(a);
+    auto b = DaemonProcess::Start({"--node=ipc-b", "--gpus=" + other, "--device_pool_size=1536MiB",
+                                   "--host_pool_size=256MiB", "--peers=" + a_->address()});
+    ASSERT_TRUE(b.ok()) << b.status();
+    b_ = *std::move(b);
+    ca_ = *Client::Connect(a_->address());
+    cb_ = *Client::Connect(b_->address());
+    for (int i = 0; i < 200 && ca_->ListPeers()->empty(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(ca_->ListPeers()->size(), 1u);
+  }
+  std::unique_ptr<DaemonProcess> a_, b_;
+  std::unique_ptr<Client> ca_, cb_;
+};
+
+TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
+  uint64_t seed = 10;
+  int k = 0;
+  for (uint64_t size : {1ull, 4097ull, (3ull << 20) + 5, 96ull << 20}) {
+    for (bool a_to_b : {true, false}) {
+      Client& from = a_to_b ? *ca_ : *cb_;
+      Client& to = a_to_b ? *cb_ : *ca_;
+      const std::string from_node = a_to_b ? "ipc-a" : "ipc-b";
+      const std::string to_node = a_to_b ? "ipc-b" : "ipc-a";
+      Client& submit = (k++ % 2) ? from : to;  // Push, then pull.
+      SCOPED_TRACE(absl::StrCat(from_node, " -> ", to_node, ", ", size, " bytes"));
+      auto src = from.Allocate(size + 8, v1::DEVICE, 0);
+      auto dst = to.Allocate(size + 8, v1::DEVICE, 0);
+      ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+      const std::string data = RandomBytes(size + 8, seed++);
+      const std::string before = RandomBytes(size + 8, seed++);
+      ASSERT_TRUE(from.Write(Ref(src->id()), data).ok());
+      ASSERT_TRUE(to.Write(Ref(dst->id()), before).ok());
+      MoveOptions o;
+      o.checksum = true;
+      auto moved = submit.Move(On(from_node, src->id(), 8, size), On(to_node, dst->id()), o);
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+      EXPECT_EQ(moved->path(), v1::CUDA_IPC);  // AUTO picks it: same host, both on GPUs.
+      const std::string after = *to.Read(Ref(dst->id()));
+      EXPECT_TRUE(after.substr(0, size) == data.substr(8, size));
+      EXPECT_TRUE(after.substr(size) == before.substr(size));
+      ASSERT_TRUE(from.Release(src->id()).ok());
+      ASSERT_TRUE(to.Release(dst->id()).ok());
+    }
+  }
+}
+
+TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {
+  const std::string data = RandomBytes(16 << 20, 21);
+  ClientMemory mem(0, data);
+  v1::ImportRequest req;
+  req.set_cuda_ipc_handle(mem.handle);
+  req.set_size(data.size());
+  req.set_device_uuid(Uuid(0));
+  auto b = ca_->Import(req);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto dst = cb_->Allocate(data.size(), v1::DEVICE, 0);
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = cb_->Move(On("ipc-a", b->id()), Ref(dst->id()), o);  // ipc-b pulls.
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_EQ(moved->path(), v1::CUDA_IPC);
+  EXPECT_TRUE(*cb_->Read(Ref(dst->id())) == data);
+}
+
+TEST_F(GpuIpcTwoDaemons, CancelStopsAMoveAndReleasesBothEnds) {
+  const uint64_t size = 1ull << 30;
+  auto src = ca_->Allocate(size, v1::DEVICE, 0);
+  auto dst = cb_->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  // A slow node: a new daemon with a rate cap runs the move.
+  auto slow = DaemonProcess::Start({"--node=ipc-s", "--gpus=0", "--device_pool_size=1100MiB",
+                                    "--max_move_rate=512MiB", "--peers=" + a_->address()});
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  auto cs = *Client::Connect((*slow)->address());
+  for (int i = 0; i < 200 && cs->ListPeers()->size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto s_src = cs->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(s_src.ok()) << s_src.status();
+  MoveOptions o;
+  o.wait = false;
+  auto t = cs->Move(Ref(s_src->id()), On("ipc-b", dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(ca_->Cancel(t->id()).ok());
+  auto end = ca_->Wait(t->id(), absl::Seconds(10));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::CANCELLED);
+  EXPECT_EQ(end->path(), v1::CUDA_IPC);
+  EXPECT_LT(end->bytes_done(), size);
+  EXPECT_EQ(cb_->GetBuffer(dst->id())->active_uses(), 0u);
+  EXPECT_TRUE(cs->Release(s_src->id()).ok());
+}
+
+// Path MPI with device memory: Open MPI on the GPU machine is not CUDA-aware, so each
+// rank stages its GPU memory through pinned bounce buffers.
+TEST(GpuMpi, DeviceBuffersMoveOverStagedMpiVerified) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  auto job = MpiJob::Start(2, MpiLaunch{"default", {}, {}},
+                           {"--device_pool_size=1GiB", "--pinned_pool_size=256MiB",
+                            "--mpi_chunk=4MiB", "--noucx"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (int i = 0; i < 200 && (*job)->client(0).ListPeers()->empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  Client& c0 = (*job)->client(0);
+  Client& c1 = (*job)->client(1);
+  uint64_t seed = 40;
+  const int other = GpuCount() > 1 ? 1 : 0;
+  for (uint64_t size : {1ull, (5ull << 20) + 3, 300ull << 20}) {
+    SCOPED_TRACE(absl::StrCat(size, " bytes"));
+    auto src = c0.Allocate(size, v1::DEVICE, 0);
+    auto dst = c1.Allocate(size, v1::DEVICE, other);
+    auto back = c0.Allocate(size, v1::HOST);
+    ASSERT_TRUE(src.ok() && dst.ok() && back.ok()) << src.status() << dst.status();
+    const std::string data = RandomBytes(size, seed++);
+    ASSERT_TRUE(c0.Write(Ref(src->id()), data).ok());
+    MoveOptions o;
+    o.checksum = true;
+    o.path = v1::MPI;
+    auto push = c0.Move(Ref(src->id()), On("rank1", dst->id()), o);  // Staged both sides.
+    ASSERT_TRUE(push.ok()) << push.status();
+    ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+    EXPECT_TRUE(*c1.Read(Ref(dst->id())) == data);
+    auto pull = c0.Move(On("rank1", dst->id()), Ref(back->id()), o);  // Device -> host.
+    ASSERT_TRUE(pull.ok()) << pull.status();
+    ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+    EXPECT_TRUE(*c0.Read(Ref(back->id())) == data);
+    ASSERT_TRUE(c0.Release(src->id()).ok());
+    ASSERT_TRUE(c1.Release(dst->id()).ok());
+    ASSERT_TRUE(c0.Release(back->id()).ok());
+  }
+  auto info = c0.GetInfo();
+  for (const auto& p : info->paths()) {
+    if (p.path() == v1::MPI) std::cout << "MPI path: " << p.reason() << "\n";
+  }
+}
+
+#else
+
+TEST(GpuIpc, NeedsCuda) { GTEST_SKIP() << "built without the CUDA toolkit"; }
+
+#endif  // GPUMOVE_HAVE_CUDA
+
+}  // namespace
+}  // namespace gpumove
