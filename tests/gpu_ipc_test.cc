@@ -221,7 +221,8 @@ class GpuIpcTwoDaemons : public ::testing::Test {
  protected:
   void SetUp() override {
     if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
-    const std::string other = GpuCount() > 1 ? "1" : "0";
+    other_ = GpuCount() > 1 ? 1 : 0;
+    const std::string other = absl::StrCat(other_);
     auto a = DaemonProcess::Start({"--node=ipc-a", "--gpus=0", "--device_pool_size=1536MiB",
                                    "--host_pool_size=256MiB", "--max_move_rate=0"});
     ASSERT_TRUE(a.ok()) << a.status();
@@ -239,6 +240,7 @@ class GpuIpcTwoDaemons : public ::testing::Test {
   }
   std::unique_ptr<DaemonProcess> a_, b_;
   std::unique_ptr<Client> ca_, cb_;
+  int other_ = 0;
 };
 
 TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
@@ -252,8 +254,9 @@ TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
       const std::string to_node = a_to_b ? "ipc-b" : "ipc-a";
       Client& submit = (k++ % 2) ? from : to;  // Push, then pull.
       SCOPED_TRACE(absl::StrCat(from_node, " -> ", to_node, ", ", size, " bytes"));
-      auto src = from.Allocate(size + 8, v1::DEVICE, 0);
-      auto dst = to.Allocate(size + 8, v1::DEVICE, 0);
+      // Devices keep their CUDA index: ipc-b's GPU is `other_`.
+      auto src = from.Allocate(size + 8, v1::DEVICE, a_to_b ? 0 : other_);
+      auto dst = to.Allocate(size + 8, v1::DEVICE, a_to_b ? other_ : 0);
       ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
       const std::string data = RandomBytes(size + 8, seed++);
       const std::string before = RandomBytes(size + 8, seed++);
@@ -283,7 +286,7 @@ TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {
   req.set_device_uuid(Uuid(0));
   auto b = ca_->Import(req);
   ASSERT_TRUE(b.ok()) << b.status();
-  auto dst = cb_->Allocate(data.size(), v1::DEVICE, 0);
+  auto dst = cb_->Allocate(data.size(), v1::DEVICE, other_);
   MoveOptions o;
   o.checksum = true;
   auto moved = cb_->Move(On("ipc-a", b->id()), Ref(dst->id()), o);  // ipc-b pulls.
@@ -295,9 +298,8 @@ TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {
 
 TEST_F(GpuIpcTwoDaemons, CancelStopsAMoveAndReleasesBothEnds) {
   const uint64_t size = 1ull << 30;
-  auto src = ca_->Allocate(size, v1::DEVICE, 0);
-  auto dst = cb_->Allocate(size, v1::DEVICE, 0);
-  ASSERT_TRUE(src.ok() && dst.ok());
+  auto dst = cb_->Allocate(size, v1::DEVICE, other_);
+  ASSERT_TRUE(dst.ok()) << dst.status();
   // A slow node: a new daemon with a rate cap runs the move.
   auto slow = DaemonProcess::Start({"--node=ipc-s", "--gpus=0", "--device_pool_size=1100MiB",
                                     "--max_move_rate=512MiB", "--peers=" + a_->address()});

@@ -65,6 +65,77 @@ double RawCopy(Raw& r, uint64_t size, int reps) {
   return Median(t);
 }
 
+// One table: moves src -> dst on `path` through the client for sizes 4 KiB .. max_size,
+// next to the raw copy `raw`.
+bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v1::Path path,
+           Raw& raw, uint64_t max_size, int reps) {
+    std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %11s %11s %11s\n", "size", "raw",
+                               "wall", "engine", "batch16", "wall/raw", "engine/raw",
+                               "batch/raw");
+  MoveOptions o;
+  o.path = path;
+  for (uint64_t size = 4096; size <= max_size; size *= 4) {
+    const double raw_s = RawCopy(raw, size, reps);
+    std::vector<double> wall, engine;
+    for (int i = 0; i < reps + 1; ++i) {
+      const absl::Time t0 = absl::Now();
+      v1::BufferRef from = src;
+      from.set_length(size);
+      auto t = client.Move(from, dst, o);
+      const double w = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) {
+        std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "") << "\n";
+        return false;
+      }
+      if (i == 0) continue;  // Warm-up.
+      wall.push_back(w);
+      engine.push_back(Seconds(t->start_time(), t->end_time()));
+      if (t->path() != path) {
+        std::cerr << "ran on path " << v1::Path_Name(t->path()) << "\n";
+        return false;
+      }
+    }
+    // 16 moves of size/16 into disjoint ranges in one Submit; below 64 KiB, 16 moves of
+    // `size` into the same range (which then run in order).
+    v1::SubmitRequest batch;
+    batch.set_wait(true);
+    const uint64_t part = size >= 16 * 4096 ? size / 16 : size;
+    for (int i = 0; i < 16; ++i) {
+      auto* s = batch.add_transfers();
+      const uint64_t off = part == size ? 0 : i * part;
+      *s->mutable_source() = src;
+      s->mutable_source()->set_offset(off);
+      s->mutable_source()->set_length(part);
+      *s->mutable_destination() = dst;
+      s->mutable_destination()->set_offset(off);
+      s->set_path(path);
+    }
+    std::vector<double> batch_t;
+    for (int i = 0; i < std::max(3, reps / 4); ++i) {
+      const absl::Time t0 = absl::Now();
+      auto r = client.Submit(batch);
+      if (!r.ok()) {
+        std::cerr << "batch: " << r.status() << "\n";
+        return false;
+      }
+      batch_t.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    const double batch_bytes = part * 16.0;
+    const double raw_bw = size / raw_s / 1e9;
+    const double wall_bw = size / Median(wall) / 1e9;
+    const double engine_bw = size / Median(engine) / 1e9;
+    const double batch_bw = batch_bytes / Median(batch_t) / 1e9;
+    std::cout << absl::StrFormat("%10s %10.2f %10.2f %10.2f %10.2f %11.3f %11.3f %11.3f\n",
+                                 FormatBytes(size), raw_bw, wall_bw, engine_bw, batch_bw,
+                                 wall_bw / raw_bw, engine_bw / raw_bw, batch_bw / raw_bw);
+    if (size == 4096) {
+      std::cout << absl::StrFormat("%10s raw %.1fus, move (Submit+wait) %.1fus\n", "4 KiB lat",
+                                   raw_s * 1e6, Median(wall) * 1e6);
+    }
+  }
+  return true;
+}
+
 int Main() {
   int gpus = 0;
   CHECK_CUDA(cudaGetDeviceCount(&gpus));
@@ -126,60 +197,42 @@ int Main() {
       return 1;
     }
     std::cout << "\n" << p.name << " (path LOCAL; GB/s from medians of " << reps << ")\n";
-    std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %11s %11s %11s\n", "size", "raw",
-                                 "wall", "engine", "batch16", "wall/raw", "engine/raw",
-                                 "batch/raw");
-    for (uint64_t size = 4096; size <= max_size; size *= 4) {
-      const double raw_s = RawCopy(raw, size, reps);
-      std::vector<double> wall, engine;
-      for (int i = 0; i < reps + 1; ++i) {
-        const absl::Time t0 = absl::Now();
-        auto t = client->Move(Ref(src->id(), 0, size), Ref(dst->id()));
-        const double w = absl::ToDoubleSeconds(absl::Now() - t0);
-        if (!t.ok() || t->state() != v1::SUCCEEDED) {
-          std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "") << "\n";
-          return 1;
-        }
-        if (i == 0) continue;  // Warm-up.
-        wall.push_back(w);
-        engine.push_back(Seconds(t->start_time(), t->end_time()));
-      }
-      // 16 moves of size/16 into disjoint ranges in one Submit; below 64 KiB, 16 moves of
-      // `size` into the same range (which then run in order).
-      v1::SubmitRequest batch;
-      batch.set_wait(true);
-      const uint64_t part = size >= 16 * 4096 ? size / 16 : size;
-      for (int i = 0; i < 16; ++i) {
-        auto* s = batch.add_transfers();
-        const uint64_t off = part == size ? 0 : i * part;
-        *s->mutable_source() = Ref(src->id(), off, part);
-        *s->mutable_destination() = Ref(dst->id(), off);
-      }
-      std::vector<double> batch_t;
-      for (int i = 0; i < std::max(3, reps / 4); ++i) {
-        const absl::Time t0 = absl::Now();
-        auto r = client->Submit(batch);
-        if (!r.ok()) {
-          std::cerr << "batch: " << r.status() << "\n";
-          return 1;
-        }
-        batch_t.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
-      }
-      const double batch_bytes = part * 16.0;
-      const double raw_bw = size / raw_s / 1e9;
-      const double wall_bw = size / Median(wall) / 1e9;
-      const double engine_bw = size / Median(engine) / 1e9;
-      const double batch_bw = batch_bytes / Median(batch_t) / 1e9;
-      std::cout << absl::StrFormat("%10s %10.2f %10.2f %10.2f %10.2f %11.3f %11.3f %11.3f\n",
-                                   FormatBytes(size), raw_bw, wall_bw, engine_bw, batch_bw,
-                                   wall_bw / raw_bw, engine_bw / raw_bw, batch_bw / raw_bw);
-      if (size == 4096) {
-        std::cout << absl::StrFormat("%10s raw %.1fus, move (Submit+wait) %.1fus\n", "4 KiB lat",
-                                     raw_s * 1e6, Median(wall) * 1e6);
-      }
-    }
+    if (!Sweep(*client, Ref(src->id()), Ref(dst->id()), v1::LOCAL, raw, max_size, reps)) return 1;
     client->Release(src->id()).IgnoreError();
     client->Release(dst->id()).IgnoreError();
+  }
+
+  // Path CUDA_IPC: a second daemon on this host serving GPU1 only; the first pushes its
+  // GPU0 buffer into it, GPU to GPU through the IPC mapping, against the same raw copy.
+  if (gpus > 1) {
+    auto b_daemon = DaemonProcess::Start(
+        {absl::StrFormat("--device_pool_size=%d", max_size + (256 << 20)), "--gpus=1",
+         "--host_pool_size=64MiB", "--node=gpu-bench-b", "--peers=" + (*daemon)->address()});
+    if (!b_daemon.ok()) {
+      std::cerr << b_daemon.status() << "\n";
+      return 1;
+    }
+    for (int i = 0; i < 200 && client->ListPeers()->empty(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    auto b_client = *Client::Connect((*b_daemon)->address());
+    Raw raw;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&raw.b, max_size));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&raw.a, max_size));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&raw.s, cudaStreamNonBlocking));
+    auto src = client->Allocate(max_size, v1::DEVICE, 0);
+    auto dst = b_client->Allocate(max_size, v1::DEVICE, 1);
+    if (!src.ok() || !dst.ok()) {
+      std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
+      return 1;
+    }
+    v1::BufferRef to = Ref(dst->id());
+    to.set_node("gpu-bench-b");
+    std::cout << "\nGPU0 (gpu-bench) -> GPU1 (gpu-bench-b) (path CUDA_IPC between two daemons; "
+                 "raw = cudaMemcpyAsync GPU0 -> GPU1 in one process)\n";
+    if (!Sweep(*client, Ref(src->id()), to, v1::CUDA_IPC, raw, max_size, reps)) return 1;
   }
   return 0;
 }

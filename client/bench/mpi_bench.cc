@@ -29,6 +29,9 @@ ABSL_FLAG(gpumove::ByteSize, chunk, gpumove::ByteSize{4 << 20}, "--mpi_chunk of 
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
 ABSL_FLAG(bool, baselines, true, "Run NetPIPE alongside.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for every rank.");
+ABSL_FLAG(bool, device, false,
+          "Move GPU buffers (rank0's GPU0 to rank1's last GPU): staged through pinned "
+          "buffers on both sides when MPI is not CUDA-aware.");
 
 namespace gpumove {
 namespace {
@@ -84,6 +87,11 @@ int Main() {
       absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20)),
       absl::StrCat("--mpi_chunk=", absl::GetFlag(FLAGS_chunk).bytes), "--noucx",
       "--heartbeat=500ms", "--peer_timeout=5s"};
+  const bool device = absl::GetFlag(FLAGS_device);
+  if (device) {
+    flags.push_back(absl::StrCat("--device_pool_size=", max_size + (64 << 20)));
+    flags.push_back("--pinned_pool_size=256MiB");
+  }
   for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) flags.push_back(f);
   auto job = MpiJob::Start(2, launch, flags);
   if (!job.ok()) {
@@ -98,8 +106,13 @@ int Main() {
     if (peers.ok() && !peers->empty() && (*peers)[0].up()) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  auto src = c0.Allocate(max_size);
-  auto dst = c1.Allocate(max_size);
+  const int gpus = device ? c1.GetInfo()->gpus_size() : 0;
+  if (device && gpus == 0) {
+    std::cerr << "--device: no GPU on this machine\n";
+    return 1;
+  }
+  auto src = device ? c0.Allocate(max_size, v1::DEVICE, 0) : c0.Allocate(max_size);
+  auto dst = device ? c1.Allocate(max_size, v1::DEVICE, gpus - 1) : c1.Allocate(max_size);
   if (!src.ok() || !dst.ok()) {
     std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
     return 1;
@@ -168,7 +181,10 @@ int Main() {
   std::map<uint64_t, double> np;
   if (absl::GetFlag(FLAGS_baselines)) np = NetPipe(McaArgs(mca), min_size, max_size);
 
-  std::cout << "path MPI between two ranks on this host (" << MpiFlavor() << ", mca " << mca
+  std::cout << "path MPI between two ranks on this host"
+            << (device ? absl::StrCat(", GPU0 -> GPU", gpus - 1, " (staged unless CUDA-aware)")
+                       : std::string(", host memory"))
+            << " (" << MpiFlavor() << ", mca " << mca
             << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
             << " messages) vs NetPIPE NPopenmpi, GB/s\n";
   std::cout << absl::StrFormat("%10s %12s %12s %12s %10s %10s\n", "size", "single", "stream",

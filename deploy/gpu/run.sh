@@ -14,9 +14,16 @@ echo "== GPU test suite"
 tests_rc=${PIPESTATUS[0]}
 .gpu/bin/gpu_staging_test --gtest_output=xml:"$OUT/gpu_staging_test.xml" 2>&1 | tee "$OUT/gpu_staging_test.log" | grep -vE '^(  )'
 [ "${PIPESTATUS[0]}" = 0 ] || tests_rc=1
+export GPU_IPC_CLIENT="$PWD/.gpu/bin/gpu_ipc_client"
+.gpu/bin/gpu_ipc_test --gtest_output=xml:"$OUT/gpu_ipc_test.xml" 2>&1 | tee "$OUT/gpu_ipc_test.log" | grep -E '^\[|Failure|Expected|Which|error|MPI path'
+[ "${PIPESTATUS[0]}" = 0 ] || tests_rc=1
 
 echo "== GPU local benchmark"
 .gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
+echo "== path MPI benchmark, GPU0 -> GPU1 staged through pinned buffers (two ranks)"
+.gpu/bin/mpi_bench --device --seconds_per_size=0.3 --max_size=1GiB --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_device.txt"
+echo "== path MPI benchmark, host memory (two ranks)"
+.gpu/bin/mpi_bench --seconds_per_size=0.3 --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_host.txt"
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
 .gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/gpu_staged_bench.txt"
 echo "== host local benchmark"
