@@ -83,10 +83,12 @@ TEST_F(GpuStaging, DeviceToDeviceAcrossNodesVerified) {
     ASSERT_TRUE(ca_->Write(Ref(a_dev->id()), data).ok());
     MoveOptions o;
     o.checksum = true;
+    o.path = v1::UCX;  // AUTO would take CUDA_IPC between daemons on one host.
     // Push from gpu-a's GPU into gpu-b's GPU, submitted at gpu-b (so gpu-b pulls).
     auto pull = cb_->Move(On("gpu-a", a_dev->id()), Ref(b_dev->id()), o);
     ASSERT_TRUE(pull.ok()) << pull.status();
     ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+    EXPECT_EQ(pull->path(), v1::UCX);
     EXPECT_TRUE(*cb_->Read(Ref(b_dev->id())) == data);
     // And back, pushed by gpu-b.
     auto push = cb_->Move(Ref(b_dev->id()), On("gpu-a", a_back->id()), o);
@@ -117,8 +119,10 @@ TEST_F(GpuStaging, LargeStagedPushThroughput) {
   }
   auto b_dev = cb_->Allocate(size, v1::DEVICE, 1 % ca_->GetInfo()->gpus_size());
   ASSERT_TRUE(b_dev.ok()) << b_dev.status();
+  MoveOptions ucx;
+  ucx.path = v1::UCX;
   for (int i = 0; i < 3; ++i) {
-    auto d2d = ca_->Move(Ref(dev->id()), On("gpu-b", b_dev->id()));
+    auto d2d = ca_->Move(Ref(dev->id()), On("gpu-b", b_dev->id()), ucx);
     ASSERT_TRUE(d2d.ok() && d2d->state() == v1::SUCCEEDED);
     const double s = (d2d->end_time().seconds() - d2d->start_time().seconds()) +
                      (d2d->end_time().nanos() - d2d->start_time().nanos()) * 1e-9;

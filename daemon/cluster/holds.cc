@@ -10,12 +10,12 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                const std::string& transfer_id,
                                                const std::string& owner,
                                                const std::string& buffer_id, uint64_t offset,
-                                               uint64_t length) {
+                                               uint64_t length, bool may_stage) {
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
   auto entry = std::make_unique<Entry>();
   entry->incarnation = from_incarnation;
-  if (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice)) {
+  if (may_stage && (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice))) {
     auto ring = BounceRing::Take(staging_.pinned, staging_.options);
     if (!ring.ok()) return ring.status();
     entry->ring.emplace(*std::move(ring));

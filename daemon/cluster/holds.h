@@ -40,10 +40,12 @@ class HoldTable {
     const BounceRing* ring = nullptr;  // Set when this node stages the range.
   };
   // Checks and holds a range for (from_node, transfer_id), with a bounce ring when the
-  // policy says it must be staged. ALREADY_EXISTS for a repeat.
+  // policy says it must be staged and `may_stage` (the move may use staging at all).
+  // ALREADY_EXISTS for a repeat.
   absl::StatusOr<Held> Hold(const std::string& from_node, uint64_t from_incarnation,
                             const std::string& transfer_id, const std::string& owner,
-                            const std::string& buffer_id, uint64_t offset, uint64_t length);
+                            const std::string& buffer_id, uint64_t offset, uint64_t length,
+                            bool may_stage = true);
   // One chunk of a staged move between bounce slot `slot` and the held range.
   absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
                           uint32_t slot, uint64_t offset, uint64_t length, bool to_range);

@@ -38,7 +38,8 @@ ClusterRemoteRanges::~ClusterRemoteRanges() {
 
 absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
     const std::string& owner, const std::string& transfer_id, const std::string& node,
-    const std::string& buffer_id, uint64_t offset, uint64_t length, bool write) {
+    const std::string& buffer_id, uint64_t offset, uint64_t length, bool write, PathKind path,
+    bool local_device) {
   auto peer = cluster_->Find(node);
   if (!peer.ok()) return peer.status();
   auto stub = v1::PeerService::NewStub(
@@ -53,6 +54,8 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
   request.mutable_range()->set_offset(offset);
   request.mutable_range()->set_length(length);
   request.set_write(write);
+  request.set_path(static_cast<v1::Path>(path));
+  request.set_runner_device(local_device);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::PrepareRemoteResponse response;

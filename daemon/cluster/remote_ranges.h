@@ -21,7 +21,8 @@ class ClusterRemoteRanges : public RemoteRanges {
 
   absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
                                      const std::string& node, const std::string& buffer_id,
-                                     uint64_t offset, uint64_t length, bool write) override;
+                                     uint64_t offset, uint64_t length, bool write,
+                                     PathKind path, bool local_device) override;
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
                                     bool checksum) override;
   void Release(const RemoteHold& hold) override;

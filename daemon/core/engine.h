@@ -60,11 +60,15 @@ class RemoteRanges {
  public:
   virtual ~RemoteRanges() = default;
   // Checks and holds `range` on its node for transfer `transfer_id`. NOT_FOUND (unknown
-  // node or buffer), UNAVAILABLE (node down), INVALID_ARGUMENT (bad range).
+  // node or buffer), UNAVAILABLE (node down), INVALID_ARGUMENT (bad range). `path` (the
+  // move's requested path) and `local_device` (whether our end is device memory) let the
+  // remote node skip setting up staging the move will not use.
   virtual absl::StatusOr<RemoteHold> Prepare(const std::string& owner,
                                              const std::string& transfer_id,
                                              const std::string& node, const std::string& buffer_id,
-                                             uint64_t offset, uint64_t length, bool write) = 0;
+                                             uint64_t offset, uint64_t length, bool write,
+                                             PathKind path = PathKind::kAuto,
+                                             bool local_device = false) = 0;
   // Ends a hold after the move with its outcome; for an OK outcome the remote side
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.

@@ -219,7 +219,12 @@ absl::StatusOr<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Pr
       *use = *std::move(u);
       return absl::OkStatus();
     }
-    auto hold = remote_->Prepare(owner, t->id, node, r.buffer_id, r.offset, length, write);
+    // Whether our end is device memory (the remote node then may not need to stage).
+    const RangeSpec& ours = write ? spec.source : spec.destination;
+    auto our_info = registry_->Get(owner, ours.buffer_id);
+    const bool local_device = our_info.ok() && our_info->kind == MemoryKind::kDevice;
+    auto hold = remote_->Prepare(owner, t->id, node, r.buffer_id, r.offset, length, write,
+                                 spec.path, local_device);
     if (!hold.ok()) return hold.status();
     t->remote_hold = *std::move(hold);
     *e = Endpoint{nullptr, t->remote_hold->kind, t->remote_hold->device, &*t->remote_hold};

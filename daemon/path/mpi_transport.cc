@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -129,8 +130,9 @@ absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions opt
     char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
     int len = 0;
     MPI_Get_library_version(library, &len);
-    w.library = std::string(
-        *absl::StrSplit(absl::string_view(library, len), absl::MaxSplits('\n', 1)).begin());
+    // Some libraries count the terminating NUL in len.
+    const absl::string_view text(library, strnlen(library, std::min<int>(len, sizeof(library))));
+    w.library = std::string(*absl::StrSplit(text, absl::MaxSplits('\n', 1)).begin());
     w.cuda_aware = ProbeCudaAwareness(&w.cuda_awareness);
     uint64_t id = 0;
     if (w.rank == 0) id = std::random_device()() * 0x100000000ull + std::random_device()();

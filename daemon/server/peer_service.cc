@@ -20,9 +20,17 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "from_node and transfer_id are required");
   }
+  // Bounce slots only serve UCX moves that stage here: not a move that asked for another
+  // path, nor one between GPUs of two daemons on this host (AUTO takes CUDA_IPC then).
+  bool may_stage = request->path() == v1::PATH_AUTO || request->path() == v1::UCX;
+  if (may_stage && request->path() == v1::PATH_AUTO && request->runner_device() &&
+      ipc_ != nullptr) {
+    auto runner = cluster_->Find(request->from_node());
+    may_stage = !(runner.ok() && runner->descriptor.host_id() == cluster_->self().host_id());
+  }
   auto held = holds_->Hold(request->from_node(), request->from_incarnation(),
                            request->transfer_id(), request->owner(), request->range().buffer_id(),
-                           request->range().offset(), request->range().length());
+                           request->range().offset(), request->range().length(), may_stage);
   if (!held.ok()) return ToGrpcStatus(held.status());
   const BufferUse& u = *held->use;
   response->set_address(reinterpret_cast<uint64_t>(u.data()));
