@@ -6,7 +6,10 @@
 // "single": one move at a time (Submit with wait: the client's whole round trip).
 // "stream": 16 moves per Submit, two Submits in flight (what a pipeline sees).
 // NetPIPE's figure is bytes / half the ping-pong time, the same buffer every time.
+#include <unistd.h>
+
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -19,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
+#include "daemon/path/mpi_transport.h"
 #include "tests/util/mpi_job.h"
 
 ABSL_FLAG(std::string, mca, "default",
@@ -29,6 +33,8 @@ ABSL_FLAG(gpumove::ByteSize, chunk, gpumove::ByteSize{4 << 20}, "--mpi_chunk of 
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
 ABSL_FLAG(bool, baselines, true, "Run NetPIPE alongside.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for every rank.");
+ABSL_FLAG(bool, raw_child, false,
+          "Internal: run as a rank of the raw-MPI baseline (started by this benchmark).");
 ABSL_FLAG(bool, device, false,
           "Move GPU buffers (rank0's GPU0 to rank1's last GPU): staged through pinned "
           "buffers on both sides when MPI is not CUDA-aware.");
@@ -77,7 +83,73 @@ std::map<uint64_t, double> NetPipe(const std::vector<std::string>& mca, uint64_t
   return bw;
 }
 
+// The host transport alone: the same messages (chunk bytes, four in flight) between two
+// ranks with MPI_Isend/MPI_Irecv through the daemon's own MPI thread, no daemon around
+// it. Rank 0 prints "size GB/s" lines.
+int RawChild() {
+  auto mpi = MpiTransport::Start({});
+  if (!mpi.ok()) {
+    std::cerr << mpi.status() << "\n";
+    return 1;
+  }
+  const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
+  const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
+  const uint64_t chunk = absl::GetFlag(FLAGS_chunk).bytes;
+  std::string buffer(max_size, 'x');
+  const int rank = (*mpi)->world().rank;
+  for (uint64_t size = min_size; size <= max_size; size *= 4) {
+    std::vector<double> times;
+    const int reps = static_cast<int>(std::clamp<uint64_t>((1ull << 30) / size, 5, 50));
+    for (int r = 0; r < reps; ++r) {
+      (void)(*mpi)->Allgather("");  // Both ranks start together.
+      const absl::Time t0 = absl::Now();
+      std::deque<std::shared_ptr<MpiTransport::Op>> window;
+      for (uint64_t off = 0; off < size || !window.empty();) {
+        while (off < size && window.size() < 4) {
+          const uint64_t n = std::min(chunk, size - off);
+          window.push_back(rank == 0 ? (*mpi)->Isend(buffer.data() + off, n, 1, 7)
+                                     : (*mpi)->Irecv(buffer.data() + off, n, 0, 7));
+          off += n;
+        }
+        if (!(*mpi)->Wait(window.front()).ok()) return 1;
+        window.pop_front();
+      }
+      // The receiver's completion is the end: it tells rank 0 with a zero-byte message.
+      if (rank == 1) {
+        (void)(*mpi)->Wait((*mpi)->Isend(nullptr, 0, 0, 8));
+      } else {
+        (void)(*mpi)->Wait((*mpi)->Irecv(nullptr, 0, 1, 8));
+        times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      }
+    }
+    if (rank == 0) std::cout << size << " " << size / Median(times) / 1e9 << std::endl;
+  }
+  return 0;
+}
+
+// Runs RawChild as a two-rank job: bytes -> GB/s.
+std::map<uint64_t, double> RawMpi(const std::vector<std::string>& mca) {
+  std::vector<std::string> cmd = MpiLauncher(2);
+  cmd.insert(cmd.end(), mca.begin(), mca.end());
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return {};
+  cmd.push_back(self);
+  cmd.push_back("--raw_child");
+  cmd.push_back(absl::StrCat("--min_size=", absl::GetFlag(FLAGS_min_size).bytes));
+  cmd.push_back(absl::StrCat("--max_size=", absl::GetFlag(FLAGS_max_size).bytes));
+  cmd.push_back(absl::StrCat("--chunk=", absl::GetFlag(FLAGS_chunk).bytes));
+  std::map<uint64_t, double> bw;
+  FILE* p = popen(absl::StrCat(absl::StrJoin(cmd, " "), " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return bw;
+  unsigned long long size = 0;
+  double gbps = 0;
+  while (std::fscanf(p, "%llu %lf", &size, &gbps) == 2) bw[size] = gbps;
+  pclose(p);
+  return bw;
+}
+
 int Main() {
+  if (absl::GetFlag(FLAGS_raw_child)) return RawChild();
   const std::string mca = absl::GetFlag(FLAGS_mca);
   const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
@@ -180,6 +252,7 @@ int Main() {
   job->reset();  // Stop the daemons before the baseline runs.
   std::map<uint64_t, double> np;
   if (absl::GetFlag(FLAGS_baselines)) np = NetPipe(McaArgs(mca), min_size, max_size);
+  const std::map<uint64_t, double> raw = RawMpi(McaArgs(mca));
 
   std::cout << "path MPI between two ranks on this host"
             << (device ? absl::StrCat(", GPU0 -> GPU", gpus - 1, " (staged unless CUDA-aware)")
@@ -187,13 +260,18 @@ int Main() {
             << " (" << MpiFlavor() << ", mca " << mca
             << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
             << " messages) vs NetPIPE NPopenmpi, GB/s\n";
-  std::cout << absl::StrFormat("%10s %12s %12s %12s %10s %10s\n", "size", "single", "stream",
-                               "NetPIPE", "single/NP", "stream/NP");
+  std::cout << "raw MPI = the same host messages between two ranks, no daemon (the host "
+               "transport alone)\n";
+  std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "size",
+                               "single", "stream", "NetPIPE", "raw MPI", "single/NP", "stream/NP",
+                               "single/raw", "stream/raw");
   for (const Row& r : rows) {
     const double base = np.count(r.size) ? np[r.size] : 0;
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12.3f %10.3f %10.3f\n", FormatBytes(r.size),
-                                 r.single, r.stream, base, base > 0 ? r.single / base : 0,
-                                 base > 0 ? r.stream / base : 0);
+    const double rw = raw.count(r.size) ? raw.at(r.size) : 0;
+    std::cout << absl::StrFormat(
+        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", FormatBytes(r.size),
+        r.single, r.stream, base, rw, base > 0 ? r.single / base : 0,
+        base > 0 ? r.stream / base : 0, rw > 0 ? r.single / rw : 0, rw > 0 ? r.stream / rw : 0);
   }
   return 0;
 }

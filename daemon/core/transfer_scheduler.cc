@@ -411,11 +411,13 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     }
   }
   if (status.ok() && t->cancel_requested) status = absl::CancelledError("cancelled");
+  const absl::Time move_start = absl::Now();
   if (status.ok()) {
     Control control(t.get(), options_.rate_limit);
     status = t->engine->Move(t->src, t->dst, t->length, control);
     if (status.ok()) t->bytes_done.store(t->length);
   }
+  const absl::Time move_end = absl::Now();
   if (t->remote_hold.has_value()) {
     // The other node acknowledges the bytes (or just lets its buffer go when the move
     // failed); only then is a move SUCCEEDED.
@@ -429,6 +431,10 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
       (t->remote_hold->write ? dst_hash : src_hash) = *ack;
     }
   }
+  VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
+          << PathKindName(t->engine->path()) << ": move "
+          << absl::ToDoubleMicroseconds(move_end - move_start) << " us, acknowledgement "
+          << absl::ToDoubleMicroseconds(absl::Now() - move_end) << " us";
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
     auto h = hasher_(t->dst, t->length);
     if (h.ok()) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
@@ -67,6 +68,12 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
   for (const std::string& f : flags) has_listen |= absl::StartsWith(f, "--listen");
   if (!has_listen) flags.push_back("--listen=127.0.0.1:0");
   flags.push_back("--port_file=" + port_file);
+  // More flags for every daemon a test or benchmark starts (e.g. --v=1 when digging).
+  if (const char* extra = std::getenv("GPUMOVED_EXTRA_FLAGS")) {
+    for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
+      flags.emplace_back(f);
+    }
+  }
   const std::string binary = FindBuiltBinary("daemon/gpumoved", "GPUMOVED");
   std::vector<std::string> argv_storage = {binary};
   argv_storage.insert(argv_storage.end(), flags.begin(), flags.end());
@@ -78,7 +85,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
   d->pid_ = fork();
   if (d->pid_ < 0) return absl::InternalError("fork failed");
   if (d->pid_ == 0) {
-    freopen(log.c_str(), "w", stderr);
+    if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
     execv(binary.c_str(), argv.data());
     _exit(127);
   }
