@@ -39,7 +39,10 @@ double Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst, ui
   for (int i = 0; i < reps + 1; ++i) {
     v1::BufferRef from = src;
     from.set_length(size);
-    auto t = c.Move(from, dst);
+    // Between the two daemons: UCX (AUTO would take CUDA_IPC for GPU to GPU on one host).
+    MoveOptions o;
+    o.path = src.node().empty() && dst.node().empty() ? v1::PATH_AUTO : v1::UCX;
+    auto t = c.Move(from, dst, o);
     if (!t.ok() || t->state() != v1::SUCCEEDED) {
       std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "")
                 << "\n";
