@@ -59,6 +59,12 @@ expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device
 expect_code 1 "INVALID_ARGUMENT: size must be greater than 0" -- "$CTL" alloc 0
 expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
 expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
+# CUDA IPC on a node without GPUs: refused with its code, nothing changes.
+HANDLE=$(printf 'ab%.0s' $(seq 64))
+expect_code 1 "FAILED_PRECONDITION: node cli-node has no GPU" -- "$CTL" import "$HANDLE" 1MiB --gpu_uuid GPU-x
+expect_code 1 "FAILED_PRECONDITION: buffer $A is not device memory" -- "$CTL" export "$A"
+expect_code 1 "NOT_FOUND" -- "$CTL" export b-missing
+expect_code 2 "HANDLE_HEX must be" -- "$CTL" import abc 1MiB
 expect_code 2 "bad size" -- "$CTL" alloc lots
 expect_code 2 "bad buffer reference" -- "$CTL" move "a/b/c" "$B"
 expect_code 2 "unknown command" -- "$CTL" frobnicate

@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -43,6 +44,8 @@ ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.
 ABSL_FLAG(std::string, idempotency_key, "", "move: key that makes a retried move safe.");
 ABSL_FLAG(std::string, state, "", "transfers: only this state (queued, running, ...).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5), "How long to wait for the daemon to answer.");
+ABSL_FLAG(std::string, gpu_uuid, "", "import: UUID of the GPU holding the memory (GPU-...).");
+ABSL_FLAG(int, pid, 0, "import: the process lending the memory (released when it exits).");
 
 namespace gpumove {
 namespace {
@@ -61,6 +64,9 @@ Commands:
   get BUF                            show one buffer
   release BUF                        free a buffer
   renew BUF [--lease TTL]            renew a buffer's lease
+  export BUF                         CUDA IPC handle + offset of a device buffer (same host)
+  import HANDLE_HEX SIZE --gpu_uuid U [--offset N] [--pid P]
+                                     lend part of a process's GPU allocation to the daemon
   (BUF is [node/]buffer_id: any node answers for buffers of every node)
   write BUF FILE [--offset N]        copy FILE (- for stdin) into BUF
   read BUF FILE [--offset N] [--length N]
@@ -271,6 +277,42 @@ int Run(Client& c, const std::vector<std::string>& args) {
     auto b = c.GetBuffer(ref.buffer_id(), ref.node());
     if (!b.ok()) return Fail(b.status());
     std::cout << Json(*b);
+    return 0;
+  }
+  if (cmd == "export") {
+    Need(args, 1, "export BUF");
+    const v1::BufferRef ref = RefArg(args[1]);
+    auto e = c.Export(ref.buffer_id(), ref.node());
+    if (!e.ok()) return Fail(e.status());
+    if (json) return std::cout << Json(*e), 0;
+    std::cout << absl::StrFormat("handle %s\noffset %d\nsize   %d\ngpu    %d %s\n",
+                                 absl::BytesToHexString(e->cuda_ipc_handle()), e->offset(),
+                                 e->size(), e->device(), e->device_uuid());
+    return 0;
+  }
+  if (cmd == "import") {
+    Need(args, 2, "import HANDLE_HEX SIZE --gpu_uuid GPU-... [--offset N] [--pid P]");
+    v1::ImportRequest r;
+    if (args[1].size() != 128 || args[1].find_first_not_of("0123456789abcdefABCDEF") !=
+                                     std::string::npos) {
+      throw UsageError{"HANDLE_HEX must be the 64-byte CUDA IPC handle as 128 hex digits"};
+    }
+    r.set_cuda_ipc_handle(absl::HexStringToBytes(args[1]));
+    r.set_size(SizeArg(args[2]));
+    r.set_offset(SizeArg(absl::GetFlag(FLAGS_offset)));
+    r.set_device_uuid(absl::GetFlag(FLAGS_gpu_uuid));
+    r.set_owner_pid(absl::GetFlag(FLAGS_pid));
+    r.set_label(absl::GetFlag(FLAGS_label));
+    r.set_node(absl::GetFlag(FLAGS_node));
+    if (absl::GetFlag(FLAGS_lease) > absl::ZeroDuration()) {
+      const int64_t ns = absl::ToInt64Nanoseconds(absl::GetFlag(FLAGS_lease));
+      r.mutable_lease_ttl()->set_seconds(ns / 1000000000);
+      r.mutable_lease_ttl()->set_nanos(static_cast<int32_t>(ns % 1000000000));
+    }
+    auto b = c.Import(r);
+    if (!b.ok()) return Fail(b.status());
+    if (json) std::cout << Json(*b);
+    else std::cout << b->id() << "\n";
     return 0;
   }
   if (cmd == "release") {
