@@ -52,19 +52,26 @@ void AwaitMembership(MpiJob& job) {
   }
 }
 
-class MpiTest : public ::testing::TestWithParam<MpiLaunch> {
+// Starts a three-rank job for each test; prints its log when the test failed.
+class JobTest {
  protected:
-  void SetUp() override {
-    auto job = MpiJob::Start(3, GetParam());
+  void StartJob(const MpiLaunch& launch, std::vector<std::string> flags = {}) {
+    auto job = MpiJob::Start(3, launch, std::move(flags));
     ASSERT_TRUE(job.ok()) << job.status();
     job_ = *std::move(job);
     AwaitMembership(*job_);
   }
-  void TearDown() override {
-    if (HasFailure() && job_ != nullptr) std::cerr << "job log:\n" << job_->Log();
+  void StopJob(bool failed) {
+    if (failed && job_ != nullptr) std::cerr << "job log:\n" << job_->Log();
     job_.reset();
   }
   std::unique_ptr<MpiJob> job_;
+};
+
+class MpiTest : public ::testing::TestWithParam<MpiLaunch>, protected JobTest {
+ protected:
+  void SetUp() override { StartJob(GetParam()); }
+  void TearDown() override { StopJob(HasFailure()); }
 };
 
 TEST_P(MpiTest, TheJobIsTheCluster) {
@@ -186,19 +193,10 @@ INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(MpiLaunches()),
                          [](const auto& info) { return info.param.name; });
 
 // Cancel and rank failure, with a rate limit so that moves last long enough.
-class MpiFailureTest : public ::testing::Test {
+class MpiFailureTest : public ::testing::Test, protected JobTest {
  protected:
-  void SetUp() override {
-    auto job = MpiJob::Start(3, MpiLaunches().front(), {"--max_move_rate=48MiB"});
-    ASSERT_TRUE(job.ok()) << job.status();
-    job_ = *std::move(job);
-    AwaitMembership(*job_);
-  }
-  void TearDown() override {
-    if (HasFailure() && job_ != nullptr) std::cerr << "job log:\n" << job_->Log();
-    job_.reset();
-  }
-  std::unique_ptr<MpiJob> job_;
+  void SetUp() override { StartJob(MpiLaunches().front(), {"--max_move_rate=48MiB"}); }
+  void TearDown() override { StopJob(HasFailure()); }
 };
 
 TEST_F(MpiFailureTest, CancelledPushAndPullReleaseBothEndsAndLeaveNothingBehind) {

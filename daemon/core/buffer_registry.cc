@@ -109,8 +109,13 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
   info.device = pool->device();
   info.owner = options.owner;
   info.label = options.label;
+  return Insert(std::move(entry), options.lease_ttl);
+}
+
+BufferInfo BufferRegistry::Insert(std::shared_ptr<Entry> entry, absl::Duration lease_ttl) {
+  BufferInfo& info = entry->info;
   info.create_time = absl::Now();
-  info.lease_ttl = options.lease_ttl > absl::ZeroDuration() ? options.lease_ttl : default_lease_;
+  info.lease_ttl = lease_ttl > absl::ZeroDuration() ? lease_ttl : default_lease_;
   if (info.lease_ttl > absl::ZeroDuration()) {
     info.lease_expire_time = info.create_time + info.lease_ttl;
   }
@@ -152,17 +157,7 @@ absl::StatusOr<BufferInfo> BufferRegistry::Adopt(AdoptOptions options) {
   info.label = options.label;
   info.imported = true;
   info.owner_pid = options.owner_pid;
-  info.create_time = absl::Now();
-  info.lease_ttl = options.lease_ttl > absl::ZeroDuration() ? options.lease_ttl : default_lease_;
-  if (info.lease_ttl > absl::ZeroDuration()) {
-    info.lease_expire_time = info.create_time + info.lease_ttl;
-  }
-  absl::MutexLock lock(&mu_);
-  do {
-    info.id = absl::StrFormat("b-%016x", absl::Uniform<uint64_t>(rng_));
-  } while (buffers_.contains(info.id));
-  buffers_.emplace(info.id, entry);
-  return info;
+  return Insert(std::move(entry), options.lease_ttl);
 }
 
 std::shared_ptr<BufferRegistry::Entry> BufferRegistry::FindLocked(const std::string& owner,

@@ -137,6 +137,8 @@ class BufferRegistry {
     bool doomed = false;  // Released from the map; free when the last use ends.
   };
   static void Free(Entry& entry);
+  // Gives the entry its id, creation time and lease, and makes it findable.
+  BufferInfo Insert(std::shared_ptr<Entry> entry, absl::Duration lease_ttl);
 
   void EndUse(Entry* entry);
   std::shared_ptr<Entry> FindLocked(const std::string& owner, const std::string& id) const
