@@ -102,7 +102,9 @@ absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> ClusterRemoteRanges::Stub
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
                                                        const absl::Status& outcome, bool checksum) {
+  const absl::Time t0 = absl::Now();
   auto stub = StubFor(hold);
+  const absl::Time t1 = absl::Now();
   if (!stub.ok()) return stub.status();
   v1::CompleteRemoteRequest request;
   request.set_transfer_id(hold.transfer_id);
@@ -114,6 +116,8 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::CompleteRemoteResponse response;
   absl::Status st = FromGrpc((*stub)->CompleteRemote(&context, request, &response), hold.node);
+  VLOG(2) << "CompleteRemote: stub " << absl::ToDoubleMicroseconds(t1 - t0) << " us, rpc "
+          << absl::ToDoubleMicroseconds(absl::Now() - t1) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
 }

@@ -1,6 +1,7 @@
 #include "daemon/server/peer_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/log.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
@@ -66,8 +67,10 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              const v1::CompleteRemoteRequest* request,
                                              v1::CompleteRemoteResponse* response) {
+  const absl::Time t0 = absl::Now();
   auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
                                /*runner_ok=*/request->code() == 0);
+  VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   if (!hash.ok()) return ToGrpcStatus(hash.status());
   response->set_xxh3(*hash);
   return grpc::Status::OK;
