@@ -46,12 +46,16 @@ TEST_F(GpuLocal, NodeInfoShowsGpusPoolsAndPeers) {
       ++device_pools;
       EXPECT_EQ(p.capacity(), 2ull << 30);
     }
-    if (p.kind() == v1::PINNED_HOST) EXPECT_TRUE(p.locked());
+    if (p.kind() == v1::PINNED_HOST) {
+      EXPECT_TRUE(p.locked());
+    }
   }
   EXPECT_EQ(device_pools, info->gpus_size());
   for (const auto& g : info->gpus()) {
     EXPECT_EQ(g.uuid().rfind("GPU-", 0), 0u) << g.uuid();
-    if (info->gpus_size() > 1) EXPECT_GE(g.peer_access_size(), 1) << "no peer access from " << g.index();
+    if (info->gpus_size() > 1) {
+      EXPECT_GE(g.peer_access_size(), 1) << "no peer access from " << g.index();
+    }
   }
   std::cout << info->DebugString();
 }
