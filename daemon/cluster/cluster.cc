@@ -232,6 +232,10 @@ void Cluster::HeartbeatLoop() {
                        << absl::FormatDuration(now - p.view.last_seen);
           p.view.up = false;
           lost_.emplace_back(node, p.view.descriptor.incarnation());
+          // Its connections may be stuck in TCP retransmission (a cut link): calls made
+          // once it is back get fresh channels.
+          channels_.erase(p.view.address);
+          for (const std::string& a : p.addresses) channels_.erase(a);
         }
       }
       lost.swap(lost_);
