@@ -101,8 +101,7 @@ absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> ClusterRemoteRanges::Stub
 }
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
-                                                       const absl::Status& outcome, bool checksum,
-                                                       const std::string& cuda_ipc_event) {
+                                                       const absl::Status& outcome, bool checksum) {
   const absl::Time t0 = absl::Now();
   auto stub = StubFor(hold);
   const absl::Time t1 = absl::Now();
@@ -113,7 +112,6 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
   request.set_code(static_cast<int32_t>(outcome.code()));
   request.set_message(std::string(outcome.message()));
   request.set_checksum(checksum && outcome.ok());
-  request.set_cuda_ipc_event(cuda_ipc_event);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::CompleteRemoteResponse response;
@@ -188,7 +186,7 @@ void ClusterRemoteRanges::ReleaseLoop() {
       hold = std::move(to_release_.front());
       to_release_.pop_front();
     }
-    auto st = Complete(hold, absl::CancelledError("move did not run"), false, "");
+    auto st = Complete(hold, absl::CancelledError("move did not run"), false);
     if (!st.ok())
       VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": "
               << st.status();

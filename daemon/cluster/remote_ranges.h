@@ -24,7 +24,7 @@ class ClusterRemoteRanges : public RemoteRanges {
                                      uint64_t offset, uint64_t length, bool write,
                                      PathKind path, bool local_device) override;
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum, const std::string& cuda_ipc_event) override;
+                                    bool checksum) override;
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;

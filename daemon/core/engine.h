@@ -4,8 +4,6 @@
 #define GPUMOVE_DAEMON_CORE_ENGINE_H_
 
 #include <cstdint>
-#include <future>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,12 +44,6 @@ struct RemoteHold {
   std::string cuda_ipc_handle;
   uint64_t cuda_ipc_offset = 0;
   std::string device_uuid;
-  // Whether the remote side hashes its range when it acknowledges (the move's checksum).
-  bool checksum = false;
-  // Set by an engine that sent the acknowledgement itself, early (CUDA_IPC: along with an
-  // event the remote side waits on, while the copy still runs): the scheduler takes its
-  // answer instead of calling Complete.
-  mutable std::shared_ptr<std::shared_future<absl::StatusOr<uint64_t>>> early_ack;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -80,11 +72,8 @@ class RemoteRanges {
   // Ends a hold after the move with its outcome; for an OK outcome the remote side
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.
-  // `cuda_ipc_event` (an interprocess CUDA event handle, may be empty): the remote side
-  // waits for it before it acknowledges, so this may be sent before the bytes land.
   virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                            bool checksum,
-                                            const std::string& cuda_ipc_event = "") = 0;
+                                            bool checksum) = 0;
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
   // For a staged remote range: has the remote node copy one chunk between its bounce

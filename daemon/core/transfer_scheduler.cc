@@ -227,7 +227,6 @@ absl::StatusOr<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Pr
                                  spec.path, local_device);
     if (!hold.ok()) return hold.status();
     t->remote_hold = *std::move(hold);
-    t->remote_hold->checksum = spec.checksum;
     *e = Endpoint{nullptr, t->remote_hold->kind, t->remote_hold->device, &*t->remote_hold};
     *resolved = RangeSpec{node, r.buffer_id, r.offset, t->remote_hold->length};
     return absl::OkStatus();
@@ -422,9 +421,7 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   if (t->remote_hold.has_value()) {
     // The other node acknowledges the bytes (or just lets its buffer go when the move
     // failed); only then is a move SUCCEEDED.
-    auto ack = t->remote_hold->early_ack != nullptr
-                   ? t->remote_hold->early_ack->get()
-                   : remote_->Complete(*t->remote_hold, status, t->checksum);
+    auto ack = remote_->Complete(*t->remote_hold, status, t->checksum);
     t->remote_completed = true;
     if (status.ok() && !ack.ok()) {
       status = absl::UnavailableError(

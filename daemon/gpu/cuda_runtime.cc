@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <array>
-#include <functional>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -12,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/gpu/gpu.h"
 
@@ -149,45 +147,6 @@ class CudaRuntime : public GpuRuntime {
 
   absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
                     uint64_t chunk, const CopyProgress& progress) override {
-    return CopyImpl(dst, dst_device, src, src_device, bytes, chunk, progress, nullptr);
-  }
-
-  absl::Status CopyAndSignal(void* dst, int dst_device, const void* src, int src_device,
-                             uint64_t bytes, uint64_t chunk, const CopyProgress& progress,
-                             const std::function<void(const std::string&)>& issued) override {
-    return CopyImpl(dst, dst_device, src, src_device, bytes, chunk, progress, &issued);
-  }
-
-  absl::Status IpcEventWait(const std::string& handle) override {
-    cudaEvent_t event = nullptr;
-    {
-      absl::MutexLock lock(&events_mu_);
-      auto it = opened_events_.find(handle);
-      if (it != opened_events_.end()) {
-        event = it->second;
-      } else {
-        cudaIpcEventHandle_t h;
-        if (handle.size() != sizeof(h.reserved)) {
-          return absl::InvalidArgumentError("a CUDA IPC event handle has 64 bytes");
-        }
-        std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
-        cudaError_t err = cudaIpcOpenEventHandle(&event, h);
-        if (err != cudaSuccess) {
-          cudaGetLastError();
-          return absl::InvalidArgumentError(
-              absl::StrCat("cudaIpcOpenEventHandle: ", cudaGetErrorString(err)));
-        }
-        opened_events_.emplace(handle, event);  // Peers reuse a few events: kept open.
-      }
-    }
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event));
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Status CopyImpl(void* dst, int dst_device, const void* src, int src_device,
-                        uint64_t bytes, uint64_t chunk, const CopyProgress& progress,
-                        const std::function<void(const std::string&)>* issued_cb) {
     if (chunk == 0) chunk = bytes;
     if (dst_device == kHostDevice && src_device == kHostDevice) {
       uint64_t done = 0;
@@ -197,7 +156,6 @@ class CudaRuntime : public GpuRuntime {
         done += n;
         if (progress && !progress(done) && done < bytes) return absl::CancelledError("copy stopped");
       }
-      if (issued_cb != nullptr && *issued_cb) (*issued_cb)("");
       return absl::OkStatus();
     }
     // Issue on the source GPU when there is one: for peer copies that is the side whose
@@ -220,13 +178,6 @@ class CudaRuntime : public GpuRuntime {
       CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[slot], s.stream));
       slot ^= 1;
       issued += n;
-      if (issued == bytes && issued_cb != nullptr && *issued_cb) {
-        // Every chunk is queued: an interprocess event after the last one tells another
-        // process when all bytes have landed.
-        auto handle = RecordIpcEvent(device, s.stream);
-        if (!handle.ok()) return handle.status();
-        (*issued_cb)(*handle);
-      }
       return absl::OkStatus();
     };
     std::array<uint64_t, 2> slot_end{};
@@ -248,31 +199,8 @@ class CudaRuntime : public GpuRuntime {
     return absl::OkStatus();
   }
 
-  // Records one of this thread's interprocess events for `device` on `stream` (a few are
-  // reused in turn) and returns its handle.
-  absl::StatusOr<std::string> RecordIpcEvent(int device, cudaStream_t stream) {
-    struct Ring {
-      std::array<cudaEvent_t, 8> events{};
-      std::array<std::string, 8> handles;
-      size_t next = 0;
-    };
-    thread_local std::map<int, Ring> rings;
-    Ring& r = rings[device];
-    const size_t i = r.next++ % r.events.size();
-    if (r.events[i] == nullptr) {
-      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(
-          &r.events[i], cudaEventInterprocess | cudaEventDisableTiming));
-      cudaIpcEventHandle_t h;
-      CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&h, r.events[i]));
-      r.handles[i].assign(h.reserved, sizeof(h.reserved));
-    }
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(r.events[i], stream));
-    return r.handles[i];
-  }
-
+ private:
   std::vector<GpuDevice> devices_;
-  absl::Mutex events_mu_;
-  std::map<std::string, cudaEvent_t> opened_events_ ABSL_GUARDED_BY(events_mu_);
   // cuMemGetAddressRange, reached through the runtime (no link against libcuda).
   using AddressRangeFn = int (*)(unsigned long long*, size_t*, unsigned long long);
   AddressRangeFn get_address_range_ = [] {

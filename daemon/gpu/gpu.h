@@ -62,24 +62,6 @@ class GpuRuntime {
   virtual absl::Status Copy(void* dst, int dst_device, const void* src, int src_device,
                             uint64_t bytes, uint64_t chunk, const CopyProgress& progress) = 0;
 
-  // Copy that also tells another process when the bytes will have landed: once the last
-  // chunk is issued (before it lands) it records an interprocess CUDA event after it and
-  // calls `issued(event_handle)`; waiting on that event (IpcEventWait) waits for every
-  // byte. Without a GPU: Copy, then issued("") after it.
-  virtual absl::Status CopyAndSignal(void* dst, int dst_device, const void* src, int src_device,
-                                     uint64_t bytes, uint64_t chunk,
-                                     const CopyProgress& progress,
-                                     const std::function<void(const std::string&)>& issued) {
-    absl::Status st = Copy(dst, dst_device, src, src_device, bytes, chunk, progress);
-    if (st.ok() && issued) issued("");
-    return st;
-  }
-  // Blocks until an event recorded by CopyAndSignal in another process has fired.
-  // INVALID_ARGUMENT for a handle the driver refuses.
-  virtual absl::Status IpcEventWait(const std::string& handle) {
-    return absl::FailedPreconditionError("CUDA IPC needs a GPU");
-  }
-
   // CUDA IPC. The handle (cudaIpcMemHandle_t's 64 bytes) of the allocation starting at
   // `base` on `device`, for other processes on this host to map.
   virtual absl::StatusOr<std::string> IpcExport(int device, void* base) {

@@ -1,7 +1,5 @@
 #include "daemon/path/cuda_ipc_engine.h"
 
-#include <future>
-
 #include "absl/strings/str_cat.h"
 
 namespace gpumove {
@@ -71,21 +69,8 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
     control.Progress(done);
     return !control.cancelled();
   };
-  // The acknowledgement leaves as soon as every chunk is queued, carrying an event the
-  // remote node waits on: its round trip runs under the copy instead of after it.
-  auto issued = [this, &remote](const std::string& event) {
-    if (event.empty() || remote_ == nullptr) return;
-    RemoteHold hold = remote;
-    hold.early_ack.reset();
-    remote.early_ack = std::make_shared<std::shared_future<absl::StatusOr<uint64_t>>>(
-        std::async(std::launch::async, [this, hold, event] {
-          return remote_->Complete(hold, absl::OkStatus(), hold.checksum, event);
-        }).share());
-  };
-  return push ? gpu_->CopyAndSignal(far, device, src.data, src.device, length, chunk_, progress,
-                                    issued)
-              : gpu_->CopyAndSignal(dst.data, dst.device, far, device, length, chunk_, progress,
-                                    issued);
+  return push ? gpu_->Copy(far, device, src.data, src.device, length, chunk_, progress)
+              : gpu_->Copy(dst.data, dst.device, far, device, length, chunk_, progress);
 }
 
 void CudaIpcEngine::Forget(const std::string& node, uint64_t incarnation) {

@@ -21,12 +21,9 @@ namespace gpumove {
 
 class CudaIpcEngine : public Engine {
  public:
-  // All must outlive the engine. `remote` (may be null) carries the early acknowledgement:
-  // it is sent, with an interprocess event, as soon as the last chunk is queued, so its
-  // round trip overlaps the copy; the remote node waits for the event before it answers.
-  CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, RemoteRanges* remote = nullptr,
-                uint64_t chunk = 64 << 20)
-      : gpu_(gpu), ipc_(ipc), remote_(remote), chunk_(chunk) {}
+  // Both must outlive the engine.
+  CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t chunk = 64 << 20)
+      : gpu_(gpu), ipc_(ipc), chunk_(chunk) {}
 
   PathKind path() const override { return PathKind::kCudaIpc; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
@@ -43,7 +40,6 @@ class CudaIpcEngine : public Engine {
 
   GpuRuntime* const gpu_;
   IpcTable* const ipc_;
-  RemoteRanges* const remote_;
   const uint64_t chunk_;
   absl::Mutex mu_;
   // Mappings kept open per peer incarnation ("node#incarnation").

@@ -142,6 +142,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   RangeHasher hasher = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
   d->local_engine_ = std::make_unique<LocalEngine>(gpu);
   std::vector<Engine*> engines = {d->local_engine_.get()};
+  if (!d->gpu_->devices().empty()) {
+    d->cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get());
+    engines.push_back(d->cuda_ipc_engine_.get());
+  }
 
   // Who we are to peers: UCX worker address and the pools it can reach.
   v1::NodeDescriptor self;
@@ -192,11 +196,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
   d->remote_ranges_ =
       std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
-  if (!d->gpu_->devices().empty()) {
-    d->cuda_ipc_engine_ =
-        std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get(), d->remote_ranges_.get());
-    engines.push_back(d->cuda_ipc_engine_.get());  // Right after LOCAL.
-  }
   // This node stages its own device ranges for peers when UCX cannot take them (every
   // range with --ucx_force_staging).
   StagingPolicy staging;

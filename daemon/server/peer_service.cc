@@ -68,16 +68,6 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              const v1::CompleteRemoteRequest* request,
                                              v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
-  if (!request->cuda_ipc_event().empty()) {
-    // The bytes land when the runner's event fires; only then is this an acknowledgement.
-    absl::Status landed = gpu_ != nullptr
-                              ? gpu_->IpcEventWait(request->cuda_ipc_event())
-                              : absl::FailedPreconditionError("no GPU on this node");
-    if (!landed.ok()) {
-      holds_->Complete(request->from_node(), request->transfer_id(), false, false).IgnoreError();
-      return ToGrpcStatus(landed);
-    }
-  }
   auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
                                /*runner_ok=*/request->code() == 0);
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
