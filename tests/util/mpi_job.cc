@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -123,6 +124,8 @@ MpiJob::~MpiJob() {
     absl::SleepFor(absl::Milliseconds(50));
   }
   kill(-pid_, SIGKILL);  // Anything left in the group.
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);  // Port files and the log.
 }
 
 std::string MpiJob::Log() const { return ReadAll(log_); }
