@@ -8,6 +8,7 @@
 #include <string>
 
 #include "client/gpumove_client.h"
+#include "daemon/gpu/gpu.h"
 
 #ifdef GPUMOVE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -25,12 +26,7 @@ int main(int argc, char** argv) {
   if (cudaIpcGetMemHandle(&handle, mem) != cudaSuccess) return 4;
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-  char uuid[64];
-  std::snprintf(uuid, sizeof(uuid),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
+  const std::string uuid = gpumove::FormatGpuUuid(prop.uuid.bytes);
   auto client = gpumove::Client::Connect(argv[1]);
   if (!client.ok()) return 5;
   gpumove::v1::ImportRequest request;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
+#include "daemon/gpu/gpu.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/mpi_job.h"
@@ -37,13 +38,7 @@ v1::BufferRef On(const std::string& node, const std::string& id, uint64_t offset
 std::string Uuid(int device) {
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, device);
-  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-  char s[64];
-  std::snprintf(s, sizeof(s),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
-  return s;
+  return FormatGpuUuid(prop.uuid.bytes);
 }
 
 int GpuCount() {

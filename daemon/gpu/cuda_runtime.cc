@@ -28,13 +28,6 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
     if (cuda_err_ != cudaSuccess) return CudaError(cuda_err_, #call); \
   } while (0)
 
-std::string FormatUuid(const cudaUUID_t& uuid) {
-  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  return absl::StrFormat(
-      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
-
 // Streams and events are per thread and per device, created on first use and kept for
 // the thread's life: copies on different threads never serialize on one stream.
 struct ThreadStreams {
@@ -233,7 +226,7 @@ std::unique_ptr<GpuRuntime> GpuRuntime::Create() {
     GpuDevice d;
     d.index = i;
     d.name = prop.name;
-    d.uuid = FormatUuid(prop.uuid);
+    d.uuid = FormatGpuUuid(prop.uuid.bytes);
     d.total_memory = prop.totalGlobalMem;
     d.pci_bus_id = absl::StrFormat("%08x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID,
                                    prop.pciDeviceID);

@@ -30,6 +30,9 @@ struct GpuDevice {
   std::vector<int> peer_access;  // Devices this one reaches with peer copies.
 };
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints a device's 16-byte UUID.
+std::string FormatGpuUuid(const void* bytes16);
+
 // Called after each chunk of a copy with the bytes copied so far; returning false stops
 // the copy after the chunks already issued (the copy then returns CANCELLED).
 using CopyProgress = std::function<bool(uint64_t bytes_done)>;

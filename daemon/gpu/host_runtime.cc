@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/gpu/gpu.h"
 
@@ -56,6 +57,13 @@ class HostOnlyRuntime : public GpuRuntime {
 };
 
 }  // namespace
+
+std::string FormatGpuUuid(const void* bytes16) {
+  const auto* b = static_cast<const unsigned char*>(bytes16);
+  return absl::StrFormat(
+      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
 
 std::unique_ptr<GpuRuntime> GpuRuntime::CreateHostOnly(std::string why) {
   return std::make_unique<HostOnlyRuntime>(std::move(why));

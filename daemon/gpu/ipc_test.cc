@@ -75,5 +75,11 @@ TEST(IpcTableTest, FindsTheHandleAndOffsetOfAnyByteItCanShare) {
   EXPECT_FALSE(table.Find(gpu.memory + 5000, 1).has_value());          // Nobody's.
 }
 
+TEST(GpuUuidTest, PrintsAsNvidiaSmiDoes) {
+  const unsigned char bytes[16] = {0x25, 0x9b, 0xb6, 0x8d, 0x07, 0xa2, 0xa0, 0xff,
+                                   0xd8, 0x89, 0xcb, 0x0b, 0xcf, 0x3b, 0x3d, 0xf7};
+  EXPECT_EQ(FormatGpuUuid(bytes), "GPU-259bb68d-07a2-a0ff-d889-cb0bcf3b3df7");
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -23,14 +23,14 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+}  // namespace
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 std::string FindBuiltBinary(const std::string& workspace_path, const char* env_override) {
   if (const char* env = std::getenv(env_override); env != nullptr && *env != '\0') return env;

@@ -19,6 +19,9 @@ namespace gpumove {
 // bazel-bin.
 std::string FindBuiltBinary(const std::string& workspace_path, const char* env_override);
 
+// The whole file (empty when it cannot be read).
+std::string ReadFile(const std::string& path);
+
 class DaemonProcess {
  public:
   // Starts gpumoved with `flags` plus --listen (127.0.0.1:0 unless flags give one) and a

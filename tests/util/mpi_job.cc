@@ -20,13 +20,6 @@ namespace {
 
 bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 std::string MpiFlavor() {
@@ -128,7 +121,7 @@ MpiJob::~MpiJob() {
   std::filesystem::remove_all(dir_, ignored);  // Port files and the log.
 }
 
-std::string MpiJob::Log() const { return ReadAll(log_); }
+std::string MpiJob::Log() const { return ReadFile(log_); }
 
 pid_t MpiJob::RankPid(int rank) const {
   DIR* proc = opendir("/proc");
@@ -137,12 +130,12 @@ pid_t MpiJob::RankPid(int rank) const {
   while (dirent* e = readdir(proc)) {
     const pid_t pid = atoi(e->d_name);
     if (pid <= 0) continue;
-    const std::string cmdline = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
+    const std::string cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
     const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
     if (!absl::EndsWith(argv0, "gpumoved") || !absl::StrContains(cmdline, dir_ + "/port.%r")) {
       continue;
     }
-    const std::string environ = ReadAll(absl::StrCat("/proc/", pid, "/environ"));
+    const std::string environ = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
     for (const char* var : {"OMPI_COMM_WORLD_RANK=", "PMI_RANK="}) {
       if (absl::StrContains(environ, absl::StrCat(std::string(1, '\0'), var, rank,
                                                   std::string(1, '\0')))) {
