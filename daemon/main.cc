@@ -50,6 +50,14 @@ ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(3),
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
+ABSL_FLAG(bool, ucx_shared_pools, true,
+          "Host pools in memory UCX allocates (System V or POSIX shared memory), so that UCX "
+          "moves with daemons on this host are one memcpy; off: private memory, which UCX "
+          "reaches across processes with cma.");
+ABSL_FLAG(bool, ucx_direct, true,
+          "Moves with peer pools UCX reaches through shared memory (daemons on this host) are "
+          "copies by the moving thread through UCX's mapping (ucp_rkey_ptr), not puts and gets "
+          "through the progress thread.");
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
@@ -132,6 +140,8 @@ int main(int argc, char** argv) {
   options.ucx = absl::GetFlag(FLAGS_ucx);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
+  options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
+  options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   options.mpi = absl::GetFlag(FLAGS_mpi);
   if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {

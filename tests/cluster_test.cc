@@ -26,6 +26,13 @@ struct Node {
   std::unique_ptr<Client> client;
 };
 
+// A range of a buffer on node `n`.
+v1::BufferRef On(const Node& n, const std::string& id, uint64_t offset = 0, uint64_t length = 0) {
+  v1::BufferRef r = Ref(id, offset, length);
+  r.set_node(n.name);
+  return r;
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   // Starts a node that joins through `join` (an address; empty for the first node).
@@ -65,13 +72,6 @@ class ClusterTest : public ::testing::Test {
     nodes_.push_back(StartNode("node-b", nodes_[0].process->address()));
     nodes_.push_back(StartNode("node-c", nodes_[0].process->address()));
     AwaitMembership({&nodes_[0], &nodes_[1], &nodes_[2]}, 2);
-  }
-
-  static v1::BufferRef On(const Node& n, const std::string& id, uint64_t offset = 0,
-                          uint64_t length = 0) {
-    v1::BufferRef r = Ref(id, offset, length);
-    r.set_node(n.name);
-    return r;
   }
 
   std::vector<Node> nodes_;
@@ -261,6 +261,156 @@ TEST_F(ClusterTest, CancelMidMoveReleasesBothEnds) {
   EXPECT_TRUE(nodes_[1].client->Release(dst->id()).ok());
   EXPECT_TRUE(slow.client->Release(src->id()).ok());
 }
+
+// The UCX data planes between daemons on one host: host pools in shared memory with
+// direct copies (the default), shared pools with UCX puts and gets (its System V / POSIX
+// transports), and private pools (UCX's cma). Each carries verified pushes and pulls and
+// stops at a cancel; the direct-copy counter shows which plane ran.
+struct DataPlane {
+  std::string name;
+  std::vector<std::string> flags;
+  std::string pools;  // What the UCX path line says backs the host pools.
+  bool direct;
+};
+
+class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
+ protected:
+  Node Start(const std::string& name, const std::string& join,
+             std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--node=" + name, "--host_pool_size=256MiB",
+                                      "--pinned_pool_size=64MiB", "--heartbeat=100ms",
+                                      "--peer_timeout=1500ms", "--metrics_listen=127.0.0.1:0"};
+    if (!join.empty()) flags.push_back("--peers=" + join);
+    for (const std::string& f : GetParam().flags) flags.push_back(f);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Node n;
+    n.name = name;
+    auto p = DaemonProcess::Start(flags);
+    EXPECT_TRUE(p.ok()) << p.status();
+    n.process = *std::move(p);
+    n.client = *Client::Connect(n.process->address());
+    return n;
+  }
+
+  static void AwaitPeersUp(const Node& n, size_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (true) {
+      auto peers = n.client->ListPeers();
+      size_t up = 0;
+      if (peers.ok()) {
+        for (const auto& p : *peers) up += p.up();
+      }
+      if (up >= want) return;
+      ASSERT_LT(absl::Now(), deadline) << n.name << " sees " << up << " peers up";
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+  // gpumoved_ucx_direct_bytes_total of a node (refreshed every second).
+  static double DirectBytes(const Node& n) {
+    const std::string m = FetchMetrics(n.client->GetInfo()->metrics_address());
+    const std::string key = "\ngpumoved_ucx_direct_bytes_total ";
+    const size_t at = m.find(key);
+    return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
+  }
+};
+
+TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
+  Node a = Start("plane-a", "");
+  Node b = Start("plane-b", a.process->address());
+  for (Node* n : {&a, &b}) {
+    AwaitPeersUp(*n, 1);
+    auto info = n->client->GetInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    std::string reason;
+    for (const auto& p : info->paths()) {
+      if (p.path() == v1::UCX) reason = p.reason();
+    }
+    EXPECT_NE(reason.find("host pools in " + GetParam().pools), std::string::npos)
+        << reason << "\n" << n->process->Log();
+  }
+  uint64_t seed = 500;
+  uint64_t moved_bytes = 0;
+  for (uint64_t size : {1ull, 4097ull, (1ull << 20) + 3, 24ull << 20}) {
+    for (bool pull : {false, true}) {
+      for (bool a_to_b : {true, false}) {
+        Node& f = a_to_b ? a : b;
+        Node& t = a_to_b ? b : a;
+        SCOPED_TRACE(absl::StrCat(f.name, " -> ", t.name, " ", size, pull ? " pull" : " push"));
+        auto src = f.client->Allocate(size + 16, seed % 2 ? v1::HOST : v1::PINNED_HOST);
+        auto dst = t.client->Allocate(size + 32, seed % 2 ? v1::PINNED_HOST : v1::HOST);
+        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+        const std::string data = RandomBytes(size + 16, seed++);
+        const std::string before = RandomBytes(size + 32, seed++);
+        ASSERT_TRUE(f.client->Write(Ref(src->id()), data).ok());
+        ASSERT_TRUE(t.client->Write(Ref(dst->id()), before).ok());
+        MoveOptions o;
+        o.checksum = true;
+        Node& runner = pull ? t : f;
+        auto moved = runner.client->Move(On(f, src->id(), 16, size), On(t, dst->id(), 8), o);
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+        EXPECT_EQ(moved->path(), v1::UCX);
+        EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
+        const std::string after = *t.client->Read(Ref(dst->id()));
+        EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
+        EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
+        EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
+        ASSERT_TRUE(f.client->Release(src->id()).ok());
+        ASSERT_TRUE(t.client->Release(dst->id()).ok());
+        moved_bytes += size;
+      }
+    }
+  }
+  // A rate-limited node cancels a push and a pull between chunks; both ends let go, and
+  // the same buffers then take a full verified move.
+  Node slow = Start("plane-s", a.process->address(), {"--max_move_rate=64MiB"});
+  AwaitPeersUp(slow, 2);
+  for (bool pull : {false, true}) {
+    SCOPED_TRACE(pull ? "cancelled pull" : "cancelled push");
+    auto src = (pull ? a : slow).client->Allocate(96 << 20);
+    auto dst = (pull ? slow : a).client->Allocate(96 << 20);
+    ASSERT_TRUE(src.ok() && dst.ok());
+    Node& from = pull ? a : slow;
+    Node& to = pull ? slow : a;
+    const std::string data = RandomBytes(96 << 20, seed++);
+    ASSERT_TRUE(from.client->Write(Ref(src->id()), data).ok());
+    // The slow node runs the move either way (it pulls, or it pushes).
+    MoveOptions o;
+    o.wait = false;
+    auto t = slow.client->Move(On(from, src->id()), On(to, dst->id()), o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_TRUE(slow.client->Cancel(t->id()).ok());
+    auto end = slow.client->Wait(t->id(), absl::Seconds(10));
+    ASSERT_TRUE(end.ok());
+    EXPECT_EQ(end->state(), v1::CANCELLED);
+    EXPECT_LT(end->bytes_done(), 96u << 20);
+    EXPECT_EQ(from.client->GetBuffer(src->id())->active_uses(), 0u);
+    EXPECT_EQ(to.client->GetBuffer(dst->id())->active_uses(), 0u);
+    MoveOptions full;
+    full.checksum = true;
+    auto again = a.client->Move(On(from, src->id()), On(to, dst->id()), full);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
+    EXPECT_TRUE(*to.client->Read(Ref(dst->id())) == data);
+  }
+  // The counter lags by up to a second.
+  absl::SleepFor(absl::Milliseconds(1200));
+  const double direct = DirectBytes(a) + DirectBytes(b);
+  if (GetParam().direct) {
+    EXPECT_GE(direct, static_cast<double>(moved_bytes)) << "direct copies did not run";
+  } else {
+    EXPECT_EQ(direct, 0) << "direct copies ran with them off";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Planes, DataPlaneTest,
+    ::testing::Values(DataPlane{"SharedDirect", {}, "shared memory", true},
+                      DataPlane{"SharedUcxRma", {"--noucx_direct"}, "shared memory", false},
+                      DataPlane{"PrivateCma", {"--noucx_shared_pools"}, "private memory", false}),
+    [](const ::testing::TestParamInfo<DataPlane>& info) { return info.param.name; });
 
 TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   // node-f stages every range it is asked for (as it would its GPU memory without a

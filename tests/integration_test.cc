@@ -1,9 +1,6 @@
 // A real gpumoved driven through the C++ client: data lands, bad input is refused with
 // the right code and changes nothing, cancel, leases and SIGTERM drain behave.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <random>
@@ -381,27 +378,6 @@ TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   EXPECT_FALSE(paths[v1::MPI]->available());
   EXPECT_NE(paths[v1::MPI]->reason().find("not an MPI rank"), std::string::npos)
       << paths[v1::MPI]->reason();
-}
-
-// GET http://address/metrics with a plain socket.
-std::string FetchMetrics(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in sa = {};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string body;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
-  close(fd);
-  return body;
 }
 
 TEST(Integration, MetricsCountTransfersAndPools) {

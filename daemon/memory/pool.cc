@@ -23,10 +23,12 @@ const char* MemoryKindName(MemoryKind kind) {
 }
 
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
-                                                   uint64_t capacity, GpuRuntime* gpu) {
+                                                   uint64_t capacity, GpuRuntime* gpu,
+                                                   HostMemorySource* shared) {
   capacity = (capacity + kBufferAlignment - 1) & ~(kBufferAlignment - 1);
   char* base = nullptr;
   bool locked = false;
+  HostMemorySource* source = nullptr;
   if (kind == MemoryKind::kDevice) {
     auto ptr = gpu->DeviceAlloc(device, capacity);
     if (!ptr.ok()) return ptr.status();
@@ -38,15 +40,28 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
     base = static_cast<char*>(*ptr);
     locked = true;
   } else {
-    // Faulted in now, so the first move into a buffer runs at memory speed, not at
-    // page-fault speed.
-    void* ptr = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (ptr == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("mmap of ", capacity, " bytes: ", strerror(errno)));
+    if (shared != nullptr) {
+      auto ptr = shared->Allocate(capacity);
+      if (ptr.ok()) {
+        base = static_cast<char*>(*ptr);
+        source = shared;
+      } else {
+        LOG(WARNING) << MemoryKindName(kind) << " pool: no shared memory (" << ptr.status()
+                     << "); private memory instead, moves with daemons on this host copy "
+                        "across processes";
+      }
     }
-    base = static_cast<char*>(ptr);
+    if (base == nullptr) {
+      // Faulted in now, so the first move into a buffer runs at memory speed, not at
+      // page-fault speed.
+      void* ptr = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      if (ptr == MAP_FAILED) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("mmap of ", capacity, " bytes: ", strerror(errno)));
+      }
+      base = static_cast<char*>(ptr);
+    }
     if (kind == MemoryKind::kPinnedHost) {
       // Without a CUDA driver "pinned" means page-locked by the kernel.
       locked = mlock(base, capacity) == 0;
@@ -56,17 +71,18 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
       }
     }
   }
-  return std::unique_ptr<Pool>(new Pool(kind, device, base, capacity, locked, gpu));
+  return std::unique_ptr<Pool>(new Pool(kind, device, base, capacity, locked, gpu, source));
 }
 
 Pool::Pool(MemoryKind kind, int device, char* base, uint64_t capacity, bool locked,
-           GpuRuntime* gpu)
+           GpuRuntime* gpu, HostMemorySource* source)
     : kind_(kind),
       device_(kind == MemoryKind::kDevice ? device : kHostDevice),
       base_(base),
       mapped_(capacity),
       locked_(locked),
       gpu_(gpu),
+      source_(source),
       allocator_(capacity, kBufferAlignment) {}
 
 Pool::~Pool() {
@@ -74,6 +90,9 @@ Pool::~Pool() {
     gpu_->DeviceFree(device_, base_);
   } else if (kind_ == MemoryKind::kPinnedHost && !gpu_->devices().empty()) {
     gpu_->PinnedFree(base_);
+  } else if (source_ != nullptr) {
+    if (locked_) munlock(base_, mapped_);
+    source_->Free(base_);
   } else {
     munmap(base_, mapped_);
   }
@@ -110,11 +129,12 @@ PoolStats Pool::Stats() const {
 
 absl::StatusOr<std::unique_ptr<PoolSet>> PoolSet::Create(const PoolSizes& sizes,
                                                          const std::vector<int>& devices,
-                                                         GpuRuntime* gpu) {
+                                                         GpuRuntime* gpu,
+                                                         HostMemorySource* shared) {
   auto set = std::make_unique<PoolSet>();
   auto add = [&](MemoryKind kind, int device, uint64_t size) -> absl::Status {
     if (size == 0) return absl::OkStatus();
-    auto pool = Pool::Create(kind, device, size, gpu);
+    auto pool = Pool::Create(kind, device, size, gpu, shared);
     if (!pool.ok()) {
       return absl::Status(pool.status().code(),
                           absl::StrCat("creating the ", MemoryKindName(kind), " pool of ", size,

@@ -36,11 +36,24 @@ struct PoolStats {
   bool locked;
 };
 
+// Where host pools may get their memory instead of an anonymous mmap: a network stack that
+// can share it with other processes on the host (UCX's shared-memory allocators), so that
+// moves between daemons on one host are a single memcpy. Must outlive the pools.
+class HostMemorySource {
+ public:
+  virtual ~HostMemorySource() = default;
+  // `length` bytes, page-aligned, every page faulted in.
+  virtual absl::StatusOr<void*> Allocate(uint64_t length) = 0;
+  virtual void Free(void* base) = 0;
+};
+
 class Pool {
  public:
-  // Allocates the pool's memory. `gpu` must outlive the pool.
+  // Allocates the pool's memory. `gpu` must outlive the pool. Host pools not pinned by the
+  // CUDA driver come from `shared` when it is given and can serve them.
   static absl::StatusOr<std::unique_ptr<Pool>> Create(MemoryKind kind, int device,
-                                                      uint64_t capacity, GpuRuntime* gpu);
+                                                      uint64_t capacity, GpuRuntime* gpu,
+                                                      HostMemorySource* shared = nullptr);
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -53,6 +66,8 @@ class Pool {
   MemoryKind kind() const { return kind_; }
   int device() const { return device_; }  // kHostDevice for host pools.
   bool locked() const { return locked_; }
+  // Whether the memory came from a HostMemorySource (shared with peers on this host).
+  bool shared() const { return source_ != nullptr; }
   // The whole region, for registering it with a network stack once.
   char* base() const { return base_; }
   uint64_t capacity() const { return mapped_; }
@@ -60,7 +75,7 @@ class Pool {
 
  private:
   Pool(MemoryKind kind, int device, char* base, uint64_t capacity, bool locked,
-       GpuRuntime* gpu);
+       GpuRuntime* gpu, HostMemorySource* source);
 
   const MemoryKind kind_;
   const int device_;
@@ -68,6 +83,7 @@ class Pool {
   const uint64_t mapped_;
   const bool locked_;
   GpuRuntime* const gpu_;
+  HostMemorySource* const source_;  // Where the memory came from, when not mmap.
   mutable absl::Mutex mu_;
   Allocator allocator_ ABSL_GUARDED_BY(mu_);
 };
@@ -85,7 +101,8 @@ class PoolSet {
   // 0 leaves that pool out.
   static absl::StatusOr<std::unique_ptr<PoolSet>> Create(const PoolSizes& sizes,
                                                          const std::vector<int>& devices,
-                                                         GpuRuntime* gpu);
+                                                         GpuRuntime* gpu,
+                                                         HostMemorySource* shared = nullptr);
 
   // The pool for (kind, device); device is ignored for host kinds. NOT_FOUND-free:
   // returns nullptr when there is none.

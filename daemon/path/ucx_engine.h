@@ -15,6 +15,20 @@
 
 namespace gpumove {
 
+// Host pools in memory UCX allocates: shared with the daemons on this host, whose puts and
+// gets into it become one memcpy.
+class UcxHostMemory : public HostMemorySource {
+ public:
+  explicit UcxHostMemory(UcxTransport* transport) : transport_(transport) {}
+  absl::StatusOr<void*> Allocate(uint64_t length) override {
+    return transport_->Allocate(length);
+  }
+  void Free(void* base) override { transport_->Free(base); }
+
+ private:
+  UcxTransport* const transport_;
+};
+
 class UcxEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <cstdlib>
 #include <deque>
 #include <thread>
@@ -13,10 +16,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -58,6 +63,17 @@ struct UcxTransport::Impl {
     absl::Notification finished;
   };
 
+  // A peer pool that UCX reaches through shared memory (ucp_rkey_ptr works): moves into
+  // or out of it are plain copies on the caller's thread, through this process's mapping
+  // of the peer's segment. The rkey (and so the mapping) lives while copies use it.
+  struct Direct {
+    std::string peer_key;
+    ucp_rkey_h rkey = nullptr;
+    intptr_t delta = 0;  // Local address minus remote address.
+    int users = 0;       // Guarded by direct_mu.
+    bool dead = false;   // Forgotten; destroyed by its last user. Guarded by direct_mu.
+  };
+
   UcxOptions options;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
@@ -68,6 +84,11 @@ struct UcxTransport::Impl {
   absl::Mutex mu;
   std::deque<std::function<void()>> jobs ABSL_GUARDED_BY(mu);
   bool stop ABSL_GUARDED_BY(mu) = false;
+  absl::Mutex direct_mu;
+  // By peer key + '\0' + packed rkey; null: that pool is not reachable directly.
+  absl::flat_hash_map<std::string, std::shared_ptr<Direct>> direct ABSL_GUARDED_BY(direct_mu);
+  std::atomic<uint64_t> direct_bytes{0};
+
   // Times each peer key was forgotten: a move that began before a Forget must not carry
   // on over the endpoint made after it.
   absl::flat_hash_map<std::string, uint64_t> forgotten ABSL_GUARDED_BY(mu);
@@ -82,6 +103,8 @@ struct UcxTransport::Impl {
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
   std::vector<std::shared_ptr<Op>> active;
   std::vector<ucp_mem_h> registrations;
+  // Memory UCX allocated (Allocate), by base address; also in `registrations`.
+  absl::flat_hash_map<void*, ucp_mem_h> allocated;
 
   // Runs `job` on the progress thread and waits for it.
   void Call(std::function<void()> job) {
@@ -109,6 +132,74 @@ struct UcxTransport::Impl {
     if (fds[1].revents & POLLIN) {
       uint64_t n = 0;
       (void)!read(jobs_fd, &n, sizeof(n));
+    }
+  }
+
+  // The direct mapping of `r`'s pool, counted as in use; null when UCX cannot reach it
+  // through shared memory (another host, private memory, transports without it).
+  std::shared_ptr<Direct> AcquireDirect(const RemoteRange& r) {
+    const std::string key = absl::StrCat(r.peer_key, std::string(1, '\0'), r.rkey);
+    {
+      absl::MutexLock lock(&direct_mu);
+      auto it = direct.find(key);
+      if (it != direct.end()) {
+        if (it->second == nullptr) return nullptr;
+        ++it->second->users;
+        return it->second;
+      }
+    }
+    // First move to this peer pool: unpack its key and ask UCX for a local pointer.
+    std::shared_ptr<Direct> found;
+    const uint64_t generation = Generation(r.peer_key);
+    Call([&] {
+      Peer* peer = GetPeer(r);
+      if (peer->failed || peer->ep == nullptr || peer->generation > generation) return;
+      ucp_rkey_h rkey = nullptr;
+      if (ucp_ep_rkey_unpack(peer->ep, r.rkey.data(), &rkey) != UCS_OK) return;
+      void* local = nullptr;
+      if (ucp_rkey_ptr(rkey, r.address, &local) != UCS_OK) {
+        ucp_rkey_destroy(rkey);
+        absl::MutexLock lock(&direct_mu);
+        direct.emplace(key, nullptr);
+        return;
+      }
+      auto d = std::make_shared<Direct>();
+      d->peer_key = r.peer_key;
+      d->rkey = rkey;
+      d->delta = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(r.address);
+      absl::MutexLock lock(&direct_mu);
+      auto [it, inserted] = direct.emplace(key, d);
+      if (!inserted) {
+        ucp_rkey_destroy(rkey);  // Another move got there first.
+        d = it->second;
+      }
+      if (d != nullptr) ++d->users;
+      found = d;
+    });
+    return found;
+  }
+
+  void ReleaseDirect(const std::shared_ptr<Direct>& d) {
+    absl::MutexLock lock(&direct_mu);
+    if (--d->users == 0 && d->dead) {
+      Post([this, d] { ucp_rkey_destroy(d->rkey); });
+    }
+  }
+
+  // On the progress thread: drops the direct mappings of a peer incarnation.
+  void ForgetDirect(const std::string& peer_key) {
+    const std::string prefix = absl::StrCat(peer_key, std::string(1, '\0'));
+    absl::MutexLock lock(&direct_mu);
+    for (auto it = direct.begin(); it != direct.end();) {
+      if (!absl::StartsWith(it->first, prefix)) {
+        ++it;
+        continue;
+      }
+      if (it->second != nullptr) {
+        it->second->dead = true;
+        if (it->second->users == 0) ucp_rkey_destroy(it->second->rkey);
+      }
+      direct.erase(it++);
     }
   }
 
@@ -353,7 +444,10 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
 
 UcxTransport::~UcxTransport() {
   impl_->Call([this] {
-    for (auto& [key, peer] : impl_->peers) impl_->ClosePeer(peer.get(), "shutting down");
+    for (auto& [key, peer] : impl_->peers) {
+      impl_->ForgetDirect(key);
+      impl_->ClosePeer(peer.get(), "shutting down");
+    }
   });
   {
     absl::MutexLock lock(&impl_->mu);
@@ -372,20 +466,96 @@ std::string UcxTransport::transports() const {
   return tls != nullptr && *tls != '\0' ? tls : "all";
 }
 
-absl::StatusOr<std::string> UcxTransport::Register(void* base, uint64_t length) {
-  absl::StatusOr<std::string> result;
+absl::StatusOr<void*> UcxTransport::Allocate(uint64_t length) {
+  absl::StatusOr<void*> result;
   impl_->Call([&] {
     ucp_mem_map_params_t params = {};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = base;
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.address = nullptr;
     params.length = length;
+    params.flags = UCP_MEM_MAP_ALLOCATE;
     ucp_mem_h memh = nullptr;
     ucs_status_t st = ucp_mem_map(impl_->context, &params, &memh);
     if (st != UCS_OK) {
-      result = UcxError(st, "ucp_mem_map");
+      result = UcxError(st, "ucp_mem_map (allocate)");
+      return;
+    }
+    ucp_mem_attr_t attr = {};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(memh, &attr);
+    if (st != UCS_OK || attr.length < length) {
+      ucp_mem_unmap(impl_->context, memh);
+      result = st != UCS_OK ? UcxError(st, "ucp_mem_query")
+                            : absl::ResourceExhaustedError("UCX allocated too little");
       return;
     }
     impl_->registrations.push_back(memh);
+    impl_->allocated[attr.address] = memh;
+    result = attr.address;
+  });
+  // Fault every page in now (off the progress thread), so the first move into a buffer
+  // runs at memory speed.
+  if (result.ok()) memset(*result, 0, length);
+  return result;
+}
+
+void UcxTransport::Free(void* base) {
+  impl_->Call([&] {
+    auto it = impl_->allocated.find(base);
+    if (it == impl_->allocated.end()) return;
+    ucp_mem_h memh = it->second;
+    impl_->allocated.erase(it);
+    std::erase(impl_->registrations, memh);
+    ucp_mem_unmap(impl_->context, memh);
+  });
+}
+
+std::string UcxTransport::allocation_kind() const {
+  // UCX does not say which allocator served a ucp_mem_map; the mapping's name does:
+  // "/SYSV<key>" for System V, a file under /dev/shm for POSIX shared memory.
+  std::vector<uintptr_t> bases;
+  impl_->Call([&] {
+    for (const auto& [base, memh] : impl_->allocated) {
+      bases.push_back(reinterpret_cast<uintptr_t>(base));
+    }
+  });
+  if (bases.empty()) return "private memory";
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  size_t shared = 0;
+  while (std::getline(maps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+    for (uintptr_t base : bases) {
+      if (base < lo || base >= hi) continue;
+      if (line.find("/SYSV") != std::string::npos || line.find("/dev/shm/") != std::string::npos) {
+        ++shared;
+      }
+    }
+  }
+  return shared == bases.size() ? "shared memory" : "private memory";
+}
+
+absl::StatusOr<std::string> UcxTransport::Register(void* base, uint64_t length) {
+  absl::StatusOr<std::string> result;
+  impl_->Call([&] {
+    ucs_status_t st = UCS_OK;
+    ucp_mem_h memh = nullptr;
+    if (auto it = impl_->allocated.find(base); it != impl_->allocated.end()) {
+      memh = it->second;
+    } else {
+      ucp_mem_map_params_t params = {};
+      params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+      params.address = base;
+      params.length = length;
+      st = ucp_mem_map(impl_->context, &params, &memh);
+      if (st != UCS_OK) {
+        result = UcxError(st, "ucp_mem_map");
+        return;
+      }
+      impl_->registrations.push_back(memh);
+    }
     void* rkey = nullptr;
     size_t size = 0;
     st = ucp_rkey_pack(impl_->context, memh, &rkey, &size);
@@ -401,6 +571,14 @@ absl::StatusOr<std::string> UcxTransport::Register(void* base, uint64_t length) 
 
 absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local, uint64_t length,
                                const std::function<bool(uint64_t)>& progress) {
+  if (impl_->options.direct) {
+    if (std::shared_ptr<Impl::Direct> d = impl_->AcquireDirect(remote); d != nullptr) {
+      absl::Status st = CopyDirect(put, remote, reinterpret_cast<char*>(remote.address + d->delta),
+                                   static_cast<char*>(local), length, progress);
+      impl_->ReleaseDirect(d);
+      return st;
+    }
+  }
   // The move is cut into slices that the caller waits for one at a time (with the next
   // already posted), so progress, rate limits and cancel act between slices.
   const uint64_t slice =
@@ -458,6 +636,33 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   return absl::OkStatus();
 }
 
+absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char* mapped,
+                                      char* local, uint64_t length,
+                                      const std::function<bool(uint64_t)>& progress) {
+  // Slices of one UCX chunk: progress, rate limits and cancel act between them. The peer
+  // sees the bytes once the copy returns (HostCopy fences its streaming stores).
+  const uint64_t generation = impl_->Generation(remote.peer_key);
+  const uint64_t slice = impl_->options.chunk;
+  uint64_t done = 0;
+  while (done < length) {
+    const uint64_t n = std::min(slice, length - done);
+    if (put) {
+      HostCopy(mapped + done, local + done, n);
+    } else {
+      HostCopy(local + done, mapped + done, n);
+    }
+    done += n;
+    impl_->direct_bytes += n;
+    if (impl_->Generation(remote.peer_key) != generation) {
+      return absl::UnavailableError("peer restarted or down during the move");
+    }
+    if (progress && !progress(done) && done < length) return absl::CancelledError("cancelled");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t UcxTransport::direct_bytes() const { return impl_->direct_bytes; }
+
 absl::Status UcxTransport::Put(const RemoteRange& remote, const void* local, uint64_t length,
                                const std::function<bool(uint64_t)>& progress) {
   return Rma(true, remote, const_cast<void*>(local), length, progress);
@@ -480,6 +685,7 @@ void UcxTransport::Forget(const std::string& peer_key) {
     }
     impl_->ClosePeer(it->second.get(), "peer restarted or down");
     impl_->peers.erase(it);
+    impl_->ForgetDirect(peer_key);
     absl::MutexLock lock(&impl_->mu);
     ++impl_->forgotten[peer_key];
   });

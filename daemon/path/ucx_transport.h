@@ -34,6 +34,10 @@ struct UcxOptions {
   int window = 8;
   // A move whose bytes make no progress for this long fails with UNAVAILABLE.
   absl::Duration op_timeout = absl::Seconds(10);
+  // Moves to and from peer memory that UCX reaches through shared memory (ucp_rkey_ptr:
+  // peers on this host, pools in shared memory) are copies on the caller's thread
+  // instead of puts and gets through the progress thread.
+  bool direct = true;
 };
 
 class UcxTransport {
@@ -50,7 +54,19 @@ class UcxTransport {
   // Names of the transports UCX may use (UCX_TLS), for node info.
   std::string transports() const;
 
+  // Host memory that UCX allocates and registers itself (ucp_mem_map with
+  // UCP_MEM_MAP_ALLOCATE; UCX_ALLOC_PRIO puts its System V and POSIX shared-memory
+  // allocators first). A peer on this host attaches it when it unpacks the remote key, so
+  // its puts and gets are one memcpy instead of a cross-process copy (cma). Pages are
+  // faulted in before this returns. Freed by Free or when the transport is destroyed.
+  absl::StatusOr<void*> Allocate(uint64_t length);
+  void Free(void* base);
+  // What backs memory from Allocate: "shared memory" when a peer on this host can attach
+  // it, else "private memory" (UCX then found no shared-memory allocator).
+  std::string allocation_kind() const;
+
   // Registers host memory for RMA (once, at start) and returns its packed remote key.
+  // Memory from Allocate is registered already; this just packs its key.
   absl::StatusOr<std::string> Register(void* base, uint64_t length);
 
   // Copies local -> remote (Put) or remote -> local (Get), `length` bytes, in chunks.
@@ -62,6 +78,9 @@ class UcxTransport {
   absl::Status Get(const RemoteRange& remote, void* local, uint64_t length,
                    const std::function<bool(uint64_t)>& progress);
 
+  // Bytes moved by direct copies (see UcxOptions::direct) since start.
+  uint64_t direct_bytes() const;
+
   // Drops the endpoint and remote keys of a peer incarnation; its moves in flight fail.
   void Forget(const std::string& peer_key);
 
@@ -70,6 +89,8 @@ class UcxTransport {
   explicit UcxTransport(std::unique_ptr<Impl> impl);
   absl::Status Rma(bool put, const RemoteRange& remote, void* local, uint64_t length,
                    const std::function<bool(uint64_t)>& progress);
+  absl::Status CopyDirect(bool put, const RemoteRange& remote, char* mapped, char* local,
+                          uint64_t length, const std::function<bool(uint64_t)>& progress);
 
   std::unique_ptr<Impl> impl_;
   std::string worker_address_;

@@ -105,7 +105,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   LOG(INFO) << "node " << d->node_ << ": " << d->gpu_->status();
   auto gpus = SelectGpus(options.gpus, d->gpu_->devices());
   if (!gpus.ok()) return gpus.status();
-  auto pools = PoolSet::Create(options.pools, *gpus, d->gpu_.get());
+  // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
+  // this host move between them with one memcpy.
+  std::string ucx_status = "disabled (--noucx)";
+  if (options.ucx) {
+    UcxOptions ucx_options;
+    ucx_options.chunk = options.ucx_chunk;
+    ucx_options.op_timeout = options.peer_timeout;
+    ucx_options.direct = options.ucx_direct;
+    auto ucx = UcxTransport::Create(ucx_options);
+    if (!ucx.ok()) {
+      ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());
+      LOG(WARNING) << ucx_status;
+    } else {
+      d->ucx_ = *std::move(ucx);
+      if (options.ucx_shared_pools) {
+        d->ucx_memory_ = std::make_unique<UcxHostMemory>(d->ucx_.get());
+      }
+    }
+  }
+  auto pools = PoolSet::Create(options.pools, *gpus, d->gpu_.get(), d->ucx_memory_.get());
   if (!pools.ok()) return pools.status();
   d->pools_ = *std::move(pools);
   for (const auto& pool : d->pools_->pools()) {
@@ -158,17 +177,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     self.set_mpi_rank(d->mpi_->world().rank);
     self.set_mpi_world(d->mpi_->world().world_id);
   }
-  std::string ucx_status = "disabled (--noucx)";
-  if (options.ucx) {
-    UcxOptions ucx_options;
-    ucx_options.chunk = options.ucx_chunk;
-    ucx_options.op_timeout = options.peer_timeout;
-    auto ucx = UcxTransport::Create(ucx_options);
-    if (!ucx.ok()) {
-      ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());
-      LOG(WARNING) << ucx_status;
-    } else {
-      d->ucx_ = *std::move(ucx);
+  if (d->ucx_ != nullptr) {
+    {
       self.set_ucx_worker_address(d->ucx_->worker_address());
       self.set_ucx_cuda_aware(d->ucx_->cuda_aware());
       for (const auto& pool : d->pools_->pools()) {
@@ -184,7 +194,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         p->set_rkey(*rkey);
       }
       ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
-                                self.pools_size(), " pool(s) registered; device memory: ",
+                                self.pools_size(), " pool(s) registered, host pools in ",
+                                d->ucx_->allocation_kind(),
+                                options.ucx_direct ? " (peers on this host: direct copies)" : "",
+                                "; device memory: ",
                                 d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
                                                       : "staged through pinned bounce buffers");
     }
@@ -225,6 +238,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     if (!metrics.ok()) return metrics.status();
     d->metrics_ = *std::move(metrics);
     LOG(INFO) << "metrics on http://" << d->metrics_->address() << "/metrics";
+    if (d->ucx_ != nullptr) {
+      UcxTransport* ucx = d->ucx_.get();
+      d->metrics_->AddTotal("ucx_direct_bytes_total",
+                            "Bytes of UCX moves copied directly through shared memory with "
+                            "daemons on this host.",
+                            [ucx] { return ucx->direct_bytes(); });
+    }
   }
   SchedulerOptions sched;
   sched.node = d->node_;

@@ -60,6 +60,11 @@ struct DaemonOptions {
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
   uint64_t ucx_chunk = 4 << 20;
+  // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
+  // shared-memory allocator), not in private anonymous memory.
+  bool ucx_shared_pools = true;
+  // Moves with peer pools UCX maps through shared memory are copies on the worker thread.
+  bool ucx_direct = true;
   // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
   std::string metrics_listen;
   // MPI: "auto" (when an MPI launcher started us), "on" (fail without it) or "off". As
@@ -96,6 +101,9 @@ class Daemon {
   std::string node_;
   std::vector<std::string> addresses_;
   std::unique_ptr<GpuRuntime> gpu_;
+  // Before pools_: host pools may live in memory UCX allocated.
+  std::unique_ptr<UcxTransport> ucx_;
+  std::unique_ptr<UcxHostMemory> ucx_memory_;
   std::unique_ptr<PoolSet> pools_;
   // Before registry_: imported buffers hold mappings from it.
   std::unique_ptr<IpcTable> ipc_;
@@ -104,7 +112,6 @@ class Daemon {
   std::unique_ptr<MpiTransport> mpi_;
   std::unique_ptr<MpiEngine> mpi_engine_;
   std::unique_ptr<HoldTable> holds_;
-  std::unique_ptr<UcxTransport> ucx_;
   std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
   std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;

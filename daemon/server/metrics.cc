@@ -73,7 +73,29 @@ void Metrics::OnTransferEnd(const TransferSnapshot& t) {
       .Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
 }
 
+void Metrics::AddTotal(const std::string& name, const std::string& help,
+                       std::function<uint64_t()> read) {
+  prometheus::Counter& c = prometheus::BuildCounter()
+                               .Name(absl::StrCat("gpumoved_", name))
+                               .Help(help)
+                               .Register(*registry_)
+                               .Add({});
+  absl::MutexLock lock(&totals_mu_);
+  totals_.push_back(Total{&c, std::move(read)});
+  Total& t = totals_.back();
+  t.seen = t.read();
+  t.counter->Increment(static_cast<double>(t.seen));
+}
+
 void Metrics::Refresh() {
+  {
+    absl::MutexLock lock(&totals_mu_);
+    for (Total& t : totals_) {
+      const uint64_t now = t.read();
+      if (now > t.seen) t.counter->Increment(static_cast<double>(now - t.seen));
+      t.seen = now;
+    }
+  }
   for (const auto& pool : pools_->pools()) {
     const PoolStats s = pool->Stats();
     const std::string device = s.device >= 0 ? absl::StrCat(s.device) : "";

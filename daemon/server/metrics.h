@@ -5,9 +5,12 @@
 
 #include <memory>
 #include <string>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/transfer_scheduler.h"
@@ -38,6 +41,9 @@ class Metrics {
   // Counts a transfer that reached its end state. Thread-safe and lock-free enough to be
   // called under the scheduler's lock.
   void OnTransferEnd(const TransferSnapshot& t);
+  // A counter read from elsewhere (a running total) on every refresh, exported as
+  // gpumoved_<name>. Call before the first scrape matters; not thread-safe with itself.
+  void AddTotal(const std::string& name, const std::string& help, std::function<uint64_t()> read);
 
  private:
   Metrics() = default;
@@ -51,6 +57,13 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Gauge* peers_up_ = nullptr;
+  struct Total {
+    prometheus::Counter* counter;
+    std::function<uint64_t()> read;
+    uint64_t seen = 0;
+  };
+  absl::Mutex totals_mu_;
+  std::vector<Total> totals_ ABSL_GUARDED_BY(totals_mu_);
   PoolSet* pools_ = nullptr;
   Cluster* cluster_ = nullptr;
   absl::Notification stop_;

@@ -1,6 +1,9 @@
 #include "tests/util/daemon_process.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,5 +132,25 @@ absl::StatusOr<int> DaemonProcess::WaitExit(absl::Duration timeout) {
 }
 
 std::string DaemonProcess::Log() const { return ReadFile(dir_ + "/gpumoved.log"); }
+
+std::string FetchMetrics(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  close(fd);
+  return body;
+}
 
 }  // namespace gpumove

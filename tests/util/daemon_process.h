@@ -22,6 +22,10 @@ std::string FindBuiltBinary(const std::string& workspace_path, const char* env_o
 // The whole file (empty when it cannot be read).
 std::string ReadFile(const std::string& path);
 
+// GET http://address/metrics (a daemon's --metrics_listen) with a plain socket: the whole
+// HTTP response, empty when it cannot connect.
+std::string FetchMetrics(const std::string& address);
+
 class DaemonProcess {
  public:
   // Starts gpumoved with `flags` plus --listen (127.0.0.1:0 unless flags give one) and a
