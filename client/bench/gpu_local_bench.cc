@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
 #include "tests/util/daemon_process.h"
@@ -25,15 +26,6 @@ ABSL_FLAG(int, reps, 20, "Repetitions per size (medians are printed).");
 
 namespace gpumove {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double Seconds(const google::protobuf::Timestamp& a, const google::protobuf::Timestamp& b) {
-  return (b.seconds() - a.seconds()) + (b.nanos() - a.nanos()) * 1e-9;
-}
 
 #ifdef GPUMOVE_HAVE_CUDA
 #define CHECK_CUDA(x)                                                      \
@@ -69,9 +61,9 @@ double RawCopy(Raw& r, uint64_t size, int reps) {
 // next to the raw copy `raw`.
 bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v1::Path path,
            Raw& raw, uint64_t max_size, int reps) {
-    std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %11s %11s %11s\n", "size", "raw",
-                               "wall", "engine", "batch16", "wall/raw", "engine/raw",
-                               "batch/raw");
+  std::cout << absl::StrFormat("%10s %9s %9s %9s %9s %9s %10s %10s %10s %10s\n", "size", "raw",
+                               "wall", "engine", "batch16", "stream", "wall/raw", "engine/raw",
+                               "batch/raw", "stream/raw");
   MoveOptions o;
   o.path = path;
   for (uint64_t size = 4096; size <= max_size; size *= 4) {
@@ -89,7 +81,7 @@ bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v
       }
       if (i == 0) continue;  // Warm-up.
       wall.push_back(w);
-      engine.push_back(Seconds(t->start_time(), t->end_time()));
+      engine.push_back(EngineSeconds(*t));
       if (t->path() != path) {
         std::cerr << "ran on path " << v1::Path_Name(t->path()) << "\n";
         return false;
@@ -120,14 +112,26 @@ bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v
       }
       batch_t.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
+    // A stream: moves of `size`, 8 per Submit, two Submits in flight (on ranges of their
+    // own where the buffers hold them).
+    StreamOptions so;
+    so.per_submit = 8;
+    so.duration = absl::Milliseconds(500);
+    so.path = path;
+    auto stream = StreamThroughput(client, src, dst, size, max_size, so);
+    if (!stream.ok()) {
+      std::cerr << "stream: " << stream.status() << "\n";
+      return false;
+    }
     const double batch_bytes = part * 16.0;
     const double raw_bw = size / raw_s / 1e9;
     const double wall_bw = size / Median(wall) / 1e9;
     const double engine_bw = size / Median(engine) / 1e9;
     const double batch_bw = batch_bytes / Median(batch_t) / 1e9;
-    std::cout << absl::StrFormat("%10s %10.2f %10.2f %10.2f %10.2f %11.3f %11.3f %11.3f\n",
-                                 FormatBytes(size), raw_bw, wall_bw, engine_bw, batch_bw,
-                                 wall_bw / raw_bw, engine_bw / raw_bw, batch_bw / raw_bw);
+    std::cout << absl::StrFormat(
+        "%10s %9.2f %9.2f %9.2f %9.2f %9.2f %10.3f %10.3f %10.3f %10.3f\n", FormatBytes(size),
+        raw_bw, wall_bw, engine_bw, batch_bw, *stream, wall_bw / raw_bw, engine_bw / raw_bw,
+        batch_bw / raw_bw, *stream / raw_bw);
     if (size == 4096) {
       std::cout << absl::StrFormat("%10s raw %.1fus, move (Submit+wait) %.1fus\n", "4 KiB lat",
                                    raw_s * 1e6, Median(wall) * 1e6);

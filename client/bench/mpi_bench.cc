@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
 #include "daemon/path/mpi_transport.h"
@@ -41,11 +42,6 @@ ABSL_FLAG(bool, device, false,
 
 namespace gpumove {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<std::string> McaArgs(const std::string& mca) {
   if (mca == "ob1_tcp") return {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp"};
@@ -217,37 +213,16 @@ int Main() {
       }
       single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    // Stream: the buffer cut into up to 16 parts per Submit, two Submits in flight.
-    const int parts = static_cast<int>(std::clamp<uint64_t>(max_size / size, 1, 16));
-    v1::SubmitRequest batch[2];
-    for (int k = 0; k < 2; ++k) {
-      batch[k].set_wait(true);
-      for (int i = 0; i < parts; ++i) {
-        auto* s = batch[k].add_transfers();
-        s->set_path(v1::MPI);
-        *s->mutable_source() = Ref(src->id(), i * size, size);
-        v1::BufferRef d = to;
-        d.set_offset(i * size);
-        d.set_length(size);
-        *s->mutable_destination() = d;
-      }
+    // Stream: up to 16 moves per Submit, two Submits in flight.
+    StreamOptions so;
+    so.duration = absl::Seconds(budget);
+    so.path = v1::MPI;
+    auto stream = StreamThroughput(c0, Ref(src->id()), to, size, max_size, so);
+    if (!stream.ok()) {
+      std::cerr << "stream: " << stream.status() << "\n";
+      return 1;
     }
-    uint64_t streamed = 0;
-    const absl::Time s0 = absl::Now();
-    const absl::Time s_end = s0 + absl::Seconds(budget);
-    std::atomic<uint64_t> second_bytes{0};
-    std::thread second([&] {
-      while (absl::Now() < s_end) {
-        if (c0.Submit(batch[1]).ok()) second_bytes += size * parts;
-      }
-    });
-    while (absl::Now() < s_end) {
-      if (c0.Submit(batch[0]).ok()) streamed += size * parts;
-    }
-    second.join();
-    streamed += second_bytes;
-    rows.push_back({size, size / Median(single) / 1e9,
-                    streamed / absl::ToDoubleSeconds(absl::Now() - s0) / 1e9});
+    rows.push_back({size, size / Median(single) / 1e9, *stream});
   }
   job->reset();  // Stop the daemons before the baseline runs.
   std::map<uint64_t, double> np;

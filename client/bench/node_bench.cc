@@ -7,7 +7,8 @@
 //
 // gpumove figures per size: "single" is one move at a time, Submit+wait (what one client
 // sees, RPCs included); "stream" is up to 16 moves of that size per Submit, two Submits in
-// flight (bytes per second of wall time, as ucx_perftest keeps many puts in flight).
+// flight on ranges of their own (bytes per second of wall time, as ucx_perftest keeps
+// many puts in flight).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
 #include "tests/util/daemon_process.h"
@@ -37,11 +39,6 @@ ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongsid
 
 namespace gpumove {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Runs a shell command, returns its stdout.
 std::string Capture(const std::string& cmd) {
@@ -144,32 +141,14 @@ int Main() {
       }
       single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    // Stream: up to 16 moves of `size` per Submit over disjoint ranges (as many as the
-    // buffers hold), two Submits in flight.
-    const uint64_t part = size;
-    const int parts = static_cast<int>(std::clamp<uint64_t>(max_size / size, 1, 16));
-    v1::SubmitRequest batch[2];
-    for (int k = 0; k < 2; ++k) {
-      batch[k].set_wait(true);
-      for (int i = 0; i < parts; ++i) {
-        auto* s = batch[k].add_transfers();
-        *s->mutable_source() = Ref(src->id(), i * part, part);
-        v1::BufferRef d = to;
-        d.set_offset(i * part);
-        *s->mutable_destination() = d;
-      }
+    StreamOptions so;
+    so.duration = absl::Seconds(budget);
+    auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
+    if (!stream.ok()) {
+      std::cerr << "stream: " << stream.status() << "\n";
+      return 1;
     }
-    uint64_t streamed = 0;
-    const absl::Time s0 = absl::Now();
-    const absl::Time s_end = s0 + absl::Seconds(budget);
-    std::thread second([&] {
-      while (absl::Now() < s_end) (void)ca->Submit(batch[1]);
-    });
-    while (absl::Now() < s_end) {
-      if (ca->Submit(batch[0]).ok()) streamed += part * parts;
-    }
-    second.join();
-    const double stream_bw = 2 * streamed / absl::ToDoubleSeconds(absl::Now() - s0) / 1e9;
+    const double stream_bw = *stream;
     const double single_bw = size / Median(single) / 1e9;
     const double pt = absl::GetFlag(FLAGS_baselines) ? UcxPerftest(size, tls, port++) : 0;
     std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3f %10.3f\n", FormatBytes(size),

@@ -21,6 +21,40 @@ MemoryKind FromProtoKind(v1::MemoryKind k) {
                                 : MemoryKind::kHost;
 }
 
+// Items per PrepareRemoteBatch / CompleteRemoteBatch (the peer's limit).
+constexpr size_t kMaxPeerBatchItems = 4096;
+
+RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
+                    const v1::NodeDescriptor& self, const std::string& transfer_id, bool write,
+                    const v1::PrepareRemoteResponse& response) {
+  RemoteHold hold;
+  hold.node = node;
+  hold.incarnation = peer.incarnation();
+  hold.transfer_id = transfer_id;
+  hold.address = response.address();
+  hold.length = response.length();
+  hold.kind = FromProtoKind(response.kind());
+  hold.device = response.device();
+  hold.write = write;
+  hold.ucx_worker_address = peer.ucx_worker_address();
+  hold.same_host = peer.host_id() == self.host_id();
+  if (self.mpi_world() != 0 && peer.mpi_world() == self.mpi_world()) {
+    hold.mpi_rank = peer.mpi_rank();
+  }
+  if (response.pool_index() >= 0 && response.pool_index() < peer.pools_size()) {
+    hold.ucx_rkey = peer.pools(response.pool_index()).rkey();
+  }
+  hold.cuda_ipc_handle = response.cuda_ipc_handle();
+  hold.cuda_ipc_offset = response.cuda_ipc_offset();
+  hold.device_uuid = response.device_uuid();
+  hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
+  hold.stage_slot_size = response.stage_slot_size();
+  if (response.stage_pool_index() >= 0 && response.stage_pool_index() < peer.pools_size()) {
+    hold.stage_rkey = peer.pools(response.stage_pool_index()).rkey();
+  }
+  return hold;
+}
+
 }  // namespace
 
 ClusterRemoteRanges::ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout)
@@ -34,60 +68,85 @@ ClusterRemoteRanges::~ClusterRemoteRanges() {
     stop_ = true;
   }
   releaser_.join();
+  absl::MutexLock lock(&ackers_mu_);
+  for (auto& [node, a] : ackers_) {
+    {
+      absl::MutexLock al(&a->mu);
+      a->stop = true;
+    }
+    if (a->drainer.joinable()) a->drainer.join();
+  }
 }
 
 absl::StatusOr<RemoteHold> ClusterRemoteRanges::Prepare(
     const std::string& owner, const std::string& transfer_id, const std::string& node,
     const std::string& buffer_id, uint64_t offset, uint64_t length, bool write, PathKind path,
     bool local_device) {
+  RemoteAsk ask{transfer_id, buffer_id, offset, length, write, path, local_device};
+  return std::move(PrepareMany(owner, node, {ask})[0]);
+}
+
+std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
+    const std::string& owner, const std::string& node, const std::vector<RemoteAsk>& asks) {
+  std::vector<absl::StatusOr<RemoteHold>> out;
   auto peer = cluster_->Find(node);
-  if (!peer.ok()) return peer.status();
+  if (!peer.ok()) {
+    out.assign(asks.size(), peer.status());
+    return out;
+  }
   auto stub = v1::PeerService::NewStub(
       peer->channel != nullptr ? peer->channel : cluster_->ChannelTo(peer->address));
-  v1::PrepareRemoteRequest request;
-  request.set_transfer_id(transfer_id);
   const v1::NodeDescriptor self = cluster_->self();
-  request.set_from_node(self.node());
-  request.set_from_incarnation(self.incarnation());
-  request.set_owner(owner);
-  request.mutable_range()->set_buffer_id(buffer_id);
-  request.mutable_range()->set_offset(offset);
-  request.mutable_range()->set_length(length);
-  request.set_write(write);
-  request.set_path(static_cast<v1::Path>(path));
-  request.set_runner_device(local_device);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  v1::PrepareRemoteResponse response;
-  absl::Status st = FromGrpc(stub->PrepareRemote(&context, request, &response), node);
-  if (!st.ok()) return st;
-  RemoteHold hold;
-  hold.node = node;
-  hold.incarnation = peer->descriptor.incarnation();
-  hold.transfer_id = transfer_id;
-  hold.address = response.address();
-  hold.length = response.length();
-  hold.kind = FromProtoKind(response.kind());
-  hold.device = response.device();
-  hold.write = write;
-  hold.ucx_worker_address = peer->descriptor.ucx_worker_address();
-  hold.same_host = peer->descriptor.host_id() == self.host_id();
-  if (self.mpi_world() != 0 && peer->descriptor.mpi_world() == self.mpi_world()) {
-    hold.mpi_rank = peer->descriptor.mpi_rank();
+  for (size_t first = 0; first < asks.size(); first += kMaxPeerBatchItems) {
+    const size_t last = std::min(asks.size(), first + kMaxPeerBatchItems);
+    v1::PrepareRemoteBatchRequest request;
+    for (size_t i = first; i < last; ++i) {
+      const RemoteAsk& a = asks[i];
+      v1::PrepareRemoteRequest* item = request.add_items();
+      item->set_transfer_id(a.transfer_id);
+      item->set_from_node(self.node());
+      item->set_from_incarnation(self.incarnation());
+      item->set_owner(owner);
+      item->mutable_range()->set_buffer_id(a.buffer_id);
+      item->mutable_range()->set_offset(a.offset);
+      item->mutable_range()->set_length(a.length);
+      item->set_write(a.write);
+      item->set_path(static_cast<v1::Path>(a.path));
+      item->set_runner_device(a.local_device);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+    v1::PrepareRemoteBatchResponse response;
+    absl::Status st = FromGrpc(stub->PrepareRemoteBatch(&context, request, &response), node);
+    if (st.ok() && response.results_size() != request.items_size()) {
+      st = absl::InternalError(absl::StrCat("node ", node, " answered ", response.results_size(),
+                                            " of ", request.items_size(), " holds"));
+      // What it did hold is let go.
+      for (int i = 0; i < response.results_size(); ++i) {
+        if (response.results(i).code() != 0) continue;
+        RemoteHold h;
+        h.node = node;
+        h.incarnation = peer->descriptor.incarnation();
+        h.transfer_id = asks[first + i].transfer_id;
+        Release(h);
+      }
+    }
+    for (size_t i = first; i < last; ++i) {
+      if (!st.ok()) {
+        out.push_back(st);
+        continue;
+      }
+      const v1::PrepareRemoteResult& r = response.results(static_cast<int>(i - first));
+      if (r.code() != 0) {
+        out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()),
+                                   absl::StrCat(r.message(), " (node ", node, ")")));
+        continue;
+      }
+      out.push_back(HoldFrom(node, peer->descriptor, self, asks[i].transfer_id, asks[i].write,
+                             r.response()));
+    }
   }
-  if (response.pool_index() >= 0 && response.pool_index() < peer->descriptor.pools_size()) {
-    hold.ucx_rkey = peer->descriptor.pools(response.pool_index()).rkey();
-  }
-  hold.cuda_ipc_handle = response.cuda_ipc_handle();
-  hold.cuda_ipc_offset = response.cuda_ipc_offset();
-  hold.device_uuid = response.device_uuid();
-  hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
-  hold.stage_slot_size = response.stage_slot_size();
-  if (response.stage_pool_index() >= 0 &&
-      response.stage_pool_index() < peer->descriptor.pools_size()) {
-    hold.stage_rkey = peer->descriptor.pools(response.stage_pool_index()).rkey();
-  }
-  return hold;
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> ClusterRemoteRanges::StubFor(
@@ -120,6 +179,116 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
           << absl::ToDoubleMicroseconds(absl::Now() - t1) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
+}
+
+ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& node) {
+  absl::MutexLock lock(&ackers_mu_);
+  auto& slot = ackers_[node];
+  if (slot == nullptr) {
+    slot = std::make_unique<Acker>();
+    Acker* a = slot.get();
+    a->drainer = std::thread([this, node, a] { DrainLoop(node, a); });
+  }
+  return slot.get();
+}
+
+void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
+                                        bool checksum, AckCallback done) {
+  Acker* a = AckerFor(hold.node);
+  {
+    absl::MutexLock lock(&a->mu);
+    if (a->busy) {
+      a->queue.push_back(PendingAck{hold, outcome, checksum, std::move(done)});
+      return;
+    }
+    a->busy = true;
+  }
+  // Nothing in flight to this node: send ours now, on this thread (no hand-off for a lone
+  // move). What queues meanwhile is the drainer's to send, so this thread can go back to
+  // moving bytes.
+  std::vector<PendingAck> batch;
+  batch.push_back(PendingAck{hold, outcome, checksum, std::move(done)});
+  SendAcks(hold.node, batch);
+  absl::MutexLock lock(&a->mu);
+  if (a->queue.empty()) {
+    a->busy = false;
+  } else {
+    a->drain = true;
+  }
+}
+
+void ClusterRemoteRanges::DrainLoop(const std::string& node, Acker* a) {
+  while (true) {
+    std::vector<PendingAck> batch;
+    {
+      absl::MutexLock lock(&a->mu);
+      auto ready = [a]() ABSL_SHARED_LOCKS_REQUIRED(a->mu) { return a->stop || a->drain; };
+      a->mu.Await(absl::Condition(&ready));
+      if (!a->drain) return;  // Stopping with nothing handed over.
+      batch.swap(a->queue);
+      if (batch.empty()) {
+        a->drain = false;
+        a->busy = false;
+        continue;
+      }
+    }
+    SendAcks(node, batch);
+  }
+}
+
+void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingAck>& batch) {
+  const absl::Time t0 = absl::Now();
+  auto peer = cluster_->Find(node);
+  std::vector<PendingAck*> sent;
+  v1::CompleteRemoteBatchRequest request;
+  const std::string self = cluster_->self().node();
+  for (PendingAck& p : batch) {
+    if (!peer.ok()) {
+      p.done(peer.status());
+      continue;
+    }
+    if (peer->descriptor.incarnation() != p.hold.incarnation) {
+      p.done(absl::UnavailableError(absl::StrCat("node ", node, " restarted during the move")));
+      continue;
+    }
+    v1::CompleteRemoteRequest* item = request.add_items();
+    item->set_transfer_id(p.hold.transfer_id);
+    item->set_from_node(self);
+    item->set_code(static_cast<int32_t>(p.outcome.code()));
+    item->set_message(std::string(p.outcome.message()));
+    item->set_checksum(p.checksum && p.outcome.ok());
+    sent.push_back(&p);
+  }
+  for (size_t first = 0; first < sent.size(); first += kMaxPeerBatchItems) {
+    const size_t last = std::min(sent.size(), first + kMaxPeerBatchItems);
+    v1::CompleteRemoteBatchRequest part;
+    for (size_t i = first; i < last; ++i) *part.add_items() = request.items(static_cast<int>(i));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+    v1::CompleteRemoteBatchResponse response;
+    auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+    absl::Status st = FromGrpc(stub->CompleteRemoteBatch(&context, part, &response), node);
+    if (st.ok() && response.results_size() != part.items_size()) {
+      st = absl::UnavailableError(absl::StrCat("node ", node, " answered ",
+                                               response.results_size(), " of ",
+                                               part.items_size(), " acknowledgements"));
+    }
+    for (size_t i = first; i < last; ++i) {
+      if (!st.ok()) {
+        sent[i]->done(st);
+        continue;
+      }
+      const v1::CompleteRemoteResult& r = response.results(static_cast<int>(i - first));
+      if (r.code() != 0) {
+        sent[i]->done(absl::Status(static_cast<absl::StatusCode>(r.code()),
+                                   absl::StrCat(r.message(), " (node ", node, ")")));
+      } else {
+        sent[i]->done(r.xxh3());
+      }
+    }
+  }
+  VLOG(2) << "CompleteRemoteBatch of " << sent.size() << " to " << node << ": "
+          << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
 }
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,

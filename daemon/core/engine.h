@@ -4,6 +4,7 @@
 #define GPUMOVE_DAEMON_CORE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,9 +56,23 @@ struct Endpoint {
   const RemoteHold* remote = nullptr;
 };
 
+// One range to hold on another node for one move (RemoteRanges::PrepareMany).
+struct RemoteAsk {
+  std::string transfer_id;
+  std::string buffer_id;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool write = false;
+  PathKind path = PathKind::kAuto;
+  bool local_device = false;
+};
+
 // How the scheduler reaches ranges on other nodes; the cluster layer implements it.
 class RemoteRanges {
  public:
+  // The other node's acknowledgement of a move (see Complete).
+  using AckCallback = std::function<void(absl::StatusOr<uint64_t>)>;
+
   virtual ~RemoteRanges() = default;
   // Checks and holds `range` on its node for transfer `transfer_id`. NOT_FOUND (unknown
   // node or buffer), UNAVAILABLE (node down), INVALID_ARGUMENT (bad range). `path` (the
@@ -69,11 +84,30 @@ class RemoteRanges {
                                              uint64_t offset, uint64_t length, bool write,
                                              PathKind path = PathKind::kAuto,
                                              bool local_device = false) = 0;
+  // Prepare for many moves' ranges on one node, in one round trip where the node allows;
+  // one result per ask, in order.
+  virtual std::vector<absl::StatusOr<RemoteHold>> PrepareMany(const std::string& owner,
+                                                              const std::string& node,
+                                                              const std::vector<RemoteAsk>& asks) {
+    std::vector<absl::StatusOr<RemoteHold>> out;
+    for (const RemoteAsk& a : asks) {
+      out.push_back(Prepare(owner, a.transfer_id, node, a.buffer_id, a.offset, a.length, a.write,
+                            a.path, a.local_device));
+    }
+    return out;
+  }
   // Ends a hold after the move with its outcome; for an OK outcome the remote side
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.
   virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
                                             bool checksum) = 0;
+  // Complete without making the caller wait for the round trip when others to the same
+  // node are in flight: `done` runs exactly once, on this thread before the call returns
+  // or later on another thread (acknowledgements that pile up travel together).
+  virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
+                             AckCallback done) {
+    done(Complete(hold, outcome, checksum));
+  }
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
   // For a staged remote range: has the remote node copy one chunk between its bounce

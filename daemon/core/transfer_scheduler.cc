@@ -128,6 +128,12 @@ TransferScheduler::~TransferScheduler() {
     accepting_ = false;
   }
   for (auto& w : workers_) w.join();
+  {
+    // Acknowledgements still travelling end their transfers through this scheduler.
+    absl::MutexLock lock(&mu_);
+    auto acked = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return acking_ == 0; };
+    mu_.Await(absl::Condition(&acked));
+  }
   // Whatever is left (queued behind a cancelled one) never started: end it.
   absl::MutexLock lock(&mu_);
   for (auto& t : UnfinishedLocked()) {
@@ -176,81 +182,173 @@ std::string TransferScheduler::BufferKey(const RangeSpec& r) {
   return absl::StrCat(r.node, "/", r.buffer_id);
 }
 
-absl::StatusOr<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Prepare(
-    const std::string& owner, const TransferSpec& spec) {
-  for (const RangeSpec* r : {&spec.source, &spec.destination}) {
-    if (r->buffer_id.empty()) return absl::InvalidArgumentError("buffer_id is empty");
+std::vector<absl::StatusOr<std::shared_ptr<TransferScheduler::Record>>>
+TransferScheduler::PrepareAll(const std::string& owner, const std::vector<TransferSpec>& specs) {
+  // Each move is checked and its ranges held: local ones in the registry, those on other
+  // nodes with one PrepareRemoteBatch per node (per phase). Sources come first, since a
+  // destination's default length is its source's: phase 1 holds remote sources (pulls),
+  // phase 2 remote destinations (pushes).
+  struct Draft {
+    std::shared_ptr<Record> t;
+    absl::Status error;
+    std::string src_node, dst_node;
+    bool src_local = true, dst_local = true;
+  };
+  std::vector<Draft> drafts(specs.size());
+  thread_local absl::BitGen rng;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TransferSpec& spec = specs[i];
+    Draft& d = drafts[i];
+    for (const RangeSpec* r : {&spec.source, &spec.destination}) {
+      if (r->buffer_id.empty()) d.error = absl::InvalidArgumentError("buffer_id is empty");
+    }
+    if (!d.error.ok()) continue;
+    d.src_node = spec.source.node.empty() ? options_.node : spec.source.node;
+    d.dst_node = spec.destination.node.empty() ? options_.node : spec.destination.node;
+    d.src_local = d.src_node == options_.node;
+    d.dst_local = d.dst_node == options_.node;
+    if (remote_ == nullptr) {
+      for (const std::string* n : {&d.src_node, &d.dst_node}) {
+        if (*n != options_.node && d.error.ok()) {
+          d.error = absl::NotFoundError(absl::StrCat("unknown node \"", *n, "\" (this node is \"",
+                                                     options_.node, "\" and has no peers)"));
+        }
+      }
+      if (!d.error.ok()) continue;
+    }
+    if (!d.src_local && !d.dst_local) {
+      d.error = absl::InvalidArgumentError(
+          absl::StrCat("neither end of the move is on node \"", options_.node, "\""));
+      continue;
+    }
+    d.t = std::make_shared<Record>();
+    d.t->id = absl::StrFormat("t-%016x.%s", absl::Uniform<uint64_t>(rng), options_.node);
+    d.t->owner = owner;
+    d.t->label = spec.label;
+    d.t->checksum = spec.checksum;
   }
-  const std::string& src_node = spec.source.node.empty() ? options_.node : spec.source.node;
-  const std::string& dst_node =
-      spec.destination.node.empty() ? options_.node : spec.destination.node;
-  const bool src_local = src_node == options_.node;
-  const bool dst_local = dst_node == options_.node;
-  if (remote_ == nullptr) {
-    for (const std::string* n : {&src_node, &dst_node}) {
-      if (*n != options_.node) {
-        return absl::NotFoundError(absl::StrCat("unknown node \"", *n, "\" (this node is \"",
-                                                options_.node, "\" and has no peers)"));
+
+  // Holds the remote ends asked for in one phase: one batch per node, nodes in parallel.
+  auto hold_remote = [&](bool write) {
+    absl::flat_hash_map<std::string, std::vector<size_t>> by_node;
+    std::vector<std::string> nodes;
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const Draft& d = drafts[i];
+      if (!d.error.ok() || d.t == nullptr) continue;
+      if (write ? d.dst_local : d.src_local) continue;
+      const std::string& node = write ? d.dst_node : d.src_node;
+      auto [it, added] = by_node.try_emplace(node);
+      if (added) nodes.push_back(node);
+      it->second.push_back(i);
+    }
+    auto hold_on = [&](const std::string& node) {
+      const std::vector<size_t>& idx = by_node[node];
+      std::vector<RemoteAsk> asks;
+      for (size_t i : idx) {
+        const TransferSpec& spec = specs[i];
+        const RangeSpec& r = write ? spec.destination : spec.source;
+        // Whether our end is device memory (the remote node then may not need to stage).
+        const RangeSpec& ours = write ? spec.source : spec.destination;
+        auto our_info = registry_->Get(owner, ours.buffer_id);
+        uint64_t length = r.length;
+        if (write && length == 0) length = drafts[i].t->source.length;
+        asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write,
+                                 spec.path,
+                                 our_info.ok() && our_info->kind == MemoryKind::kDevice});
+      }
+      std::vector<absl::StatusOr<RemoteHold>> held = remote_->PrepareMany(owner, node, asks);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        Draft& d = drafts[idx[k]];
+        if (k >= held.size() || !held[k].ok()) {
+          d.error = k < held.size() ? held[k].status() : absl::InternalError("no hold");
+          continue;
+        }
+        Record& t = *d.t;
+        t.remote_hold = *std::move(held[k]);
+        Endpoint e{nullptr, t.remote_hold->kind, t.remote_hold->device, &*t.remote_hold};
+        RangeSpec resolved{node, asks[k].buffer_id, asks[k].offset, t.remote_hold->length};
+        if (write) {
+          t.dst = e;
+          t.destination = resolved;
+        } else {
+          t.src = e;
+          t.source = resolved;
+        }
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (size_t n = 1; n < nodes.size(); ++n) helpers.emplace_back(hold_on, nodes[n]);
+    if (!nodes.empty()) hold_on(nodes[0]);
+    for (auto& h : helpers) h.join();
+  };
+  auto hold_local = [&](Draft& d, const RangeSpec& r, uint64_t length, bool write) {
+    auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length);
+    if (!u.ok()) {
+      d.error = u.status();
+      return;
+    }
+    Record& t = *d.t;
+    const Endpoint e{u->data(), u->kind(), u->device()};
+    const RangeSpec resolved{options_.node, u->buffer_id(), u->offset(), u->length()};
+    if (write) {
+      t.dst = e;
+      t.destination = resolved;
+      t.dst_use = *std::move(u);
+    } else {
+      t.src = e;
+      t.source = resolved;
+      t.src_use = *std::move(u);
+    }
+  };
+
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    Draft& d = drafts[i];
+    if (d.error.ok() && d.t != nullptr && d.src_local) {
+      hold_local(d, specs[i].source, specs[i].source.length, false);
+    }
+  }
+  if (remote_ != nullptr) hold_remote(false);
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    Draft& d = drafts[i];
+    if (d.error.ok() && d.t != nullptr && d.dst_local) {
+      const uint64_t length = specs[i].destination.length;
+      hold_local(d, specs[i].destination, length == 0 ? d.t->source.length : length, true);
+    }
+  }
+  if (remote_ != nullptr) hold_remote(true);
+
+  std::vector<absl::StatusOr<std::shared_ptr<Record>>> out;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    Draft& d = drafts[i];
+    if (d.error.ok()) {
+      Record& t = *d.t;
+      const uint64_t length = t.source.length;
+      if (t.destination.length != length) {
+        d.error = absl::InvalidArgumentError(absl::StrCat(
+            "destination length ", t.destination.length, " differs from source length ", length));
+      } else if (BufferKey(t.source) == BufferKey(t.destination) &&
+                 RangesOverlap(t.source.offset, length, t.destination.offset, length)) {
+        d.error = absl::InvalidArgumentError("source and destination ranges overlap");
+      } else {
+        t.length = length;
+        auto engine = ChooseEngine(specs[i].path, t.src, t.dst);
+        if (engine.ok()) {
+          t.engine = *engine;
+          t.path = t.engine->path();
+        } else {
+          d.error = engine.status();
+        }
       }
     }
-  }
-  if (!src_local && !dst_local) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("neither end of the move is on node \"", options_.node, "\""));
-  }
-  thread_local absl::BitGen rng;
-  auto t = std::make_shared<Record>();
-  t->id = absl::StrFormat("t-%016x.%s", absl::Uniform<uint64_t>(rng), options_.node);
-  t->owner = owner;
-  t->label = spec.label;
-  t->checksum = spec.checksum;
-  // A hold taken on another node is let go if this move is refused after all.
-  absl::Cleanup release_on_error = [&] {
-    if (t != nullptr && t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
-  };
-  auto side = [&](const RangeSpec& r, const std::string& node, bool local, bool write,
-                  uint64_t length, BufferUse* use, Endpoint* e,
-                  RangeSpec* resolved) -> absl::Status {
-    if (local) {
-      auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length);
-      if (!u.ok()) return u.status();
-      *e = Endpoint{u->data(), u->kind(), u->device()};
-      *resolved = RangeSpec{node, u->buffer_id(), u->offset(), u->length()};
-      *use = *std::move(u);
-      return absl::OkStatus();
+    if (d.error.ok()) {
+      out.push_back(std::move(d.t));
+      continue;
     }
-    // Whether our end is device memory (the remote node then may not need to stage).
-    const RangeSpec& ours = write ? spec.source : spec.destination;
-    auto our_info = registry_->Get(owner, ours.buffer_id);
-    const bool local_device = our_info.ok() && our_info->kind == MemoryKind::kDevice;
-    auto hold = remote_->Prepare(owner, t->id, node, r.buffer_id, r.offset, length, write,
-                                 spec.path, local_device);
-    if (!hold.ok()) return hold.status();
-    t->remote_hold = *std::move(hold);
-    *e = Endpoint{nullptr, t->remote_hold->kind, t->remote_hold->device, &*t->remote_hold};
-    *resolved = RangeSpec{node, r.buffer_id, r.offset, t->remote_hold->length};
-    return absl::OkStatus();
-  };
-  GPUMOVE_RETURN_IF_ERROR(side(spec.source, src_node, src_local, false, spec.source.length,
-                               &t->src_use, &t->src, &t->source));
-  const uint64_t length = t->source.length;
-  GPUMOVE_RETURN_IF_ERROR(side(spec.destination, dst_node, dst_local, true,
-                               spec.destination.length == 0 ? length : spec.destination.length,
-                               &t->dst_use, &t->dst, &t->destination));
-  if (t->destination.length != length) {
-    return absl::InvalidArgumentError(absl::StrCat("destination length ", t->destination.length,
-                                                   " differs from source length ", length));
+    // A hold taken on another node is let go when its move is refused after all.
+    if (d.t != nullptr && d.t->remote_hold.has_value()) remote_->Release(*d.t->remote_hold);
+    out.push_back(d.error);
   }
-  if (BufferKey(t->source) == BufferKey(t->destination) &&
-      RangesOverlap(t->source.offset, length, t->destination.offset, length)) {
-    return absl::InvalidArgumentError("source and destination ranges overlap");
-  }
-  t->length = length;
-  GPUMOVE_ASSIGN_OR_RETURN(t->engine, ChooseEngine(spec.path, t->src, t->dst));
-  t->path = t->engine->path();
-  std::shared_ptr<Record> ready = std::move(t);
-  t = nullptr;
-  return ready;
+  return out;
 }
 
 absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
@@ -289,22 +387,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       if (t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
     }
   };
-  // Moves that reach other nodes each wait for a PrepareRemote round trip: a batch
-  // prepares them on a few threads at once.
-  std::vector<absl::StatusOr<std::shared_ptr<Record>>> prepared(specs.size());
-  const bool any_remote = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& s) {
-    return (!s.source.node.empty() && s.source.node != options_.node) ||
-           (!s.destination.node.empty() && s.destination.node != options_.node);
-  });
-  const size_t threads = any_remote ? std::min<size_t>(specs.size(), 8) : 1;
-  std::atomic<size_t> next{0};
-  auto prepare_some = [&] {
-    for (size_t i = next++; i < specs.size(); i = next++) prepared[i] = Prepare(owner, specs[i]);
-  };
-  std::vector<std::thread> helpers;
-  for (size_t i = 1; i < threads; ++i) helpers.emplace_back(prepare_some);
-  prepare_some();
-  for (auto& h : helpers) h.join();
+  std::vector<absl::StatusOr<std::shared_ptr<Record>>> prepared = PrepareAll(owner, specs);
   absl::Status first_error;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (prepared[i].ok()) {
@@ -401,7 +484,7 @@ void TransferScheduler::WorkerLoop() {
 
 void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   absl::Status status;
-  uint64_t src_hash = 0, dst_hash = 0;
+  uint64_t src_hash = 0;
   if (t->checksum && t->src.remote == nullptr) {
     auto h = hasher_(t->src, t->length);
     if (h.ok()) {
@@ -418,23 +501,42 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     if (status.ok()) t->bytes_done.store(t->length);
   }
   const absl::Time move_end = absl::Now();
-  if (t->remote_hold.has_value()) {
-    // The other node acknowledges the bytes (or just lets its buffer go when the move
-    // failed); only then is a move SUCCEEDED.
-    auto ack = remote_->Complete(*t->remote_hold, status, t->checksum);
-    t->remote_completed = true;
-    if (status.ok() && !ack.ok()) {
-      status = absl::UnavailableError(
-          absl::StrCat("node ", t->remote_hold->node,
-                       " did not acknowledge the move: ", ack.status().message()));
-    } else if (status.ok() && t->checksum) {
-      (t->remote_hold->write ? dst_hash : src_hash) = *ack;
-    }
+  if (!t->remote_hold.has_value()) {
+    AfterMove(t, std::move(status), src_hash, 0);
+    return;
   }
-  VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
-          << PathKindName(t->engine->path()) << ": move "
-          << absl::ToDoubleMicroseconds(move_end - move_start) << " us, acknowledgement "
-          << absl::ToDoubleMicroseconds(absl::Now() - move_end) << " us";
+  // The other node acknowledges the bytes (or just lets its buffer go when the move
+  // failed); only then is a move SUCCEEDED. The acknowledgement may travel with others
+  // to that node and end this transfer on another thread, while this one moves on.
+  t->remote_completed = true;
+  {
+    absl::MutexLock lock(&mu_);
+    ++acking_;
+  }
+  remote_->CompleteAsync(
+      *t->remote_hold, status, t->checksum,
+      [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
+        VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
+                << PathKindName(t->engine->path()) << ": move "
+                << absl::ToDoubleMicroseconds(move_end - move_start) << " us, acknowledgement "
+                << absl::ToDoubleMicroseconds(absl::Now() - move_end) << " us";
+        absl::Status st = status;
+        uint64_t src = src_hash, dst = 0;
+        if (st.ok() && !ack.ok()) {
+          st = absl::UnavailableError(absl::StrCat("node ", t->remote_hold->node,
+                                                   " did not acknowledge the move: ",
+                                                   ack.status().message()));
+        } else if (st.ok() && t->checksum) {
+          (t->remote_hold->write ? dst : src) = *ack;
+        }
+        AfterMove(t, std::move(st), src, dst);
+        absl::MutexLock lock(&mu_);
+        --acking_;
+      });
+}
+
+void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
+                                  uint64_t src_hash, uint64_t dst_hash) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
     auto h = hasher_(t->dst, t->length);
     if (h.ok()) {

@@ -141,11 +141,15 @@ class TransferScheduler {
   class Control;
 
   static std::string BufferKey(const RangeSpec& r);
-  // Checks one move and holds its ranges (locally, or on another node through remote_).
-  absl::StatusOr<std::shared_ptr<Record>> Prepare(const std::string& owner,
-                                                  const TransferSpec& spec);
+  // Checks moves and holds their ranges (locally, or on other nodes through remote_); one
+  // result per spec.
+  std::vector<absl::StatusOr<std::shared_ptr<Record>>> PrepareAll(
+      const std::string& owner, const std::vector<TransferSpec>& specs);
   void WorkerLoop();
   void Run(const std::shared_ptr<Record>& t);
+  // The end of a move once its bytes are in (acknowledged when remote): checksums, state.
+  void AfterMove(const std::shared_ptr<Record>& t, absl::Status status, uint64_t src_hash,
+                 uint64_t dst_hash);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
@@ -171,6 +175,7 @@ class TransferScheduler {
   // owner + '\0' + key -> transfer ids, in request order.
   absl::flat_hash_map<std::string, std::vector<std::string>> idempotency_ ABSL_GUARDED_BY(mu_);
   size_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  int acking_ ABSL_GUARDED_BY(mu_) = 0;  // Acknowledgements not yet back.
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,8 +1,10 @@
 #include "daemon/core/transfer_scheduler.h"
 
 #include <cstring>
+#include <map>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -382,6 +384,236 @@ TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
   EXPECT_FALSE(IsTerminal(sched_->Get("me", big->at(0).id)->state));
   engine_.Open();
   EXPECT_EQ(WaitDone(nowait->at(0).id).state, TransferState::kSucceeded);
+}
+
+
+// Ranges "on other nodes" that live in this process: holds point at real memory, so an
+// engine can copy into them. Records how holds were asked for and keeps acknowledgements
+// until the test lets them go.
+class FakeRemote : public RemoteRanges {
+ public:
+  absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
+                                     const std::string& node, const std::string& buffer_id,
+                                     uint64_t offset, uint64_t length, bool write, PathKind path,
+                                     bool local_device) override {
+    absl::MutexLock lock(&mu_);
+    auto it = memory_.find(node + "/" + buffer_id);
+    if (it == memory_.end()) return absl::NotFoundError("no such remote buffer");
+    std::string& m = it->second;
+    if (length == 0) length = m.size() - offset;
+    if (offset + length > m.size()) return absl::InvalidArgumentError("past the end");
+    RemoteHold h;
+    h.node = node;
+    h.transfer_id = transfer_id;
+    h.address = reinterpret_cast<uint64_t>(m.data() + offset);
+    h.length = length;
+    h.write = write;
+    ++holds_;
+    return h;
+  }
+  std::vector<absl::StatusOr<RemoteHold>> PrepareMany(const std::string& owner,
+                                                      const std::string& node,
+                                                      const std::vector<RemoteAsk>& asks) override {
+    {
+      absl::MutexLock lock(&mu_);
+      batches_.push_back(absl::StrCat(node, ":", asks.size()));
+    }
+    return RemoteRanges::PrepareMany(owner, node, asks);
+  }
+  absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
+                                    bool checksum) override {
+    absl::MutexLock lock(&mu_);
+    --holds_;
+    return 0;
+  }
+  void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
+                     AckCallback done) override {
+    absl::MutexLock lock(&mu_);
+    acks_.push_back(std::move(done));
+  }
+  void Release(const RemoteHold& hold) override {
+    absl::MutexLock lock(&mu_);
+    --holds_;
+  }
+  absl::Status StageChunk(const RemoteHold&, uint32_t, uint64_t, uint64_t, bool) override {
+    return absl::UnimplementedError("no staging");
+  }
+
+  void AddBuffer(const std::string& node, const std::string& id, std::string bytes) {
+    absl::MutexLock lock(&mu_);
+    memory_[node + "/" + id] = std::move(bytes);
+  }
+  std::string Contents(const std::string& node, const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return memory_[node + "/" + id];
+  }
+  void AwaitAcks(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return acks_.size() >= n; };
+    mu_.Await(absl::Condition(&enough));
+  }
+  // Runs the kept acknowledgements: OK, except the one at `fail_index`.
+  void Acknowledge(size_t fail_index) {
+    std::vector<AckCallback> acks;
+    {
+      absl::MutexLock lock(&mu_);
+      acks.swap(acks_);
+      holds_ -= static_cast<int>(acks.size());
+    }
+    for (size_t i = 0; i < acks.size(); ++i) {
+      if (i == fail_index) {
+        acks[i](absl::UnavailableError("peer went away"));
+      } else {
+        acks[i](uint64_t{0});
+      }
+    }
+  }
+  std::vector<std::string> batches() {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
+  int holds() {
+    absl::MutexLock lock(&mu_);
+    return holds_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> memory_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> batches_ ABSL_GUARDED_BY(mu_);
+  std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Copies between local memory and FakeRemote holds.
+class RemoteCopyEngine : public Engine {
+ public:
+  PathKind path() const override { return PathKind::kUcx; }
+  absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override {
+    return absl::OkStatus();
+  }
+  absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                    MoveControl& control) override {
+    auto at = [](const Endpoint& e) {
+      return e.remote != nullptr ? reinterpret_cast<char*>(e.remote->address) : e.data;
+    };
+    std::memcpy(at(dst), at(src), length);
+    moves_.fetch_add(1);
+    return absl::OkStatus();
+  }
+  std::atomic<int> moves_{0};
+};
+
+TEST(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBlockWorkers) {
+  auto gpu = GpuRuntime::CreateHostOnly("test");
+  PoolSizes sizes;
+  sizes.host = 16 << 20;
+  sizes.pinned = 0;
+  auto pools = *PoolSet::Create(sizes, {}, gpu.get());
+  BufferRegistry registry(pools.get(), absl::ZeroDuration());
+  FakeRemote remote;
+  RemoteCopyEngine engine;
+  SchedulerOptions options;
+  options.node = "n1";
+  options.workers = 2;
+  options.inline_max_bytes = 0;
+  TransferScheduler sched(options, &registry, {&engine},
+                          [](const Endpoint&, uint64_t) -> absl::StatusOr<uint64_t> { return 0; },
+                          &remote);
+  AllocateOptions o;
+  o.size = 64 << 10;
+  o.owner = "me";
+  BufferInfo local = *registry.Allocate(o);
+  {
+    auto use = registry.Acquire("me", local.id, 0, 0);
+    for (uint64_t i = 0; i < o.size; ++i) use->data()[i] = static_cast<char>(i * 7);
+  }
+  remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
+  remote.AddBuffer("n3", "b-src", std::string(64 << 10, 'y'));
+  BufferInfo pulled = *registry.Allocate(o);
+
+  // Eight pushes to n2 and three pulls from n3 in one Submit.
+  std::vector<TransferSpec> specs;
+  for (int i = 0; i < 8; ++i) {
+    TransferSpec s;
+    s.source = {"", local.id, i * 4096ull, 4096};
+    s.destination = {"n2", "b-dst", i * 4096ull, 0};
+    specs.push_back(s);
+  }
+  for (int i = 0; i < 3; ++i) {
+    TransferSpec s;
+    s.source = {"n3", "b-src", i * 1000ull, 1000};
+    s.destination = {"", pulled.id, i * 1000ull, 0};
+    specs.push_back(s);
+  }
+  auto submitted = sched.Submit("me", specs, "");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // One batch per node: n3's sources first (phase 1), then n2's destinations.
+  EXPECT_EQ(remote.batches(), (std::vector<std::string>{"n3:3", "n2:8"}));
+  EXPECT_EQ(remote.holds(), 11);
+  // Two workers ran all eleven moves although no acknowledgement has come back: the
+  // transfers wait for theirs without holding a worker.
+  remote.AwaitAcks(11);
+  EXPECT_EQ(engine.moves_.load(), 11);
+  for (const TransferSnapshot& t : *submitted) {
+    EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning) << t.id;
+  }
+  remote.Acknowledge(/*fail_index=*/4);
+  int succeeded = 0, failed = 0;
+  for (const TransferSnapshot& t : *submitted) {
+    auto end = sched.Wait("me", t.id, absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(end.ok());
+    succeeded += end->state == TransferState::kSucceeded;
+    if (end->state == TransferState::kFailed) {
+      ++failed;
+      EXPECT_EQ(end->status.code(), absl::StatusCode::kUnavailable);
+      EXPECT_NE(end->status.message().find("did not acknowledge"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(succeeded, 10);
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(remote.holds(), 0);
+  const std::string landed = remote.Contents("n2", "b-dst");
+  auto use = registry.Acquire("me", local.id, 0, 0);
+  EXPECT_EQ(landed.substr(0, 8 * 4096), std::string(use->data(), 8 * 4096));
+  auto got = registry.Acquire("me", pulled.id, 0, 3000);
+  EXPECT_EQ(std::string(got->data(), 3000), std::string(3000, 'y'));
+}
+
+TEST(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {
+  auto gpu = GpuRuntime::CreateHostOnly("test");
+  PoolSizes sizes;
+  sizes.host = 16 << 20;
+  sizes.pinned = 0;
+  auto pools = *PoolSet::Create(sizes, {}, gpu.get());
+  BufferRegistry registry(pools.get(), absl::ZeroDuration());
+  FakeRemote remote;
+  RemoteCopyEngine engine;
+  SchedulerOptions options;
+  options.node = "n1";
+  TransferScheduler sched(options, &registry, {&engine},
+                          [](const Endpoint&, uint64_t) -> absl::StatusOr<uint64_t> { return 0; },
+                          &remote);
+  AllocateOptions o;
+  o.size = 64 << 10;
+  o.owner = "me";
+  BufferInfo local = *registry.Allocate(o);
+  remote.AddBuffer("n2", "b-dst", std::string(8192, 'x'));
+  std::vector<TransferSpec> specs(3);
+  specs[0].source = {"", local.id, 0, 4096};
+  specs[0].destination = {"n2", "b-dst", 0, 0};
+  specs[1].source = {"", local.id, 4096, 4096};
+  specs[1].destination = {"n2", "b-missing", 0, 0};
+  specs[2].source = {"", local.id, 8192, 4096};
+  specs[2].destination = {"n2", "b-dst", 4096, 0};
+  auto submitted = sched.Submit("me", specs, "");
+  ASSERT_FALSE(submitted.ok());
+  EXPECT_EQ(submitted.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(submitted.status().message().find("transfer 1"), std::string::npos)
+      << submitted.status();
+  EXPECT_EQ(remote.holds(), 0);  // The two that were held are let go.
+  EXPECT_EQ(registry.Get("me", local.id)->active_uses, 0u);
+  EXPECT_TRUE(sched.List("me", {}, 10).empty());
 }
 
 }  // namespace

@@ -91,6 +91,11 @@ class CudaRuntime : public GpuRuntime {
     return ptr;
   }
   void PinnedFree(void* ptr) override { cudaFreeHost(ptr); }
+  absl::Status HostRegister(void* ptr, uint64_t bytes) override {
+    CUDA_RETURN_IF_ERROR(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    return absl::OkStatus();
+  }
+  void HostUnregister(void* ptr) override { cudaHostUnregister(ptr); }
 
   absl::StatusOr<std::string> IpcExport(int device, void* base) override {
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));

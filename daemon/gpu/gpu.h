@@ -58,6 +58,12 @@ class GpuRuntime {
   // Page-locked host memory registered with the driver; UNAVAILABLE without a GPU.
   virtual absl::StatusOr<void*> PinnedAlloc(uint64_t bytes) = 0;
   virtual void PinnedFree(void* ptr) = 0;
+  // Page-locks and registers existing host memory (shared memory a pool got elsewhere)
+  // with the driver, as PinnedAlloc's is; UNAVAILABLE without a GPU.
+  virtual absl::Status HostRegister(void* ptr, uint64_t bytes) {
+    return absl::UnavailableError("no CUDA driver to pin memory with");
+  }
+  virtual void HostUnregister(void* ptr) {}
 
   // Copies `bytes` from src (on src_device, or kHostDevice) to dst, `chunk` bytes at a
   // time with up to two chunks in flight, calling `progress` after each. Returns when

@@ -29,15 +29,33 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
   char* base = nullptr;
   bool locked = false;
   HostMemorySource* source = nullptr;
+  bool cuda_registered = false;
   if (kind == MemoryKind::kDevice) {
     auto ptr = gpu->DeviceAlloc(device, capacity);
     if (!ptr.ok()) return ptr.status();
     base = static_cast<char*>(*ptr);
     locked = true;
   } else if (kind == MemoryKind::kPinnedHost && !gpu->devices().empty()) {
-    auto ptr = gpu->PinnedAlloc(capacity);
-    if (!ptr.ok()) return ptr.status();
-    base = static_cast<char*>(*ptr);
+    // Shared memory registered with the driver when there is a source (daemons on this
+    // host then reach the bounce buffers with one memcpy), else the driver's own.
+    if (shared != nullptr) {
+      auto ptr = shared->Allocate(capacity);
+      absl::Status st = ptr.ok() ? gpu->HostRegister(*ptr, capacity) : ptr.status();
+      if (st.ok()) {
+        base = static_cast<char*>(*ptr);
+        source = shared;
+        cuda_registered = true;
+      } else {
+        if (ptr.ok()) shared->Free(*ptr);
+        LOG(WARNING) << "PINNED_HOST pool: not in shared memory (" << st
+                     << "); cudaHostAlloc instead";
+      }
+    }
+    if (base == nullptr) {
+      auto ptr = gpu->PinnedAlloc(capacity);
+      if (!ptr.ok()) return ptr.status();
+      base = static_cast<char*>(*ptr);
+    }
     locked = true;
   } else {
     if (shared != nullptr) {
@@ -71,7 +89,10 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(MemoryKind kind, int device,
       }
     }
   }
-  return std::unique_ptr<Pool>(new Pool(kind, device, base, capacity, locked, gpu, source));
+  auto pool =
+      std::unique_ptr<Pool>(new Pool(kind, device, base, capacity, locked, gpu, source));
+  pool->cuda_registered_ = cuda_registered;
+  return pool;
 }
 
 Pool::Pool(MemoryKind kind, int device, char* base, uint64_t capacity, bool locked,
@@ -88,11 +109,15 @@ Pool::Pool(MemoryKind kind, int device, char* base, uint64_t capacity, bool lock
 Pool::~Pool() {
   if (kind_ == MemoryKind::kDevice) {
     gpu_->DeviceFree(device_, base_);
+  } else if (source_ != nullptr) {
+    if (cuda_registered_) {
+      gpu_->HostUnregister(base_);
+    } else if (locked_) {
+      munlock(base_, mapped_);
+    }
+    source_->Free(base_);
   } else if (kind_ == MemoryKind::kPinnedHost && !gpu_->devices().empty()) {
     gpu_->PinnedFree(base_);
-  } else if (source_ != nullptr) {
-    if (locked_) munlock(base_, mapped_);
-    source_->Free(base_);
   } else {
     munmap(base_, mapped_);
   }

@@ -84,6 +84,7 @@ class Pool {
   const bool locked_;
   GpuRuntime* const gpu_;
   HostMemorySource* const source_;  // Where the memory came from, when not mmap.
+  bool cuda_registered_ = false;    // source_ memory pinned with cudaHostRegister.
   mutable absl::Mutex mu_;
   Allocator allocator_ ABSL_GUARDED_BY(mu_);
 };

@@ -76,6 +76,48 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+namespace {
+
+grpc::Status CheckBatchSize(int n) {
+  if (n == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no items in the batch");
+  if (n > kMaxPeerBatch) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(n, " items in one batch; at most ", kMaxPeerBatch));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status PeerServiceImpl::PrepareRemoteBatch(grpc::ServerContext* context,
+                                                 const v1::PrepareRemoteBatchRequest* request,
+                                                 v1::PrepareRemoteBatchResponse* response) {
+  if (grpc::Status st = CheckBatchSize(request->items_size()); !st.ok()) return st;
+  for (const v1::PrepareRemoteRequest& item : request->items()) {
+    v1::PrepareRemoteResult* r = response->add_results();
+    grpc::Status st = PrepareRemote(context, &item, r->mutable_response());
+    r->set_code(st.error_code());
+    r->set_message(st.error_message());
+    if (!st.ok()) r->clear_response();
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::CompleteRemoteBatch(grpc::ServerContext* context,
+                                                  const v1::CompleteRemoteBatchRequest* request,
+                                                  v1::CompleteRemoteBatchResponse* response) {
+  if (grpc::Status st = CheckBatchSize(request->items_size()); !st.ok()) return st;
+  for (const v1::CompleteRemoteRequest& item : request->items()) {
+    v1::CompleteRemoteResult* r = response->add_results();
+    v1::CompleteRemoteResponse one;
+    grpc::Status st = CompleteRemote(context, &item, &one);
+    r->set_code(st.error_code());
+    r->set_message(st.error_message());
+    r->set_xxh3(one.xxh3());
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace gpumove
 
 namespace gpumove {

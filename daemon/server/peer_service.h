@@ -10,6 +10,9 @@
 
 namespace gpumove {
 
+// Items in one PrepareRemoteBatch / CompleteRemoteBatch.
+inline constexpr int kMaxPeerBatch = 4096;
+
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
   // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC).
@@ -24,6 +27,12 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   grpc::Status CompleteRemote(grpc::ServerContext* context,
                               const v1::CompleteRemoteRequest* request,
                               v1::CompleteRemoteResponse* response) override;
+  grpc::Status PrepareRemoteBatch(grpc::ServerContext* context,
+                                  const v1::PrepareRemoteBatchRequest* request,
+                                  v1::PrepareRemoteBatchResponse* response) override;
+  grpc::Status CompleteRemoteBatch(grpc::ServerContext* context,
+                                   const v1::CompleteRemoteBatchRequest* request,
+                                   v1::CompleteRemoteBatchResponse* response) override;
   grpc::Status StageChunk(grpc::ServerContext* context, const v1::StageChunkRequest* request,
                           v1::StageChunkResponse* response) override;
   grpc::Status StartMpi(grpc::ServerContext* context, const v1::StartMpiRequest* request,

@@ -1,0 +1,79 @@
+#include "client/bench/stream.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+namespace gpumove {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double EngineSeconds(const v1::Transfer& t) {
+  return (t.end_time().seconds() - t.start_time().seconds()) +
+         (t.end_time().nanos() - t.start_time().nanos()) * 1e-9;
+}
+
+absl::StatusOr<double> StreamThroughput(Client& client, const v1::BufferRef& src,
+                                        const v1::BufferRef& dst, uint64_t size,
+                                        uint64_t capacity, const StreamOptions& options) {
+  const int parts =
+      static_cast<int>(std::clamp<uint64_t>(capacity / size, 1, options.per_submit));
+  const bool apart = static_cast<uint64_t>(options.in_flight) * parts * size <= capacity;
+  std::vector<v1::SubmitRequest> batches(options.in_flight);
+  for (int k = 0; k < options.in_flight; ++k) {
+    batches[k].set_wait(true);
+    for (int i = 0; i < parts; ++i) {
+      const uint64_t offset = ((apart ? k * parts : 0) + i) * size;
+      auto* s = batches[k].add_transfers();
+      s->set_path(options.path);
+      *s->mutable_source() = src;
+      s->mutable_source()->set_offset(src.offset() + offset);
+      s->mutable_source()->set_length(size);
+      *s->mutable_destination() = dst;
+      s->mutable_destination()->set_offset(dst.offset() + offset);
+      s->mutable_destination()->set_length(size);
+    }
+  }
+  std::atomic<uint64_t> bytes{0};
+  absl::Mutex mu;
+  absl::Status error;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + options.duration;
+  auto run = [&](const v1::SubmitRequest& batch) {
+    while (absl::Now() < end) {
+      auto r = client.Submit(batch);
+      absl::Status st = r.status();
+      if (r.ok()) {
+        for (const v1::Transfer& t : r->transfers()) {
+          if (t.state() != v1::SUCCEEDED && st.ok()) {
+            st = absl::InternalError(absl::StrCat("move ", t.id(), " ended ",
+                                                  v1::TransferState_Name(t.state()), ": ",
+                                                  t.error_message()));
+          }
+        }
+      }
+      if (!st.ok()) {
+        absl::MutexLock lock(&mu);
+        if (error.ok()) error = st;
+        return;
+      }
+      bytes += size * parts;
+    }
+  };
+  std::vector<std::thread> others;
+  for (int k = 1; k < options.in_flight; ++k) others.emplace_back(run, std::cref(batches[k]));
+  run(batches[0]);
+  for (auto& t : others) t.join();
+  if (!error.ok()) return error;
+  return static_cast<double>(bytes.load()) / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+}
+
+}  // namespace gpumove
