@@ -220,7 +220,9 @@ TEST_F(MpiFailureTest, CancelledPushAndPullReleaseBothEndsAndLeaveNothingBehind)
   // Both ends were let go, and the same ranks and buffers move again, verified: nothing
   // of the cancelled moves is left to match the next ones.
   for (int r : {0, 1}) {
-    for (const auto& b : *job_->client(r).ListBuffers()) EXPECT_EQ(b.active_uses(), 0u);
+    auto buffers = job_->client(r).ListBuffers();
+    ASSERT_TRUE(buffers.ok()) << buffers.status();
+    for (const auto& b : *buffers) EXPECT_EQ(b.active_uses(), 0u);
   }
   const std::string data = RandomBytes(3 << 20, 5);
   ASSERT_TRUE(job_->client(0).Write(Ref(src->id()), data).ok());
@@ -232,6 +234,60 @@ TEST_F(MpiFailureTest, CancelledPushAndPullReleaseBothEndsAndLeaveNothingBehind)
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(pulled->state(), v1::SUCCEEDED) << pulled->error_message();
   EXPECT_TRUE(*job_->client(0).Read(Ref(back->id(), 0, data.size())) == data);
+}
+
+TEST_F(MpiFailureTest, PushesThatNeverRunLeaveNothingBehind) {
+  // An MPI push's receiving half starts with its hold. A push refused with its Submit, and
+  // one cancelled while queued, must still end that half (the runner says nothing will
+  // come), or it would wait for ever and block the node's acknowledgements.
+  const uint64_t size = 96 << 20;
+  auto src = job_->client(0).Allocate(size);
+  auto dst = job_->client(1).Allocate(size);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  v1::SubmitRequest refused;
+  auto* ok_move = refused.add_transfers();
+  *ok_move->mutable_source() = On(0, src->id(), 0, 1 << 20);
+  *ok_move->mutable_destination() = On(1, dst->id());
+  ok_move->set_path(v1::MPI);
+  auto* bad_move = refused.add_transfers();
+  *bad_move->mutable_source() = On(0, src->id(), 1 << 20, 1 << 20);
+  *bad_move->mutable_destination() = On(1, "b-missing");
+  bad_move->set_path(v1::MPI);
+  EXPECT_EQ(job_->client(0).Submit(refused).status().code(), StatusCode::kNotFound);
+
+  // A long push, and a second into the same range that queues behind it; the second is
+  // cancelled while queued, then the first.
+  auto first = job_->client(0).Move(On(0, src->id()), On(1, dst->id()), ViaMpi(false));
+  auto second = job_->client(0).Move(On(0, src->id()), On(1, dst->id()), ViaMpi(false));
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status() << second.status();
+  EXPECT_EQ(job_->client(0).GetTransfer(second->id())->state(), v1::QUEUED);
+  for (const auto* t : {&*second, &*first}) {
+    ASSERT_TRUE(job_->client(0).Cancel(t->id()).ok());
+    auto end = job_->client(0).Wait(t->id(), absl::Seconds(10));
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(end->state(), v1::CANCELLED) << end->error_message();
+  }
+  // Nothing waits on rank1: a new push is acknowledged and verified, every hold let go.
+  const std::string data = RandomBytes(3 << 20, 9);
+  ASSERT_TRUE(job_->client(0).Write(Ref(src->id()), data).ok());
+  auto again =
+      job_->client(0).Move(On(0, src->id(), 0, data.size()), On(1, dst->id()), ViaMpi(false));
+  ASSERT_TRUE(again.ok()) << again.status();
+  again = job_->client(0).Wait(again->id(), absl::Seconds(15));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
+  EXPECT_TRUE(*job_->client(1).Read(Ref(dst->id(), 0, data.size())) == data);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (int r : {0, 1}) {
+    auto buffers = job_->client(r).ListBuffers();
+    ASSERT_TRUE(buffers.ok()) << buffers.status();
+    for (const auto& b : *buffers) {
+      while (job_->client(r).GetBuffer(b.id())->active_uses() != 0 && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      EXPECT_EQ(job_->client(r).GetBuffer(b.id())->active_uses(), 0u) << "rank " << r;
+    }
+  }
 }
 
 TEST_F(MpiFailureTest, KilledRankFailsItsMovesAndTheOthersKeepServing) {

@@ -26,7 +26,7 @@ constexpr size_t kMaxPeerBatchItems = 4096;
 
 RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
                     const v1::NodeDescriptor& self, const std::string& transfer_id, bool write,
-                    const v1::PrepareRemoteResponse& response) {
+                    int mpi_tag, const v1::PrepareRemoteResponse& response) {
   RemoteHold hold;
   hold.node = node;
   hold.incarnation = peer.incarnation();
@@ -52,6 +52,7 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
   if (response.stage_pool_index() >= 0 && response.stage_pool_index() < peer.pools_size()) {
     hold.stage_rkey = peer.pools(response.stage_pool_index()).rkey();
   }
+  if (response.mpi_started()) hold.mpi_tag = mpi_tag;
   return hold;
 }
 
@@ -113,6 +114,11 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
       item->set_write(a.write);
       item->set_path(static_cast<v1::Path>(a.path));
       item->set_runner_device(a.local_device);
+      if (a.mpi_tag != 0) {
+        item->set_mpi_from_rank(self.mpi_rank());
+        item->set_mpi_tag(a.mpi_tag);
+        item->set_mpi_chunk(a.mpi_chunk);
+      }
     }
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
@@ -143,7 +149,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
         continue;
       }
       out.push_back(HoldFrom(node, peer->descriptor, self, asks[i].transfer_id, asks[i].write,
-                             r.response()));
+                             asks[i].mpi_tag, r.response()));
     }
   }
   return out;

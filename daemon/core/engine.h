@@ -45,6 +45,9 @@ struct RemoteHold {
   std::string cuda_ipc_handle;
   uint64_t cuda_ipc_offset = 0;
   std::string device_uuid;
+  // Path MPI: the remote node's receiving half started with the hold, under this tag
+  // (0: it was not).
+  int mpi_tag = 0;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -65,6 +68,9 @@ struct RemoteAsk {
   bool write = false;
   PathKind path = PathKind::kAuto;
   bool local_device = false;
+  // Path MPI push: the other node starts receiving with the hold, under this tag (0: no).
+  int mpi_tag = 0;
+  uint64_t mpi_chunk = 0;
 };
 
 // How the scheduler reaches ranges on other nodes; the cluster layer implements it.
@@ -158,6 +164,12 @@ class Engine {
   // True when this engine would stage device memory of this move through host bounce
   // buffers (AUTO prefers an engine that does not).
   virtual bool Stages(const Endpoint& src, const Endpoint& dst) const { return false; }
+  // For a move that asked for this path: may add to the hold request for its remote end
+  // what lets the other node start its half with the hold (saving a round trip).
+  virtual void PrepareAsk(RemoteAsk& ask) {}
+  // The move on `hold` will not run (refused, cancelled before it began): undo what
+  // PrepareAsk had the other node start. Called before the hold is released.
+  virtual void Abandon(const RemoteHold& hold) {}
   // Copies `length` bytes and returns when they are visible in dst. CANCELLED when it
   // stopped early because control.cancelled().
   virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,

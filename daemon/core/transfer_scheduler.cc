@@ -255,6 +255,12 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write,
                                  spec.path,
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
+        // A path asked for by name may have the other node start its half with the hold.
+        if (spec.path != PathKind::kAuto) {
+          for (Engine* e : engines_) {
+            if (e->path() == spec.path) e->PrepareAsk(asks.back());
+          }
+        }
       }
       std::vector<absl::StatusOr<RemoteHold>> held = remote_->PrepareMany(owner, node, asks);
       for (size_t k = 0; k < idx.size(); ++k) {
@@ -345,7 +351,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
       continue;
     }
     // A hold taken on another node is let go when its move is refused after all.
-    if (d.t != nullptr && d.t->remote_hold.has_value()) remote_->Release(*d.t->remote_hold);
+    if (d.t != nullptr && d.t->remote_hold.has_value()) ReleaseUnrun(*d.t->remote_hold);
     out.push_back(d.error);
   }
   return out;
@@ -384,7 +390,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
   absl::Cleanup release_holds = [&] {
     if (committed) return;
     for (auto& t : batch) {
-      if (t->remote_hold.has_value()) remote_->Release(*t->remote_hold);
+      if (t->remote_hold.has_value()) ReleaseUnrun(*t->remote_hold);
     }
   };
   std::vector<absl::StatusOr<std::shared_ptr<Record>>> prepared = PrepareAll(owner, specs);
@@ -495,6 +501,9 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   }
   if (status.ok() && t->cancel_requested) status = absl::CancelledError("cancelled");
   const absl::Time move_start = absl::Now();
+  if (!status.ok() && t->remote_hold.has_value()) {
+    for (Engine* e : engines_) e->Abandon(*t->remote_hold);  // Move will not run.
+  }
   if (status.ok()) {
     Control control(t.get(), options_.rate_limit);
     status = t->engine->Move(t->src, t->dst, t->length, control);
@@ -535,6 +544,11 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
       });
 }
 
+void TransferScheduler::ReleaseUnrun(const RemoteHold& hold) {
+  for (Engine* e : engines_) e->Abandon(hold);
+  remote_->Release(hold);
+}
+
 void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
                                   uint64_t src_hash, uint64_t dst_hash) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
@@ -569,7 +583,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
   t->src_use.Reset();
   t->dst_use.Reset();
-  if (t->remote_hold.has_value() && !t->remote_completed) remote_->Release(*t->remote_hold);
+  if (t->remote_hold.has_value() && !t->remote_completed) ReleaseUnrun(*t->remote_hold);
   for (const std::string& b : {BufferKey(t->source), BufferKey(t->destination)}) {
     auto it = active_by_buffer_.find(b);
     if (it == active_by_buffer_.end()) continue;

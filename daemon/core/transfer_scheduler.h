@@ -147,6 +147,8 @@ class TransferScheduler {
       const std::string& owner, const std::vector<TransferSpec>& specs);
   void WorkerLoop();
   void Run(const std::shared_ptr<Record>& t);
+  // Lets go of a hold whose move never ran (engines first undo what they started there).
+  void ReleaseUnrun(const RemoteHold& hold);
   // The end of a move once its bytes are in (acknowledged when remote): checksums, state.
   void AfterMove(const std::shared_ptr<Record>& t, absl::Status status, uint64_t src_hash,
                  uint64_t dst_hash);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "daemon/common/log.h"
 
 namespace gpumove {
 namespace {
@@ -74,16 +75,20 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   side.local = push ? src : dst;
   side.length = length;
   side.peer = hold.mpi_rank;
-  side.tag = NextTag();
+  // A push whose receiver started with the hold uses the hold's tag and chunk.
+  const bool started = push && hold.mpi_tag != 0;
+  side.tag = started ? hold.mpi_tag : NextTag();
   side.chunk = options_.chunk;
   side.progress = [&control](uint64_t done) {
     control.Progress(done);
     return !control.cancelled();
   };
   if (push) {
-    // The destination posts its receives before we send.
-    absl::Status st = remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/false);
-    if (!st.ok()) return st;
+    // The destination posts its receives before we send (with the hold, or now).
+    if (!started) {
+      absl::Status st = remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/false);
+      if (!st.ok()) return st;
+    }
     return Send(side);
   }
   absl::Status st = Receive(
@@ -94,6 +99,21 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
                                            " stopped sending before the end (see its log)"));
   }
   return st;
+}
+
+void MpiEngine::PrepareAsk(RemoteAsk& ask) {
+  if (!ask.write) return;  // Pulls start the sender once our receives are posted.
+  ask.mpi_tag = NextTag();
+  ask.mpi_chunk = options_.chunk;
+}
+
+void MpiEngine::Abandon(const RemoteHold& hold) {
+  if (hold.mpi_tag == 0 || !hold.write || hold.mpi_rank < 0) return;
+  auto r = mpi_->Wait(mpi_->Isend(nullptr, 0, hold.mpi_rank, hold.mpi_tag));
+  if (!r.ok()) {
+    LOG(WARNING) << "telling rank " << hold.mpi_rank << " that transfer " << hold.transfer_id
+                 << " will not run: " << r.status();
+  }
 }
 
 absl::Status MpiEngine::Send(const Side& side) {
@@ -175,7 +195,8 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
     st = StageIn(
         gpu_, side.local.data, side.local.device, side.length, *ring,
         [&](char* host, uint64_t offset, uint64_t n) -> absl::Status {
-          auto r = mpi_->Wait(mpi_->Irecv(host, n, side.peer, side.tag));
+          auto r =
+              mpi_->Wait(mpi_->Irecv(host, n, side.peer, side.tag, side.patient && offset == 0));
           if (!r.ok()) return r.status();
           if (*r == 0) return absl::AbortedError(kSenderStopped);
           if (*r != n) {
@@ -188,10 +209,13 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
   } else {
     std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, uint64_t>> in_flight;
     uint64_t next = 0;
+    uint64_t done = 0;
     auto post = [&] {
       while (next < side.length && in_flight.size() < static_cast<size_t>(options_.window)) {
         const uint64_t n = std::min(side.chunk, side.length - next);
-        in_flight.emplace_back(mpi_->Irecv(side.local.data + next, n, side.peer, side.tag), n);
+        in_flight.emplace_back(mpi_->Irecv(side.local.data + next, n, side.peer, side.tag,
+                                           side.patient && done == 0),
+                               n);
         next += n;
       }
     };
@@ -205,7 +229,6 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
       cancel_rest();
       return s;
     }
-    uint64_t done = 0;
     while (!in_flight.empty()) {
       auto [op, n] = in_flight.front();
       in_flight.pop_front();
@@ -234,7 +257,8 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
 absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpoint& range,
                                                                      uint64_t length,
                                                                      int runner_rank, int tag,
-                                                                     uint64_t chunk, bool send) {
+                                                                     uint64_t chunk, bool send,
+                                                                     bool patient) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size ||
       runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
@@ -254,6 +278,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
   side.peer = runner_rank;
   side.tag = tag;
   side.chunk = chunk;
+  side.patient = patient;
   side.progress = [p](uint64_t) { return !p->stop_.load(); };
   p->thread_ = std::thread([this, p, side, send] {
     if (send) {

@@ -51,14 +51,21 @@ class MpiEngine : public Engine {
     return (src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice) &&
            !mpi_->world().cuda_aware;
   }
+  // A push's receiver starts with its hold: the tag is chosen here.
+  void PrepareAsk(RemoteAsk& ask) override;
+  // Tells a receiver started with the hold that nothing will come (the stop marker).
+  void Abandon(const RemoteHold& hold) override;
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
 
   // This node's half of a move run by `runner_rank`: sends `range` to it (`send`) or
-  // receives into it. Returns once the first receives are posted.
+  // receives into it. Returns once the first receives are posted. A `patient` receiver
+  // (started with the hold, before the runner's move may run) does not time out before
+  // the first bytes come.
   absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range,
                                                             uint64_t length, int runner_rank,
-                                                            int tag, uint64_t chunk, bool send);
+                                                            int tag, uint64_t chunk, bool send,
+                                                            bool patient = false);
 
   // One side of a move; `progress(done)` false asks to stop.
   struct Side {
@@ -68,6 +75,9 @@ class MpiEngine : public Engine {
     int tag = 0;
     uint64_t chunk = 0;
     std::function<bool(uint64_t)> progress;
+    // A receiver started before its sender may be (with the hold): receives posted before
+    // the first bytes came are not timed out.
+    bool patient = false;
   };
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);

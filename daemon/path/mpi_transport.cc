@@ -35,6 +35,7 @@ struct MpiTransport::Op {
   int tag = 0;
   uint64_t generation = 0;
   absl::Time posted;
+  absl::Duration timeout;
   // Written under mu_ by the MPI thread.
   bool done = false;      // Waiters may return: status/count are final.
   bool finished = false;  // MPI is done with the buffer.
@@ -55,7 +56,9 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void*, uint64_t, int, int) {
   return nullptr;
 }
-std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int) { return nullptr; }
+std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int, bool) {
+  return nullptr;
+}
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&) {
   return absl::UnimplementedError("no MPI");
 }
@@ -246,7 +249,7 @@ void MpiTransport::Loop() {
     // reported failed now and left to MPI.
     const absl::Time now = absl::Now();
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (now - ops[i]->posted < options_.op_timeout) continue;
+      if (now - ops[i]->posted < ops[i]->timeout) continue;
       if (!ops[i]->send) {
         cancel_at(i);
       } else {
@@ -368,7 +371,7 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 }
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
-                                                    int tag) {
+                                                    int tag, absl::Duration timeout) {
   auto op = std::make_shared<Op>();
   op->send = send;
   op->data = data;
@@ -376,6 +379,7 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   op->peer = peer;
   op->tag = tag;
   op->posted = absl::Now();
+  op->timeout = timeout;
   absl::MutexLock lock(&mu_);
   op->generation = peer_generation_[peer];
   if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
@@ -397,11 +401,12 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void* data, uint64_t n, int peer,
                                                      int tag) {
-  return Post(true, const_cast<void*>(data), n, peer, tag);
+  return Post(true, const_cast<void*>(data), n, peer, tag, options_.op_timeout);
 }
 
-std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, int peer, int tag) {
-  return Post(false, data, n, peer, tag);
+std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, int peer, int tag,
+                                                     bool patient) {
+  return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout);
 }
 
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
@@ -414,7 +419,7 @@ absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
     // The loop times operations out itself; this deadline only guards against an MPI call
     // that never returns.
     if (!mu_.AwaitWithDeadline(absl::Condition(&ready),
-                               op->posted + options_.op_timeout + absl::Seconds(10))) {
+                               op->posted + op->timeout + absl::Seconds(10))) {
       failure = absl::UnavailableError(absl::StrCat("MPI made no progress with rank ", op->peer,
                                                     " for ",
                                                     absl::FormatDuration(options_.op_timeout)));

@@ -61,8 +61,10 @@ class MpiTransport {
   // Posts a send of [data, data+n) to `peer` (n may be 0). The bytes must stay put until
   // Wait returns OK.
   std::shared_ptr<Op> Isend(const void* data, uint64_t n, int peer, int tag);
-  // Posts a receive of at most n bytes from `peer` into [data, data+n).
-  std::shared_ptr<Op> Irecv(void* data, uint64_t n, int peer, int tag);
+  // Posts a receive of at most n bytes from `peer` into [data, data+n). A `patient` one
+  // is not timed out (it waits for a sender that may start much later, such as a move
+  // queued behind others; FailPeer still ends it).
+  std::shared_ptr<Op> Irecv(void* data, uint64_t n, int peer, int tag, bool patient = false);
   // Bytes sent or received. UNAVAILABLE when the peer was failed (see FailPeer) or the
   // operation timed out, and the library's error otherwise. A receive that fails is
   // cancelled first, so its buffer is free once this returns.
@@ -83,7 +85,8 @@ class MpiTransport {
   void Loop();
   // Runs fn on the MPI thread and waits for it.
   absl::Status RunOnMpiThread(std::function<absl::Status()> fn);
-  std::shared_ptr<Op> Post(bool send, void* data, uint64_t n, int peer, int tag);
+  std::shared_ptr<Op> Post(bool send, void* data, uint64_t n, int peer, int tag,
+                           absl::Duration timeout);
 
   const MpiOptions options_;
   MpiWorld world_;

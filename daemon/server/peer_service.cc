@@ -33,6 +33,27 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
                            request->transfer_id(), request->owner(), request->range().buffer_id(),
                            request->range().offset(), request->range().length(), may_stage);
   if (!held.ok()) return ToGrpcStatus(held.status());
+  if (request->mpi_tag() != 0) {
+    // An MPI push: its receiving half starts now (what StartMpi would do).
+    v1::StartMpiRequest start;
+    start.set_transfer_id(request->transfer_id());
+    start.set_from_node(request->from_node());
+    start.set_from_rank(request->mpi_from_rank());
+    start.set_tag(request->mpi_tag());
+    start.set_chunk(request->mpi_chunk());
+    start.set_send(false);
+    // Patient: the runner's move may sit in its queue for a while before it sends.
+    grpc::Status st = request->write()
+                          ? StartHalf(start, /*patient=*/true)
+                          : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                         "an MPI half starts with the hold only for a push");
+    if (!st.ok()) {
+      holds_->Complete(request->from_node(), request->transfer_id(), false, /*runner_ok=*/false)
+          .IgnoreError();
+      return st;
+    }
+    response->set_mpi_started(true);
+  }
   const BufferUse& u = *held->use;
   response->set_address(reinterpret_cast<uint64_t>(u.data()));
   response->set_length(u.length());
@@ -135,6 +156,11 @@ namespace gpumove {
 
 grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*, const v1::StartMpiRequest* request,
                                        v1::StartMpiResponse*) {
+  return StartHalf(*request, /*patient=*/false);
+}
+
+grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& r, bool patient) {
+  const v1::StartMpiRequest* request = &r;
   if (mpi_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node ", cluster_->self().node(), " is not an MPI rank"));
@@ -153,7 +179,7 @@ grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*, const v1::StartMpiR
       request->from_node(), request->transfer_id(), [&](const BufferUse& u) {
         return mpi_->StartPassive(Endpoint{u.data(), u.kind(), u.device()}, u.length(),
                                   request->from_rank(), request->tag(), request->chunk(),
-                                  request->send());
+                                  request->send(), patient);
       }));
 }
 

@@ -41,6 +41,9 @@ class PeerServiceImpl final : public v1::PeerService::Service {
                        v1::StopMpiResponse* response) override;
 
  private:
+  // Starts this node's MPI half of a held range (StartMpi, or with the hold).
+  grpc::Status StartHalf(const v1::StartMpiRequest& request, bool patient);
+
   Cluster* const cluster_;
   HoldTable* const holds_;
   MpiEngine* const mpi_;
