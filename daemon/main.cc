@@ -58,6 +58,9 @@ ABSL_FLAG(bool, ucx_direct, true,
           "Moves with peer pools UCX reaches through shared memory (daemons on this host) are "
           "copies by the moving thread through UCX's mapping (ucp_rkey_ptr), not puts and gets "
           "through the progress thread.");
+ABSL_FLAG(int, direct_copy_threads, 0,
+          "Threads one direct copy with a same-host peer is split over; 0: a quarter of the "
+          "CPUs, at most 8.");
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
@@ -142,6 +145,7 @@ int main(int argc, char** argv) {
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
   options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
+  options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   options.mpi = absl::GetFlag(FLAGS_mpi);
   if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {

@@ -172,6 +172,41 @@ TEST_P(MpiTest, ManyConcurrentMoves) {
   for (int i = 0; i < kMoves; ++i) EXPECT_EQ(errors[i], "") << "move " << i;
 }
 
+TEST_P(MpiTest, ManyMovesInOneSubmitVerified) {
+  // Forty pushes and forty pulls between two ranks, each Submit in one piece: the holds
+  // of a Submit go in one batch and every remote half must still get its turn (a staged
+  // half must not sit on bounce buffers while its sender waits behind others).
+  constexpr int kMoves = 40;
+  const uint64_t part = (1 << 20) + 7;
+  auto src = job_->client(0).Allocate(kMoves * part);
+  auto mid = job_->client(1).Allocate(kMoves * part);
+  auto back = job_->client(0).Allocate(kMoves * part);
+  ASSERT_TRUE(src.ok() && mid.ok() && back.ok());
+  const std::string data = RandomBytes(kMoves * part, 77);
+  ASSERT_TRUE(job_->client(0).Write(Ref(src->id()), data).ok());
+  for (bool pull : {false, true}) {
+    SCOPED_TRACE(pull ? "pulls" : "pushes");
+    v1::SubmitRequest batch;
+    batch.set_wait(true);
+    for (int i = 0; i < kMoves; ++i) {
+      auto* t = batch.add_transfers();
+      t->set_path(v1::MPI);
+      t->set_checksum(true);
+      *t->mutable_source() = pull ? On(1, mid->id(), i * part, part) : On(0, src->id(), i * part, part);
+      *t->mutable_destination() = pull ? On(0, back->id(), i * part) : On(1, mid->id(), i * part);
+    }
+    auto r = job_->client(0).Submit(batch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const auto& t : r->transfers()) {
+      auto end = t.state() == v1::SUCCEEDED ? absl::StatusOr<v1::Transfer>(t)
+                                            : job_->client(0).Wait(t.id(), absl::Seconds(60));
+      ASSERT_TRUE(end.ok()) << end.status();
+      EXPECT_EQ(end->state(), v1::SUCCEEDED) << end->error_message();
+    }
+  }
+  EXPECT_TRUE(*job_->client(0).Read(Ref(back->id())) == data);
+}
+
 TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {
   auto a = job_->client(0).Allocate(4096);
   auto b = job_->client(0).Allocate(4096);

@@ -123,7 +123,10 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
     v1::PrepareRemoteBatchResponse response;
+    const absl::Time t0 = absl::Now();
     absl::Status st = FromGrpc(stub->PrepareRemoteBatch(&context, request, &response), node);
+    VLOG(2) << "PrepareRemoteBatch of " << request.items_size() << " to " << node << ": "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
     if (st.ok() && response.results_size() != request.items_size()) {
       st = absl::InternalError(absl::StrCat("node ", node, " answered ", response.results_size(),
                                             " of ", request.items_size(), " holds"));

@@ -1,7 +1,14 @@
 #include "daemon/common/host_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -38,16 +45,85 @@ __attribute__((target("avx2"))) void StreamingCopy(char* dst, const char* src, s
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
-}  // namespace
-
-void HostCopy(void* dst, const void* src, size_t n) {
+void CopyPart(char* dst, const char* src, size_t n, bool streaming) {
 #if defined(__x86_64__)
-  if (n >= kStreamingCopyMin && kHaveAvx2) {
-    StreamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
+  if (streaming && kHaveAvx2) {
+    StreamingCopy(dst, src, n);
     return;
   }
 #endif
   std::memcpy(dst, src, n);
+}
+
+// Helper threads for ParallelHostCopy, started on first use and kept for the process.
+class CopyPool {
+ public:
+  static CopyPool& Get() {
+    static CopyPool* pool = new CopyPool();  // Never destroyed: its threads outlive main.
+    return *pool;
+  }
+  static constexpr int kMaxHelpers = 15;
+
+  void Run(std::function<void()> job) {
+    absl::MutexLock lock(&mu_);
+    jobs_.push_back(std::move(job));
+    if (idle_ == 0 && started_ < kMaxHelpers) {
+      ++started_;
+      std::thread([this] { Loop(); }).detach();
+    }
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> job;
+      {
+        absl::MutexLock lock(&mu_);
+        ++idle_;
+        mu_.Await(absl::Condition(+[](std::deque<std::function<void()>>* q) { return !q->empty(); },
+                                  &jobs_));
+        --idle_;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+void HostCopy(void* dst, const void* src, size_t n) {
+  CopyPart(static_cast<char*>(dst), static_cast<const char*>(src), n, n >= kStreamingCopyMin);
+}
+
+void ParallelHostCopy(void* dst, const void* src, size_t n, int threads) {
+  const size_t parts = std::min<size_t>(std::max(threads, 1), n / kParallelCopyPart);
+  if (parts <= 1) {
+    HostCopy(dst, src, n);
+    return;
+  }
+  const bool streaming = n >= kStreamingCopyMin;
+  // Parts end on 4 KiB boundaries; the last takes the rest.
+  const size_t part = (n / parts) & ~size_t{4095};
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  absl::BlockingCounter helpers(static_cast<int>(parts - 1));
+  for (size_t i = 1; i < parts; ++i) {
+    const size_t off = i * part;
+    const size_t len = i + 1 == parts ? n - off : part;
+    CopyPool::Get().Run([=, &helpers] {
+      CopyPart(d + off, s + off, len, streaming);
+      helpers.DecrementCount();
+    });
+  }
+  CopyPart(d, s, part, streaming);
+  helpers.Wait();
 }
 
 }  // namespace gpumove

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -29,6 +30,30 @@ TEST(HostCopy, CopiesExactlyAtAnyAlignmentAndLength) {
       }
     }
   }
+}
+
+// Split over threads: every part lands, nothing outside the range is touched, for sizes
+// around the part boundaries and odd alignments, and from many callers at once.
+TEST(HostCopy, ParallelCopiesExactlyFromManyCallers) {
+  std::mt19937 rng(12);
+  const size_t max = 9 * kParallelCopyPart + 4099;
+  std::vector<char> src(max + 64);
+  for (auto& c : src) c = static_cast<char>(rng());
+  auto check = [&](size_t n, size_t s_off, size_t d_off, int threads) {
+    std::vector<char> dst(max + 64, 'z');
+    ParallelHostCopy(dst.data() + d_off, src.data() + s_off, n, threads);
+    ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + s_off, n), 0)
+        << n << " " << s_off << " " << d_off << " " << threads;
+    for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], 'z');
+    for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 'z');
+  };
+  for (size_t n : {size_t{0}, size_t{5}, 2 * kParallelCopyPart - 1, 2 * kParallelCopyPart,
+                   3 * kParallelCopyPart + 17, max}) {
+    for (int threads : {1, 2, 3, 8, 64}) check(n, 3, 17, threads);
+  }
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 6; ++i) callers.emplace_back([&, i] { check(max - i * 4096, i, 2 * i, 4); });
+  for (auto& t : callers) t.join();
 }
 
 }  // namespace

@@ -51,6 +51,9 @@ class MpiEngine : public Engine {
     return (src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice) &&
            !mpi_->world().cuda_aware;
   }
+  // Whether this node stages `e` (device memory with a host-only MPI, or every range with
+  // force_staging).
+  bool StagesRange(const Endpoint& e) const { return Staged(e); }
   // A push's receiver starts with its hold: the tag is chosen here.
   void PrepareAsk(RemoteAsk& ask) override;
   // Tells a receiver started with the hold that nothing will come (the stop marker).

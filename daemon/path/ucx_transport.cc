@@ -639,17 +639,19 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
 absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char* mapped,
                                       char* local, uint64_t length,
                                       const std::function<bool(uint64_t)>& progress) {
-  // Slices of one UCX chunk: progress, rate limits and cancel act between them. The peer
-  // sees the bytes once the copy returns (HostCopy fences its streaming stores).
+  // Slices of at least 16 MiB per copying thread (big enough for streaming stores):
+  // progress, rate limits and cancel act between them. The peer sees the bytes once the
+  // copy returns (HostCopy fences its streaming stores).
   const uint64_t generation = impl_->Generation(remote.peer_key);
-  const uint64_t slice = impl_->options.chunk;
+  const int threads = std::max(1, impl_->options.direct_threads);
+  const uint64_t slice = std::max<uint64_t>(impl_->options.chunk, 16 << 20) * threads;
   uint64_t done = 0;
   while (done < length) {
     const uint64_t n = std::min(slice, length - done);
     if (put) {
-      HostCopy(mapped + done, local + done, n);
+      ParallelHostCopy(mapped + done, local + done, n, threads);
     } else {
-      HostCopy(local + done, mapped + done, n);
+      ParallelHostCopy(local + done, mapped + done, n, threads);
     }
     done += n;
     impl_->direct_bytes += n;

@@ -38,6 +38,8 @@ struct UcxOptions {
   // peers on this host, pools in shared memory) are copies on the caller's thread
   // instead of puts and gets through the progress thread.
   bool direct = true;
+  // Threads one direct copy is split over (ParallelHostCopy); 1: the moving thread alone.
+  int direct_threads = 1;
 };
 
 class UcxTransport {

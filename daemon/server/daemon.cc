@@ -5,9 +5,11 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -113,6 +115,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ucx_options.chunk = options.ucx_chunk;
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
+    ucx_options.direct_threads =
+        options.direct_copy_threads > 0
+            ? options.direct_copy_threads
+            : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8);
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
       ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());

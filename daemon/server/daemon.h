@@ -65,6 +65,8 @@ struct DaemonOptions {
   bool ucx_shared_pools = true;
   // Moves with peer pools UCX maps through shared memory are copies on the worker thread.
   bool ucx_direct = true;
+  // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
+  int direct_copy_threads = 0;
   // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
   std::string metrics_listen;
   // MPI: "auto" (when an MPI launcher started us), "on" (fail without it) or "off". As

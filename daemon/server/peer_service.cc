@@ -1,5 +1,6 @@
 #include "daemon/server/peer_service.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/server/convert.h"
@@ -33,8 +34,12 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
                            request->transfer_id(), request->owner(), request->range().buffer_id(),
                            request->range().offset(), request->range().length(), may_stage);
   if (!held.ok()) return ToGrpcStatus(held.status());
-  if (request->mpi_tag() != 0) {
-    // An MPI push: its receiving half starts now (what StartMpi would do).
+  // An MPI push: its receiving half starts now (what StartMpi would do), unless it stages:
+  // a staged half holds bounce buffers while it waits, and many holds of one Submit would
+  // take them all while the runner sends to one of them at a time. The runner then sends
+  // StartMpi when the move runs.
+  if (request->mpi_tag() != 0 && mpi_ != nullptr &&
+      !mpi_->StagesRange(Endpoint{held->use->data(), held->use->kind(), held->use->device()})) {
     v1::StartMpiRequest start;
     start.set_transfer_id(request->transfer_id());
     start.set_from_node(request->from_node());
@@ -114,6 +119,11 @@ grpc::Status PeerServiceImpl::PrepareRemoteBatch(grpc::ServerContext* context,
                                                  const v1::PrepareRemoteBatchRequest* request,
                                                  v1::PrepareRemoteBatchResponse* response) {
   if (grpc::Status st = CheckBatchSize(request->items_size()); !st.ok()) return st;
+  const absl::Time t0 = absl::Now();
+  absl::Cleanup log = [&] {
+    VLOG(2) << "PrepareRemoteBatch of " << request->items_size() << " handled in "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  };
   for (const v1::PrepareRemoteRequest& item : request->items()) {
     v1::PrepareRemoteResult* r = response->add_results();
     grpc::Status st = PrepareRemote(context, &item, r->mutable_response());

@@ -1,7 +1,9 @@
 #include "daemon/server/transfer_service.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/log.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/forward.h"
@@ -98,8 +100,15 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
   const std::string owner = Principal(context);
+  const absl::Time t0 = absl::Now();
   auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait());
   if (!transfers.ok()) return ToGrpcStatus(transfers.status());
+  const absl::Time t1 = absl::Now();
+  absl::Cleanup log = [&] {
+    VLOG(2) << "Submit of " << specs.size() << ": accepted in "
+            << absl::ToDoubleMicroseconds(t1 - t0) << " us, answered after "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  };
   for (TransferSnapshot& t : *transfers) {
     if (request->wait()) {
       auto done = scheduler_->Wait(owner, t.id, *deadline);
