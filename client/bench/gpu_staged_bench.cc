@@ -84,9 +84,11 @@ int Main() {
   for (const auto& p : info->paths()) {
     if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
   }
-  auto a_dev = ca->Allocate(max, v1::DEVICE, 0);
+  // Device buffers of twice the largest move, so that two streams of it have ranges of
+  // their own.
+  auto a_dev = ca->Allocate(2 * max, v1::DEVICE, 0);
   auto a_pin = ca->Allocate(max, v1::PINNED_HOST);
-  auto b_dev = cb->Allocate(max, v1::DEVICE, gpus - 1);
+  auto b_dev = cb->Allocate(2 * max, v1::DEVICE, gpus - 1);
   auto b_pin = cb->Allocate(max, v1::PINNED_HOST);
   auto b_host = cb->Allocate(max, v1::HOST);
   for (auto* r : {&a_dev, &a_pin, &b_dev, &b_pin, &b_host}) {
@@ -110,7 +112,8 @@ int Main() {
     so.per_submit = 8;
     so.duration = absl::Milliseconds(700);
     so.path = v1::UCX;
-    auto stream = StreamThroughput(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, max, so);
+    auto stream =
+        StreamThroughput(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, 2 * max, so);
     if (!stream.ok()) {
       std::cerr << "stream: " << stream.status() << "\n";
       return 1;
