@@ -59,8 +59,8 @@ double RawCopy(Raw& r, uint64_t size, int reps) {
 
 // One table: moves src -> dst on `path` through the client for sizes 4 KiB .. max_size,
 // next to the raw copy `raw`.
-// `capacity`: bytes of src and dst (at least max_size; twice it lets two streams of the
-// largest moves run on ranges of their own).
+// `capacity`: bytes of src and dst (at least max_size; more lets a stream of the largest
+// moves keep several in flight).
 bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v1::Path path,
            Raw& raw, uint64_t max_size, uint64_t capacity, int reps) {
   std::cout << absl::StrFormat("%10s %9s %9s %9s %9s %9s %10s %10s %10s %10s\n", "size", "raw",
@@ -148,7 +148,7 @@ int Main() {
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const int reps = absl::GetFlag(FLAGS_reps);
   auto daemon = DaemonProcess::Start(
-      {absl::StrFormat("--device_pool_size=%d", 2 * max_size + (256 << 20)),
+      {absl::StrFormat("--device_pool_size=%d", 4 * max_size + (256 << 20)),
        absl::StrFormat("--pinned_pool_size=%d", max_size + (64 << 20)), "--host_pool_size=64MiB",
        "--node=gpu-bench", "--copy_threads=4"});
   if (!daemon.ok()) {
@@ -195,8 +195,9 @@ int Main() {
     }
     CHECK_CUDA(cudaSetDevice(issue_dev));
 
-    // GPU to GPU: buffers of twice the largest move (the device pools hold them).
-    const uint64_t capacity = p.src_kind == v1::DEVICE && !dst_host ? 2 * max_size : max_size;
+    // GPU to GPU: buffers of four times the largest move (the device pools hold them), so
+    // that a stream of the largest moves keeps several in flight.
+    const uint64_t capacity = p.src_kind == v1::DEVICE && !dst_host ? 4 * max_size : max_size;
     auto src = client->Allocate(capacity, p.src_kind, std::max(0, p.src_dev));
     auto dst = client->Allocate(capacity, dst_host ? v1::PINNED_HOST : v1::DEVICE,
                                 std::max(0, p.dst_dev));
@@ -217,7 +218,7 @@ int Main() {
   // GPU0 buffer into it, GPU to GPU through the IPC mapping, against the same raw copy.
   if (gpus > 1) {
     auto b_daemon = DaemonProcess::Start(
-        {absl::StrFormat("--device_pool_size=%d", 2 * max_size + (256 << 20)), "--gpus=1",
+        {absl::StrFormat("--device_pool_size=%d", 4 * max_size + (256 << 20)), "--gpus=1",
          "--host_pool_size=64MiB", "--node=gpu-bench-b", "--peers=" + (*daemon)->address()});
     if (!b_daemon.ok()) {
       std::cerr << b_daemon.status() << "\n";
@@ -233,8 +234,8 @@ int Main() {
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaMalloc(&raw.a, max_size));
     CHECK_CUDA(cudaStreamCreateWithFlags(&raw.s, cudaStreamNonBlocking));
-    auto src = client->Allocate(2 * max_size, v1::DEVICE, 0);
-    auto dst = b_client->Allocate(2 * max_size, v1::DEVICE, 1);
+    auto src = client->Allocate(4 * max_size, v1::DEVICE, 0);
+    auto dst = b_client->Allocate(4 * max_size, v1::DEVICE, 1);
     if (!src.ok() || !dst.ok()) {
       std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
       return 1;
@@ -243,7 +244,7 @@ int Main() {
     to.set_node("gpu-bench-b");
     std::cout << "\nGPU0 (gpu-bench) -> GPU1 (gpu-bench-b) (path CUDA_IPC between two daemons; "
                  "raw = cudaMemcpyAsync GPU0 -> GPU1 in one process)\n";
-    if (!Sweep(*client, Ref(src->id()), to, v1::CUDA_IPC, raw, max_size, 2 * max_size, reps)) {
+    if (!Sweep(*client, Ref(src->id()), to, v1::CUDA_IPC, raw, max_size, 4 * max_size, reps)) {
       return 1;
     }
   }

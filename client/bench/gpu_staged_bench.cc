@@ -58,7 +58,7 @@ v1::BufferRef On(const std::string& node, const std::string& id) {
 int Main() {
   const uint64_t max = absl::GetFlag(FLAGS_max_size).bytes;
   const int reps = absl::GetFlag(FLAGS_reps);
-  const std::string pools = absl::StrFormat("--device_pool_size=%d", 2 * max + (64 << 20));
+  const std::string pools = absl::StrFormat("--device_pool_size=%d", 4 * max + (64 << 20));
   const std::string pinned = absl::StrFormat("--pinned_pool_size=%d", 2 * max + (128 << 20));
   auto a = DaemonProcess::Start({"--node=stage-a", pools, pinned, "--host_pool_size=64MiB"});
   if (!a.ok()) {
@@ -84,11 +84,11 @@ int Main() {
   for (const auto& p : info->paths()) {
     if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
   }
-  // Device buffers of twice the largest move, so that two streams of it have ranges of
-  // their own.
-  auto a_dev = ca->Allocate(2 * max, v1::DEVICE, 0);
+  // Device buffers of four times the largest move, so that a stream of it keeps several
+  // in flight.
+  auto a_dev = ca->Allocate(4 * max, v1::DEVICE, 0);
   auto a_pin = ca->Allocate(max, v1::PINNED_HOST);
-  auto b_dev = cb->Allocate(2 * max, v1::DEVICE, gpus - 1);
+  auto b_dev = cb->Allocate(4 * max, v1::DEVICE, gpus - 1);
   auto b_pin = cb->Allocate(max, v1::PINNED_HOST);
   auto b_host = cb->Allocate(max, v1::HOST);
   for (auto* r : {&a_dev, &a_pin, &b_dev, &b_pin, &b_host}) {
@@ -113,7 +113,7 @@ int Main() {
     so.duration = absl::Milliseconds(700);
     so.path = v1::UCX;
     auto stream =
-        StreamThroughput(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, 2 * max, so);
+        StreamThroughput(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, 4 * max, so);
     if (!stream.ok()) {
       std::cerr << "stream: " << stream.status() << "\n";
       return 1;
