@@ -33,23 +33,56 @@ v1::BufferRef On(const Node& n, const std::string& id, uint64_t offset = 0, uint
   return r;
 }
 
+// Moves `size` random bytes from a buffer on `f` (at offset 16) into one on `t` (at
+// offset 8, between bytes that must stay), submitted to `runner`, over UCX with a
+// checksum; checks them by reading back, then releases both buffers. Seeds from `seed`.
+void MoveVerified(Node& f, Node& t, Node& runner, uint64_t size, v1::MemoryKind src_kind,
+                  v1::MemoryKind dst_kind, uint64_t& seed) {
+  auto src = f.client->Allocate(size + 16, src_kind);
+  auto dst = t.client->Allocate(size + 32, dst_kind);
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  const std::string data = RandomBytes(size + 16, seed++);
+  const std::string before = RandomBytes(size + 32, seed++);
+  ASSERT_TRUE(f.client->Write(Ref(src->id()), data).ok());
+  ASSERT_TRUE(t.client->Write(Ref(dst->id()), before).ok());
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = runner.client->Move(On(f, src->id(), 16, size), On(t, dst->id(), 8), o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_EQ(moved->path(), v1::UCX);
+  EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
+  const std::string after = *t.client->Read(Ref(dst->id()));
+  EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
+  EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
+  EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
+  // Both ends let go of their buffers once the move is over.
+  ASSERT_TRUE(f.client->Release(src->id()).ok());
+  ASSERT_TRUE(t.client->Release(dst->id()).ok());
+}
+
+// Starts node `name` with `flags` (fast heartbeats added), joining through `join` (an
+// address; empty for the first node).
+Node LaunchNode(const std::string& name, const std::string& join, std::vector<std::string> flags) {
+  // First, so that `flags` may override them.
+  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms"});
+  if (!join.empty()) flags.push_back("--peers=" + join);
+  Node n;
+  n.name = name;
+  auto p = DaemonProcess::Start(flags);
+  EXPECT_TRUE(p.ok()) << p.status();
+  n.process = *std::move(p);
+  n.client = *Client::Connect(n.process->address());
+  return n;
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
-  // Starts a node that joins through `join` (an address; empty for the first node).
   static Node StartNode(const std::string& name, const std::string& join,
                         std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--node=" + name, "--host_pool_size=768MiB",
-                                      "--pinned_pool_size=64MiB", "--heartbeat=100ms",
-                                      "--peer_timeout=1500ms"};
-    if (!join.empty()) flags.push_back("--peers=" + join);
+    std::vector<std::string> flags = {"--host_pool_size=768MiB", "--pinned_pool_size=64MiB"};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    Node n;
-    n.name = name;
-    auto p = DaemonProcess::Start(flags);
-    EXPECT_TRUE(p.ok()) << p.status();
-    n.process = *std::move(p);
-    n.client = *Client::Connect(n.process->address());
-    return n;
+    return LaunchNode(name, join, flags);
   }
 
   // Waits until every node sees `want` peers up.
@@ -128,27 +161,8 @@ TEST_F(ClusterTest, EveryDirectionEveryWayVerified) {
         Node& t = nodes_[to];
         SCOPED_TRACE(absl::StrCat(f.name, " -> ", t.name, " ", size, " bytes, submitted at ",
                                   nodes_[submit_at].name));
-        auto src = f.client->Allocate(size + 16, src_kind);
-        auto dst = t.client->Allocate(size + 32, dst_kind);
-        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
-        const std::string data = RandomBytes(size + 16, seed++);
-        const std::string before = RandomBytes(size + 32, seed++);
-        ASSERT_TRUE(f.client->Write(Ref(src->id()), data).ok());
-        ASSERT_TRUE(t.client->Write(Ref(dst->id()), before).ok());
-        MoveOptions o;
-        o.checksum = true;
-        auto moved = nodes_[submit_at].client->Move(On(f, src->id(), 16, size), On(t, dst->id(), 8), o);
-        ASSERT_TRUE(moved.ok()) << moved.status();
-        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-        EXPECT_EQ(moved->path(), v1::UCX);
-        EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
-        const std::string after = *t.client->Read(Ref(dst->id()));
-        EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
-        EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
-        EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
-        // Both ends let go of their buffers once the move is over.
-        ASSERT_TRUE(f.client->Release(src->id()).ok());
-        ASSERT_TRUE(t.client->Release(dst->id()).ok());
+        MoveVerified(f, t, nodes_[submit_at], size, src_kind, dst_kind, seed);
+        if (HasFatalFailure()) return;
       }
     }
   }
@@ -277,19 +291,11 @@ class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
  protected:
   Node Start(const std::string& name, const std::string& join,
              std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--node=" + name, "--host_pool_size=256MiB",
-                                      "--pinned_pool_size=64MiB", "--heartbeat=100ms",
-                                      "--peer_timeout=1500ms", "--metrics_listen=127.0.0.1:0"};
-    if (!join.empty()) flags.push_back("--peers=" + join);
+    std::vector<std::string> flags = {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB",
+                                      "--metrics_listen=127.0.0.1:0"};
     for (const std::string& f : GetParam().flags) flags.push_back(f);
     flags.insert(flags.end(), extra.begin(), extra.end());
-    Node n;
-    n.name = name;
-    auto p = DaemonProcess::Start(flags);
-    EXPECT_TRUE(p.ok()) << p.status();
-    n.process = *std::move(p);
-    n.client = *Client::Connect(n.process->address());
-    return n;
+    return LaunchNode(name, join, flags);
   }
 
   static void AwaitPeersUp(const Node& n, size_t want) {
@@ -337,27 +343,10 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
         Node& f = a_to_b ? a : b;
         Node& t = a_to_b ? b : a;
         SCOPED_TRACE(absl::StrCat(f.name, " -> ", t.name, " ", size, pull ? " pull" : " push"));
-        auto src = f.client->Allocate(size + 16, seed % 2 ? v1::HOST : v1::PINNED_HOST);
-        auto dst = t.client->Allocate(size + 32, seed % 2 ? v1::PINNED_HOST : v1::HOST);
-        ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
-        const std::string data = RandomBytes(size + 16, seed++);
-        const std::string before = RandomBytes(size + 32, seed++);
-        ASSERT_TRUE(f.client->Write(Ref(src->id()), data).ok());
-        ASSERT_TRUE(t.client->Write(Ref(dst->id()), before).ok());
-        MoveOptions o;
-        o.checksum = true;
-        Node& runner = pull ? t : f;
-        auto moved = runner.client->Move(On(f, src->id(), 16, size), On(t, dst->id(), 8), o);
-        ASSERT_TRUE(moved.ok()) << moved.status();
-        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-        EXPECT_EQ(moved->path(), v1::UCX);
-        EXPECT_EQ(moved->source_xxh3(), moved->destination_xxh3());
-        const std::string after = *t.client->Read(Ref(dst->id()));
-        EXPECT_TRUE(after.substr(0, 8) == before.substr(0, 8));
-        EXPECT_TRUE(after.substr(8, size) == data.substr(16, size));
-        EXPECT_TRUE(after.substr(8 + size) == before.substr(8 + size));
-        ASSERT_TRUE(f.client->Release(src->id()).ok());
-        ASSERT_TRUE(t.client->Release(dst->id()).ok());
+        const bool odd = seed % 2;
+        MoveVerified(f, t, pull ? t : f, size, odd ? v1::HOST : v1::PINNED_HOST,
+                     odd ? v1::PINNED_HOST : v1::HOST, seed);
+        if (HasFatalFailure()) return;
         moved_bytes += size;
       }
     }

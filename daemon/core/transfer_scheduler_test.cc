@@ -504,33 +504,56 @@ class RemoteCopyEngine : public Engine {
   std::atomic<int> moves_{0};
 };
 
-TEST(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBlockWorkers) {
-  auto gpu = GpuRuntime::CreateHostOnly("test");
-  PoolSizes sizes;
-  sizes.host = 16 << 20;
-  sizes.pinned = 0;
-  auto pools = *PoolSet::Create(sizes, {}, gpu.get());
-  BufferRegistry registry(pools.get(), absl::ZeroDuration());
-  FakeRemote remote;
-  RemoteCopyEngine engine;
-  SchedulerOptions options;
-  options.node = "n1";
-  options.workers = 2;
-  options.inline_max_bytes = 0;
-  TransferScheduler sched(options, &registry, {&engine},
-                          [](const Endpoint&, uint64_t) -> absl::StatusOr<uint64_t> { return 0; },
-                          &remote);
+// A scheduler on node n1 whose other nodes are a FakeRemote.
+class SchedulerRemoteTest : public ::testing::Test {
+ protected:
+  SchedulerRemoteTest() {
+    PoolSizes sizes;
+    sizes.host = 16 << 20;
+    sizes.pinned = 0;
+    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+  }
+  TransferScheduler& Start(int workers) {
+    SchedulerOptions options;
+    options.node = "n1";
+    options.workers = workers;
+    options.inline_max_bytes = 0;
+    sched_ = std::make_unique<TransferScheduler>(
+        options, registry_.get(), std::vector<Engine*>{&engine_},
+        [](const Endpoint&, uint64_t) -> absl::StatusOr<uint64_t> { return 0; }, &remote_);
+    return *sched_;
+  }
+  BufferInfo Local(uint64_t size) {
+    AllocateOptions o;
+    o.size = size;
+    o.owner = "me";
+    return *registry_->Allocate(o);
+  }
+
+  std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  FakeRemote remote_;
+  RemoteCopyEngine engine_;
+  std::unique_ptr<TransferScheduler> sched_;  // Last: stopped before the rest.
+};
+
+TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBlockWorkers) {
+  TransferScheduler& sched = Start(/*workers=*/2);
+  BufferRegistry& registry = *registry_;
+  FakeRemote& remote = remote_;
+  RemoteCopyEngine& engine = engine_;
   AllocateOptions o;
   o.size = 64 << 10;
-  o.owner = "me";
-  BufferInfo local = *registry.Allocate(o);
+  BufferInfo local = Local(o.size);
   {
     auto use = registry.Acquire("me", local.id, 0, 0);
     for (uint64_t i = 0; i < o.size; ++i) use->data()[i] = static_cast<char>(i * 7);
   }
   remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
   remote.AddBuffer("n3", "b-src", std::string(64 << 10, 'y'));
-  BufferInfo pulled = *registry.Allocate(o);
+  BufferInfo pulled = Local(o.size);
 
   // Eight pushes to n2 and three pulls from n3 in one Submit.
   std::vector<TransferSpec> specs;
@@ -580,24 +603,11 @@ TEST(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBlockW
   EXPECT_EQ(std::string(got->data(), 3000), std::string(3000, 'y'));
 }
 
-TEST(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {
-  auto gpu = GpuRuntime::CreateHostOnly("test");
-  PoolSizes sizes;
-  sizes.host = 16 << 20;
-  sizes.pinned = 0;
-  auto pools = *PoolSet::Create(sizes, {}, gpu.get());
-  BufferRegistry registry(pools.get(), absl::ZeroDuration());
-  FakeRemote remote;
-  RemoteCopyEngine engine;
-  SchedulerOptions options;
-  options.node = "n1";
-  TransferScheduler sched(options, &registry, {&engine},
-                          [](const Endpoint&, uint64_t) -> absl::StatusOr<uint64_t> { return 0; },
-                          &remote);
-  AllocateOptions o;
-  o.size = 64 << 10;
-  o.owner = "me";
-  BufferInfo local = *registry.Allocate(o);
+TEST_F(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {
+  TransferScheduler& sched = Start(/*workers=*/4);
+  BufferRegistry& registry = *registry_;
+  FakeRemote& remote = remote_;
+  BufferInfo local = Local(64 << 10);
   remote.AddBuffer("n2", "b-dst", std::string(8192, 'x'));
   std::vector<TransferSpec> specs(3);
   specs[0].source = {"", local.id, 0, 4096};
