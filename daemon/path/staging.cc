@@ -1,8 +1,11 @@
 #include "daemon/path/staging.h"
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -62,6 +65,28 @@ class Pipeline {
     absl::MutexLock lock(&mu_);
     ++drained_;
   }
+  // Several consumers: claims the next chunk to drain, in order; false when there is none
+  // left or the pipeline stopped.
+  bool Claim(uint64_t chunks, uint64_t* k) {
+    absl::MutexLock lock(&mu_);
+    if (stop_ || next_ >= chunks) return false;
+    *k = next_++;
+    return true;
+  }
+  // Chunk k is drained; the drained count moves over every chunk done in a row.
+  void DrainedChunk(uint64_t k) {
+    absl::MutexLock lock(&mu_);
+    done_.insert(k);
+    while (done_.erase(drained_) > 0) ++drained_;
+  }
+  // Waits until more than `seen` chunks are drained in a row, or the pipeline stopped;
+  // returns how many are.
+  uint64_t AwaitDrainedPast(uint64_t seen) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || drained_ > seen; };
+    mu_.Await(absl::Condition(&ready));
+    return drained_;
+  }
   // Ends the pipeline with `status` (the first error wins); both sides stop waiting.
   void Stop(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -78,6 +103,8 @@ class Pipeline {
   absl::Mutex mu_;
   uint64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t drained_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;          // Next chunk to claim.
+  absl::flat_hash_set<uint64_t> done_ ABSL_GUARDED_BY(mu_);  // Drained out of order.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -85,7 +112,7 @@ class Pipeline {
 }  // namespace
 
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
-                       const StageStep& consume, const StageProgress& progress) {
+                       const StageStep& consume, const StageProgress& progress, int consumers) {
   const uint64_t chunks = (length + chunk - 1) / chunk;
   Pipeline pipe(slots);
   std::thread producer([&] {
@@ -100,23 +127,59 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
       pipe.Filled();
     }
   });
-  for (uint64_t k = 0; k < chunks; ++k) {
-    if (!pipe.AwaitFilled(k)) break;
-    const uint64_t offset = k * chunk;
-    const uint64_t n = std::min(chunk, length - offset);
-    absl::Status st = consume(k % slots, offset, n);
-    if (!st.ok()) {
-      pipe.Stop(st);
-      break;
+  if (consumers <= 1 || chunks <= 1) {
+    for (uint64_t k = 0; k < chunks; ++k) {
+      if (!pipe.AwaitFilled(k)) break;
+      const uint64_t offset = k * chunk;
+      const uint64_t n = std::min(chunk, length - offset);
+      absl::Status st = consume(k % slots, offset, n);
+      if (!st.ok()) {
+        pipe.Stop(st);
+        break;
+      }
+      pipe.Drained();
+      if (progress && !progress(offset + n) && offset + n < length) {
+        pipe.Stop(absl::CancelledError("cancelled"));
+        break;
+      }
     }
-    pipe.Drained();
-    if (progress && !progress(offset + n) && offset + n < length) {
+    pipe.Stop(absl::OkStatus());
+    producer.join();
+    return pipe.status();
+  }
+  // Several consumers (never more than the slots can keep busy); this thread reports
+  // progress and cancels.
+  std::vector<std::thread> drainers;
+  const int n_consumers = static_cast<int>(std::min<uint64_t>(
+      {static_cast<uint64_t>(consumers), static_cast<uint64_t>(slots), chunks}));
+  for (int i = 0; i < n_consumers; ++i) {
+    drainers.emplace_back([&] {
+      uint64_t k = 0;
+      while (pipe.Claim(chunks, &k)) {
+        if (!pipe.AwaitFilled(k)) return;
+        const uint64_t offset = k * chunk;
+        absl::Status st = consume(k % slots, offset, std::min(chunk, length - offset));
+        if (!st.ok()) {
+          pipe.Stop(st);
+          return;
+        }
+        pipe.DrainedChunk(k);
+      }
+    });
+  }
+  for (uint64_t seen = 0; seen < chunks;) {
+    const uint64_t drained = pipe.AwaitDrainedPast(seen);
+    if (drained == seen) break;  // Stopped.
+    seen = drained;
+    const uint64_t bytes = std::min(length, seen * chunk);
+    if (progress && !progress(bytes) && bytes < length) {
       pipe.Stop(absl::CancelledError("cancelled"));
       break;
     }
   }
   pipe.Stop(absl::OkStatus());
   producer.join();
+  for (auto& t : drainers) t.join();
   return pipe.status();
 }
 

@@ -52,10 +52,14 @@ using StageProgress = std::function<bool(uint64_t done)>;
 // The ring itself: `produce(slot, offset, n)` runs on a helper thread and fills slot
 // `slot` with chunk [offset, offset+n); `consume(slot, offset, n)` runs on the calling
 // thread and drains it; a slot is reused only after it was drained. Chunks are `chunk`
-// bytes, `slots` at most in flight.
+// bytes, `slots` at most in flight. With `consumers` > 1 that many helper threads drain
+// chunks at once (claimed in order; for a consume step that is mostly waiting, such as a
+// round trip to another node), and progress counts the chunks drained in a row from the
+// start.
 using StageStep = std::function<absl::Status(size_t slot, uint64_t offset, uint64_t n)>;
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
-                       const StageStep& consume, const StageProgress& progress);
+                       const StageStep& consume, const StageProgress& progress,
+                       int consumers = 1);
 
 // device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
 // standing in for a GPU).

@@ -1,10 +1,12 @@
 #include "daemon/path/staging.h"
 
 #include <cstring>
+#include <atomic>
 #include <random>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace gpumove {
@@ -111,6 +113,65 @@ TEST_F(StagingTest, WireErrorsAndCancelStopTheMove) {
       [&](uint64_t) { return ++calls < 2; });
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(dst.back(), 0);
+}
+
+// Several consumers: every chunk is drained once, from the slot it was filled into and
+// while that slot still holds it; progress only ever reports chunks drained in a row;
+// a failed consume and a cancel stop the move with every helper joined.
+TEST_F(StagingTest, ParallelConsumersDrainEveryChunkOnceInItsSlot) {
+  const uint64_t chunk = 64 << 10;
+  const size_t slots = 4;
+  const uint64_t length = src_.size();
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  std::vector<std::vector<char>> ring(slots, std::vector<char>(chunk));
+  std::vector<char> dst(length, 0);
+  absl::Mutex mu;
+  std::vector<int> drained(chunks, 0);
+  std::mt19937 rng(5);
+  auto produce = [&](size_t slot, uint64_t offset, uint64_t n) {
+    std::memcpy(ring[slot].data(), src_.data() + offset, n);
+    return absl::OkStatus();
+  };
+  auto consume = [&](size_t slot, uint64_t offset, uint64_t n) {
+    int wait_us;
+    {
+      absl::MutexLock lock(&mu);
+      wait_us = static_cast<int>(rng() % 3000);
+      ++drained[offset / chunk];
+    }
+    absl::SleepFor(absl::Microseconds(wait_us));  // Out of order on purpose.
+    std::memcpy(dst.data() + offset, ring[slot].data(), n);
+    return absl::OkStatus();
+  };
+  std::vector<uint64_t> progress;
+  absl::Status st = RunStaged(
+      length, chunk, slots, produce, consume,
+      [&](uint64_t done) {
+        progress.push_back(done);
+        return true;
+      },
+      /*consumers=*/3);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(dst, src_);
+  for (uint64_t k = 0; k < chunks; ++k) EXPECT_EQ(drained[k], 1) << "chunk " << k;
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.back(), length);
+  for (size_t i = 1; i < progress.size(); ++i) EXPECT_GT(progress[i], progress[i - 1]);
+
+  // A consume that fails stops the move with its error.
+  std::atomic<int> calls{0};
+  st = RunStaged(
+      length, chunk, slots, produce,
+      [&](size_t, uint64_t offset, uint64_t) {
+        ++calls;
+        return offset == 3 * chunk ? absl::UnavailableError("peer gone") : absl::OkStatus();
+      },
+      nullptr, 3);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_LT(calls.load(), static_cast<int>(chunks));
+  // A cancel stops it too.
+  st = RunStaged(length, chunk, slots, produce, consume, [](uint64_t done) { return false; }, 3);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
 }
 
 TEST_F(StagingTest, RingTakesWhatThePoolHasAndGivesItBack) {

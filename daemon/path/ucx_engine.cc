@@ -1,5 +1,6 @@
 #include "daemon/path/ucx_engine.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -121,7 +122,8 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
         [&](size_t slot, uint64_t offset, uint64_t n) {
           return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/true);
         },
-        progress);
+        // The remote copies are round trips: several at once, one slot kept for filling.
+        progress, std::max<int>(1, static_cast<int>(slots) - 1));
   }
   return RunStaged(
       length, chunk, slots,
