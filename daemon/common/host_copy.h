@@ -22,7 +22,7 @@ inline constexpr size_t kStreamingCopyMin = 8 << 20;
 // Streaming stores as for a HostCopy of all n bytes. Returns when every part is done.
 void ParallelHostCopy(void* dst, const void* src, size_t n, int threads);
 
-inline constexpr size_t kParallelCopyPart = 2 << 20;
+inline constexpr size_t kParallelCopyPart = 512 << 10;
 
 }  // namespace gpumove
 
