@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -88,6 +89,7 @@ struct UcxTransport::Impl {
   // By peer key + '\0' + packed rkey; null: that pool is not reachable directly.
   absl::flat_hash_map<std::string, std::shared_ptr<Direct>> direct ABSL_GUARDED_BY(direct_mu);
   std::atomic<uint64_t> direct_bytes{0};
+  int prefaulting ABSL_GUARDED_BY(direct_mu) = 0;  // Prefault helpers still running.
 
   // Times each peer key was forgotten: a move that began before a Forget must not carry
   // on over the endpoint made after it.
@@ -150,7 +152,9 @@ struct UcxTransport::Impl {
     }
     // First move to this peer pool: unpack its key and ask UCX for a local pointer.
     std::shared_ptr<Direct> found;
+    std::shared_ptr<Direct> fresh;
     const uint64_t generation = Generation(r.peer_key);
+    bool inserted = false;
     Call([&] {
       Peer* peer = GetPeer(r);
       if (peer->failed || peer->ep == nullptr || peer->generation > generation) return;
@@ -168,15 +172,51 @@ struct UcxTransport::Impl {
       d->rkey = rkey;
       d->delta = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(r.address);
       absl::MutexLock lock(&direct_mu);
-      auto [it, inserted] = direct.emplace(key, d);
+      auto [it, added] = direct.emplace(key, d);
+      inserted = added;
       if (!inserted) {
         ucp_rkey_destroy(rkey);  // Another move got there first.
         d = it->second;
       }
       if (d != nullptr) ++d->users;
+      if (inserted) fresh = d;
       found = d;
     });
+    if (fresh != nullptr) Prefault(fresh, reinterpret_cast<char*>(r.address + fresh->delta));
     return found;
+  }
+
+  // Maps every page of a peer segment just attached, on a helper thread: otherwise the
+  // first moves into it fault page by page (measured: 256 MiB at 2 GB/s instead of 17).
+  // The helper holds the mapping in use meanwhile; the destructor waits for it.
+  void Prefault(const std::shared_ptr<Direct>& d, char* inside) {
+    uintptr_t lo = 0, hi = 0;
+    {
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      const auto at = reinterpret_cast<uintptr_t>(inside);
+      while (std::getline(maps, line)) {
+        uintptr_t a = 0, b = 0;
+        if (sscanf(line.c_str(), "%lx-%lx", &a, &b) == 2 && a <= at && at < b) {
+          lo = a;
+          hi = b;
+          break;
+        }
+      }
+    }
+    if (hi <= lo) return;
+    {
+      absl::MutexLock lock(&direct_mu);
+      ++d->users;
+      ++prefaulting;
+    }
+    std::thread([this, d, lo, hi] {
+      // Kernels before 5.14 refuse MADV_POPULATE_WRITE; the pages then fault on use.
+      madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+      ReleaseDirect(d);
+      absl::MutexLock lock(&direct_mu);
+      --prefaulting;
+    }).detach();
   }
 
   void ReleaseDirect(const std::shared_ptr<Direct>& d) {
@@ -443,6 +483,13 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
 }
 
 UcxTransport::~UcxTransport() {
+  {
+    absl::MutexLock lock(&impl_->direct_mu);
+    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(impl_->direct_mu) {
+      return impl_->prefaulting == 0;
+    };
+    impl_->direct_mu.Await(absl::Condition(&done));
+  }
   impl_->Call([this] {
     for (auto& [key, peer] : impl_->peers) {
       impl_->ForgetDirect(key);
