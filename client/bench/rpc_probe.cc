@@ -5,6 +5,8 @@
 //   bazel run //client/bench:rpc_probe
 #include <grpcpp/ext/channelz_service_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -80,7 +82,8 @@ double RoundTrips(bench::Echo::Stub& stub, int n) {
 int Main() {
   int fds[2];
   if (pipe(fds) != 0) return 1;
-  if (fork() == 0) {  // The echo server, before this process has any gRPC state.
+  const pid_t echo_pid = fork();
+  if (echo_pid == 0) {  // The echo server, before this process has any gRPC state.
     EchoService echo;
     std::unique_ptr<grpc::Server> server;
     const std::string address = Serve(&echo, false, &server);
@@ -109,6 +112,8 @@ int Main() {
   absl::MutexLock lock(&local.mu);
   std::cout << "D inside a handler of this process " << Median(local.nested) << "  (outer call "
             << outer << ")" << std::endl;
+  kill(echo_pid, SIGKILL);  // It holds our stdout too: a pipe reader would wait for it.
+  waitpid(echo_pid, nullptr, 0);
   _exit(0);
 }
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -85,9 +86,14 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
   argv.push_back(nullptr);
   const std::string log = d->dir_ + "/gpumoved.log";
 
+  const pid_t parent = getpid();
+
   d->pid_ = fork();
   if (d->pid_ < 0) return absl::InternalError("fork failed");
   if (d->pid_ == 0) {
+    // A test that dies (a crash, a timeout) takes the daemon with it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
     if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
     execv(binary.c_str(), argv.data());
     _exit(127);

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,10 +72,14 @@ absl::StatusOr<std::unique_ptr<MpiJob>> MpiJob::Start(int ranks, const MpiLaunch
   args.insert(args.end(), launch.daemon_flags.begin(), launch.daemon_flags.end());
   args.insert(args.end(), flags.begin(), flags.end());
   job->log_ = job->dir_ + "/job.log";
+  const pid_t parent = getpid();
   job->pid_ = fork();
   if (job->pid_ < 0) return absl::InternalError("fork failed");
   if (job->pid_ == 0) {
     setpgid(0, 0);
+    // A test that dies (a crash, a timeout) takes mpirun (it then stops its ranks) with it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(125);
     if (freopen(job->log_.c_str(), "w", stdout) == nullptr) _exit(126);
     dup2(fileno(stdout), fileno(stderr));
     std::vector<char*> argv;
