@@ -248,30 +248,30 @@ void ClusterRemoteRanges::DrainLoop(const std::string& node, Acker* a) {
 void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingAck>& batch) {
   const absl::Time t0 = absl::Now();
   auto peer = cluster_->Find(node);
+  // Those for an incarnation that is gone end here; the rest go in batches.
   std::vector<PendingAck*> sent;
-  v1::CompleteRemoteBatchRequest request;
-  const std::string self = cluster_->self().node();
   for (PendingAck& p : batch) {
     if (!peer.ok()) {
       p.done(peer.status());
-      continue;
-    }
-    if (peer->descriptor.incarnation() != p.hold.incarnation) {
+    } else if (peer->descriptor.incarnation() != p.hold.incarnation) {
       p.done(absl::UnavailableError(absl::StrCat("node ", node, " restarted during the move")));
-      continue;
+    } else {
+      sent.push_back(&p);
     }
-    v1::CompleteRemoteRequest* item = request.add_items();
-    item->set_transfer_id(p.hold.transfer_id);
-    item->set_from_node(self);
-    item->set_code(static_cast<int32_t>(p.outcome.code()));
-    item->set_message(std::string(p.outcome.message()));
-    item->set_checksum(p.checksum && p.outcome.ok());
-    sent.push_back(&p);
   }
+  const std::string self = cluster_->self().node();
   for (size_t first = 0; first < sent.size(); first += kMaxPeerBatchItems) {
     const size_t last = std::min(sent.size(), first + kMaxPeerBatchItems);
     v1::CompleteRemoteBatchRequest part;
-    for (size_t i = first; i < last; ++i) *part.add_items() = request.items(static_cast<int>(i));
+    for (size_t i = first; i < last; ++i) {
+      const PendingAck& p = *sent[i];
+      v1::CompleteRemoteRequest* item = part.add_items();
+      item->set_transfer_id(p.hold.transfer_id);
+      item->set_from_node(self);
+      item->set_code(static_cast<int32_t>(p.outcome.code()));
+      item->set_message(std::string(p.outcome.message()));
+      item->set_checksum(p.checksum && p.outcome.ok());
+    }
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
     v1::CompleteRemoteBatchResponse response;

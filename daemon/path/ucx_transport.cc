@@ -8,9 +8,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <cstdlib>
 #include <deque>
 #include <thread>
 #include <vector>
@@ -30,6 +30,18 @@ namespace {
 
 absl::Status UcxError(ucs_status_t status, absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(status)));
+}
+
+// This process's mapping that holds `address`: its bounds and its /proc/self/maps line
+// (which names what backs it). False when none does.
+bool FindMapping(uintptr_t address, uintptr_t* lo, uintptr_t* hi, std::string* line) {
+  std::ifstream maps("/proc/self/maps");
+  while (std::getline(maps, *line)) {
+    if (sscanf(line->c_str(), "%lx-%lx", lo, hi) == 2 && *lo <= address && address < *hi) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -68,7 +80,6 @@ struct UcxTransport::Impl {
   // or out of it are plain copies on the caller's thread, through this process's mapping
   // of the peer's segment. The rkey (and so the mapping) lives while copies use it.
   struct Direct {
-    std::string peer_key;
     ucp_rkey_h rkey = nullptr;
     intptr_t delta = 0;  // Local address minus remote address.
     int users = 0;       // Guarded by direct_mu.
@@ -168,7 +179,6 @@ struct UcxTransport::Impl {
         return;
       }
       auto d = std::make_shared<Direct>();
-      d->peer_key = r.peer_key;
       d->rkey = rkey;
       d->delta = reinterpret_cast<intptr_t>(local) - static_cast<intptr_t>(r.address);
       absl::MutexLock lock(&direct_mu);
@@ -191,20 +201,8 @@ struct UcxTransport::Impl {
   // The helper holds the mapping in use meanwhile; the destructor waits for it.
   void Prefault(const std::shared_ptr<Direct>& d, char* inside) {
     uintptr_t lo = 0, hi = 0;
-    {
-      std::ifstream maps("/proc/self/maps");
-      std::string line;
-      const auto at = reinterpret_cast<uintptr_t>(inside);
-      while (std::getline(maps, line)) {
-        uintptr_t a = 0, b = 0;
-        if (sscanf(line.c_str(), "%lx-%lx", &a, &b) == 2 && a <= at && at < b) {
-          lo = a;
-          hi = b;
-          break;
-        }
-      }
-    }
-    if (hi <= lo) return;
+    std::string line;
+    if (!FindMapping(reinterpret_cast<uintptr_t>(inside), &lo, &hi, &line)) return;
     {
       absl::MutexLock lock(&direct_mu);
       ++d->users;
@@ -568,17 +566,13 @@ std::string UcxTransport::allocation_kind() const {
     }
   });
   if (bases.empty()) return "private memory";
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
   size_t shared = 0;
-  while (std::getline(maps, line)) {
+  for (uintptr_t base : bases) {
     uintptr_t lo = 0, hi = 0;
-    if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
-    for (uintptr_t base : bases) {
-      if (base < lo || base >= hi) continue;
-      if (line.find("/SYSV") != std::string::npos || line.find("/dev/shm/") != std::string::npos) {
-        ++shared;
-      }
+    std::string line;
+    if (FindMapping(base, &lo, &hi, &line) &&
+        (line.find("/SYSV") != std::string::npos || line.find("/dev/shm/") != std::string::npos)) {
+      ++shared;
     }
   }
   return shared == bases.size() ? "shared memory" : "private memory";

@@ -169,27 +169,26 @@ grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*, const v1::StartMpiR
   return StartHalf(*request, /*patient=*/false);
 }
 
-grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& r, bool patient) {
-  const v1::StartMpiRequest* request = &r;
+grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& request, bool patient) {
   if (mpi_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node ", cluster_->self().node(), " is not an MPI rank"));
   }
   // The rank must be the one the runner's node announced in this job.
-  auto runner = cluster_->Find(request->from_node());
+  auto runner = cluster_->Find(request.from_node());
   if (!runner.ok()) return ToGrpcStatus(runner.status());
   const v1::NodeDescriptor self = cluster_->self();
   if (runner->descriptor.mpi_world() != self.mpi_world() ||
-      runner->descriptor.mpi_rank() != request->from_rank()) {
+      runner->descriptor.mpi_rank() != request.from_rank()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("node ", request->from_node(), " is not rank ",
-                                     request->from_rank(), " of this node's MPI job"));
+                        absl::StrCat("node ", request.from_node(), " is not rank ",
+                                     request.from_rank(), " of this node's MPI job"));
   }
   return ToGrpcStatus(holds_->StartHalf(
-      request->from_node(), request->transfer_id(), [&](const BufferUse& u) {
+      request.from_node(), request.transfer_id(), [&](const BufferUse& u) {
         return mpi_->StartPassive(Endpoint{u.data(), u.kind(), u.device()}, u.length(),
-                                  request->from_rank(), request->tag(), request->chunk(),
-                                  request->send(), patient);
+                                  request.from_rank(), request.tag(), request.chunk(),
+                                  request.send(), patient);
       }));
 }
 
