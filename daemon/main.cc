@@ -58,6 +58,13 @@ ABSL_FLAG(bool, ucx_direct, true,
           "Moves with peer pools UCX reaches through shared memory (daemons on this host) are "
           "copies by the moving thread through UCX's mapping (ucp_rkey_ptr), not puts and gets "
           "through the progress thread.");
+ABSL_FLAG(bool, ucx_peer_calls, true,
+          "The moving side's calls to other nodes (holds, acknowledgements, staging and MPI "
+          "steps) as UCX active messages where both nodes have UCX; off: over gRPC.");
+ABSL_FLAG(absl::Duration, ucx_poll, absl::Microseconds(50),
+          "After activity UCX's progress thread keeps polling this long before it sleeps, and "
+          "a peer call waits this long for its answer before blocking: answers then need no "
+          "thread wake-up. 0: always sleep.");
 ABSL_FLAG(int, direct_copy_threads, 0,
           "Threads one direct copy with a same-host peer is split over; 0: a quarter of the "
           "CPUs, at most 8.");
@@ -145,6 +152,8 @@ int main(int argc, char** argv) {
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
   options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
+  options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
+  options.ucx_poll_window = absl::GetFlag(FLAGS_ucx_poll);
   options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   options.mpi = absl::GetFlag(FLAGS_mpi);

@@ -285,6 +285,7 @@ struct DataPlane {
   std::vector<std::string> flags;
   std::string pools;  // What the UCX path line says backs the host pools.
   bool direct;
+  bool ucx_calls = true;  // Peer calls as UCX active messages (else gRPC).
 };
 
 class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
@@ -312,13 +313,14 @@ class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
     }
   }
 
-  // gpumoved_ucx_direct_bytes_total of a node (refreshed every second).
-  static double DirectBytes(const Node& n) {
+  // A counter of a node's /metrics (refreshed every second); -1 when absent.
+  static double Counter(const Node& n, const std::string& name) {
     const std::string m = FetchMetrics(n.client->GetInfo()->metrics_address());
-    const std::string key = "\ngpumoved_ucx_direct_bytes_total ";
+    const std::string key = "\ngpumoved_" + name + " ";
     const size_t at = m.find(key);
     return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
   }
+  static double DirectBytes(const Node& n) { return Counter(n, "ucx_direct_bytes_total"); }
 };
 
 TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
@@ -334,6 +336,10 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
     }
     EXPECT_NE(reason.find("host pools in " + GetParam().pools), std::string::npos)
         << reason << "\n" << n->process->Log();
+    EXPECT_NE(reason.find(GetParam().ucx_calls ? "peer calls as UCX active messages"
+                                               : "peer calls over gRPC"),
+              std::string::npos)
+        << reason;
   }
   uint64_t seed = 500;
   uint64_t moved_bytes = 0;
@@ -392,13 +398,23 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
   } else {
     EXPECT_EQ(direct, 0) << "direct copies ran with them off";
   }
+  // Every move above needed holds and acknowledgements: they went the chosen way.
+  const double served = Counter(a, "ucx_peer_calls_served_total") +
+                        Counter(b, "ucx_peer_calls_served_total");
+  if (GetParam().ucx_calls) {
+    EXPECT_GE(served, 32) << "peer calls did not go over UCX";
+  } else {
+    EXPECT_EQ(Counter(a, "ucx_peer_calls_served_total"), -1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Planes, DataPlaneTest,
     ::testing::Values(DataPlane{"SharedDirect", {}, "shared memory", true},
                       DataPlane{"SharedUcxRma", {"--noucx_direct"}, "shared memory", false},
-                      DataPlane{"PrivateCma", {"--noucx_shared_pools"}, "private memory", false}),
+                      DataPlane{"PrivateCma", {"--noucx_shared_pools"}, "private memory", false},
+                      DataPlane{"PeerCallsOverGrpc", {"--noucx_peer_calls"}, "shared memory",
+                                true, false}),
     [](const ::testing::TestParamInfo<DataPlane>& info) { return info.param.name; });
 
 TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {

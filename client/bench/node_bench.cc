@@ -36,6 +36,7 @@ ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
 ABSL_FLAG(int, copy_threads, 4, "Worker threads of the node that runs the moves.");
 ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongside.");
+ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for both daemons.");
 
 namespace gpumove {
 namespace {
@@ -96,15 +97,22 @@ int Main() {
   if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const std::string pool = absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20));
-  auto a =
-      DaemonProcess::Start({"--node=bench-a", pool, "--pinned_pool_size=0", "--device_pool_size=0",
-                            "--copy_threads=" + std::to_string(absl::GetFlag(FLAGS_copy_threads))});
+  std::vector<std::string> flags_a = {
+      "--node=bench-a", pool, "--pinned_pool_size=0", "--device_pool_size=0",
+      "--copy_threads=" + std::to_string(absl::GetFlag(FLAGS_copy_threads))};
+  std::vector<std::string> flags_b = {"--node=bench-b", pool, "--pinned_pool_size=0",
+                                      "--device_pool_size=0"};
+  for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) {
+    flags_a.push_back(f);
+    flags_b.push_back(f);
+  }
+  auto a = DaemonProcess::Start(flags_a);
   if (!a.ok()) {
     std::cerr << a.status() << "\n";
     return 1;
   }
-  auto b = DaemonProcess::Start({"--node=bench-b", pool, "--pinned_pool_size=0",
-                                 "--device_pool_size=0", "--peers=" + (*a)->address()});
+  flags_b.push_back("--peers=" + (*a)->address());
+  auto b = DaemonProcess::Start(flags_b);
   if (!b.ok()) {
     std::cerr << b.status() << "\n";
     return 1;

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/bench/echo.grpc.pb.h"
 #include "client/bench/stream.h"
+#include "daemon/path/ucx_transport.h"
 
 namespace gpumove {
 namespace {
@@ -79,6 +80,53 @@ double RoundTrips(bench::Echo::Stub& stub, int n) {
   return Median(t);
 }
 
+UcxOptions ProbeUcxOptions() {
+  UcxOptions o;
+  if (const char* w = getenv("POLL_US")) o.poll_window = absl::Microseconds(atoi(w));
+  return o;
+}
+
+// A child process that serves UCX calls (method 1: from a thread, as gpumoved does;
+// method 2: on the progress thread); returns its worker address through `fd`.
+pid_t ServeUcxCalls(int fd) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  auto t = UcxTransport::Create(ProbeUcxOptions());
+  if (!t.ok()) _exit(1);
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, UcxReply>> queue;
+  (*t)->ServeCalls("echo#1", [&](uint32_t method, std::string body, UcxReply reply) {
+    if (method == 2) return reply(absl::OkStatus(), std::move(body));
+    absl::MutexLock lock(&mu);
+    queue.emplace_back(std::move(body), std::move(reply));
+  });
+  const std::string& address = (*t)->worker_address();
+  const uint32_t n = address.size();
+  (void)!write(fd, &n, sizeof(n));
+  (void)!write(fd, address.data(), n);
+  while (true) {
+    std::vector<std::pair<std::string, UcxReply>> work;
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(+[](std::vector<std::pair<std::string, UcxReply>>* q) {
+        return !q->empty();
+      }, &queue));
+      work.swap(queue);
+    }
+    for (auto& [body, reply] : work) reply(absl::OkStatus(), std::move(body));
+  }
+}
+
+double UcxRoundTrips(UcxTransport& t, const UcxPeer& peer, uint32_t method, int n) {
+  std::vector<double> times;
+  for (int i = 0; i < n; ++i) {
+    const absl::Time t0 = absl::Now();
+    (void)t.Call(peer, method, "x", absl::Seconds(5));
+    times.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+  }
+  return Median(times);
+}
+
 int Main() {
   int fds[2];
   if (pipe(fds) != 0) return 1;
@@ -114,6 +162,28 @@ int Main() {
             << outer << ")" << std::endl;
   kill(echo_pid, SIGKILL);  // It holds our stdout too: a pipe reader would wait for it.
   waitpid(echo_pid, nullptr, 0);
+
+  int ufds[2];
+  if (pipe(ufds) != 0) return 1;
+  const pid_t ucx_pid = ServeUcxCalls(ufds[1]);
+  uint32_t n = 0;
+  std::string address;
+  if (read(ufds[0], &n, sizeof(n)) == sizeof(n)) {
+    address.resize(n);
+    if (read(ufds[0], address.data(), n) != static_cast<ssize_t>(n)) address.clear();
+  }
+  auto ucx = UcxTransport::Create(ProbeUcxOptions());
+  if (!address.empty() && ucx.ok()) {
+    (*ucx)->ServeCalls("probe#1", nullptr);
+    const UcxPeer peer{"echo#1", address, false};
+    UcxRoundTrips(**ucx, peer, 1, 100);  // Wire-up.
+    std::cout << "F UCX call, answered by a thread   " << UcxRoundTrips(**ucx, peer, 1, kN)
+              << std::endl;
+    std::cout << "G UCX call, answered in callback   " << UcxRoundTrips(**ucx, peer, 2, kN)
+              << std::endl;
+  }
+  kill(ucx_pid, SIGKILL);
+  waitpid(ucx_pid, nullptr, 0);
   _exit(0);
 }
 

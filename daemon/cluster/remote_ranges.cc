@@ -58,8 +58,9 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
 
 }  // namespace
 
-ClusterRemoteRanges::ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout)
-    : cluster_(cluster), rpc_timeout_(rpc_timeout) {
+ClusterRemoteRanges::ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout,
+                                         PeerCallChannel* channel)
+    : cluster_(cluster), rpc_timeout_(rpc_timeout), channel_(channel) {
   releaser_ = std::thread([this] { ReleaseLoop(); });
 }
 
@@ -95,8 +96,6 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
     out.assign(asks.size(), peer.status());
     return out;
   }
-  auto stub = v1::PeerService::NewStub(
-      peer->channel != nullptr ? peer->channel : cluster_->ChannelTo(peer->address));
   const v1::NodeDescriptor self = cluster_->self();
   for (size_t first = 0; first < asks.size(); first += kMaxPeerBatchItems) {
     const size_t last = std::min(asks.size(), first + kMaxPeerBatchItems);
@@ -120,11 +119,10 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
         item->set_mpi_chunk(a.mpi_chunk);
       }
     }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
     v1::PrepareRemoteBatchResponse response;
     const absl::Time t0 = absl::Now();
-    absl::Status st = FromGrpc(stub->PrepareRemoteBatch(&context, request, &response), node);
+    absl::Status st = Invoke(*peer, PeerMethod::kPrepareRemoteBatch, request, &response,
+                             &v1::PeerService::Stub::PrepareRemoteBatch);
     VLOG(2) << "PrepareRemoteBatch of " << request.items_size() << " to " << node << ": "
             << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
     if (st.ok() && response.results_size() != request.items_size()) {
@@ -158,34 +156,53 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> ClusterRemoteRanges::StubFor(
-    const RemoteHold& hold) {
+absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
   auto peer = cluster_->Find(hold.node);
   if (!peer.ok()) return peer.status();
   if (peer->descriptor.incarnation() != hold.incarnation) {
     return absl::UnavailableError(absl::StrCat("node ", hold.node, " restarted during the move"));
   }
-  return v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
+  return peer;
+}
+
+template <class Request, class Response>
+absl::Status ClusterRemoteRanges::Invoke(
+    const PeerView& peer, PeerMethod method, const Request& request, Response* response,
+    grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*)) {
+  if (channel_ != nullptr && channel_->Reaches(peer.descriptor)) {
+    auto body =
+        channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
+    if (!body.ok()) {
+      return absl::Status(body.status().code(),
+                          absl::StrCat(body.status().message(), " (node ", peer.node, ")"));
+    }
+    if (!response->ParseFromString(*body)) {
+      return absl::InternalError(absl::StrCat("malformed reply from node ", peer.node));
+    }
+    return absl::OkStatus();
+  }
+  auto stub = v1::PeerService::NewStub(peer.channel != nullptr ? peer.channel
+                                                               : cluster_->ChannelTo(peer.address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  return FromGrpc((stub.get()->*rpc)(&context, request, response), peer.node);
 }
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
                                                        const absl::Status& outcome, bool checksum) {
   const absl::Time t0 = absl::Now();
-  auto stub = StubFor(hold);
-  const absl::Time t1 = absl::Now();
-  if (!stub.ok()) return stub.status();
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
   v1::CompleteRemoteRequest request;
   request.set_transfer_id(hold.transfer_id);
   request.set_from_node(cluster_->self().node());
   request.set_code(static_cast<int32_t>(outcome.code()));
   request.set_message(std::string(outcome.message()));
   request.set_checksum(checksum && outcome.ok());
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::CompleteRemoteResponse response;
-  absl::Status st = FromGrpc((*stub)->CompleteRemote(&context, request, &response), hold.node);
-  VLOG(2) << "CompleteRemote: stub " << absl::ToDoubleMicroseconds(t1 - t0) << " us, rpc "
-          << absl::ToDoubleMicroseconds(absl::Now() - t1) << " us";
+  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
+                           &v1::PeerService::Stub::CompleteRemote);
+  VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
 }
@@ -272,11 +289,9 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
       item->set_message(std::string(p.outcome.message()));
       item->set_checksum(p.checksum && p.outcome.ok());
     }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
     v1::CompleteRemoteBatchResponse response;
-    auto stub = v1::PeerService::NewStub(cluster_->ChannelTo(peer->address));
-    absl::Status st = FromGrpc(stub->CompleteRemoteBatch(&context, part, &response), node);
+    absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
+                             &v1::PeerService::Stub::CompleteRemoteBatch);
     if (st.ok() && response.results_size() != part.items_size()) {
       st = absl::UnavailableError(absl::StrCat("node ", node, " answered ",
                                                response.results_size(), " of ",
@@ -302,8 +317,8 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
                                              uint64_t offset, uint64_t length, bool to_range) {
-  auto stub = StubFor(hold);
-  if (!stub.ok()) return stub.status();
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
   v1::StageChunkRequest request;
   request.set_transfer_id(hold.transfer_id);
   request.set_from_node(cluster_->self().node());
@@ -311,16 +326,15 @@ absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t sl
   request.set_offset(offset);
   request.set_length(length);
   request.set_to_range(to_range);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::StageChunkResponse response;
-  return FromGrpc((*stub)->StageChunk(&context, request, &response), hold.node);
+  return Invoke(*peer, PeerMethod::kStageChunk, request, &response,
+                &v1::PeerService::Stub::StageChunk);
 }
 
 absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint64_t chunk,
                                            bool send) {
-  auto stub = StubFor(hold);
-  if (!stub.ok()) return stub.status();
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
   v1::StartMpiRequest request;
   request.set_transfer_id(hold.transfer_id);
   const v1::NodeDescriptor self = cluster_->self();
@@ -329,22 +343,19 @@ absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::StartMpiResponse response;
-  return FromGrpc((*stub)->StartMpi(&context, request, &response), hold.node);
+  return Invoke(*peer, PeerMethod::kStartMpi, request, &response,
+                &v1::PeerService::Stub::StartMpi);
 }
 
 absl::Status ClusterRemoteRanges::StopMpi(const RemoteHold& hold) {
-  auto stub = StubFor(hold);
-  if (!stub.ok()) return stub.status();
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
   v1::StopMpiRequest request;
   request.set_transfer_id(hold.transfer_id);
   request.set_from_node(cluster_->self().node());
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   v1::StopMpiResponse response;
-  return FromGrpc((*stub)->StopMpi(&context, request, &response), hold.node);
+  return Invoke(*peer, PeerMethod::kStopMpi, request, &response, &v1::PeerService::Stub::StopMpi);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

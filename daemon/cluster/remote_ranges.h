@@ -16,10 +16,35 @@
 
 namespace gpumove {
 
+// The PeerService calls the moving side makes, by number, for channels other than gRPC.
+enum class PeerMethod : uint32_t {
+  kPrepareRemoteBatch = 1,
+  kCompleteRemoteBatch = 2,
+  kCompleteRemote = 3,
+  kStageChunk = 4,
+  kStartMpi = 5,
+  kStopMpi = 6,
+};
+
+// A faster way than gRPC to make those calls (UCX active messages): the same serialized
+// request and response messages, the same handlers, the same status codes.
+class PeerCallChannel {
+ public:
+  virtual ~PeerCallChannel() = default;
+  // Whether `peer` (and this node) serve calls this way.
+  virtual bool Reaches(const v1::NodeDescriptor& peer) const = 0;
+  // The serialized response, or the handler's error; UNAVAILABLE when the peer cannot be
+  // reached or does not answer within `timeout`.
+  virtual absl::StatusOr<std::string> Call(const v1::NodeDescriptor& peer, PeerMethod method,
+                                           std::string request, absl::Duration timeout) = 0;
+};
+
 class ClusterRemoteRanges : public RemoteRanges {
  public:
-  // `cluster` must outlive this. RPCs to peers give up after `rpc_timeout`.
-  ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout);
+  // `cluster` (and `channel`, when given) must outlive this. Calls to peers give up after
+  // `rpc_timeout`. Peers `channel` reaches are called through it, the others over gRPC.
+  ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout,
+                      PeerCallChannel* channel = nullptr);
   ~ClusterRemoteRanges() override;
 
   absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
@@ -63,11 +88,18 @@ class ClusterRemoteRanges : public RemoteRanges {
   void DrainLoop(const std::string& node, Acker* a);
   // One CompleteRemoteBatch for `batch` (all to `node`); runs every callback.
   void SendAcks(const std::string& node, std::vector<PendingAck>& batch);
-  // A stub for the hold's node, as long as it is the incarnation the hold was made with.
-  absl::StatusOr<std::unique_ptr<v1::PeerService::Stub>> StubFor(const RemoteHold& hold);
+  // The hold's node, as long as it is the incarnation the hold was made with.
+  absl::StatusOr<PeerView> PeerFor(const RemoteHold& hold);
+  // Calls `method` on `peer` through the fast channel when it reaches the peer, else `rpc`.
+  template <class Request, class Response>
+  absl::Status Invoke(const PeerView& peer, PeerMethod method, const Request& request,
+                      Response* response,
+                      grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
+                                                                 const Request&, Response*));
 
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;
+  PeerCallChannel* const channel_;
   absl::Mutex mu_;
   std::deque<RemoteHold> to_release_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

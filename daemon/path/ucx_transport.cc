@@ -44,11 +44,34 @@ bool FindMapping(uintptr_t address, uintptr_t* lo, uintptr_t* hi, std::string* l
   return false;
 }
 
+// Active message ids and headers of the call channel (ServeCalls / Call). Both ends are
+// gpumoved builds of one cluster; the magic catches anything else.
+constexpr unsigned kCallRequestAm = 0x6d01;
+constexpr unsigned kCallReplyAm = 0x6d02;
+constexpr uint32_t kCallMagic = 0x67706d31;  // "gpm1"
+
+struct CallRequestHeader {
+  uint32_t magic;
+  uint32_t method;
+  uint64_t call_id;
+  uint32_t key_length;      // The caller's peer key follows the header,
+  uint32_t address_length;  // then its worker address.
+  uint8_t error_handling;
+};
+
+struct CallReplyHeader {
+  uint32_t magic;
+  int32_t code;  // absl::StatusCode; the body is the message when not OK.
+  uint64_t call_id;
+};
+
 }  // namespace
 
 struct UcxTransport::Impl {
   // One endpoint per peer incarnation, with its unpacked remote keys.
   struct Peer {
+    Impl* impl = nullptr;
+    std::string key;
     uint64_t generation = 0;  // How often its key had been forgotten when it was made.
     ucp_ep_h ep = nullptr;
     bool failed = false;
@@ -86,7 +109,23 @@ struct UcxTransport::Impl {
     bool dead = false;   // Forgotten; destroyed by its last user. Guarded by direct_mu.
   };
 
+  // A call waiting for its reply.
+  struct PendingCall {
+    std::string peer_key;
+    absl::Status status;
+    std::string body;
+    absl::Notification done;
+  };
+  // An active message in flight: its buffers live until UCX is done with them.
+  struct Outgoing {
+    Impl* impl = nullptr;
+    std::string header;
+    std::string body;
+    uint64_t call_id = 0;  // A request's call, failed if the send fails; 0 for a reply.
+  };
+
   UcxOptions options;
+  std::string worker_address;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int worker_fd = -1;  // Readable when the worker has events (UCP_FEATURE_WAKEUP).
@@ -112,7 +151,13 @@ struct UcxTransport::Impl {
     return it == forgotten.end() ? 0 : it->second;
   }
 
+  absl::Mutex calls_mu;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingCall>> calls ABSL_GUARDED_BY(calls_mu);
+  uint64_t next_call_id ABSL_GUARDED_BY(calls_mu) = 0;
+
   // Owned by the progress thread.
+  std::string self_key;
+  UcxCallHandler handler;
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
   std::vector<std::shared_ptr<Op>> active;
   std::vector<ucp_mem_h> registrations;
@@ -245,19 +290,24 @@ struct UcxTransport::Impl {
     auto* peer = static_cast<Peer*>(arg);
     peer->failed = true;
     peer->error = absl::StrCat("peer endpoint failed: ", ucs_status_string(status));
+    peer->impl->FailCalls(peer->key, absl::UnavailableError(peer->error));
   }
 
   Peer* GetPeer(const RemoteRange& r) {
-    auto& slot = peers[r.peer_key];
+    return GetPeer(r.peer_key, r.worker_address, r.peer_error_handling);
+  }
+  Peer* GetPeer(const std::string& key, const std::string& worker_address, bool error_handling) {
+    auto& slot = peers[key];
     if (slot == nullptr) {
       slot = std::make_unique<Peer>();
-      slot->generation = Generation(r.peer_key);
+      slot->impl = this;
+      slot->key = key;
+      slot->generation = Generation(key);
       ucp_ep_params_t params = {};
       params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      params.address = reinterpret_cast<const ucp_address_t*>(r.worker_address.data());
-      params.err_mode =
-          r.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+      params.err_mode = error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       params.err_handler.cb = &Impl::OnEndpointError;
       params.err_handler.arg = slot.get();
       ucs_status_t st = ucp_ep_create(worker, &params, &slot->ep);
@@ -397,7 +447,123 @@ struct UcxTransport::Impl {
     return op.done == op.length && op.requests.empty();
   }
 
+  // Ends a call with `status` (and `body`): the caller wakes. No-op when it has ended.
+  void FinishCall(uint64_t id, absl::Status status, std::string body = {}) {
+    std::shared_ptr<PendingCall> call;
+    {
+      absl::MutexLock lock(&calls_mu);
+      auto it = calls.find(id);
+      if (it == calls.end()) return;
+      call = std::move(it->second);
+      calls.erase(it);
+    }
+    call->status = std::move(status);
+    call->body = std::move(body);
+    call->done.Notify();
+  }
+
+  // Fails every call waiting on `peer_key` (empty: every call).
+  void FailCalls(const std::string& peer_key, const absl::Status& status) {
+    std::vector<uint64_t> ids;
+    {
+      absl::MutexLock lock(&calls_mu);
+      for (const auto& [id, call] : calls) {
+        if (peer_key.empty() || call->peer_key == peer_key) ids.push_back(id);
+      }
+    }
+    for (uint64_t id : ids) FinishCall(id, status);
+  }
+
+  static void OnSent(void* request, ucs_status_t status, void* user_data) {
+    auto* out = static_cast<Outgoing*>(user_data);
+    if (status != UCS_OK && out->call_id != 0) {
+      out->impl->FinishCall(out->call_id, UcxError(status, "sending a peer call"));
+    }
+    ucp_request_free(request);
+    delete out;
+  }
+
+  // On the progress thread: sends one active message to `peer`.
+  void SendAm(Peer* peer, unsigned id, std::unique_ptr<Outgoing> out) {
+    out->impl = this;
+    ucp_request_param_t param = {};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    // Eager: the receiver gets the whole message in its callback, no rendezvous step.
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    param.cb.send = &Impl::OnSent;
+    param.user_data = out.get();
+    void* req = ucp_am_send_nbx(peer->ep, id, out->header.data(), out->header.size(),
+                                out->body.data(), out->body.size(), &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      if (out->call_id != 0) {
+        FinishCall(out->call_id, UcxError(UCS_PTR_STATUS(req), "sending a peer call"));
+      }
+    } else if (req != nullptr) {
+      (void)out.release();  // OnSent frees it.
+    }
+  }
+
+  // On the progress thread: answers call `id` of the caller `to`.
+  void SendReply(const UcxPeer& to, uint64_t id, const absl::Status& status, std::string body) {
+    Peer* peer = GetPeer(to.key, to.worker_address, to.error_handling);
+    if (peer->failed || peer->ep == nullptr) return;  // The caller times out or is forgotten.
+    auto out = std::make_unique<Outgoing>();
+    CallReplyHeader h{kCallMagic, static_cast<int32_t>(status.code()), id};
+    out->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+    out->body = status.ok() ? std::move(body) : std::string(status.message());
+    SendAm(peer, kCallReplyAm, std::move(out));
+  }
+
+  static ucs_status_t OnCallRequest(void* arg, const void* header, size_t header_length,
+                                    void* data, size_t length, const ucp_am_recv_param_t* param) {
+    auto* impl = static_cast<Impl*>(arg);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_ERR_UNSUPPORTED;  // Eager only.
+    CallRequestHeader h;
+    if (header_length < sizeof(h)) return UCS_OK;
+    memcpy(&h, header, sizeof(h));
+    if (h.magic != kCallMagic ||
+        header_length != sizeof(h) + uint64_t{h.key_length} + h.address_length) {
+      LOG(WARNING) << "dropping a malformed peer call";
+      return UCS_OK;
+    }
+    const char* extra = static_cast<const char*>(header) + sizeof(h);
+    UcxPeer caller{std::string(extra, h.key_length),
+                   std::string(extra + h.key_length, h.address_length), h.error_handling != 0};
+    const uint64_t id = h.call_id;
+    if (impl->handler == nullptr) {
+      impl->SendReply(caller, id, absl::UnavailableError("this node does not serve peer calls"), {});
+      return UCS_OK;
+    }
+    UcxReply reply = [impl, caller = std::move(caller), id](const absl::Status& status,
+                                                            std::string body) {
+      impl->Post([impl, caller, id, status, body = std::move(body)]() mutable {
+        impl->SendReply(caller, id, status, std::move(body));
+      });
+    };
+    impl->handler(h.method, std::string(static_cast<const char*>(data), length), std::move(reply));
+    return UCS_OK;
+  }
+
+  static ucs_status_t OnCallReply(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
+    auto* impl = static_cast<Impl*>(arg);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_ERR_UNSUPPORTED;
+    CallReplyHeader h;
+    if (header_length != sizeof(h)) return UCS_OK;
+    memcpy(&h, header, sizeof(h));
+    if (h.magic != kCallMagic) return UCS_OK;
+    std::string body(static_cast<const char*>(data), length);
+    if (h.code == 0) {
+      impl->FinishCall(h.call_id, absl::OkStatus(), std::move(body));
+    } else {
+      impl->FinishCall(h.call_id, absl::Status(static_cast<absl::StatusCode>(h.code), body));
+    }
+    return UCS_OK;
+  }
+
   void Loop() {
+    absl::Time last_activity = absl::InfinitePast();
     while (true) {
       std::deque<std::function<void()>> ready;
       bool idle = false;
@@ -407,8 +573,9 @@ struct UcxTransport::Impl {
         idle = active.empty() && jobs.empty();
       }
       // Idle: sleep until the network or a caller has something (peers' wire-up and
-      // remote-side protocol steps need this worker to progress promptly).
-      if (idle) Sleep(100);
+      // remote-side protocol steps need this worker to progress promptly) -- unless
+      // something happened within the poll window: a reply is likely on its way.
+      if (idle && absl::Now() - last_activity >= options.poll_window) Sleep(100);
       {
         absl::MutexLock lock(&mu);
         ready.swap(jobs);
@@ -422,7 +589,11 @@ struct UcxTransport::Impl {
       }
       // Busy moves are polled, but a poll that found nothing yields the CPU: on a small
       // machine the threads feeding those moves need it more than this one.
-      if (events == 0 && ready.empty()) std::this_thread::yield();
+      if (events == 0 && ready.empty()) {
+        std::this_thread::yield();
+      } else {
+        last_activity = absl::Now();
+      }
       for (auto it = active.begin(); it != active.end();) {
         if (Advance(**it)) {
           (*it)->finished.Notify();
@@ -445,7 +616,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   if (st != UCS_OK) return UcxError(st, "ucp_config_read");
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &impl->context);
   ucp_config_release(config);
@@ -457,6 +628,21 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   if (st != UCS_OK) {
     ucp_cleanup(impl->context);
     return UcxError(st, "ucp_worker_create");
+  }
+  for (unsigned id : {kCallRequestAm, kCallReplyAm}) {
+    ucp_am_handler_param_t am = {};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    am.id = id;
+    am.flags = UCP_AM_FLAG_WHOLE_MSG;
+    am.cb = id == kCallRequestAm ? &Impl::OnCallRequest : &Impl::OnCallReply;
+    am.arg = impl.get();
+    st = ucp_worker_set_am_recv_handler(impl->worker, &am);
+    if (st != UCS_OK) {
+      ucp_worker_destroy(impl->worker);
+      ucp_cleanup(impl->context);
+      return UcxError(st, "ucp_worker_set_am_recv_handler");
+    }
   }
   st = ucp_worker_get_efd(impl->worker, &impl->worker_fd);
   if (st != UCS_OK) return UcxError(st, "ucp_worker_get_efd");
@@ -472,6 +658,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   const bool cuda_aware = ucp_context_query(impl->context, &cattr) == UCS_OK &&
                           (cattr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 
+  impl->worker_address = address;
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Loop(); });
   auto transport = std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
@@ -489,6 +676,8 @@ UcxTransport::~UcxTransport() {
     impl_->direct_mu.Await(absl::Condition(&done));
   }
   impl_->Call([this] {
+    impl_->handler = nullptr;
+    impl_->FailCalls("", absl::UnavailableError("UCX is shutting down"));
     for (auto& [key, peer] : impl_->peers) {
       impl_->ForgetDirect(key);
       impl_->ClosePeer(peer.get(), "shutting down");
@@ -716,7 +905,69 @@ absl::Status UcxTransport::Get(const RemoteRange& remote, void* local, uint64_t 
   return Rma(false, remote, local, length, progress);
 }
 
+void UcxTransport::ServeCalls(const std::string& self_key, UcxCallHandler handler) {
+  impl_->Call([&] {
+    impl_->self_key = self_key;
+    impl_->handler = std::move(handler);
+  });
+}
+
+absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t method,
+                                               std::string body, absl::Duration timeout) {
+  auto call = std::make_shared<Impl::PendingCall>();
+  call->peer_key = peer.key;
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&impl_->calls_mu);
+    id = ++impl_->next_call_id;
+    impl_->calls.emplace(id, call);
+  }
+  impl_->Post([impl = impl_.get(), peer, method, id, body = std::move(body)]() mutable {
+    Impl::Peer* p = impl->GetPeer(peer.key, peer.worker_address, peer.error_handling);
+    if (p->failed || p->ep == nullptr) {
+      impl->FinishCall(id, absl::UnavailableError(p->error));
+      return;
+    }
+    if (impl->self_key.empty()) {
+      impl->FinishCall(id, absl::FailedPreconditionError("peer calls are not set up here"));
+      return;
+    }
+    CallRequestHeader h{};
+    h.magic = kCallMagic;
+    h.method = method;
+    h.call_id = id;
+    h.key_length = static_cast<uint32_t>(impl->self_key.size());
+    h.address_length = static_cast<uint32_t>(impl->worker_address.size());
+    h.error_handling = peer.error_handling ? 1 : 0;
+    auto out = std::make_unique<Impl::Outgoing>();
+    out->call_id = id;
+    out->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+    out->header += impl->self_key;
+    out->header += impl->worker_address;
+    out->body = std::move(body);
+    impl->SendAm(p, kCallRequestAm, std::move(out));
+  });
+  // Poll for a quick answer before blocking (see UcxOptions::poll_window).
+  for (const absl::Time spin_until = absl::Now() + impl_->options.poll_window;
+       !call->done.HasBeenNotified() && absl::Now() < spin_until;) {
+    std::this_thread::yield();
+  }
+  if (!call->done.WaitForNotificationWithTimeout(timeout)) {
+    {
+      absl::MutexLock lock(&impl_->calls_mu);
+      if (impl_->calls.erase(id) == 1) {
+        return absl::UnavailableError(absl::StrCat("no answer from peer ", peer.key, " within ",
+                                                   absl::FormatDuration(timeout)));
+      }
+    }
+    call->done.WaitForNotification();  // Its reply is being delivered right now.
+  }
+  if (!call->status.ok()) return call->status;
+  return std::move(call->body);
+}
+
 void UcxTransport::Forget(const std::string& peer_key) {
+  impl_->FailCalls(peer_key, absl::UnavailableError("peer restarted or down"));
   impl_->Call([&] {
     auto it = impl_->peers.find(peer_key);
     if (it == impl_->peers.end()) return;

@@ -28,6 +28,18 @@ struct RemoteRange {
   bool peer_error_handling = true;
 };
 
+// A peer as the call channel sees it.
+struct UcxPeer {
+  std::string key;             // As RemoteRange::peer_key.
+  std::string worker_address;  // Its ucp worker address.
+  bool error_handling = true;  // As RemoteRange::peer_error_handling.
+};
+
+// Answers one call: invoked once, from any thread, with the outcome and the reply body.
+using UcxReply = std::function<void(const absl::Status&, std::string)>;
+// Serves a call; runs on the progress thread, so it must hand real work to another thread.
+using UcxCallHandler = std::function<void(uint32_t method, std::string body, UcxReply reply)>;
+
 struct UcxOptions {
   // Bytes per ucp_put_nbx / ucp_get_nbx, and how many are in flight per move.
   uint64_t chunk = 4 << 20;
@@ -40,6 +52,11 @@ struct UcxOptions {
   bool direct = true;
   // Threads one direct copy is split over (ParallelHostCopy); 1: the moving thread alone.
   int direct_threads = 1;
+  // After activity the progress thread keeps polling this long before it sleeps, and a
+  // caller waits this long for its reply before it blocks: a peer call's answer then
+  // needs no thread wake-up on this side. Zero: always sleep (small machines, where
+  // the polling thread would take the CPU from the ones doing the work).
+  absl::Duration poll_window = absl::ZeroDuration();
 };
 
 class UcxTransport {
@@ -83,7 +100,20 @@ class UcxTransport {
   // Bytes moved by direct copies (see UcxOptions::direct) since start.
   uint64_t direct_bytes() const;
 
-  // Drops the endpoint and remote keys of a peer incarnation; its moves in flight fail.
+  // Calls between daemons: a request and its reply as UCX active messages over the same
+  // endpoints as the moves (shared memory on one host, the network otherwise), so a peer
+  // call costs UCX's latency plus two thread hand-offs instead of a gRPC round trip.
+  // `self_key` is this daemon's peer key (callers' replies come back to it); `handler`
+  // serves the calls that arrive; null stops serving (calls then get UNAVAILABLE).
+  void ServeCalls(const std::string& self_key, UcxCallHandler handler);
+  // Sends `body` to `peer`'s handler for `method` and waits for the reply body.
+  // UNAVAILABLE when the peer cannot be reached, fails or is forgotten meanwhile, or does
+  // not answer within `timeout`; otherwise the handler's status.
+  absl::StatusOr<std::string> Call(const UcxPeer& peer, uint32_t method, std::string body,
+                                   absl::Duration timeout);
+
+  // Drops the endpoint and remote keys of a peer incarnation; its moves and calls in
+  // flight fail.
   void Forget(const std::string& peer_key);
 
  private:

@@ -2,8 +2,12 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace gpumove {
@@ -90,6 +94,108 @@ TEST_F(UcxTransportTest, DeadPeerFailsInBoundedTime) {
   absl::Status st = c->Put(r, local_mem_.data(), 4 << 20, nullptr);
   EXPECT_FALSE(st.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+// Peer calls: b serves on its own threads (as gpumoved's dispatcher does), a calls.
+class UcxCallTest : public UcxTransportTest {
+ protected:
+  void SetUp() override {
+    UcxTransportTest::SetUp();
+    b_->ServeCalls("b#1", [this](uint32_t method, std::string body, UcxReply reply) {
+      std::thread([this, method, body = std::move(body), reply = std::move(reply)] {
+        if (method == 7) {  // Never answers.
+          absl::MutexLock lock(&mu_);
+          unanswered_.push_back(reply);
+          return;
+        }
+        if (method == 2) {
+          reply(absl::NotFoundError(absl::StrCat("no ", body)), "ignored");
+        } else {
+          reply(absl::OkStatus(), absl::StrCat(method, ":", body));
+        }
+      }).detach();
+    });
+    a_->ServeCalls("a#1", nullptr);
+    peer_ = UcxPeer{"b#1", b_->worker_address(), true};
+  }
+  void TearDown() override {
+    absl::MutexLock lock(&mu_);
+    for (auto& r : unanswered_) r(absl::CancelledError("test over"), "");
+  }
+
+  UcxPeer peer_;
+  absl::Mutex mu_;
+  std::vector<UcxReply> unanswered_;
+};
+
+TEST_F(UcxCallTest, RepliesAndErrorsComeBackToTheirCallers) {
+  auto r = a_->Call(peer_, 1, "hello", absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "1:hello");
+  auto e = a_->Call(peer_, 2, "such thing", absl::Seconds(10));
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e.status().message(), "no such thing");
+  // Empty and large bodies (a full batch of holds is hundreds of KiB).
+  auto empty = a_->Call(peer_, 3, "", absl::Seconds(10));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, "3:");
+  std::string big(3 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
+  auto large = a_->Call(peer_, 4, big, absl::Seconds(10));
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ(*large, "4:" + big);
+}
+
+TEST_F(UcxCallTest, ConcurrentCallsEachGetTheirOwnReply) {
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::string body = absl::StrCat(t, "/", i);
+        auto r = a_->Call(peer_, 5, body, absl::Seconds(10));
+        if (r.ok() && *r == "5:" + body) ++good;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), 400);
+}
+
+TEST_F(UcxCallTest, UnansweredCallsTimeOutAndForgetEndsThemAtOnce) {
+  absl::Time start = absl::Now();
+  auto r = a_->Call(peer_, 7, "", absl::Milliseconds(300));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  // A call waiting when its peer is forgotten (thought down) fails then, not at its timeout.
+  std::thread forget([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    a_->Forget(peer_.key);
+  });
+  start = absl::Now();
+  r = a_->Call(peer_, 7, "", absl::Seconds(30));
+  forget.join();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The peer is still there: the next call gets a new endpoint and an answer.
+  auto again = a_->Call(peer_, 1, "back", absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, "1:back");
+}
+
+TEST_F(UcxCallTest, APeerThatDoesNotServeOrIsGoneAnswersUnavailable) {
+  UcxPeer a_as_peer{"a#1", a_->worker_address(), true};
+  auto r = b_->Call(a_as_peer, 1, "x", absl::Seconds(10));  // a serves nothing.
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  UcxOptions options;
+  auto c = *UcxTransport::Create(options);
+  c->ServeCalls("c#1", nullptr);
+  UcxPeer gone{"b#gone", b_->worker_address(), true};
+  b_.reset();
+  const absl::Time start = absl::Now();
+  r = c->Call(gone, 1, "x", absl::Seconds(5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
 }  // namespace

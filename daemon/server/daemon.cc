@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ucx_options.chunk = options.ucx_chunk;
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
+    ucx_options.poll_window = options.ucx_poll_window;
     ucx_options.direct_threads =
         options.direct_copy_threads > 0
             ? options.direct_copy_threads
@@ -205,7 +206,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                 options.ucx_direct ? " (peers on this host: direct copies)" : "",
                                 "; device memory: ",
                                 d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
-                                                      : "staged through pinned bounce buffers");
+                                                      : "staged through pinned bounce buffers",
+                                options.ucx_peer_calls
+                                    ? "; peer calls as UCX active messages"
+                                    : "; peer calls over gRPC");
+      if (options.ucx_peer_calls) {
+        self.set_ucx_peer_calls(true);
+        d->peer_calls_ = std::make_unique<UcxPeerCalls>(d->ucx_.get(), self);
+      }
     }
   }
   ClusterOptions cluster_options;
@@ -213,8 +221,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   cluster_options.heartbeat = options.heartbeat;
   cluster_options.peer_timeout = options.peer_timeout;
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
-  d->remote_ranges_ =
-      std::make_unique<ClusterRemoteRanges>(d->cluster_.get(), options.peer_timeout);
+  d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
+      d->cluster_.get(), options.peer_timeout, d->peer_calls_.get());
   // This node stages its own device ranges for peers when UCX cannot take them (every
   // range with --ucx_force_staging).
   StagingPolicy staging;
@@ -251,6 +259,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                             "daemons on this host.",
                             [ucx] { return ucx->direct_bytes(); });
     }
+    if (d->peer_calls_ != nullptr) {
+      UcxPeerCalls* calls = d->peer_calls_.get();
+      d->metrics_->AddTotal("ucx_peer_calls_served_total",
+                            "Peer calls (holds, acknowledgements, staging and MPI steps) this "
+                            "node served as UCX active messages.",
+                            [calls] { return calls->served(); });
+    }
   }
   SchedulerOptions sched;
   sched.node = d->node_;
@@ -270,6 +285,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
   d->peer_service_ = std::make_unique<PeerServiceImpl>(
       d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(), d->ipc_.get(), gpu);
+  // Before the gRPC server starts: a peer that hears of us may call at once.
+  if (d->peer_calls_ != nullptr) d->peer_calls_->Serve(d->peer_service_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -389,6 +406,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 }
 
 Daemon::~Daemon() {
+  // Peer calls stop before the services they run on go.
+  if (peer_calls_ != nullptr) peer_calls_->StopServing();
   if (server_ != nullptr) {
     scheduler_->CancelAll();
     server_->Shutdown(std::chrono::system_clock::now());

@@ -28,6 +28,7 @@
 #include "daemon/server/buffer_service.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
+#include "daemon/server/peer_calls.h"
 #include "daemon/server/peer_service.h"
 #include "daemon/server/transfer_service.h"
 
@@ -65,6 +66,12 @@ struct DaemonOptions {
   bool ucx_shared_pools = true;
   // Moves with peer pools UCX maps through shared memory are copies on the worker thread.
   bool ucx_direct = true;
+  // The moving side's calls to peers (holds, acknowledgements, staging and MPI steps) as
+  // UCX active messages where both nodes have UCX, not gRPC.
+  bool ucx_peer_calls = true;
+  // UCX's progress thread polls this long after activity before sleeping, and peer
+  // callers wait this long for a reply before blocking (UcxOptions::poll_window).
+  absl::Duration ucx_poll_window = absl::Microseconds(50);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
   // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
@@ -118,6 +125,8 @@ class Daemon {
   std::unique_ptr<LocalEngine> local_engine_;
   std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;
   std::unique_ptr<Cluster> cluster_;
+  // Before remote_ranges_, which calls peers through it.
+  std::unique_ptr<UcxPeerCalls> peer_calls_;
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TransferScheduler> scheduler_;

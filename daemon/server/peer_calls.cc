@@ -1,0 +1,128 @@
+#include "daemon/server/peer_calls.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/log.h"
+#include "daemon/path/ucx_engine.h"
+
+namespace gpumove {
+namespace {
+
+// Parses the request, runs the handler, serializes the response.
+template <class Request, class Response>
+void RunCall(PeerServiceImpl* service,
+           grpc::Status (PeerServiceImpl::*handler)(grpc::ServerContext*, const Request*,
+                                                    Response*),
+           const std::string& body, const UcxReply& reply) {
+  Request request;
+  if (!request.ParseFromString(body)) {
+    reply(absl::InvalidArgumentError(
+              absl::StrCat("malformed ", Request::descriptor()->name(), " in a peer call")),
+          {});
+    return;
+  }
+  Response response;
+  const grpc::Status st = (service->*handler)(nullptr, &request, &response);
+  if (!st.ok()) {
+    reply(absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message()), {});
+    return;
+  }
+  reply(absl::OkStatus(), response.SerializeAsString());
+}
+
+}  // namespace
+
+UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads)
+    : transport_(transport), self_(self), threads_(std::max(1, threads)) {}
+
+UcxPeerCalls::~UcxPeerCalls() { StopServing(); }
+
+void UcxPeerCalls::Serve(PeerServiceImpl* service) {
+  {
+    absl::MutexLock lock(&mu_);
+    service_ = service;
+  }
+  for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
+  // Runs on the transport's progress thread: queue the call for a serving thread.
+  transport_->ServeCalls(UcxEngine::PeerKey(self_.node(), self_.incarnation()),
+                         [this](uint32_t method, std::string body, UcxReply reply) {
+                           absl::MutexLock lock(&mu_);
+                           if (stop_) {
+                             reply(absl::UnavailableError("node is shutting down"), {});
+                             return;
+                           }
+                           queue_.push_back([this, method, body = std::move(body),
+                                             reply = std::move(reply)] {
+                             Handle(method, body, reply);
+                           });
+                         });
+}
+
+void UcxPeerCalls::StopServing() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  // Calls still arriving are answered by the transport (UNAVAILABLE); queued ones run.
+  transport_->ServeCalls(UcxEngine::PeerKey(self_.node(), self_.incarnation()), nullptr);
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  absl::MutexLock lock(&mu_);
+  service_ = nullptr;
+}
+
+void UcxPeerCalls::Work() {
+  while (true) {
+    std::function<void()> job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxReply& reply) {
+  PeerServiceImpl* s = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    s = service_;
+  }
+  if (s == nullptr) {
+    reply(absl::UnavailableError("this node does not serve peer calls"), {});
+    return;
+  }
+  ++served_;
+  switch (static_cast<PeerMethod>(method)) {
+    case PeerMethod::kPrepareRemoteBatch:
+      return RunCall(s, &PeerServiceImpl::PrepareRemoteBatch, body, reply);
+    case PeerMethod::kCompleteRemoteBatch:
+      return RunCall(s, &PeerServiceImpl::CompleteRemoteBatch, body, reply);
+    case PeerMethod::kCompleteRemote:
+      return RunCall(s, &PeerServiceImpl::CompleteRemote, body, reply);
+    case PeerMethod::kStageChunk:
+      return RunCall(s, &PeerServiceImpl::StageChunk, body, reply);
+    case PeerMethod::kStartMpi:
+      return RunCall(s, &PeerServiceImpl::StartMpi, body, reply);
+    case PeerMethod::kStopMpi:
+      return RunCall(s, &PeerServiceImpl::StopMpi, body, reply);
+  }
+  reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
+}
+
+bool UcxPeerCalls::Reaches(const v1::NodeDescriptor& peer) const {
+  return peer.ucx_peer_calls() && !peer.ucx_worker_address().empty();
+}
+
+absl::StatusOr<std::string> UcxPeerCalls::Call(const v1::NodeDescriptor& peer, PeerMethod method,
+                                               std::string request, absl::Duration timeout) {
+  UcxPeer to{UcxEngine::PeerKey(peer.node(), peer.incarnation()), peer.ucx_worker_address(),
+             /*error_handling=*/peer.host_id() != self_.host_id()};
+  return transport_->Call(to, static_cast<uint32_t>(method), std::move(request), timeout);
+}
+
+}  // namespace gpumove

@@ -1,0 +1,60 @@
+// Peer calls over UCX active messages: the calls the moving side makes to the other node
+// of a move (holds, acknowledgements, staging and MPI steps) carried by the daemon's UCX
+// worker instead of gRPC. On this kind of machine a gRPC round trip made from inside a
+// serving daemon costs 2-3x a bare echo (client/bench/rpc_probe); these calls are on
+// every remote move's critical path. Same messages, same handlers, same status codes.
+#ifndef GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
+#define GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/cluster/remote_ranges.h"
+#include "daemon/path/ucx_transport.h"
+#include "daemon/server/peer_service.h"
+
+namespace gpumove {
+
+class UcxPeerCalls : public PeerCallChannel {
+ public:
+  // `transport` must outlive this; `self` is this node's descriptor (node, incarnation,
+  // host). Calls arriving are served by `threads` threads.
+  UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads = 8);
+  ~UcxPeerCalls() override;
+
+  // Serves the calls that arrive with `service` (which must stay until StopServing).
+  void Serve(PeerServiceImpl* service);
+  // Calls arriving from now on are refused (UNAVAILABLE); those running finish. Idempotent.
+  void StopServing();
+
+  // Calls served since start.
+  uint64_t served() const { return served_; }
+
+  bool Reaches(const v1::NodeDescriptor& peer) const override;
+  absl::StatusOr<std::string> Call(const v1::NodeDescriptor& peer, PeerMethod method,
+                                   std::string request, absl::Duration timeout) override;
+
+ private:
+  void Work();
+  // Runs one call on a serving thread.
+  void Handle(uint32_t method, const std::string& body, const UcxReply& reply);
+
+  UcxTransport* const transport_;
+  const v1::NodeDescriptor self_;
+  const int threads_;
+  absl::Mutex mu_;
+  PeerServiceImpl* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+  std::atomic<uint64_t> served_{0};
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
