@@ -183,7 +183,11 @@ void MpiTransport::Loop() {
   std::vector<std::shared_ptr<Op>> ops;
   std::vector<int> indexes;
   std::vector<MPI_Status> statuses;
-  int idle = 0;
+  // MPI moves bytes only while it is polled (ob1's single-copy receives copy inside
+  // MPI_Testsome): poll without pause while operations are completing, and wait for new
+  // work in short naps only after kBusyPoll without a completion or a new operation.
+  constexpr absl::Duration kBusyPoll = absl::Milliseconds(2);
+  absl::Time last_activity = absl::Now();
   absl::Time stop_deadline = absl::InfiniteFuture();
   auto finish = [this](Op& op, absl::Status status, uint64_t count) {
     mu_.AssertHeld();
@@ -220,6 +224,7 @@ void MpiTransport::Loop() {
         break;
       }
     }
+    if (!post.empty() || !tasks.empty()) last_activity = absl::Now();
     for (auto& task : tasks) task();
     for (auto& op : post) {
       MPI_Request r = MPI_REQUEST_NULL;
@@ -279,16 +284,19 @@ void MpiTransport::Loop() {
       continue;
     }
     if (completed == 0) {
-      // Nothing finished: spin briefly (latency), then back off so idle waits do not
-      // take a core from the copies.
-      if (++idle > 200) {
-        absl::SleepFor(absl::Microseconds(50));
+      if (absl::Now() - last_activity > kBusyPoll) {
+        // Long waits (a patient receive, a slow peer) nap, and new work ends the nap.
+        absl::MutexLock lock(&mu_);
+        auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&work), absl::Microseconds(50));
       } else {
         std::this_thread::yield();
       }
       continue;
     }
-    idle = 0;
+    last_activity = absl::Now();
     {
       absl::MutexLock lock(&mu_);
       for (int k = 0; k < completed; ++k) {
