@@ -61,7 +61,7 @@ ABSL_FLAG(bool, ucx_direct, true,
 ABSL_FLAG(bool, ucx_peer_calls, true,
           "The moving side's calls to other nodes (holds, acknowledgements, staging and MPI "
           "steps) as UCX active messages where both nodes have UCX; off: over gRPC.");
-ABSL_FLAG(absl::Duration, ucx_poll, absl::Microseconds(50),
+ABSL_FLAG(absl::Duration, ucx_poll, absl::Milliseconds(1),
           "After activity UCX's progress thread keeps polling this long before it sleeps, and "
           "a peer call waits this long for its answer before blocking: answers then need no "
           "thread wake-up. 0: always sleep.");
@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, mpi, "auto",
           "As a rank the node is named rank<N> (or --node with %r for the rank), the other "
           "ranks are its peers, and without --listen it serves 127.0.0.1:(7470 + its rank "
           "on this host).");
+ABSL_FLAG(absl::Duration, mpi_poll, absl::Milliseconds(2),
+          "The MPI thread polls MPI this long after a completion or a new operation before it "
+          "naps: MPI moves bytes only while polled.");
 ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per MPI message of a move; four are kept in flight per move.");
 ABSL_FLAG(bool, mpi_force_staging, false,
@@ -162,6 +165,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.mpi_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
+  options.mpi_poll_window = absl::GetFlag(FLAGS_mpi_poll);
   options.mpi_force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
   options.listen_given = !folded.empty();
   if (options.listen.empty()) {

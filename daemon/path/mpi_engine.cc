@@ -39,6 +39,49 @@ class Passive : public PassiveHalf {
   std::thread thread_;
 };
 
+// A receiving half whose receives are all posted at once (a range of at most `window`
+// chunks in memory MPI takes): no thread of its own, and Wait returns as soon as MPI has
+// the bytes. What the threaded receive does between chunks does not arise: with every
+// receive posted, the sender's zero-byte stop message lands in the first one unmatched.
+class PostedReceive : public PassiveHalf {
+ public:
+  explicit PostedReceive(MpiTransport* mpi) : mpi_(mpi) {}
+  ~PostedReceive() override {
+    std::vector<std::shared_ptr<MpiTransport::Op>> rest;
+    for (size_t i = next_; i < ops_.size(); ++i) rest.push_back(ops_[i].first);
+    if (!rest.empty()) mpi_->CancelReceives(rest);
+  }
+  // A receiver keeps receiving until the sender says it stopped.
+  void Stop() override { stop_ = true; }
+  absl::Status Wait(absl::Time deadline) override {
+    while (status_.ok() && next_ < ops_.size()) {
+      auto& [op, n] = ops_[next_];
+      auto r = mpi_->Wait(op, deadline);
+      if (!r.ok() && r.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        return absl::DeadlineExceededError("this node's half of the MPI move has not finished");
+      }
+      ++next_;
+      if (!r.ok()) {
+        status_ = r.status();
+      } else if (*r == 0) {
+        status_ = stop_ ? absl::CancelledError("cancelled") : absl::AbortedError(kSenderStopped);
+      } else if (*r != n) {
+        status_ = absl::DataLossError(absl::StrCat("chunk ", next_ - 1, ": ", *r,
+                                                   " bytes came, ", n, " expected"));
+      }
+    }
+    return status_;
+  }
+
+  std::vector<std::pair<std::shared_ptr<MpiTransport::Op>, uint64_t>> ops_;
+
+ private:
+  MpiTransport* const mpi_;
+  std::atomic<bool> stop_{false};
+  size_t next_ = 0;  // Receives before it have ended.
+  absl::Status status_;
+};
+
 }  // namespace
 
 int MpiEngine::NextTag() {
@@ -269,6 +312,15 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
   if (Staged(range) && pinned_ == nullptr) {
     return absl::FailedPreconditionError(
         "this node has no pinned pool to stage device memory for MPI");
+  }
+  if (!send && !Staged(range) && (length + chunk - 1) / chunk <= uint64_t(options_.window)) {
+    auto posted = std::make_unique<PostedReceive>(mpi_);
+    for (uint64_t offset = 0; offset < length; offset += chunk) {
+      const uint64_t n = std::min(chunk, length - offset);
+      posted->ops_.emplace_back(
+          mpi_->Irecv(range.data + offset, n, runner_rank, tag, patient), n);
+    }
+    return posted;
   }
   auto half = std::make_unique<Passive>();
   Passive* p = half.get();

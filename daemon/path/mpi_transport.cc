@@ -62,6 +62,9 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int,
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&) {
   return absl::UnimplementedError("no MPI");
 }
+absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&, absl::Time) {
+  return absl::UnimplementedError("no MPI");
+}
 void MpiTransport::CancelReceives(const std::vector<std::shared_ptr<Op>>&, absl::Duration) {}
 void MpiTransport::FailPeer(int, const std::string&) {}
 size_t MpiTransport::pending() const { return 0; }
@@ -183,10 +186,7 @@ void MpiTransport::Loop() {
   std::vector<std::shared_ptr<Op>> ops;
   std::vector<int> indexes;
   std::vector<MPI_Status> statuses;
-  // MPI moves bytes only while it is polled (ob1's single-copy receives copy inside
-  // MPI_Testsome): poll without pause while operations are completing, and wait for new
-  // work in short naps only after kBusyPoll without a completion or a new operation.
-  constexpr absl::Duration kBusyPoll = absl::Milliseconds(2);
+  // See MpiOptions::poll_window.
   absl::Time last_activity = absl::Now();
   absl::Time stop_deadline = absl::InfiniteFuture();
   auto finish = [this](Op& op, absl::Status status, uint64_t count) {
@@ -284,7 +284,7 @@ void MpiTransport::Loop() {
       continue;
     }
     if (completed == 0) {
-      if (absl::Now() - last_activity > kBusyPoll) {
+      if (absl::Now() - last_activity > options_.poll_window) {
         // Long waits (a patient receive, a slow peer) nap, and new work ends the nap.
         absl::MutexLock lock(&mu_);
         auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -418,6 +418,10 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, in
 }
 
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
+  return Wait(op, absl::InfiniteFuture());
+}
+
+absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op, absl::Time deadline) {
   absl::Status failure;
   {
     absl::MutexLock lock(&mu_);
@@ -426,8 +430,12 @@ absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
     };
     // The loop times operations out itself; this deadline only guards against an MPI call
     // that never returns.
-    if (!mu_.AwaitWithDeadline(absl::Condition(&ready),
-                               op->posted + op->timeout + absl::Seconds(10))) {
+    const absl::Time guard = op->posted + op->timeout + absl::Seconds(10);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), std::min(deadline, guard))) {
+      if (deadline < guard) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("MPI operation with rank ", op->peer, " still in progress"));
+      }
       failure = absl::UnavailableError(absl::StrCat("MPI made no progress with rank ", op->peer,
                                                     " for ",
                                                     absl::FormatDuration(options_.op_timeout)));

@@ -25,6 +25,10 @@ struct MpiOptions {
   // An operation with no completion this long fails UNAVAILABLE (the peer is also failed
   // at once when the cluster sees it down; this is the backstop).
   absl::Duration op_timeout = absl::Seconds(30);
+  // MPI moves bytes only while it is polled (ob1's single-copy receives copy inside
+  // MPI_Testsome): the MPI thread polls without pause until this long has passed without
+  // a completion or a new operation, then naps (new work ends a nap).
+  absl::Duration poll_window = absl::Milliseconds(2);
 };
 
 // What MPI said about this job at start.
@@ -69,6 +73,9 @@ class MpiTransport {
   // operation timed out, and the library's error otherwise. A receive that fails is
   // cancelled first, so its buffer is free once this returns.
   absl::StatusOr<uint64_t> Wait(const std::shared_ptr<Op>& op);
+  // The same, but DEADLINE_EXCEEDED (the operation left as it is) when it has not ended
+  // by `deadline`.
+  absl::StatusOr<uint64_t> Wait(const std::shared_ptr<Op>& op, absl::Time deadline);
   // Cancels posted receives and waits until MPI is done with their buffers, or `wait`
   // passed (a receive already matched to a rank that died may never end; it is logged).
   void CancelReceives(const std::vector<std::shared_ptr<Op>>& ops,

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {
     MpiOptions mpi_options;
     mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
+    mpi_options.poll_window = options.mpi_poll_window;
     auto mpi = MpiTransport::Start(mpi_options);
     if (!mpi.ok()) {
       if (options.mpi == "on") return mpi.status();
@@ -110,12 +111,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
   // this host move between them with one memcpy.
   std::string ucx_status = "disabled (--noucx)";
+  const absl::Duration ucx_poll = std::max(options.ucx_poll_window, absl::ZeroDuration());
   if (options.ucx) {
     UcxOptions ucx_options;
     ucx_options.chunk = options.ucx_chunk;
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
-    ucx_options.poll_window = options.ucx_poll_window;
+    ucx_options.poll_window = ucx_poll;
     ucx_options.direct_threads =
         options.direct_copy_threads > 0
             ? options.direct_copy_threads
@@ -212,7 +214,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                     : "; peer calls over gRPC");
       if (options.ucx_peer_calls) {
         self.set_ucx_peer_calls(true);
-        d->peer_calls_ = std::make_unique<UcxPeerCalls>(d->ucx_.get(), self);
+        d->peer_calls_ = std::make_unique<UcxPeerCalls>(d->ucx_.get(), self, /*threads=*/8,
+                                                        ucx_poll);
       }
     }
   }

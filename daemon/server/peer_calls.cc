@@ -31,8 +31,12 @@ void RunCall(PeerServiceImpl* service,
 
 }  // namespace
 
-UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads)
-    : transport_(transport), self_(self), threads_(std::max(1, threads)) {}
+UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads,
+                           absl::Duration poll_window)
+    : transport_(transport),
+      self_(self),
+      threads_(std::max(1, threads)),
+      poll_window_(poll_window) {}
 
 UcxPeerCalls::~UcxPeerCalls() { StopServing(); }
 
@@ -72,7 +76,20 @@ void UcxPeerCalls::StopServing() {
 }
 
 void UcxPeerCalls::Work() {
+  bool served = false;
   while (true) {
+    // Just served a call: poll for the next one a while (one thread at a time).
+    if (served && poll_window_ > absl::ZeroDuration() && !polling_.exchange(true)) {
+      for (const absl::Time until = absl::Now() + poll_window_; absl::Now() < until;) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stop_ || !queue_.empty()) break;
+        }
+        std::this_thread::yield();
+      }
+      polling_ = false;
+    }
+    served = true;
     std::function<void()> job;
     {
       absl::MutexLock lock(&mu_);

@@ -23,8 +23,11 @@ namespace gpumove {
 class UcxPeerCalls : public PeerCallChannel {
  public:
   // `transport` must outlive this; `self` is this node's descriptor (node, incarnation,
-  // host). Calls arriving are served by `threads` threads.
-  UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads = 8);
+  // host). Calls arriving are served by `threads` threads; after a call one of them keeps
+  // looking for the next for `poll_window` before it sleeps (no wake-up for a call that
+  // follows closely, as acknowledgements follow holds).
+  UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads = 8,
+               absl::Duration poll_window = absl::ZeroDuration());
   ~UcxPeerCalls() override;
 
   // Serves the calls that arrive with `service` (which must stay until StopServing).
@@ -47,6 +50,8 @@ class UcxPeerCalls : public PeerCallChannel {
   UcxTransport* const transport_;
   const v1::NodeDescriptor self_;
   const int threads_;
+  const absl::Duration poll_window_;
+  std::atomic<bool> polling_{false};  // A serving thread is polling for the next call.
   absl::Mutex mu_;
   PeerServiceImpl* service_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -122,8 +123,13 @@ MpiJob::~MpiJob() {
     absl::SleepFor(absl::Milliseconds(50));
   }
   kill(-pid_, SIGKILL);  // Anything left in the group.
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);  // Port files and the log.
+  // Port files and the log; GPUMOVE_KEEP_LOGS=1 keeps them (the ranks' --v logs).
+  if (const char* keep = std::getenv("GPUMOVE_KEEP_LOGS"); keep == nullptr || *keep != '1') {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  } else {
+    std::cerr << "MPI job log kept: " << log_ << "\n";
+  }
 }
 
 std::string MpiJob::Log() const { return ReadFile(log_); }
