@@ -451,7 +451,10 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       transfers_.emplace(t->id, t);
       ++active_;
       if (t->pending == 0 && caller_waits && batch.size() == 1 &&
-          t->length <= options_.inline_max_bytes) {
+          options_.inline_max_bytes > 0 &&
+          (t->length <= options_.inline_max_bytes ||
+           (ready_.empty() && running_ < options_.workers))) {
+        ++running_;
         t->state = TransferState::kRunning;
         t->start_time = absl::Now();
         t->version = ++sequence_;
@@ -465,7 +468,11 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     if (!idem.empty()) idempotency_[idem] = std::move(ids);
     committed = true;
   }
-  if (run_inline != nullptr) Run(run_inline);
+  if (run_inline != nullptr) {
+    Run(run_inline);
+    absl::MutexLock lock(&mu_);
+    --running_;
+  }
   return out;
 }
 
@@ -483,8 +490,11 @@ void TransferScheduler::WorkerLoop() {
       t->state = TransferState::kRunning;
       t->start_time = absl::Now();
       t->version = ++sequence_;
+      ++running_;
     }
     Run(t);
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

@@ -86,9 +86,10 @@ struct SchedulerOptions {
   size_t max_batch = 1024;
   // Per-move bandwidth cap in bytes/s; 0 means none.
   uint64_t rate_limit = 0;
-  // A lone move of at most this many bytes, with nothing to wait for, submitted by a
-  // caller that will wait for it anyway, runs on the caller's thread: a few microseconds
-  // of copying instead of two thread hand-offs. 0 turns this off.
+  // A lone move with nothing to wait for, submitted by a caller that will wait for it
+  // anyway, runs on the caller's thread (no hand-off to a worker and back) when it has at
+  // most this many bytes, or when a worker is idle (it then takes that worker's place).
+  // 0 turns this off.
   uint64_t inline_max_bytes = 64 << 10;
   // Called (under the scheduler's lock: it must not call back) when a transfer ends.
   std::function<void(const TransferSnapshot&)> on_end;
@@ -177,6 +178,8 @@ class TransferScheduler {
   // owner + '\0' + key -> transfer ids, in request order.
   absl::flat_hash_map<std::string, std::vector<std::string>> idempotency_ ABSL_GUARDED_BY(mu_);
   size_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  // Moves executing now, on workers or inline.
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
   int acking_ ABSL_GUARDED_BY(mu_) = 0;  // Acknowledgements not yet back.
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;

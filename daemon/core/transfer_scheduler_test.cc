@@ -376,14 +376,28 @@ TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
   // Done before Submit returned: it ran on this thread.
   EXPECT_EQ(sched_->Get("me", small->at(0).id)->state, TransferState::kSucceeded);
   EXPECT_EQ(Contents(b).substr(0, 4096), std::string(4096, 'a'));
-  // Too big, or not waited for: queued for a worker as usual.
+  // Bigger, but the worker is idle: it runs here too, in the worker's place.
+  auto big = sched_->Submit("me", {Move(b, a, 0, 0, 8192)}, "", true);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(sched_->Get("me", big->at(0).id)->state, TransferState::kSucceeded);
+  // Not waited for: queued for the worker, which it keeps busy (held). A bigger move for
+  // a waiting caller now queues too rather than run beside it.
+  std::string c = Buffer(8192, 'c'), d = Buffer(8192, 'd');
   engine_.Hold();
-  auto big = sched_->Submit("me", {Move(a, b, 0, 0, 8192)}, "", true);
   auto nowait = sched_->Submit("me", {Move(b, a, 0, 4096, 4096)}, "", false);
-  ASSERT_TRUE(big.ok() && nowait.ok());
-  EXPECT_FALSE(IsTerminal(sched_->Get("me", big->at(0).id)->state));
+  ASSERT_TRUE(nowait.ok());
+  for (int i = 0; i < 500 && sched_->Get("me", nowait->at(0).id)->state != TransferState::kRunning;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(sched_->Get("me", nowait->at(0).id)->state, TransferState::kRunning);
+  auto queued = sched_->Submit("me", {Move(c, d, 0, 0, 8192)}, "", true);
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(sched_->Get("me", queued->at(0).id)->state, TransferState::kQueued);
   engine_.Open();
   EXPECT_EQ(WaitDone(nowait->at(0).id).state, TransferState::kSucceeded);
+  EXPECT_EQ(WaitDone(queued->at(0).id).state, TransferState::kSucceeded);
+  EXPECT_EQ(Contents(d), std::string(8192, 'c'));
 }
 
 
