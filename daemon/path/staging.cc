@@ -185,14 +185,14 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
 
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress) {
+                      const StageProgress& progress, int senders) {
   return RunStaged(
       length, ring.chunk(), ring.slots(),
       [&](size_t slot, uint64_t offset, uint64_t n) {
         return gpu->Copy(ring.slot(slot), kHostDevice, src + offset, device, n, n, nullptr);
       },
       [&](size_t slot, uint64_t offset, uint64_t n) { return send(ring.slot(slot), offset, n); },
-      progress);
+      progress, senders);
 }
 
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,

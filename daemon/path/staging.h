@@ -62,10 +62,11 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
                        int consumers = 1);
 
 // device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
-// standing in for a GPU).
+// standing in for a GPU). `senders` > 1 sends that many chunks at once: only for a send
+// whose chunks may land in any order (RMA to distinct offsets; not MPI's ordered sends).
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress);
+                      const StageProgress& progress, int senders = 1);
 // receive -> bounce -> device.
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
                      const BounceRing& ring, const StageReceive& receive,

@@ -66,12 +66,13 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     return r;
   };
   if (push) {
+    // Puts land at distinct offsets: two at once keep the wire busy while one waits.
     return StageOut(
         gpu_, src.data, src.device, length, *ring,
         [&](const char* host, uint64_t offset, uint64_t n) {
           return transport_->Put(at(offset), host, n, nullptr);
         },
-        progress);
+        progress, /*senders=*/2);
   }
   return StageIn(
       gpu_, dst.data, dst.device, length, *ring,
@@ -107,22 +108,23 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     return r;
   };
   if (push) {
+    // Three stages: our GPU copy into our slot (the producer), then the wire into the
+    // peer's slot and its copy onto its GPU (a round trip), by several consumers at once
+    // so that one chunk is on the wire while another is copied on the far side.
     return RunStaged(
         length, chunk, slots,
         [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
-          const char* host = src.data + offset;
-          if (ours.has_value()) {
-            absl::Status st = gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset,
-                                         src.device, n, n, nullptr);
-            if (!st.ok()) return st;
-            host = ours->slot(slot);
-          }
-          return transport_->Put(slot_range(slot), host, n, nullptr);
+          if (!ours.has_value()) return absl::OkStatus();
+          return gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset, src.device, n, n,
+                            nullptr);
         },
-        [&](size_t slot, uint64_t offset, uint64_t n) {
+        [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
+          const char* host = ours.has_value() ? ours->slot(slot) : src.data + offset;
+          absl::Status st = transport_->Put(slot_range(slot), host, n, nullptr);
+          if (!st.ok()) return st;
           return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/true);
         },
-        // The remote copies are round trips: several at once, one slot kept for filling.
+        // One slot kept for filling.
         progress, std::max<int>(1, static_cast<int>(slots) - 1));
   }
   return RunStaged(
