@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "daemon/common/bytes.h"
 #include "daemon/common/log.h"
+#include "daemon/path/ucx_transport.h"
 #include "daemon/server/daemon.h"
 
 ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:7470"},
@@ -117,6 +118,8 @@ std::vector<char*> FoldRepeatedListen(int argc, char** argv, std::string& folded
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, while this is the only thread: UCX takes its settings from the environment.
+  gpumove::UcxTransport::SetProcessDefaults();
   absl::SetProgramUsageMessage(
       "gpumove daemon: owns this node's GPU and host buffer pools and moves bytes.\n"
       "  gpumoved [--listen=127.0.0.1:7470] [--node=NAME] [--device_pool_size=1GiB] ...");

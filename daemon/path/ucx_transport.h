@@ -61,6 +61,10 @@ struct UcxOptions {
 
 class UcxTransport {
  public:
+  // Settings UCX takes from the environment, set unless the environment has them (TCP
+  // segment size). UCX reads some of them before any transport is created: call first
+  // thing in main, while the process has one thread.
+  static void SetProcessDefaults();
   // UNAVAILABLE (with UCX's message) when UCX cannot start.
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxOptions options);
   ~UcxTransport();
