@@ -34,8 +34,9 @@ class CudaIpcEngine : public Engine {
   void Forget(const std::string& node, uint64_t incarnation);
 
  private:
-  // The GPU of ours on which to map the remote range: the same physical GPU when we
-  // serve it, else the local end's GPU (peer access then reaches it).
+  // The GPU of ours on which to map the remote range: the local end's GPU (which issues
+  // the copy) when it is that GPU or reaches it with peer copies, else the remote range's
+  // own GPU when we see it; -1 when neither.
   int MapDevice(const RemoteHold& remote, const Endpoint& local) const;
 
   GpuRuntime* const gpu_;
