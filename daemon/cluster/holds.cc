@@ -116,6 +116,12 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
   return hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
 }
 
+bool HoldTable::HasHalf(const std::string& from_node, const std::string& transfer_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
+  return it != holds_.end() && it->second->half != nullptr;
+}
+
 int HoldTable::ReleaseFrom(const std::string& node, uint64_t incarnation) {
   std::vector<std::unique_ptr<Entry>> dropped;
   {

@@ -58,6 +58,8 @@ class HoldTable {
                          const HalfStarter& start);
   // Stops the sending half of a hold. NOT_FOUND: no such hold or half.
   absl::Status StopHalf(const std::string& from_node, const std::string& transfer_id);
+  // Whether the hold has an MPI half (completing it may wait for that half).
+  bool HasHalf(const std::string& from_node, const std::string& transfer_id) const;
   // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold. A
   // half is stopped first unless `runner_ok`, then waited for (up to `half_wait`); when
   // the runner says OK but the half failed, that is the answer.

@@ -49,11 +49,20 @@ void UcxPeerCalls::Serve(PeerServiceImpl* service) {
   // Runs on the transport's progress thread: queue the call for a serving thread.
   transport_->ServeCalls(UcxEngine::PeerKey(self_.node(), self_.incarnation()),
                          [this](uint32_t method, std::string body, UcxReply reply) {
-                           absl::MutexLock lock(&mu_);
-                           if (stop_) {
-                             reply(absl::UnavailableError("node is shutting down"), {});
+                           PeerServiceImpl* s = nullptr;
+                           {
+                             absl::MutexLock lock(&mu_);
+                             if (stop_) {
+                               reply(absl::UnavailableError("node is shutting down"), {});
+                               return;
+                             }
+                             s = service_;
+                           }
+                           if (s != nullptr && AtOnce(s, method, body)) {
+                             Handle(method, body, reply);
                              return;
                            }
+                           absl::MutexLock lock(&mu_);
                            queue_.push_back([this, method, body = std::move(body),
                                              reply = std::move(reply)] {
                              Handle(method, body, reply);
@@ -129,6 +138,34 @@ void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxRep
       return RunCall(s, &PeerServiceImpl::StopMpi, body, reply);
   }
   reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
+}
+
+bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
+                          const std::string& body) const {
+  switch (static_cast<PeerMethod>(method)) {
+    case PeerMethod::kPrepareRemoteBatch: {
+      v1::PrepareRemoteBatchRequest r;
+      if (!r.ParseFromString(body)) return false;
+      for (const auto& item : r.items()) {
+        if (!service->AnswersAtOnce(item)) return false;
+      }
+      return true;
+    }
+    case PeerMethod::kCompleteRemoteBatch: {
+      v1::CompleteRemoteBatchRequest r;
+      if (!r.ParseFromString(body)) return false;
+      for (const auto& item : r.items()) {
+        if (!service->AnswersAtOnce(item)) return false;
+      }
+      return true;
+    }
+    case PeerMethod::kCompleteRemote: {
+      v1::CompleteRemoteRequest r;
+      return r.ParseFromString(body) && service->AnswersAtOnce(r);
+    }
+    default:
+      return false;  // GPU copies, MPI halves.
+  }
 }
 
 bool UcxPeerCalls::Reaches(const v1::NodeDescriptor& peer) const {

@@ -44,6 +44,10 @@ class UcxPeerCalls : public PeerCallChannel {
 
  private:
   void Work();
+  // Whether `body` for `method` can be served on the transport's progress thread itself
+  // (saving the hand-off to a serving thread and back): holds and acknowledgements that
+  // cannot block.
+  bool AtOnce(PeerServiceImpl* service, uint32_t method, const std::string& body) const;
   // Runs one call on a serving thread.
   void Handle(uint32_t method, const std::string& body, const UcxReply& reply);
 

@@ -40,6 +40,15 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   grpc::Status StopMpi(grpc::ServerContext* context, const v1::StopMpiRequest* request,
                        v1::StopMpiResponse* response) override;
 
+  // Whether serving the request cannot block (no MPI half to start or wait for, no
+  // checksum to compute), so a thread that must not wait may serve it.
+  bool AnswersAtOnce(const v1::PrepareRemoteRequest& request) const {
+    return request.mpi_tag() == 0;
+  }
+  bool AnswersAtOnce(const v1::CompleteRemoteRequest& request) const {
+    return !request.checksum() && !holds_->HasHalf(request.from_node(), request.transfer_id());
+  }
+
  private:
   // Starts this node's MPI half of a held range (StartMpi, or with the hold).
   grpc::Status StartHalf(const v1::StartMpiRequest& request, bool patient);
