@@ -153,7 +153,7 @@ int Main() {
   MpiLaunch launch{mca, McaArgs(mca), {}};
   std::vector<std::string> flags = {
       absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20)),
-      absl::StrCat("--mpi_chunk=", absl::GetFlag(FLAGS_chunk).bytes), "--noucx",
+      absl::StrCat("--mpi_chunk=", absl::GetFlag(FLAGS_chunk).bytes),
       "--heartbeat=500ms", "--peer_timeout=5s"};
   const bool device = absl::GetFlag(FLAGS_device);
   if (device) {
