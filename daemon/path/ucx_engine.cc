@@ -127,20 +127,22 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
         // One slot kept for filling.
         progress, std::max<int>(1, static_cast<int>(slots) - 1));
   }
+  // A pull the other way round: the peer's GPU copy into its slot (a round trip, the
+  // producer), then the wire out of that slot and our GPU copy, by several consumers at
+  // once, so that the peer fills one slot while others are on the wire.
   return RunStaged(
       length, chunk, slots,
-      [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
-        absl::Status st = remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
-        if (!st.ok()) return st;
-        char* host = ours.has_value() ? ours->slot(slot) : dst.data + offset;
-        return transport_->Get(slot_range(slot), host, n, nullptr);
+      [&](size_t slot, uint64_t offset, uint64_t n) {
+        return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
       },
       [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
-        if (!ours.has_value()) return absl::OkStatus();
+        char* host = ours.has_value() ? ours->slot(slot) : dst.data + offset;
+        absl::Status st = transport_->Get(slot_range(slot), host, n, nullptr);
+        if (!st.ok() || !ours.has_value()) return st;
         return gpu_->Copy(dst.data + offset, dst.device, ours->slot(slot), kHostDevice, n, n,
                           nullptr);
       },
-      progress);
+      progress, std::max<int>(1, static_cast<int>(slots) - 1));
 }
 
 }  // namespace gpumove
