@@ -118,7 +118,7 @@ std::vector<char*> FoldRepeatedListen(int argc, char** argv, std::string& folded
 }  // namespace
 
 int main(int argc, char** argv) {
-  // First, while this is the only thread: UCX takes its settings from the environment.
+  // First, while this is the only thread (it sets environment variables UCX reads).
   gpumove::UcxTransport::SetProcessDefaults();
   absl::SetProgramUsageMessage(
       "gpumove daemon: owns this node's GPU and host buffer pools and moves bytes.\n"

@@ -670,9 +670,13 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
 void UcxTransport::SetProcessDefaults() {
   // UCX's TCP transport moves 8 KiB segments by default: puts between hosts then run at a
   // fraction of the link (loopback here: 1.0-1.5 GB/s, iperf3 2.5). 512 KiB segments take
-  // it to 4-5 GB/s. A value already in the environment wins.
-  setenv("UCX_TCP_TX_SEG_SIZE", "512k", /*overwrite=*/0);
-  setenv("UCX_TCP_RX_SEG_SIZE", "512k", /*overwrite=*/0);
+  // it to 4-5 GB/s. A value already in the environment wins; UCX refuses to start with
+  // receive segments smaller than send segments, so one given alone sets the other too.
+  const char* tx = std::getenv("UCX_TCP_TX_SEG_SIZE");
+  const char* rx = std::getenv("UCX_TCP_RX_SEG_SIZE");
+  const std::string value = tx != nullptr ? tx : rx != nullptr ? rx : "512k";
+  if (tx == nullptr) setenv("UCX_TCP_TX_SEG_SIZE", value.c_str(), 1);
+  if (rx == nullptr) setenv("UCX_TCP_RX_SEG_SIZE", value.c_str(), 1);
 }
 
 UcxTransport::~UcxTransport() {

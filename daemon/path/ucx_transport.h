@@ -62,7 +62,7 @@ struct UcxOptions {
 class UcxTransport {
  public:
   // Settings UCX takes from the environment, set unless the environment has them (TCP
-  // segment size). UCX reads some of them before any transport is created: call first
+  // segment size); transports created later use them. It calls setenv: call it first
   // thing in main, while the process has one thread.
   static void SetProcessDefaults();
   // UNAVAILABLE (with UCX's message) when UCX cannot start.

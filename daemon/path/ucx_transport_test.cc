@@ -1,5 +1,6 @@
 #include "daemon/path/ucx_transport.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -94,6 +95,24 @@ TEST_F(UcxTransportTest, DeadPeerFailsInBoundedTime) {
   absl::Status st = c->Put(r, local_mem_.data(), 4 << 20, nullptr);
   EXPECT_FALSE(st.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(UcxProcessDefaults, TcpSegmentsAreLargeUnlessTheEnvironmentSaysOtherwise) {
+  unsetenv("UCX_TCP_TX_SEG_SIZE");
+  unsetenv("UCX_TCP_RX_SEG_SIZE");
+  UcxTransport::SetProcessDefaults();
+  ASSERT_NE(std::getenv("UCX_TCP_TX_SEG_SIZE"), nullptr);
+  EXPECT_STREQ(std::getenv("UCX_TCP_TX_SEG_SIZE"), "512k");
+  EXPECT_STREQ(std::getenv("UCX_TCP_RX_SEG_SIZE"), "512k");
+  EXPECT_TRUE(UcxTransport::Create({}).ok());
+  // One given alone wins and sets the other: UCX refuses receive segments smaller than
+  // send segments.
+  unsetenv("UCX_TCP_TX_SEG_SIZE");
+  setenv("UCX_TCP_RX_SEG_SIZE", "64k", 1);
+  UcxTransport::SetProcessDefaults();
+  EXPECT_STREQ(std::getenv("UCX_TCP_TX_SEG_SIZE"), "64k");
+  EXPECT_STREQ(std::getenv("UCX_TCP_RX_SEG_SIZE"), "64k");
+  EXPECT_TRUE(UcxTransport::Create({}).ok());
 }
 
 // Peer calls: b serves on its own threads (as gpumoved's dispatcher does), a calls.
