@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/bench/cuda_check.h"
 #include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
@@ -28,15 +29,6 @@ namespace gpumove {
 namespace {
 
 #ifdef GPUMOVE_HAVE_CUDA
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e = (x);                                                   \
-    if (e != cudaSuccess) {                                                \
-      std::cerr << #x << ": " << cudaGetErrorString(e) << "\n";            \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
-
 struct Raw {
   void* a = nullptr;  // On the source device (or pinned host).
   void* b = nullptr;  // On the destination device.

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/bench/cuda_check.h"
 #include "client/bench/stream.h"
 
 #ifdef GPUMOVE_HAVE_CUDA
@@ -22,15 +23,6 @@
 
 namespace gpumove {
 namespace {
-
-#define CHECK_CUDA(x)                                                          \
-  do {                                                                         \
-    cudaError_t err_ = (x);                                                     \
-    if (err_ != cudaSuccess) {                                                 \
-      std::cerr << #x << ": " << cudaGetErrorString(err_) << "\n";             \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 constexpr size_t kMax = 1ull << 30;
 

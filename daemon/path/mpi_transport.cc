@@ -186,6 +186,10 @@ void MpiTransport::Loop() {
   std::vector<std::shared_ptr<Op>> ops;
   std::vector<int> indexes;
   std::vector<MPI_Status> statuses;
+  // New work for this thread (ends a wait or a nap).
+  auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
+  };
   // See MpiOptions::poll_window.
   absl::Time last_activity = absl::Now();
   absl::Time stop_deadline = absl::InfiniteFuture();
@@ -204,9 +208,6 @@ void MpiTransport::Loop() {
     std::deque<std::function<void()>> tasks;
     {
       absl::MutexLock lock(&mu_);
-      auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
-      };
       if (ops.empty()) mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
       post.swap(to_post_);
       cancel.swap(to_cancel_);
@@ -287,9 +288,6 @@ void MpiTransport::Loop() {
       if (absl::Now() - last_activity > options_.poll_window) {
         // Long waits (a patient receive, a slow peer) nap, and new work ends the nap.
         absl::MutexLock lock(&mu_);
-        auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-          return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
-        };
         mu_.AwaitWithTimeout(absl::Condition(&work), absl::Microseconds(50));
       } else {
         std::this_thread::yield();

@@ -29,6 +29,17 @@ void RunCall(PeerServiceImpl* service,
   reply(absl::OkStatus(), response.SerializeAsString());
 }
 
+// Whether every item of a batch request can be served without blocking.
+template <class Batch>
+bool EveryItemAtOnce(const PeerServiceImpl* service, const std::string& body) {
+  Batch batch;
+  if (!batch.ParseFromString(body)) return false;
+  for (const auto& item : batch.items()) {
+    if (!service->AnswersAtOnce(item)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads,
@@ -143,22 +154,10 @@ void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxRep
 bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
                           const std::string& body) const {
   switch (static_cast<PeerMethod>(method)) {
-    case PeerMethod::kPrepareRemoteBatch: {
-      v1::PrepareRemoteBatchRequest r;
-      if (!r.ParseFromString(body)) return false;
-      for (const auto& item : r.items()) {
-        if (!service->AnswersAtOnce(item)) return false;
-      }
-      return true;
-    }
-    case PeerMethod::kCompleteRemoteBatch: {
-      v1::CompleteRemoteBatchRequest r;
-      if (!r.ParseFromString(body)) return false;
-      for (const auto& item : r.items()) {
-        if (!service->AnswersAtOnce(item)) return false;
-      }
-      return true;
-    }
+    case PeerMethod::kPrepareRemoteBatch:
+      return EveryItemAtOnce<v1::PrepareRemoteBatchRequest>(service, body);
+    case PeerMethod::kCompleteRemoteBatch:
+      return EveryItemAtOnce<v1::CompleteRemoteBatchRequest>(service, body);
     case PeerMethod::kCompleteRemote: {
       v1::CompleteRemoteRequest r;
       return r.ParseFromString(body) && service->AnswersAtOnce(r);
