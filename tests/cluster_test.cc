@@ -11,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "client/gpumove_client.h"
+#include <grpcpp/grpcpp.h>
+#include "proto/gpumove/v1/peer.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
@@ -257,6 +259,39 @@ TEST_F(ClusterTest, BadRemoteRequestsGetTheirCodes) {
   EXPECT_EQ(nodes_[0].client->Submit(mixed).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The acknowledgement of a move may name a GPU copy that is still running (a CUDA IPC
+// fence). A node that cannot wait for it says so and lets the hold go: it never
+// acknowledges bytes it has not seen land.
+TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
+  auto dst = nodes_[1].client->Allocate(4096);
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  auto peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(nodes_[1].process->address(), grpc::InsecureChannelCredentials()));
+  v1::PrepareRemoteRequest prepare;
+  prepare.set_transfer_id("t-fence");
+  prepare.set_from_node("node-a");
+  prepare.set_owner("anonymous");
+  *prepare.mutable_range() = Ref(dst->id());
+  prepare.set_write(true);
+  v1::PrepareRemoteResponse held;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
+  }
+  EXPECT_FALSE(held.waits_fences());  // Host memory, and no GPU here.
+  EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 1u);
+  v1::CompleteRemoteRequest complete;
+  complete.set_transfer_id("t-fence");
+  complete.set_from_node("node-a");
+  complete.set_fence(std::string(64, 'f'));
+  v1::CompleteRemoteResponse acked;
+  grpc::ClientContext ctx;
+  const grpc::Status st = peer->CompleteRemote(&ctx, complete, &acked);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("copy"), std::string::npos) << st.error_message();
+  EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 0u);
+}
+
 TEST_F(ClusterTest, CancelMidMoveReleasesBothEnds) {
   Node slow = StartNode("node-s", nodes_[0].process->address(), {"--max_move_rate=64MiB"});
   AwaitMembership({&slow}, 3);
@@ -447,15 +482,19 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   auto info = f.client->GetInfo();
   for (const auto& p : info->pools()) EXPECT_EQ(p.free(), p.capacity());
   // The path really goes through bounce slots: a staging node without room for two of
-  // them refuses the range, and changes nothing.
+  // them (a move of two chunks or more) refuses the range, and changes nothing.
   Node g = StartNode("node-g", nodes_[0].process->address(),
                      {"--ucx_force_staging", "--pinned_pool_size=8MiB"});
   AwaitMembership({&g}, 4);
-  auto a = nodes_[0].client->Allocate(1 << 20);
-  auto gb = g.client->Allocate(1 << 20);
+  auto a = nodes_[0].client->Allocate(16 << 20);
+  auto gb = g.client->Allocate(16 << 20);
   EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(g, gb->id())).status().code(),
             StatusCode::kResourceExhausted);
   EXPECT_EQ(g.client->GetBuffer(gb->id())->active_uses(), 0u);
+  // A small move takes slots its size, and goes through.
+  auto small = nodes_[0].client->Move(Ref(a->id(), 0, 1 << 20), On(g, gb->id()));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->state(), v1::SUCCEEDED) << small->error_message();
 }
 
 TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {

@@ -16,7 +16,7 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   auto entry = std::make_unique<Entry>();
   entry->incarnation = from_incarnation;
   if (may_stage && (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice))) {
-    auto ring = BounceRing::Take(staging_.pinned, staging_.options);
+    auto ring = BounceRing::Take(staging_.pinned, SizedFor(staging_.options, use->length()));
     if (!ring.ok()) return ring.status();
     entry->ring.emplace(*std::move(ring));
   }

@@ -53,6 +53,7 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
     hold.stage_rkey = peer.pools(response.stage_pool_index()).rkey();
   }
   if (response.mpi_started()) hold.mpi_tag = mpi_tag;
+  hold.waits_fences = response.waits_fences();
   return hold;
 }
 
@@ -189,7 +190,8 @@ absl::Status ClusterRemoteRanges::Invoke(
 }
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
-                                                       const absl::Status& outcome, bool checksum) {
+                                                       const absl::Status& outcome, bool checksum,
+                                                       const std::string& fence) {
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
@@ -199,6 +201,7 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
   request.set_code(static_cast<int32_t>(outcome.code()));
   request.set_message(std::string(outcome.message()));
   request.set_checksum(checksum && outcome.ok());
+  if (outcome.ok()) request.set_fence(fence);
   v1::CompleteRemoteResponse response;
   absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
                            &v1::PeerService::Stub::CompleteRemote);
@@ -219,12 +222,13 @@ ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& nod
 }
 
 void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
-                                        bool checksum, AckCallback done) {
+                                        bool checksum, const std::string& fence,
+                                        AckCallback done) {
   Acker* a = AckerFor(hold.node);
   {
     absl::MutexLock lock(&a->mu);
     if (a->busy) {
-      a->queue.push_back(PendingAck{hold, outcome, checksum, std::move(done)});
+      a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
       return;
     }
     a->busy = true;
@@ -233,7 +237,7 @@ void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Stat
   // move). What queues meanwhile is the drainer's to send, so this thread can go back to
   // moving bytes.
   std::vector<PendingAck> batch;
-  batch.push_back(PendingAck{hold, outcome, checksum, std::move(done)});
+  batch.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
   SendAcks(hold.node, batch);
   absl::MutexLock lock(&a->mu);
   if (a->queue.empty()) {
@@ -288,6 +292,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
       item->set_code(static_cast<int32_t>(p.outcome.code()));
       item->set_message(std::string(p.outcome.message()));
       item->set_checksum(p.checksum && p.outcome.ok());
+      if (p.outcome.ok()) item->set_fence(p.fence);
     }
     v1::CompleteRemoteBatchResponse response;
     absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
@@ -375,7 +380,7 @@ void ClusterRemoteRanges::ReleaseLoop() {
       hold = std::move(to_release_.front());
       to_release_.pop_front();
     }
-    auto st = Complete(hold, absl::CancelledError("move did not run"), false);
+    auto st = Complete(hold, absl::CancelledError("move did not run"), false, "");
     if (!st.ok())
       VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": "
               << st.status();

@@ -55,11 +55,11 @@ class ClusterRemoteRanges : public RemoteRanges {
                                                       const std::string& node,
                                                       const std::vector<RemoteAsk>& asks) override;
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum) override;
+                                    bool checksum, const std::string& fence) override;
   // One CompleteRemoteBatch in flight per node: a caller finding none sends its own on its
   // thread; those arriving meanwhile queue and go together, sent by the node's drainer.
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     AckCallback done) override;
+                     const std::string& fence, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;
@@ -71,6 +71,7 @@ class ClusterRemoteRanges : public RemoteRanges {
     RemoteHold hold;
     absl::Status outcome;
     bool checksum = false;
+    std::string fence;
     AckCallback done;
   };
   // Acknowledgements to one node.

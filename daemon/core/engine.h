@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct RemoteHold {
   // Path MPI: the remote node's receiving half started with the hold, under this tag
   // (0: it was not).
   int mpi_tag = 0;
+  // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
+  // acknowledgement before it acknowledges.
+  bool waits_fences = false;
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -106,13 +110,15 @@ class RemoteRanges {
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.
   virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                            bool checksum) = 0;
+                                            bool checksum, const std::string& fence) = 0;
   // Complete without making the caller wait for the round trip when others to the same
   // node are in flight: `done` runs exactly once, on this thread before the call returns
   // or later on another thread (acknowledgements that pile up travel together).
+  // `fence`: a CopyFence's ipc_handle the remote node waits for first (empty: none; only
+  // for holds that say waits_fences).
   virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                             AckCallback done) {
-    done(Complete(hold, outcome, checksum));
+                             const std::string& fence, AckCallback done) {
+    done(Complete(hold, outcome, checksum, fence));
   }
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
@@ -153,6 +159,15 @@ class MoveControl {
   // Bytes known to have landed in the destination so far. May block briefly to hold the
   // daemon's rate limit.
   virtual void Progress(uint64_t bytes_done) = 0;
+  // Whether the move may end with its last bytes still being copied, behind a fence that
+  // the other node waits for before it acknowledges (the scheduler's controls, for moves
+  // with a remote end). Move then returns OK after handing the fence to KeepRunning; the
+  // move is SUCCEEDED only once the other node has seen the fence pass.
+  virtual bool AcceptsFence() const { return false; }
+  // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
+  // would be too coarse to pace takes smaller ones under a cap.
+  virtual uint64_t rate_limit() const { return 0; }
+  virtual void KeepRunning(std::unique_ptr<CopyFence> fence) {}
 };
 
 class Engine {

@@ -64,6 +64,9 @@ struct TransferScheduler::Record {
   // The end of the move on another node, if any (src.remote or dst.remote points here).
   std::optional<RemoteHold> remote_hold;
   bool remote_completed = false;  // Complete was called (by the worker, before finishing).
+  // The end of a copy the move left running (MoveControl::KeepRunning): the other node
+  // waits for it before acknowledging; dropped (which waits for it) before the end.
+  std::unique_ptr<CopyFence> fence;
 
   // Owned by the scheduler's lock.
   TransferState state = TransferState::kQueued;
@@ -86,9 +89,20 @@ struct TransferScheduler::Record {
 // Progress, cancel and the rate limit for one running move.
 class TransferScheduler::Control : public MoveControl {
  public:
-  Control(Record* t, uint64_t rate_limit) : t_(t), rate_limit_(rate_limit), start_(absl::Now()) {}
+  Control(TransferScheduler* s, Record* t, uint64_t rate_limit)
+      : s_(s), t_(t), rate_limit_(rate_limit), start_(absl::Now()) {}
 
   bool cancelled() const override { return t_->cancel_requested.load(); }
+  // Only for a move with nothing queued behind it: its acknowledgement then overlaps its
+  // own copy. With moves waiting, the worker's next copy overlaps it instead, and an
+  // acknowledgement that waits for the copy would hold up the others batched with it.
+  bool AcceptsFence() const override {
+    if (!t_->remote_hold.has_value() || !t_->remote_hold->waits_fences) return false;
+    absl::MutexLock lock(&s_->mu_);
+    return s_->ready_.empty();
+  }
+  void KeepRunning(std::unique_ptr<CopyFence> fence) override { t_->fence = std::move(fence); }
+  uint64_t rate_limit() const override { return rate_limit_; }
 
   void Progress(uint64_t bytes_done) override {
     t_->bytes_done.store(bytes_done);
@@ -102,6 +116,7 @@ class TransferScheduler::Control : public MoveControl {
   }
 
  private:
+  TransferScheduler* const s_;
   Record* const t_;
   const uint64_t rate_limit_;
   const absl::Time start_;
@@ -515,11 +530,12 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     for (Engine* e : engines_) e->Abandon(*t->remote_hold);  // Move will not run.
   }
   if (status.ok()) {
-    Control control(t.get(), options_.rate_limit);
+    Control control(this, t.get(), options_.rate_limit);
     status = t->engine->Move(t->src, t->dst, t->length, control);
     if (status.ok()) t->bytes_done.store(t->length);
   }
   const absl::Time move_end = absl::Now();
+  if (!status.ok()) t->fence.reset();  // Only a move that went through leaves one.
   if (!t->remote_hold.has_value()) {
     AfterMove(t, std::move(status), src_hash, 0);
     return;
@@ -532,9 +548,14 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     absl::MutexLock lock(&mu_);
     ++acking_;
   }
+  const std::string fence = t->fence != nullptr ? t->fence->ipc_handle() : std::string();
   remote_->CompleteAsync(
-      *t->remote_hold, status, t->checksum,
+      *t->remote_hold, status, t->checksum, fence,
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
+        // The other node saw the fence pass before it acknowledged; without an
+        // acknowledgement the copy may still run, so it is waited for here before the
+        // buffers are let go.
+        t->fence.reset();
         VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
                 << PathKindName(t->engine->path()) << ": move "
                 << absl::ToDoubleMicroseconds(move_end - move_start) << " us, acknowledgement "

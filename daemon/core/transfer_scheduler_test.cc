@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -422,6 +423,7 @@ class FakeRemote : public RemoteRanges {
     h.address = reinterpret_cast<uint64_t>(m.data() + offset);
     h.length = length;
     h.write = write;
+    h.waits_fences = waits_fences_;
     ++holds_;
     return h;
   }
@@ -435,15 +437,16 @@ class FakeRemote : public RemoteRanges {
     return RemoteRanges::PrepareMany(owner, node, asks);
   }
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum) override {
+                                    bool checksum, const std::string& fence) override {
     absl::MutexLock lock(&mu_);
     --holds_;
     return 0;
   }
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     AckCallback done) override {
+                     const std::string& fence, AckCallback done) override {
     absl::MutexLock lock(&mu_);
     acks_.push_back(std::move(done));
+    fences_.push_back(fence);
   }
   void Release(const RemoteHold& hold) override {
     absl::MutexLock lock(&mu_);
@@ -486,6 +489,15 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return batches_;
   }
+  // The fences the acknowledgements carried, in order.
+  std::vector<std::string> fences() {
+    absl::MutexLock lock(&mu_);
+    return fences_;
+  }
+  void WaitFences(bool v) {
+    absl::MutexLock lock(&mu_);
+    waits_fences_ = v;
+  }
   int holds() {
     absl::MutexLock lock(&mu_);
     return holds_;
@@ -496,6 +508,8 @@ class FakeRemote : public RemoteRanges {
   std::map<std::string, std::string> memory_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> batches_ ABSL_GUARDED_BY(mu_);
   std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> fences_ ABSL_GUARDED_BY(mu_);
+  bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -513,9 +527,25 @@ class RemoteCopyEngine : public Engine {
     };
     std::memcpy(at(dst), at(src), length);
     moves_.fetch_add(1);
+    // Leaves a (pretend) copy running behind a fence when the scheduler takes one.
+    if (control.AcceptsFence()) control.KeepRunning(std::make_unique<Fence>(&fences_ended_));
     return absl::OkStatus();
   }
   std::atomic<int> moves_{0};
+  std::atomic<int> fences_ended_{0};
+
+ private:
+  class Fence : public CopyFence {
+   public:
+    explicit Fence(std::atomic<int>* ended) : ended_(ended) {}
+    ~Fence() override { ended_->fetch_add(1); }
+    const std::string& ipc_handle() const override { return handle_; }
+    absl::Status Wait() override { return absl::OkStatus(); }
+
+   private:
+    std::atomic<int>* ended_;
+    std::string handle_ = "fence-handle";
+  };
 };
 
 // A scheduler on node n1 whose other nodes are a FakeRemote.
@@ -615,6 +645,55 @@ TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBloc
   EXPECT_EQ(landed.substr(0, 8 * 4096), std::string(use->data(), 8 * 4096));
   auto got = registry.Acquire("me", pulled.id, 0, 3000);
   EXPECT_EQ(std::string(got->data(), 3000), std::string(3000, 'y'));
+}
+
+TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTransfer) {
+  TransferScheduler& sched = Start(/*workers=*/2);
+  FakeRemote& remote = remote_;
+  RemoteCopyEngine& engine = engine_;
+  BufferInfo local = Local(64 << 10);
+  remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
+  auto push = [&](int i) {
+    TransferSpec s;
+    s.source = {"", local.id, i * 4096ull, 4096};
+    s.destination = {"n2", "b-dst", i * 4096ull, 0};
+    return s;
+  };
+  // Holds that do not wait for fences: no fence is taken, none travels.
+  auto plain = sched.Submit("me", {push(0)}, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  remote.AwaitAcks(1);
+  remote.Acknowledge(/*fail_index=*/99);
+  EXPECT_EQ(sched.Wait("me", plain->at(0).id, absl::Now() + absl::Seconds(10))->state,
+            TransferState::kSucceeded);
+  EXPECT_EQ(remote.fences(), std::vector<std::string>{""});
+  EXPECT_EQ(engine.fences_ended_.load(), 0);
+
+  // Holds that do: the acknowledgement of a move with nothing queued behind it names the
+  // move's fence, which the scheduler keeps until the acknowledgement is back (OK or not)
+  // and lets go before the transfer ends.
+  remote.WaitFences(true);
+  std::vector<TransferSnapshot> fenced;
+  for (int i = 1; i <= 2; ++i) {
+    auto one = sched.Submit("me", {push(i)}, "");
+    ASSERT_TRUE(one.ok()) << one.status();
+    fenced.push_back(one->at(0));
+    remote.AwaitAcks(i);
+  }
+  EXPECT_EQ(remote.fences(),
+            (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
+  EXPECT_EQ(engine.fences_ended_.load(), 0);
+  for (const TransferSnapshot& t : fenced) {
+    EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning);
+  }
+  remote.Acknowledge(/*fail_index=*/1);
+  std::multiset<TransferState> ends;
+  for (const TransferSnapshot& t : fenced) {
+    ends.insert(sched.Wait("me", t.id, absl::Now() + absl::Seconds(10))->state);
+  }
+  EXPECT_EQ(ends, (std::multiset<TransferState>{TransferState::kSucceeded,
+                                                TransferState::kFailed}));
+  EXPECT_EQ(engine.fences_ended_.load(), 2);
 }
 
 TEST_F(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {

@@ -5,10 +5,12 @@
 
 #include <array>
 #include <cstring>
-#include <map>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/host_copy.h"
@@ -28,34 +30,66 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
     if (cuda_err_ != cudaSuccess) return CudaError(cuda_err_, #call); \
   } while (0)
 
-// Streams and events are per thread and per device, created on first use and kept for
-// the thread's life: copies on different threads never serialize on one stream.
-struct ThreadStreams {
-  struct PerDevice {
-    cudaStream_t stream = nullptr;
-    std::array<cudaEvent_t, 2> done{};
-  };
-  std::map<int, PerDevice> devices;
-  ~ThreadStreams() {
-    for (auto& [device, d] : devices) {
-      cudaSetDevice(device);
-      for (cudaEvent_t e : d.done) cudaEventDestroy(e);
-      cudaStreamDestroy(d.stream);
-    }
-  }
+// A stream and the events a chunked copy waits on, for one device.
+struct CopyStream {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::array<cudaEvent_t, 2> done{};
 };
 
-absl::StatusOr<ThreadStreams::PerDevice*> StreamsFor(int device) {
-  thread_local ThreadStreams streams;
-  auto it = streams.devices.find(device);
-  if (it != streams.devices.end()) return &it->second;
-  ThreadStreams::PerDevice d;
-  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
-  for (cudaEvent_t& e : d.done) {
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+// Streams lent to one copy at a time and kept for the process's life: copies running at
+// once never serialize on one stream, and a copy on a short-lived thread (the staging
+// pipeline's) does not pay for creating one (~100-200 us for a stream and its events,
+// measured as the first chunk's delay on the H200s when streams were per thread).
+class StreamPool {
+ public:
+  // One on `device` (the current device), from the free list or new.
+  absl::StatusOr<CopyStream*> Take(int device) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto& free = free_[device];
+      if (!free.empty()) {
+        CopyStream* s = free.back();
+        free.pop_back();
+        return s;
+      }
+    }
+    auto s = std::make_unique<CopyStream>();
+    s->device = device;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : s->done) {
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    absl::MutexLock lock(&mu_);
+    all_.push_back(std::move(s));
+    return all_.back().get();
   }
-  return &streams.devices.emplace(device, d).first->second;
-}
+  void Put(CopyStream* s) {
+    absl::MutexLock lock(&mu_);
+    free_[s->device].push_back(s);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<CopyStream>> all_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, std::vector<CopyStream*>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+// A stream taken from the pool for one copy, given back when this goes.
+class StreamLease {
+ public:
+  StreamLease(StreamPool* pool, CopyStream* s) : pool_(pool), s_(s) {}
+  StreamLease(StreamLease&& o) noexcept : pool_(o.pool_), s_(std::exchange(o.s_, nullptr)) {}
+  StreamLease& operator=(StreamLease&&) = delete;
+  ~StreamLease() {
+    if (s_ != nullptr) pool_->Put(s_);
+  }
+  CopyStream& operator*() const { return *s_; }
+
+ private:
+  StreamPool* pool_;
+  CopyStream* s_;
+};
 
 class CudaRuntime : public GpuRuntime {
  public:
@@ -145,6 +179,127 @@ class CudaRuntime : public GpuRuntime {
 
   absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
                     uint64_t chunk, const CopyProgress& progress) override {
+    return CopyOn(dst, dst_device, src, src_device, bytes, chunk, progress, nullptr);
+  }
+
+  absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device,
+                                                        const void* src, int src_device,
+                                                        uint64_t bytes, uint64_t chunk,
+                                                        const CopyProgress& progress) override {
+    if (dst_device == kHostDevice && src_device == kHostDevice) {
+      return GpuRuntime::CopyFenced(dst, dst_device, src, src_device, bytes, chunk, progress);
+    }
+    std::unique_ptr<CopyFence> fence;
+    absl::Status st = CopyOn(dst, dst_device, src, src_device, bytes, chunk, progress, &fence);
+    if (!st.ok()) return st;
+    return fence;
+  }
+
+  absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline) override {
+    cudaIpcEventHandle_t h;
+    if (handle.size() != sizeof(h.reserved)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a CUDA IPC event handle has ", sizeof(h.reserved), " bytes, not ", handle.size()));
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    cudaEvent_t event = nullptr;
+    {
+      absl::MutexLock lock(&imported_mu_);
+      auto it = imported_.find(handle);
+      if (it != imported_.end()) {
+        event = it->second;
+      } else {
+        std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+        cudaError_t err = cudaIpcOpenEventHandle(&event, h);
+        if (err != cudaSuccess) {
+          cudaGetLastError();
+          return absl::InvalidArgumentError(absl::StrCat(
+              "cudaIpcOpenEventHandle: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+        }
+        // Kept: the exporter reuses its fences, so a peer's handles are few. (An imported
+        // event must not be used once its exporter destroyed it; ours never destroy theirs.)
+        imported_.emplace(handle, event);
+      }
+    }
+    // Polled rather than synchronized: a copy whose process died must not hold this
+    // thread past the deadline. A query every microsecond or so (not back to back: each
+    // one is a driver call, and a tight loop of them slowed the copies of other streams).
+    for (int i = 0;; ++i) {
+      cudaError_t err = cudaEventQuery(event);
+      if (err == cudaSuccess) return absl::OkStatus();
+      if (err != cudaErrorNotReady) {
+        cudaGetLastError();
+        return CudaError(err, "cudaEventQuery on another process's fence");
+      }
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError("the other process's copy did not end in time");
+      }
+      if (i > 1000) {
+        std::this_thread::yield();
+      } else {
+        while (absl::Now() - now < absl::Microseconds(1)) {
+        }
+      }
+    }
+  }
+
+ private:
+  // Interprocess events, reused (never destroyed: another process may hold them open).
+  struct FenceEvent {
+    int device = 0;
+    cudaEvent_t event = nullptr;
+    std::string handle;
+  };
+  class Fence : public CopyFence {
+   public:
+    Fence(CudaRuntime* owner, FenceEvent e, StreamLease stream)
+        : owner_(owner), e_(std::move(e)), stream_(std::move(stream)) {}
+    ~Fence() override {
+      Wait().IgnoreError();
+      owner_->PutFence(std::move(e_));
+    }
+    const std::string& ipc_handle() const override { return e_.handle; }
+    absl::Status Wait() override {
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e_.event));
+      return absl::OkStatus();
+    }
+
+   private:
+    CudaRuntime* const owner_;
+    FenceEvent e_;
+    StreamLease stream_;  // Given back after the wait in the destructor.
+  };
+
+  // One on the current device (`device`), from the free list or new.
+  absl::StatusOr<FenceEvent> TakeFence(int device) {
+    {
+      absl::MutexLock lock(&fences_mu_);
+      auto& free = free_fences_[device];
+      if (!free.empty()) {
+        FenceEvent e = std::move(free.back());
+        free.pop_back();
+        return e;
+      }
+    }
+    FenceEvent e;
+    e.device = device;
+    CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&e.event, cudaEventDisableTiming | cudaEventInterprocess));
+    cudaIpcEventHandle_t h;
+    CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&h, e.event));
+    e.handle.assign(h.reserved, sizeof(h.reserved));
+    return e;
+  }
+  void PutFence(FenceEvent e) {
+    absl::MutexLock lock(&fences_mu_);
+    free_fences_[e.device].push_back(std::move(e));
+  }
+
+  // Copy; with `fence`, returns once the last chunk is queued, with a fence behind it.
+  absl::Status CopyOn(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
+                      uint64_t chunk, const CopyProgress& progress,
+                      std::unique_ptr<CopyFence>* fence) {
     if (chunk == 0) chunk = bytes;
     if (dst_device == kHostDevice && src_device == kHostDevice) {
       uint64_t done = 0;
@@ -160,9 +315,10 @@ class CudaRuntime : public GpuRuntime {
     // copy engines push over NVLink.
     const int device = src_device != kHostDevice ? src_device : dst_device;
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    auto streams = StreamsFor(device);
-    if (!streams.ok()) return streams.status();
-    ThreadStreams::PerDevice& s = **streams;
+    auto taken = streams_.Take(device);
+    if (!taken.ok()) return taken.status();
+    StreamLease lease(&streams_, *taken);
+    CopyStream& s = *lease;
 
     // Chunk k+1 is queued before chunk k is waited for, so the copy engine never idles.
     uint64_t issued = 0, landed = 0;
@@ -187,6 +343,18 @@ class CudaRuntime : public GpuRuntime {
         slot_end[slot] = issued + std::min(chunk, bytes - issued);
         if (auto st = issue(); !st.ok()) return st;
       }
+      if (fence != nullptr && issued == bytes && !stop) {
+        // All queued: the fence goes behind the last chunk, and the caller moves on.
+        auto e = TakeFence(device);
+        if (!e.ok()) return e.status();
+        cudaError_t err = cudaEventRecord(e->event, s.stream);
+        // The fence keeps the stream until the copy has ended: a copy queued behind it
+        // on the same stream would wait for this one.
+        auto f = std::make_unique<Fence>(this, *std::move(e), std::move(lease));
+        if (err != cudaSuccess) return CudaError(err, "cudaEventRecord (fence)");
+        *fence = std::move(f);
+        return absl::OkStatus();
+      }
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[wait_slot]));
       landed = slot_end[wait_slot];
       wait_slot ^= 1;
@@ -197,7 +365,6 @@ class CudaRuntime : public GpuRuntime {
     return absl::OkStatus();
   }
 
- private:
   std::vector<GpuDevice> devices_;
   // cuMemGetAddressRange, reached through the runtime (no link against libcuda).
   using AddressRangeFn = int (*)(unsigned long long*, size_t*, unsigned long long);
@@ -212,6 +379,11 @@ class CudaRuntime : public GpuRuntime {
     }
     return reinterpret_cast<AddressRangeFn>(fn);
   }();
+  StreamPool streams_;
+  absl::Mutex fences_mu_;
+  absl::flat_hash_map<int, std::vector<FenceEvent>> free_fences_ ABSL_GUARDED_BY(fences_mu_);
+  absl::Mutex imported_mu_;
+  absl::flat_hash_map<std::string, cudaEvent_t> imported_ ABSL_GUARDED_BY(imported_mu_);
 };
 
 }  // namespace

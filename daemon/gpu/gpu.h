@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace gpumove {
 
@@ -36,6 +37,20 @@ std::string FormatGpuUuid(const void* bytes16);
 // Called after each chunk of a copy with the bytes copied so far; returning false stops
 // the copy after the chunks already issued (the copy then returns CANCELLED).
 using CopyProgress = std::function<bool(uint64_t bytes_done)>;
+
+// The end of a copy left running on a GPU (GpuRuntime::CopyFenced): this process waits
+// for it with Wait; another process on this host waits with GpuRuntime::WaitIpcFence on
+// ipc_handle(), so the node that owns the destination can see the bytes land itself
+// instead of being told after the fact.
+class CopyFence {
+ public:
+  // Waits for the copy first (the fence's event goes back to be reused).
+  virtual ~CopyFence() = default;
+  // cudaIpcEventHandle_t's 64 bytes; empty when the copy already ended (nothing to wait).
+  virtual const std::string& ipc_handle() const = 0;
+  // Returns once every byte has landed; INTERNAL carries the CUDA error text.
+  virtual absl::Status Wait() = 0;
+};
 
 class GpuRuntime {
  public:
@@ -70,6 +85,21 @@ class GpuRuntime {
   // every byte has landed in dst. INTERNAL carries the CUDA error text.
   virtual absl::Status Copy(void* dst, int dst_device, const void* src, int src_device,
                             uint64_t bytes, uint64_t chunk, const CopyProgress& progress) = 0;
+
+  // Copy, but the last chunk is only queued: returns with a fence behind it. Progress is
+  // reported for the chunks before it. A copy that stopped early returns CANCELLED as Copy
+  // does (after waiting). Runtimes without interprocess events copy to the end and return
+  // a fence with no handle.
+  virtual absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device,
+                                                                const void* src, int src_device,
+                                                                uint64_t bytes, uint64_t chunk,
+                                                                const CopyProgress& progress);
+  // Waits, polling, until the copy behind another process's fence (its ipc_handle, made
+  // on this host) has ended. INVALID_ARGUMENT for a handle the driver refuses,
+  // DEADLINE_EXCEEDED when it has not ended by `deadline`, FAILED_PRECONDITION without a GPU.
+  virtual absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline) {
+    return absl::FailedPreconditionError("waiting for another process's copy needs a GPU");
+  }
 
   // CUDA IPC. The handle (cudaIpcMemHandle_t's 64 bytes) of the allocation starting at
   // `base` on `device`, for other processes on this host to map.

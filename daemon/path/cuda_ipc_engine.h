@@ -41,6 +41,8 @@ class CudaIpcEngine : public Engine {
 
   GpuRuntime* const gpu_;
   IpcTable* const ipc_;
+  static constexpr uint64_t kMaxChunk = 1ull << 30;
+  static constexpr uint64_t kMinFenced = 16ull << 20;  // ~45 us over NVLink.
   const uint64_t chunk_;
   absl::Mutex mu_;
   // Mappings kept open per peer incarnation ("node#incarnation").

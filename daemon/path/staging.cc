@@ -11,6 +11,14 @@
 
 namespace gpumove {
 
+StagingOptions SizedFor(StagingOptions options, uint64_t length) {
+  const uint64_t rounded = std::max<uint64_t>((length + 4095) & ~uint64_t{4095}, 4096);
+  options.chunk = std::max<uint64_t>(std::min(options.chunk, rounded), 1);
+  const uint64_t chunks = (length + options.chunk - 1) / options.chunk;
+  options.slots = static_cast<int>(std::clamp<uint64_t>(chunks, 1, std::max(options.slots, 1)));
+  return options;
+}
+
 absl::StatusOr<BounceRing> BounceRing::Take(Pool* pinned, StagingOptions options) {
   if (pinned == nullptr) return absl::FailedPreconditionError("no pinned pool for staging");
   BounceRing ring(pinned, options.chunk);
@@ -19,9 +27,11 @@ absl::StatusOr<BounceRing> BounceRing::Take(Pool* pinned, StagingOptions options
     if (!slot.ok()) break;
     ring.slots_.push_back(*slot);
   }
-  if (ring.slots_.size() < 2) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the pinned pool has no room for two ", options.chunk, "-byte staging buffers"));
+  const size_t least = std::min(2, std::max(options.slots, 1));
+  if (ring.slots_.size() < least) {
+    return absl::ResourceExhaustedError(absl::StrCat("the pinned pool has no room for ", least,
+                                                     " ", options.chunk,
+                                                     "-byte staging buffer(s)"));
   }
   return ring;
 }

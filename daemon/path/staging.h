@@ -22,11 +22,16 @@ struct StagingOptions {
   int slots = 4;             // Bounce buffers per move.
 };
 
+// What a move of `length` bytes needs of `options`: no more slots than it has chunks, and
+// slots no bigger than the move (rounded up to 4 KiB), so that a small move does not hold
+// megabytes of the pinned pool while it waits to run.
+StagingOptions SizedFor(StagingOptions options, uint64_t length);
+
 // Bounce buffers for one move, carved from the pinned pool and returned when done.
 class BounceRing {
  public:
-  // Takes `options.slots` buffers of `options.chunk` bytes (fewer, down to 2, when the
-  // pool is short; RESOURCE_EXHAUSTED below that).
+  // Takes `options.slots` buffers of `options.chunk` bytes (fewer, down to 2 or
+  // `options.slots` if that is less, when the pool is short; RESOURCE_EXHAUSTED below that).
   static absl::StatusOr<BounceRing> Take(Pool* pinned, StagingOptions options);
   BounceRing(BounceRing&& other) noexcept;
   ~BounceRing();

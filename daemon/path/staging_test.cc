@@ -1,5 +1,6 @@
 #include "daemon/path/staging.h"
 
+#include <algorithm>
 #include <cstring>
 #include <atomic>
 #include <random>
@@ -182,6 +183,43 @@ TEST_F(StagingTest, RingTakesWhatThePoolHasAndGivesItBack) {
     EXPECT_EQ(BounceRing::Take(pinned_.get(), {.chunk = 400 << 10, .slots = 4}).status().code(),
               absl::StatusCode::kResourceExhausted);
   }
+  EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);
+}
+
+TEST_F(StagingTest, ASmallMoveTakesASmallRing) {
+  const StagingOptions full{.chunk = 400 << 10, .slots = 4};
+  // Sizes: slots no bigger than the move (4 KiB pages), no more slots than chunks.
+  EXPECT_EQ(SizedFor(full, 1).chunk, 4096u);
+  EXPECT_EQ(SizedFor(full, 1).slots, 1);
+  EXPECT_EQ(SizedFor(full, 5000).chunk, 8192u);
+  EXPECT_EQ(SizedFor(full, (400 << 10) + 1).chunk, 400u << 10);
+  EXPECT_EQ(SizedFor(full, (400 << 10) + 1).slots, 2);
+  EXPECT_EQ(SizedFor(full, 100 << 20).slots, 4);
+  EXPECT_EQ(SizedFor(full, 100 << 20).chunk, 400u << 10);
+  // The 1 MiB pool holds two full rings' worth of 400 KiB slots, but a hundred rings for
+  // 8 KiB moves; each small ring carries its move.
+  std::vector<BounceRing> rings;
+  for (int i = 0; i < 100; ++i) {
+    auto r = BounceRing::Take(pinned_.get(), SizedFor(full, 5000));
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    rings.push_back(*std::move(r));
+  }
+  const BounceRing& ring = rings.back();
+  std::vector<char> dst(5000, 0);
+  absl::Status st = RunStaged(
+      5000, ring.chunk(), ring.slots(),
+      [&](size_t slot, uint64_t offset, uint64_t n) {
+        std::memcpy(ring.slot(slot), src_.data() + offset, n);
+        return absl::OkStatus();
+      },
+      [&](size_t slot, uint64_t offset, uint64_t n) {
+        std::memcpy(dst.data() + offset, ring.slot(slot), n);
+        return absl::OkStatus();
+      },
+      nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src_.begin()));
+  rings.clear();
   EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);
 }
 

@@ -4,8 +4,40 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/common/log.h"
 
 namespace gpumove {
+namespace {
+
+// With --v=2, when each chunk of a staged move ended each step (microseconds from the
+// start), logged as one line when the move ends: where a pipeline waits shows there.
+class StageTrace {
+ public:
+  explicit StageTrace(uint64_t length) : length_(length), on_(LogVerbosity() >= 2) {}
+  ~StageTrace() {
+    if (!on_) return;
+    absl::MutexLock lock(&mu_);
+    VLOG(2) << "staged move of " << length_ << " bytes, per chunk (us from start): "
+            << absl::StrJoin(events_, " ");
+  }
+  void Mark(uint64_t offset, const char* step) {
+    if (!on_) return;
+    const double us = absl::ToDoubleMicroseconds(absl::Now() - start_);
+    absl::MutexLock lock(&mu_);
+    events_.push_back(absl::StrCat(offset >> 20, "M:", step, "@", static_cast<int64_t>(us)));
+  }
+
+ private:
+  const uint64_t length_;
+  const bool on_;
+  const absl::Time start_ = absl::Now();
+  absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
 
 std::string UcxEngine::PeerKey(const std::string& node, uint64_t incarnation) {
   return absl::StrCat(node, "#", incarnation);
@@ -58,7 +90,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
                 : transport_->Get(remote, dst.data, length, progress);
   }
   // Device memory and a UCX that cannot take it: through pinned bounce buffers.
-  auto ring = BounceRing::Take(pinned_, staging_);
+  auto ring = BounceRing::Take(pinned_, SizedFor(staging_, length));
   if (!ring.ok()) return ring.status();
   auto at = [&remote](uint64_t offset) {
     RemoteRange r = remote;
@@ -107,6 +139,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     r.peer_error_handling = !hold.same_host;
     return r;
   };
+  StageTrace trace(length);
   if (push) {
     // Three stages: our GPU copy into our slot (the producer), then the wire into the
     // peer's slot and its copy onto its GPU (a round trip), by several consumers at once
@@ -115,14 +148,20 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
         length, chunk, slots,
         [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
           if (!ours.has_value()) return absl::OkStatus();
-          return gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset, src.device, n, n,
-                            nullptr);
+          absl::Status st = gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset,
+                                       src.device, n, n, nullptr);
+          trace.Mark(offset, "d2h");
+          return st;
         },
         [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
           const char* host = ours.has_value() ? ours->slot(slot) : src.data + offset;
+          trace.Mark(offset, "take");
           absl::Status st = transport_->Put(slot_range(slot), host, n, nullptr);
+          trace.Mark(offset, "put");
           if (!st.ok()) return st;
-          return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/true);
+          st = remote_->StageChunk(hold, slot, offset, n, /*to_range=*/true);
+          trace.Mark(offset, "h2d");
+          return st;
         },
         // One slot kept for filling.
         progress, std::max<int>(1, static_cast<int>(slots) - 1));
@@ -133,14 +172,20 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   return RunStaged(
       length, chunk, slots,
       [&](size_t slot, uint64_t offset, uint64_t n) {
-        return remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
+        absl::Status st = remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
+        trace.Mark(offset, "d2h");
+        return st;
       },
       [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
         char* host = ours.has_value() ? ours->slot(slot) : dst.data + offset;
+        trace.Mark(offset, "take");
         absl::Status st = transport_->Get(slot_range(slot), host, n, nullptr);
+        trace.Mark(offset, "get");
         if (!st.ok() || !ours.has_value()) return st;
-        return gpu_->Copy(dst.data + offset, dst.device, ours->slot(slot), kHostDevice, n, n,
-                          nullptr);
+        st = gpu_->Copy(dst.data + offset, dst.device, ours->slot(slot), kHostDevice, n, n,
+                        nullptr);
+        trace.Mark(offset, "h2d");
+        return st;
       },
       progress, std::max<int>(1, static_cast<int>(slots) - 1));
 }

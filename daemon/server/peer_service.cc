@@ -75,6 +75,7 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
   if (u.kind() == MemoryKind::kDevice && ipc_ != nullptr && gpu_ != nullptr) {
     if (auto ref = ipc_->Find(u.data(), u.length())) {
       response->set_cuda_ipc_handle(ref->handle);
+      response->set_waits_fences(!gpu_->devices().empty());
       response->set_cuda_ipc_offset(ref->offset);
       for (const GpuDevice& d : gpu_->devices()) {
         if (d.index == u.device()) response->set_device_uuid(d.uuid);
@@ -94,6 +95,23 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              const v1::CompleteRemoteRequest* request,
                                              v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
+  if (request->code() == 0 && !request->fence().empty()) {
+    // The runner's GPU copy into (or out of) the range may still run: it ends at this
+    // fence, which this node sees pass itself before it acknowledges or hashes.
+    absl::Status st =
+        gpu_ == nullptr || gpu_->devices().empty()
+            ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
+            : gpu_->WaitIpcFence(gpu_->devices().front().index, request->fence(),
+                                 absl::Now() + kFenceWait);
+    if (!st.ok()) {
+      holds_->Complete(request->from_node(), request->transfer_id(), false, /*runner_ok=*/false)
+          .IgnoreError();
+      return ToGrpcStatus(absl::Status(
+          st.code(), absl::StrCat("waiting for the runner's copy to end: ", st.message())));
+    }
+    VLOG(2) << "CompleteRemote: fence passed after "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  }
   auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
                                /*runner_ok=*/request->code() == 0);
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";

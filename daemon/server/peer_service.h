@@ -12,6 +12,8 @@ namespace gpumove {
 
 // Items in one PrepareRemoteBatch / CompleteRemoteBatch.
 inline constexpr int kMaxPeerBatch = 4096;
+// How long CompleteRemote waits for a runner's copy behind a fence.
+inline constexpr absl::Duration kFenceWait = absl::Seconds(10);
 
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
@@ -46,7 +48,8 @@ class PeerServiceImpl final : public v1::PeerService::Service {
     return request.mpi_tag() == 0;
   }
   bool AnswersAtOnce(const v1::CompleteRemoteRequest& request) const {
-    return !request.checksum() && !holds_->HasHalf(request.from_node(), request.transfer_id());
+    return !request.checksum() && request.fence().empty() &&
+           !holds_->HasHalf(request.from_node(), request.transfer_id());
   }
 
  private:
