@@ -1,9 +1,9 @@
 #include "daemon/common/host_copy.h"
+#include "daemon/common/thread_pool.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <thread>
 
@@ -56,45 +56,10 @@ void CopyPart(char* dst, const char* src, size_t n, bool streaming) {
 }
 
 // Helper threads for ParallelHostCopy, started on first use and kept for the process.
-class CopyPool {
- public:
-  static CopyPool& Get() {
-    static CopyPool* pool = new CopyPool();  // Never destroyed: its threads outlive main.
-    return *pool;
-  }
-  static constexpr int kMaxHelpers = 15;
-
-  void Run(std::function<void()> job) {
-    absl::MutexLock lock(&mu_);
-    jobs_.push_back(std::move(job));
-    if (idle_ == 0 && started_ < kMaxHelpers) {
-      ++started_;
-      std::thread([this] { Loop(); }).detach();
-    }
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      std::function<void()> job;
-      {
-        absl::MutexLock lock(&mu_);
-        ++idle_;
-        mu_.Await(absl::Condition(+[](std::deque<std::function<void()>>* q) { return !q->empty(); },
-                                  &jobs_));
-        --idle_;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;
-  int started_ ABSL_GUARDED_BY(mu_) = 0;
-};
+ThreadPool& CopyPool() {
+  static ThreadPool* pool = new ThreadPool(15);  // Never destroyed: its threads outlive main.
+  return *pool;
+}
 
 }  // namespace
 
@@ -117,7 +82,7 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads) {
   for (size_t i = 1; i < parts; ++i) {
     const size_t off = i * part;
     const size_t len = i + 1 == parts ? n - off : part;
-    CopyPool::Get().Run([=, &helpers] {
+    CopyPool().Run([=, &helpers] {
       CopyPart(d + off, s + off, len, streaming);
       helpers.DecrementCount();
     });
