@@ -532,7 +532,8 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   if (status.ok()) {
     Control control(this, t.get(), options_.rate_limit);
     status = t->engine->Move(t->src, t->dst, t->length, control);
-    if (status.ok()) t->bytes_done.store(t->length);
+    // With a fence the last bytes are still on their way: counted once acknowledged.
+    if (status.ok() && t->fence == nullptr) t->bytes_done.store(t->length);
   }
   const absl::Time move_end = absl::Now();
   if (!status.ok()) t->fence.reset();  // Only a move that went through leaves one.
@@ -555,6 +556,7 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
         // The other node saw the fence pass before it acknowledged; without an
         // acknowledgement the copy may still run, so it is waited for here before the
         // buffers are let go.
+        if (t->fence != nullptr && ack.ok()) t->bytes_done.store(t->length);
         t->fence.reset();
         VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
                 << PathKindName(t->engine->path()) << ": move "

@@ -685,6 +685,7 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   EXPECT_EQ(engine.fences_ended_.load(), 0);
   for (const TransferSnapshot& t : fenced) {
     EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning);
+    EXPECT_EQ(sched.Get("me", t.id)->bytes_done, 0u);  // Not counted until acknowledged.
   }
   remote.Acknowledge(/*fail_index=*/1);
   std::multiset<TransferState> ends;

@@ -38,9 +38,9 @@ struct CopyStream {
 };
 
 // Streams lent to one copy at a time and kept for the process's life: copies running at
-// once never serialize on one stream, and a copy on a short-lived thread (the staging
-// pipeline's) does not pay for creating one (~100-200 us for a stream and its events,
-// measured as the first chunk's delay on the H200s when streams were per thread).
+// once never serialize on one stream, and a copy on a new thread does not pay for
+// creating a stream and its events (they were per thread, made and destroyed with each
+// staging pipeline's threads).
 class StreamPool {
  public:
   // One on `device` (the current device), from the free list or new.

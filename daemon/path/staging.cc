@@ -122,16 +122,14 @@ class Pipeline {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace
-
 // The pipelines' helper threads, kept: a new thread per move, and its first CUDA call,
-// delayed a staged move's first chunk by 100-300 us on the H200 machine. No limit: a
+// delayed a staged move's first chunk by 100-200 us on the H200 machine. No limit: a
 // pipeline's threads wait for each other.
-namespace {
 ThreadPool& StagePool() {
   static ThreadPool* pool = new ThreadPool(0);
   return *pool;
 }
+
 }  // namespace
 
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
