@@ -10,6 +10,7 @@
 // not counted.
 #include <algorithm>
 #include <iostream>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -47,6 +48,52 @@ double Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst, ui
     if (i > 0) s.push_back(EngineSeconds(*t));
   }
   return size / Median(s) / 1e9;
+}
+
+// The three stages at once, as a staged move runs them, each a loop of its own moves on
+// ranges of its own (so none waits for another): GB/s each kept up. Stages that share
+// host memory bandwidth (DMA into pinned memory, the wire's copy between pinned pools,
+// DMA out of it) slow each other; the slowest of these is what a pipeline can reach.
+struct Busy {
+  double d2h = 0, wire = 0, h2d = 0;
+  double slowest() const { return std::min({d2h, wire, h2d}); }
+};
+Busy MeasureBusy(const std::string& a, const std::string& b, const v1::BufferRef& a_dev,
+                 const v1::BufferRef& a_pin, const v1::BufferRef& b_pin,
+                 const v1::BufferRef& b_dev, uint64_t size) {
+  auto at = [size](v1::BufferRef r, uint64_t k) {
+    r.set_offset(k * size);
+    r.set_length(size);
+    return r;
+  };
+  auto loop = [size](const std::string& address, v1::BufferRef from, v1::BufferRef to,
+                     double* gbps) {
+    auto c = Client::Connect(address);
+    if (!c.ok()) return;
+    MoveOptions o;
+    o.path = from.node().empty() && to.node().empty() ? v1::PATH_AUTO : v1::UCX;
+    const absl::Time start = absl::Now();
+    int moves = 0;
+    for (; absl::Now() - start < absl::Milliseconds(600); ++moves) {
+      auto t = (*c)->Move(from, to, o);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) {
+        std::cerr << "busy: move failed: " << t.status() << " "
+                  << (t.ok() ? t->error_message() : "") << "\n";
+        return;
+      }
+    }
+    *gbps = static_cast<double>(moves) * size / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+  };
+  Busy busy;
+  // a's GPU into the first half of a's pinned buffer; the wire from its second half into
+  // the first half of b's; b's GPU from the second half of b's.
+  std::thread d2h(loop, a, at(a_dev, 0), at(a_pin, 0), &busy.d2h);
+  std::thread wire(loop, a, at(a_pin, 1), at(b_pin, 0), &busy.wire);
+  std::thread h2d(loop, b, at(b_pin, 1), b_dev, &busy.h2d);
+  d2h.join();
+  wire.join();
+  h2d.join();
+  return busy;
 }
 
 v1::BufferRef On(const std::string& node, const std::string& id) {
@@ -99,10 +146,13 @@ int Main() {
   }
   std::cout << absl::StrFormat("GB/s, medians of %d; ratios are staged / slowest stage\n", reps);
   std::cout << "stream = dev->dev moves, 8 per Submit, two Submits in flight (GB/s of wall time);\n"
-               "pull = the same dev->dev move run by the destination's node\n";
-  std::cout << absl::StrFormat("%10s %8s %8s %8s %10s %10s %8s %8s %8s %8s %10s %9s\n", "size",
-                               "D2H", "H2D", "wire", "dev->dev", "dev->host", "pull", "stream",
-                               "d2d/min", "d2h/min", "stream/min", "pull/min");
+               "pull = the same dev->dev move run by the destination's node;\n"
+               "busy = the slowest of the three stages run at once, each its own loop of moves\n"
+               "(up to half the largest size), what they keep up sharing host memory\n";
+  std::cout << absl::StrFormat("%10s %8s %8s %8s %10s %10s %8s %8s %8s %8s %8s %10s %9s %9s\n",
+                               "size", "D2H", "H2D", "wire", "dev->dev", "dev->host", "pull",
+                               "stream", "busy", "d2d/min", "d2h/min", "stream/min", "pull/min",
+                               "d2d/busy");
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max; size *= 4) {
     const double d2h = Measure(*ca, Ref(a_dev->id()), Ref(a_pin->id()), size, reps);
     const double h2d = Measure(*cb, Ref(b_pin->id()), Ref(b_dev->id()), size, reps);
@@ -121,10 +171,17 @@ int Main() {
       return 1;
     }
     const double slowest = std::min({d2h, h2d, wire});
+    const double busy =
+        2 * size <= max ? MeasureBusy((*a)->address(), (*b)->address(), Ref(a_dev->id()),
+                                      Ref(a_pin->id()), On("stage-b", b_pin->id()),
+                                      Ref(b_dev->id()), size)
+                              .slowest()
+                        : 0;
     std::cout << absl::StrFormat(
-        "%10s %8.2f %8.2f %8.2f %10.2f %10.2f %8.2f %8.2f %8.3f %8.3f %10.3f %9.3f\n",
-        FormatBytes(size), d2h, h2d, wire, d2d, d2host, pull, *stream, d2d / slowest,
-        d2host / std::min(d2h, wire), *stream / slowest, pull / slowest);
+        "%10s %8.2f %8.2f %8.2f %10.2f %10.2f %8.2f %8.2f %8.2f %8.3f %8.3f %10.3f %9.3f %9.3f\n",
+        FormatBytes(size), d2h, h2d, wire, d2d, d2host, pull, *stream, busy, d2d / slowest,
+        d2host / std::min(d2h, wire), *stream / slowest, pull / slowest,
+        busy > 0 ? d2d / busy : 0.0);
   }
   return 0;
 }
