@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
@@ -223,8 +224,11 @@ class GpuIpcTwoDaemons : public ::testing::Test {
                                    "--host_pool_size=256MiB", "--max_move_rate=0"});
     ASSERT_TRUE(a.ok()) << a.status();
     a_ = *std::move(a);
+    // ipc-b offers fences (ipc-a does not): moves onto or out of b's ranges end behind
+    // one that b waits for, those onto or out of a's wait for their copy where they run.
     auto b = DaemonProcess::Start({"--node=ipc-b", "--gpus=" + other, "--device_pool_size=1536MiB",
-                                   "--host_pool_size=256MiB", "--peers=" + a_->address()});
+                                   "--host_pool_size=256MiB", "--cuda_ipc_fences", "--v=2",
+                                   "--peers=" + a_->address()});
     ASSERT_TRUE(b.ok()) << b.status();
     b_ = *std::move(b);
     ca_ = *Client::Connect(a_->address());
@@ -271,6 +275,29 @@ TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
       ASSERT_TRUE(to.Release(dst->id()).ok());
     }
   }
+}
+
+// Moves ipc-a runs onto and out of ipc-b's GPU memory end behind a fence that b waits for
+// before it acknowledges and hashes: the checksums b returns are of the landed bytes.
+TEST_F(GpuIpcTwoDaemons, FencedMovesLandBeforeTheyAreAcknowledged) {
+  const uint64_t size = 256ull << 20;
+  auto src = ca_->Allocate(size, v1::DEVICE, 0);
+  auto far = cb_->Allocate(size, v1::DEVICE, other_);
+  auto back = ca_->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && far.ok() && back.ok());
+  const std::string data = RandomBytes(size, 77);
+  ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+  MoveOptions o;
+  o.checksum = true;
+  o.path = v1::CUDA_IPC;
+  auto push = ca_->Move(Ref(src->id()), On("ipc-b", far->id()), o);
+  ASSERT_TRUE(push.ok()) << push.status();
+  ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+  auto pull = ca_->Move(On("ipc-b", far->id()), Ref(back->id()), o);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+  EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
+  EXPECT_TRUE(absl::StrContains(b_->Log(), "fence passed"));  // b waited for a's copies.
 }
 
 TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {

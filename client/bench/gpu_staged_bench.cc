@@ -71,7 +71,7 @@ Busy MeasureBusy(const std::string& a, const std::string& b, const v1::BufferRef
     auto c = Client::Connect(address);
     if (!c.ok()) return;
     MoveOptions o;
-    o.path = from.node().empty() && to.node().empty() ? v1::PATH_AUTO : v1::UCX;
+    o.path = from.node() == to.node() ? v1::PATH_AUTO : v1::UCX;
     const absl::Time start = absl::Now();
     int moves = 0;
     for (; absl::Now() - start < absl::Milliseconds(600); ++moves) {
@@ -89,7 +89,9 @@ Busy MeasureBusy(const std::string& a, const std::string& b, const v1::BufferRef
   // the first half of b's; b's GPU from the second half of b's.
   std::thread d2h(loop, a, at(a_dev, 0), at(a_pin, 0), &busy.d2h);
   std::thread wire(loop, a, at(a_pin, 1), at(b_pin, 0), &busy.wire);
-  std::thread h2d(loop, b, at(b_pin, 1), b_dev, &busy.h2d);
+  v1::BufferRef b_pin_here = b_pin;  // Moved by b itself.
+  b_pin_here.clear_node();
+  std::thread h2d(loop, b, at(b_pin_here, 1), b_dev, &busy.h2d);
   d2h.join();
   wire.join();
   h2d.join();

@@ -290,7 +290,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->transfer_service_ =
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
   d->peer_service_ = std::make_unique<PeerServiceImpl>(
-      d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(), d->ipc_.get(), gpu);
+      d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(), d->ipc_.get(), gpu,
+      options.cuda_ipc_fences);
   // Before the gRPC server starts: a peer that hears of us may call at once.
   if (d->peer_calls_ != nullptr) d->peer_calls_->Serve(d->peer_service_.get());
 

@@ -75,7 +75,7 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
   if (u.kind() == MemoryKind::kDevice && ipc_ != nullptr && gpu_ != nullptr) {
     if (auto ref = ipc_->Find(u.data(), u.length())) {
       response->set_cuda_ipc_handle(ref->handle);
-      response->set_waits_fences(!gpu_->devices().empty());
+      response->set_waits_fences(fences_ && !gpu_->devices().empty());
       response->set_cuda_ipc_offset(ref->offset);
       for (const GpuDevice& d : gpu_->devices()) {
         if (d.index == u.device()) response->set_device_uuid(d.uuid);

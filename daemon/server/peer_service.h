@@ -17,10 +17,11 @@ inline constexpr absl::Duration kFenceWait = absl::Seconds(10);
 
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
-  // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC).
+  // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC). `fences`:
+  // offer CUDA IPC runners to wait for their copies' fences here.
   PeerServiceImpl(Cluster* cluster, HoldTable* holds, MpiEngine* mpi = nullptr,
-                  IpcTable* ipc = nullptr, GpuRuntime* gpu = nullptr)
-      : cluster_(cluster), holds_(holds), mpi_(mpi), ipc_(ipc), gpu_(gpu) {}
+                  IpcTable* ipc = nullptr, GpuRuntime* gpu = nullptr, bool fences = false)
+      : cluster_(cluster), holds_(holds), mpi_(mpi), ipc_(ipc), gpu_(gpu), fences_(fences) {}
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override;
@@ -61,6 +62,7 @@ class PeerServiceImpl final : public v1::PeerService::Service {
   MpiEngine* const mpi_;
   IpcTable* const ipc_;
   GpuRuntime* const gpu_;
+  const bool fences_;
 };
 
 }  // namespace gpumove
