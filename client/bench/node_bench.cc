@@ -36,6 +36,8 @@ ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
 ABSL_FLAG(int, copy_threads, 4, "Worker threads of the node that runs the moves.");
 ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongside.");
+ABSL_FLAG(int, per_submit, 16, "Stream: moves per Submit.");
+ABSL_FLAG(int, in_flight, 2, "Stream: Submits in flight at once.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for both daemons.");
 
 namespace gpumove {
@@ -134,7 +136,9 @@ int Main() {
   for (const auto& p : info->paths()) {
     if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
   }
-  std::cout << "UCX_TLS=" << tls << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " CPUs; medians\n";
+  std::cout << "UCX_TLS=" << tls << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " CPUs; medians; "
+            << "stream: " << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "
+            << absl::GetFlag(FLAGS_in_flight) << " Submits in flight\n";
   const double budget = absl::GetFlag(FLAGS_seconds_per_size);
   int port = 20000 + getpid() % 20000;
   // Over TCP the baselines are the link (iperf3, median of three) and ucx_perftest both
@@ -169,6 +173,8 @@ int Main() {
     }
     StreamOptions so;
     so.duration = absl::Seconds(budget);
+    so.per_submit = absl::GetFlag(FLAGS_per_submit);
+    so.in_flight = absl::GetFlag(FLAGS_in_flight);
     auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
     if (!stream.ok()) {
       std::cerr << "stream: " << stream.status() << "\n";
