@@ -223,12 +223,19 @@ ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& nod
 
 void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
                                         bool checksum, const std::string& fence,
-                                        AckCallback done) {
+                                        bool caller_busy, AckCallback done) {
   Acker* a = AckerFor(hold.node);
   {
     absl::MutexLock lock(&a->mu);
     if (a->busy) {
       a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
+      return;
+    }
+    if (caller_busy) {
+      // The drainer sends it: this thread goes back to moving bytes.
+      a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
+      a->busy = true;
+      a->drain = true;
       return;
     }
     a->busy = true;

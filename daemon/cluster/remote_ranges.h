@@ -58,8 +58,9 @@ class ClusterRemoteRanges : public RemoteRanges {
                                     bool checksum, const std::string& fence) override;
   // One CompleteRemoteBatch in flight per node: a caller finding none sends its own on its
   // thread; those arriving meanwhile queue and go together, sent by the node's drainer.
+  // A caller that is busy (more moves waiting) always hands its acknowledgement over.
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const std::string& fence, AckCallback done) override;
+                     const std::string& fence, bool caller_busy, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;

@@ -115,9 +115,10 @@ class RemoteRanges {
   // node are in flight: `done` runs exactly once, on this thread before the call returns
   // or later on another thread (acknowledgements that pile up travel together).
   // `fence`: a CopyFence's ipc_handle the remote node waits for first (empty: none; only
-  // for holds that say waits_fences).
+  // for holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
+  // so the acknowledgement should not be sent on its thread.
   virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                             const std::string& fence, AckCallback done) {
+                             const std::string& fence, bool caller_busy, AckCallback done) {
     done(Complete(hold, outcome, checksum, fence));
   }
   // Ends a hold without waiting (a move that never ran); best effort.

@@ -550,8 +550,13 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     ++acking_;
   }
   const std::string fence = t->fence != nullptr ? t->fence->ipc_handle() : std::string();
+  bool busy;
+  {
+    absl::MutexLock lock(&mu_);
+    busy = !ready_.empty();
+  }
   remote_->CompleteAsync(
-      *t->remote_hold, status, t->checksum, fence,
+      *t->remote_hold, status, t->checksum, fence, busy,
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
         // The other node saw the fence pass before it acknowledged; without an
         // acknowledgement the copy may still run, so it is waited for here before the

@@ -443,10 +443,11 @@ class FakeRemote : public RemoteRanges {
     return 0;
   }
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const std::string& fence, AckCallback done) override {
+                     const std::string& fence, bool caller_busy, AckCallback done) override {
     absl::MutexLock lock(&mu_);
     acks_.push_back(std::move(done));
     fences_.push_back(fence);
+    busy_.push_back(caller_busy);
   }
   void Release(const RemoteHold& hold) override {
     absl::MutexLock lock(&mu_);
@@ -494,6 +495,11 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return fences_;
   }
+  // Whether each acknowledgement's caller had more moves waiting, in order.
+  std::vector<bool> busy() {
+    absl::MutexLock lock(&mu_);
+    return busy_;
+  }
   void WaitFences(bool v) {
     absl::MutexLock lock(&mu_);
     waits_fences_ = v;
@@ -509,6 +515,7 @@ class FakeRemote : public RemoteRanges {
   std::vector<std::string> batches_ ABSL_GUARDED_BY(mu_);
   std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> fences_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -622,6 +629,11 @@ TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBloc
   // transfers wait for theirs without holding a worker.
   remote.AwaitAcks(11);
   EXPECT_EQ(engine.moves_.load(), 11);
+  // The first moves' workers had more waiting: their acknowledgements are handed over
+  // rather than sent on the worker; the last one's worker had none.
+  const std::vector<bool> busy = remote.busy();
+  EXPECT_TRUE(busy.front());
+  EXPECT_FALSE(busy.back());
   for (const TransferSnapshot& t : *submitted) {
     EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning) << t.id;
   }
@@ -682,6 +694,7 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   }
   EXPECT_EQ(remote.fences(),
             (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
+  EXPECT_EQ(remote.busy(), (std::vector<bool>{false, false, false}));  // Each move alone.
   EXPECT_EQ(engine.fences_ended_.load(), 0);
   for (const TransferSnapshot& t : fenced) {
     EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning);
