@@ -92,7 +92,9 @@ absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string
 
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
-                                             bool runner_ok, absl::Duration half_wait) {
+                                             bool runner_ok, absl::Duration half_wait,
+                                             const std::string& fence,
+                                             absl::Duration fence_wait) {
   std::unique_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
@@ -111,8 +113,21 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
       return absl::Status(st.code(), absl::StrCat("this node's half of the move: ", st.message()));
     }
   }
-  if (!checksum) return 0;
   const BufferUse& u = entry->use;
+  if (runner_ok && !fence.empty()) {
+    GpuRuntime* gpu = staging_.gpu;
+    absl::Status st =
+        gpu == nullptr || gpu->devices().empty()
+            ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
+            : gpu->WaitIpcFence(u.kind() == MemoryKind::kDevice ? u.device()
+                                                                 : gpu->devices().front().index,
+                                fence, absl::Now() + fence_wait);
+    if (!st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("waiting for the runner's copy to end: ", st.message()));
+    }
+  }
+  if (!checksum) return 0;
   return hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
 }
 

@@ -22,7 +22,7 @@ namespace gpumove {
 struct StagingPolicy {
   bool device = false;  // Device memory: the transport cannot take it.
   bool all = false;     // Every range (to exercise the protocol without a GPU).
-  GpuRuntime* gpu = nullptr;
+  GpuRuntime* gpu = nullptr;  // Also waits for runners' CUDA IPC fences.
   Pool* pinned = nullptr;
   StagingOptions options;
 };
@@ -62,10 +62,15 @@ class HoldTable {
   bool HasHalf(const std::string& from_node, const std::string& transfer_id) const;
   // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold. A
   // half is stopped first unless `runner_ok`, then waited for (up to `half_wait`); when
-  // the runner says OK but the half failed, that is the answer.
+  // the runner says OK but the half failed, that is the answer. A `fence` (the runner's
+  // GPU copy still running, CompleteRemoteRequest.fence) is waited for (up to
+  // `fence_wait`) before the hold ends or is hashed; a fence this node cannot wait for
+  // (no GPU, a handle the driver refuses, too slow) is the answer, and the hold ends.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
-                                    absl::Duration half_wait = absl::Seconds(2));
+                                    absl::Duration half_wait = absl::Seconds(2),
+                                    const std::string& fence = "",
+                                    absl::Duration fence_wait = absl::Seconds(10));
   // Ends every hold of a node's incarnation (it went down or restarted).
   int ReleaseFrom(const std::string& node, uint64_t incarnation);
   size_t size() const;

@@ -227,15 +227,11 @@ void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Stat
   Acker* a = AckerFor(hold.node);
   {
     absl::MutexLock lock(&a->mu);
-    if (a->busy) {
+    if (a->busy || caller_busy) {
       a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
-      return;
-    }
-    if (caller_busy) {
-      // The drainer sends it: this thread goes back to moving bytes.
-      a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
-      a->busy = true;
-      a->drain = true;
+      // Nothing in flight but a busy caller: the drainer sends it, this thread goes back
+      // to moving bytes.
+      if (!a->busy) a->busy = a->drain = true;
       return;
     }
     a->busy = true;

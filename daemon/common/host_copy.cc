@@ -1,14 +1,11 @@
 #include "daemon/common/host_copy.h"
-#include "daemon/common/thread_pool.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <thread>
 
 #include "absl/synchronization/blocking_counter.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/common/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -165,10 +165,10 @@ class MoveControl {
   // with a remote end). Move then returns OK after handing the fence to KeepRunning; the
   // move is SUCCEEDED only once the other node has seen the fence pass.
   virtual bool AcceptsFence() const { return false; }
+  virtual void KeepRunning(std::unique_ptr<CopyFence> fence) {}
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
   // would be too coarse to pace takes smaller ones under a cap.
   virtual uint64_t rate_limit() const { return 0; }
-  virtual void KeepRunning(std::unique_ptr<CopyFence> fence) {}
 };
 
 class Engine {

@@ -97,9 +97,8 @@ class TransferScheduler::Control : public MoveControl {
   // own copy. With moves waiting, the worker's next copy overlaps it instead, and an
   // acknowledgement that waits for the copy would hold up the others batched with it.
   bool AcceptsFence() const override {
-    if (!t_->remote_hold.has_value() || !t_->remote_hold->waits_fences) return false;
-    absl::MutexLock lock(&s_->mu_);
-    return s_->ready_.empty();
+    return t_->remote_hold.has_value() && t_->remote_hold->waits_fences &&
+           !s_->MovesWaiting();
   }
   void KeepRunning(std::unique_ptr<CopyFence> fence) override { t_->fence = std::move(fence); }
   uint64_t rate_limit() const override { return rate_limit_; }
@@ -550,13 +549,8 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     ++acking_;
   }
   const std::string fence = t->fence != nullptr ? t->fence->ipc_handle() : std::string();
-  bool busy;
-  {
-    absl::MutexLock lock(&mu_);
-    busy = !ready_.empty();
-  }
   remote_->CompleteAsync(
-      *t->remote_hold, status, t->checksum, fence, busy,
+      *t->remote_hold, status, t->checksum, fence, /*caller_busy=*/MovesWaiting(),
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
         // The other node saw the fence pass before it acknowledged; without an
         // acknowledgement the copy may still run, so it is waited for here before the
@@ -580,6 +574,11 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
         absl::MutexLock lock(&mu_);
         --acking_;
       });
+}
+
+bool TransferScheduler::MovesWaiting() {
+  absl::MutexLock lock(&mu_);
+  return !ready_.empty();
 }
 
 void TransferScheduler::ReleaseUnrun(const RemoteHold& hold) {

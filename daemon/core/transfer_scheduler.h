@@ -148,6 +148,8 @@ class TransferScheduler {
       const std::string& owner, const std::vector<TransferSpec>& specs);
   void WorkerLoop();
   void Run(const std::shared_ptr<Record>& t);
+  // Whether moves are queued for a worker (the one running now has more to do after it).
+  bool MovesWaiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Lets go of a hold whose move never ran (engines first undo what they started there).
   void ReleaseUnrun(const RemoteHold& hold);
   // The end of a move once its bytes are in (acknowledged when remote): checksums, state.

@@ -232,6 +232,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // This node stages its own device ranges for peers when UCX cannot take them (every
   // range with --ucx_force_staging).
   StagingPolicy staging;
+  staging.gpu = gpu;  // Also for CUDA IPC fences, with or without UCX.
   if (d->ucx_ != nullptr) {
     Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     d->ucx_engine_ =
@@ -239,7 +240,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     engines.push_back(d->ucx_engine_.get());
     staging.device = !d->ucx_->cuda_aware();
     staging.all = options.ucx_force_staging;
-    staging.gpu = gpu;
     staging.pinned = pinned;
   }
   if (d->mpi_ != nullptr) {

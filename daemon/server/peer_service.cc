@@ -95,26 +95,13 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              const v1::CompleteRemoteRequest* request,
                                              v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
-  if (request->code() == 0 && !request->fence().empty()) {
-    // The runner's GPU copy into (or out of) the range may still run: it ends at this
-    // fence, which this node sees pass itself before it acknowledges or hashes.
-    absl::Status st =
-        gpu_ == nullptr || gpu_->devices().empty()
-            ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
-            : gpu_->WaitIpcFence(gpu_->devices().front().index, request->fence(),
-                                 absl::Now() + kFenceWait);
-    if (!st.ok()) {
-      holds_->Complete(request->from_node(), request->transfer_id(), false, /*runner_ok=*/false)
-          .IgnoreError();
-      return ToGrpcStatus(absl::Status(
-          st.code(), absl::StrCat("waiting for the runner's copy to end: ", st.message())));
-    }
-    VLOG(2) << "CompleteRemote: fence passed after "
-            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
-  }
+  // A fence: the runner's GPU copy into (or out of) the range may still run; this node
+  // sees it end itself before it acknowledges or hashes.
   auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
-                               /*runner_ok=*/request->code() == 0);
-  VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+                               /*runner_ok=*/request->code() == 0, absl::Seconds(2),
+                               request->fence());
+  VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0)
+          << " us" << (request->fence().empty() ? "" : " (after the runner's fence passed)");
   if (!hash.ok()) return ToGrpcStatus(hash.status());
   response->set_xxh3(*hash);
   return grpc::Status::OK;

@@ -12,8 +12,6 @@ namespace gpumove {
 
 // Items in one PrepareRemoteBatch / CompleteRemoteBatch.
 inline constexpr int kMaxPeerBatch = 4096;
-// How long CompleteRemote waits for a runner's copy behind a fence.
-inline constexpr absl::Duration kFenceWait = absl::Seconds(10);
 
 class PeerServiceImpl final : public v1::PeerService::Service {
  public:
