@@ -12,7 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/common/bytes.h"
+#include "daemon/common/cpus.h"
 #include "daemon/common/log.h"
+#include "daemon/path/mpi_transport.h"
 #include "daemon/path/ucx_transport.h"
 #include "daemon/server/daemon.h"
 
@@ -30,6 +32,10 @@ ABSL_FLAG(std::string, gpus, "all",
           "GPUs to serve: all, none, or a comma list of indexes and/or UUIDs (GPU-...).");
 ABSL_FLAG(absl::Duration, default_lease, absl::ZeroDuration(),
           "Lease for buffers allocated without one (0: no lease; they live until Release).");
+ABSL_FLAG(bool, keep_cpu_binding, false,
+          "Keep the CPU binding an MPI launcher gave this rank (mpirun binds two ranks or "
+          "fewer to one core each). By default a daemon started by an MPI launcher lets its "
+          "threads run on every CPU its cpuset allows.");
 ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
@@ -136,6 +142,19 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks lock order at run time (its cycle graph showed in profiles of
   // the move path): the daemon does not pay for that.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  // Before any thread starts, so that all inherit it.
+  if (const int bound = gpumove::AllowedCpus();
+      gpumove::MpiTransport::LaunchedByMpi() && !absl::GetFlag(FLAGS_keep_cpu_binding)) {
+    auto all = gpumove::AllowAllCpus();
+    if (!all.ok()) {
+      LOG(WARNING) << "the MPI launcher bound this rank to " << bound << " CPU(s); cannot widen it: "
+                   << all.status();
+    } else if (*all != bound) {
+      LOG(INFO) << "the MPI launcher bound this rank to " << bound << " CPU(s); its threads now "
+                << "run on all " << *all << " (--keep_cpu_binding keeps the launcher's)";
+    }
+  }
 
   // Signals go to one thread that asks for a drain; every other thread has them blocked.
   sigset_t signals;

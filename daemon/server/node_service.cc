@@ -1,5 +1,6 @@
 #include "daemon/server/node_service.h"
 
+#include "daemon/common/cpus.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
@@ -10,6 +11,7 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
   response->set_node(facts_.node);
   response->set_host(facts_.host);
   response->set_version(kVersion);
+  response->set_cpus(static_cast<uint32_t>(AllowedCpus()));
   for (const GpuDevice& d : facts_.gpu->devices()) {
     v1::GpuInfo* g = response->add_gpus();
     g->set_index(d.index);
