@@ -23,4 +23,25 @@ ldd .gpu/bin/* | awk '/=> \//{print $3}' | sort -u |
   grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
   grep -vE '/(libmpi|libopen-rte|libopen-pal|libpmix|libhwloc|libevent[^/]*|libudev|libnuma)\.so' |
   while read -r lib; do cp -L "$lib" .gpu/lib/; done
+# The baselines the GPU machine lacks (ucx_perftest, NetPIPE, iperf3), where this machine
+# has them. The binaries above run on this machine's UCX libraries (copied into .gpu/lib,
+# without UCX's transport modules, so no cma there); ucx_perftest needs the same version
+# (UCT and UCS have no stable ABI between versions) and its modules: .gpu/ucx/ holds the
+# libraries with the modules beside them, and run.sh puts it first on node_bench's library
+# path, so that its daemons and ucx_perftest run the same UCX with the same transports.
+# NetPIPE uses the machine's Open MPI (same soname).
+mkdir -p .gpu/tools .gpu/ucx
+for tool in ucx_perftest NPopenmpi iperf3; do
+  if command -v "$tool" >/dev/null; then cp "$(command -v "$tool")" .gpu/tools/; fi
+done
+if [ -x .gpu/tools/iperf3 ]; then
+  ldd .gpu/tools/iperf3 | awk '/=> \//{print $3}' | grep -E '/lib(iperf|sctp)\.so' |
+    while read -r lib; do cp -L "$lib" .gpu/lib/; done
+fi
+if [ -x .gpu/tools/ucx_perftest ]; then
+  ucp=$(ldd .gpu/tools/ucx_perftest | awk '/libucp\.so/{print $3}')
+  for lib in libucp libuct libucs libucm; do cp -L "$(dirname "$ucp")/$lib.so.0" .gpu/ucx/; done
+  # Transport modules are found beside libucs, in ucx/.
+  cp -rL "$(dirname "$ucp")/ucx" .gpu/ucx/ && rm -f .gpu/ucx/ucx/*.a
+fi
 du -sh .gpu

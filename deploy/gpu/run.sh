@@ -5,6 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPUMOVED="$PWD/.gpu/bin/gpumoved"
+# Baselines carried by pack.sh (the machine has none of them).
+export PATH="$PWD/.gpu/tools:$PATH"
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
@@ -29,8 +31,14 @@ echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
 echo "== host local benchmark"
 .gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
 
-echo "== node-to-node benchmark (two daemons on this host, UCX)"
-.gpu/bin/node_bench --seconds_per_size=0.3 --baselines="$(command -v ucx_perftest >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/node_bench.txt"
+# The daemons and ucx_perftest on the carried UCX (that of the build machine), when there.
+ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
+[ -e .gpu/ucx/libucp.so.0 ] || ucx_lib=$LD_LIBRARY_PATH
+perftest=$(command -v ucx_perftest >/dev/null && echo true || echo false)
+echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench.txt"
+echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=64KiB --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench_tcp.txt"
 
 passed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[       OK \]')
 failed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[  FAILED  \].*(')
