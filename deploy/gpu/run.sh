@@ -38,7 +38,7 @@ perftest=$(command -v ucx_perftest >/dev/null && echo true || echo false)
 echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench.txt"
 echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
-LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=64KiB --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench_tcp.txt"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench_tcp.txt"
 
 passed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[       OK \]')
 failed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[  FAILED  \].*(')
