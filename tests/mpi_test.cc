@@ -228,6 +228,40 @@ TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {
 INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(MpiLaunches()),
                          [](const auto& info) { return info.param.name; });
 
+// MPI moves bytes only while polled. With Open MPI's shared memory in copy-in/copy-out
+// mode (no single-copy) a message goes a fragment per poll; a receiver that napped between
+// polls while a long message came took 100 times longer. Pushes wake the receiver first
+// (its receives were posted with the hold, patiently); the data must land either way.
+TEST(MpiWakeTest, LongMessagesIntoPatientReceivesLandAndWakeTheReceiver) {
+  MpiLaunch launch = MpiLaunches().front();
+  if (MpiFlavor() != "mpich") {
+    launch.mpi_args = {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
+                       "btl_vader_single_copy_mechanism", "none"};
+  }
+  auto job = MpiJob::Start(2, launch, {"--mpi_chunk=32MiB", "--v=2"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitMembership(**job);
+  const uint64_t size = 96ull << 20;
+  auto src = (*job)->client(0).Allocate(size);
+  auto dst = (*job)->client(1).Allocate(size);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const std::string data = RandomBytes(size, 5);
+  ASSERT_TRUE((*job)->client(0).Write(Ref(src->id()), data).ok());
+  // A push (rank 1 posts its receives with the hold and is woken) and a pull back into
+  // the source (the runner's own receives, no wake).
+  auto pushed = (*job)->client(0).Move(On(0, src->id()), On(1, dst->id()), ViaMpi());
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->state(), v1::SUCCEEDED) << pushed->error_message();
+  EXPECT_TRUE(*(*job)->client(1).Read(Ref(dst->id())) == data);
+  ASSERT_TRUE((*job)->client(0).Write(Ref(src->id()), std::string(size, '\0')).ok());
+  auto pulled = (*job)->client(0).Move(On(1, dst->id()), On(0, src->id()), ViaMpi());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->state(), v1::SUCCEEDED) << pulled->error_message();
+  EXPECT_TRUE(*(*job)->client(0).Read(Ref(src->id())) == data);
+  const std::string log = (*job)->Log();
+  EXPECT_TRUE(absl::StrContains(log, "MPI: rank 0 starts sending tag")) << log;
+}
+
 // Launchers bind ranks to cores (Open MPI's mpirun does for two ranks unless told not to;
 // asked for here so that both flavours do): a daemon's threads would share one core. The
 // daemon lets them run on every CPU, unless --keep_cpu_binding.

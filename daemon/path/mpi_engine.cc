@@ -86,8 +86,9 @@ class PostedReceive : public PassiveHalf {
 
 int MpiEngine::NextTag() {
   // Tags only need to differ among this runner's moves still in flight with one peer;
-  // they go round the library's tag space (at least 32767 values). Tag 0 is not used.
-  const uint64_t ub = static_cast<uint64_t>(mpi_->world().tag_ub);
+  // they go round the library's tag space (at least 32767 values) below the transport's
+  // wake tag. Tag 0 is not used.
+  const uint64_t ub = static_cast<uint64_t>(mpi_->wake_tag()) - 1;
   return static_cast<int>(next_tag_.fetch_add(1) % ub) + 1;
 }
 
@@ -121,6 +122,9 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // A push whose receiver started with the hold uses the hold's tag and chunk.
   const bool started = push && hold.mpi_tag != 0;
   side.tag = started ? hold.mpi_tag : NextTag();
+  // Receives posted with the hold are patient (the other node naps over them): tell it
+  // they are about to fill.
+  side.wake = started;
   side.chunk = options_.chunk;
   side.progress = [&control](uint64_t done) {
     control.Progress(done);
@@ -160,6 +164,7 @@ void MpiEngine::Abandon(const RemoteHold& hold) {
 }
 
 absl::Status MpiEngine::Send(const Side& side) {
+  if (side.wake) mpi_->Wake(side.peer, side.tag);
   uint64_t sent = 0;  // Bytes whose sends completed.
   bool stopped = false;
   bool wire_failed = false;
@@ -306,7 +311,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
       runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
-  if (tag <= 0 || tag > mpi_->world().tag_ub || chunk == 0 || chunk > (1ull << 30)) {
+  if (tag <= 0 || tag >= mpi_->wake_tag() || chunk == 0 || chunk > (1ull << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("bad MPI tag ", tag, " or chunk ", chunk));
   }
   if (Staged(range) && pinned_ == nullptr) {

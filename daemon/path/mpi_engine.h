@@ -81,6 +81,8 @@ class MpiEngine : public Engine {
     // A receiver started before its sender may be (with the hold): receives posted before
     // the first bytes came are not timed out.
     bool patient = false;
+    // A sender whose receiver posted patient receives wakes it first (MpiTransport::Wake).
+    bool wake = false;
   };
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);

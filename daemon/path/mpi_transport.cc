@@ -1,8 +1,10 @@
 #include "daemon/path/mpi_transport.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,9 @@ bool MpiTransport::LaunchedByMpi() {
 
 struct MpiTransport::Op {
   bool send = false;
+  bool patient = false;  // A receive posted ahead of its sender (see Irecv).
+  bool woken = false;    // Its sender said it started (see Wake); the MPI thread's.
+  int32_t payload = 0;   // A wake's tag, sent from here.
   void* data = nullptr;
   uint64_t n = 0;
   int peer = 0;
@@ -59,6 +64,7 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void*, uint64_t, int
 std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int, bool) {
   return nullptr;
 }
+void MpiTransport::Wake(int, int) {}
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>&) {
   return absl::UnimplementedError("no MPI");
 }
@@ -192,6 +198,54 @@ void MpiTransport::Loop() {
   };
   // See MpiOptions::poll_window.
   absl::Time last_activity = absl::Now();
+  // Wakes from other ranks (see Wake): one receive from any rank under the wake tag,
+  // reposted after each. A library that fails it (a rank died) ends the wakes, and
+  // patient receives then nap as they did before any wake.
+  int32_t wake_buf = 0;
+  MPI_Request wake = MPI_REQUEST_NULL;
+  // Wakes that came before their receives were posted here (rank, tag), latest last.
+  std::deque<std::pair<int, int>> early_wakes;
+  auto post_wake = [&] {
+    if (MPI_Irecv(&wake_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, wake_tag(), MPI_COMM_WORLD,
+                  &wake) != MPI_SUCCESS) {
+      wake = MPI_REQUEST_NULL;
+    }
+  };
+  post_wake();
+  auto take_wakes = [&] {
+    while (wake != MPI_REQUEST_NULL) {
+      int flag = 0;
+      MPI_Status s;
+      const int rc = MPI_Test(&wake, &flag, &s);
+      if (rc != MPI_SUCCESS) {
+        LOG(WARNING) << "MPI wake receive failed (" << MpiError(rc)
+                     << "); patient receives nap when idle from now on";
+        wake = MPI_REQUEST_NULL;
+        return;
+      }
+      if (!flag) return;
+      last_activity = absl::Now();
+      int found = 0;
+      for (auto& op : ops) {
+        if (!op->send && op->patient && op->peer == s.MPI_SOURCE && op->tag == wake_buf) {
+          op->woken = true;
+          ++found;
+        }
+      }
+      VLOG(2) << "MPI: rank " << s.MPI_SOURCE << " starts sending tag " << wake_buf << " ("
+              << found << " receive(s) here)";
+      if (found == 0) {
+        early_wakes.emplace_back(s.MPI_SOURCE, wake_buf);
+        if (early_wakes.size() > 256) early_wakes.pop_front();
+      }
+      post_wake();
+    }
+  };
+  auto stop_wakes = [&] {
+    if (wake == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&wake);
+    MPI_Wait(&wake, MPI_STATUS_IGNORE);
+  };
   absl::Time stop_deadline = absl::InfiniteFuture();
   auto finish = [this](Op& op, absl::Status status, uint64_t count) {
     mu_.AssertHeld();
@@ -222,6 +276,7 @@ void MpiTransport::Loop() {
           (ops.empty() || absl::Now() > stop_deadline)) {
         for (auto& op : ops) finish(*op, absl::UnavailableError("daemon stopping"), 0);
         for (auto& op : post) finish(*op, absl::UnavailableError("daemon stopping"), 0);
+        stop_wakes();
         break;
       }
     }
@@ -230,12 +285,21 @@ void MpiTransport::Loop() {
     for (auto& op : post) {
       MPI_Request r = MPI_REQUEST_NULL;
       const int count = static_cast<int>(op->n);
-      int rc = op->send ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
-                        : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      int rc = op->tag == wake_tag()
+                   ? MPI_Isend(&op->payload, 1, MPI_INT32_T, op->peer, op->tag, MPI_COMM_WORLD, &r)
+               : op->send
+                   ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
+                   : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
       if (rc != MPI_SUCCESS) {
         absl::MutexLock lock(&mu_);
         finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
         continue;
+      }
+      // (Kept for the move's other receives; a tag that comes round again much later
+      // at most polls where it could have napped.)
+      if (op->patient && std::find(early_wakes.begin(), early_wakes.end(),
+                                   std::make_pair(op->peer, op->tag)) != early_wakes.end()) {
+        op->woken = true;
       }
       requests.push_back(r);
       ops.push_back(std::move(op));
@@ -250,6 +314,7 @@ void MpiTransport::Loop() {
         if (ops[i] == op) cancel_at(i);
       }
     }
+    take_wakes();
     if (ops.empty()) continue;
     // Timeouts: a receive is cancelled (and ends when MPI lets go of it); a send is
     // reported failed now and left to MPI.
@@ -285,7 +350,12 @@ void MpiTransport::Loop() {
       continue;
     }
     if (completed == 0) {
-      if (absl::Now() - last_activity > options_.poll_window) {
+      // Bytes may be on their way for a send not yet timed out (one to a rank that died
+      // stays with MPI), a receive of a running move, a woken patient receive.
+      const bool running = std::any_of(ops.begin(), ops.end(), [](const auto& op) {
+        return op->send ? !op->done : !op->patient || op->woken;
+      });
+      if (!running && absl::Now() - last_activity > options_.poll_window) {
         // Long waits (a patient receive, a slow peer) nap, and new work ends the nap.
         absl::MutexLock lock(&mu_);
         mu_.AwaitWithTimeout(absl::Condition(&work), absl::Microseconds(50));
@@ -377,9 +447,12 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 }
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
-                                                    int tag, absl::Duration timeout) {
+                                                    int tag, absl::Duration timeout, bool patient,
+                                                    std::optional<int32_t> wake) {
   auto op = std::make_shared<Op>();
   op->send = send;
+  op->patient = patient;
+  op->payload = wake.value_or(0);
   op->data = data;
   op->n = n;
   op->peer = peer;
@@ -388,8 +461,9 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   op->timeout = timeout;
   absl::MutexLock lock(&mu_);
   op->generation = peer_generation_[peer];
+  // The wake tag is only for wakes.
   if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
-      tag > world_.tag_ub) {
+      tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value()) {
     op->done = op->finished = true;
     op->status = absl::InvalidArgumentError(
         absl::StrCat("bad MPI operation: ", n, " bytes, rank ", peer, ", tag ", tag));
@@ -412,7 +486,13 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void* data, uint64_t
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, int peer, int tag,
                                                      bool patient) {
-  return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout);
+  return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout,
+              patient);
+}
+
+void MpiTransport::Wake(int peer, int tag) {
+  // Sent by the MPI thread like any send, and finished there; nobody waits for it.
+  Post(true, nullptr, 0, peer, wake_tag(), options_.op_timeout, false, tag);
 }
 
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +27,11 @@ struct MpiOptions {
   // at once when the cluster sees it down; this is the backstop).
   absl::Duration op_timeout = absl::Seconds(30);
   // MPI moves bytes only while it is polled (ob1's single-copy receives copy inside
-  // MPI_Testsome): the MPI thread polls without pause until this long has passed without
-  // a completion or a new operation, then naps (new work ends a nap).
+  // MPI_Testsome; copy-in/copy-out shared memory and TCP move a fragment at a time): the
+  // MPI thread polls without pause while a send, a receive of a running move or a woken
+  // patient receive (see Wake) is in flight, and for this long after a completion or a
+  // new operation; then, with only patient receives left, it naps (new work or a wake
+  // ends a nap).
   absl::Duration poll_window = absl::Milliseconds(2);
 };
 
@@ -69,6 +73,12 @@ class MpiTransport {
   // is not timed out (it waits for a sender that may start much later, such as a move
   // queued behind others; FailPeer still ends it).
   std::shared_ptr<Op> Irecv(void* data, uint64_t n, int peer, int tag, bool patient = false);
+  // Tells `peer` that this rank now starts sending under `tag`: its patient receives for
+  // them count as running (polled without naps) before their first message ends. One
+  // small message under the reserved tag wake_tag(); not waited for.
+  void Wake(int peer, int tag);
+  // The tag Wake uses; moves use tags below it.
+  int wake_tag() const { return world_.tag_ub; }
   // Bytes sent or received. UNAVAILABLE when the peer was failed (see FailPeer) or the
   // operation timed out, and the library's error otherwise. A receive that fails is
   // cancelled first, so its buffer is free once this returns.
@@ -92,8 +102,10 @@ class MpiTransport {
   void Loop();
   // Runs fn on the MPI thread and waits for it.
   absl::Status RunOnMpiThread(std::function<absl::Status()> fn);
+  // `wake`: a wake (see Wake) telling `peer` about this tag; the only ops under wake_tag().
   std::shared_ptr<Op> Post(bool send, void* data, uint64_t n, int peer, int tag,
-                           absl::Duration timeout);
+                           absl::Duration timeout, bool patient = false,
+                           std::optional<int32_t> wake = std::nullopt);
 
   const MpiOptions options_;
   MpiWorld world_;
