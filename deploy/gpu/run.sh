@@ -10,6 +10,11 @@ export PATH="$PWD/.gpu/tools:$PATH"
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
+# What decides how Open MPI moves bytes between two ranks here: single copy (CMA needs
+# ptrace rights between the ranks) or copy-in/copy-out through shared memory.
+{ echo "kernel.yama.ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo none)"
+  ompi_info --param btl vader --level 9 2>/dev/null | grep -E 'single_copy_mechanism' | head -2
+  nproc; } 2>&1 | tee -a "$OUT/gpus.txt"
 
 echo "== GPU test suite"
 .gpu/bin/gpu_local_test --gtest_output=xml:"$OUT/gpu_local_test.xml" 2>&1 | tee "$OUT/gpu_local_test.log" | grep -vE '^(gpu|  )'
