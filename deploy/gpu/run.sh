@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from a carried .gpu/ (see pack.sh): the GPU test suite, then
 # the GPU and host benchmarks; prints a summary. Exit status: the test suite's.
+# The whole run takes about 7.5 minutes (a device call may last 10): PARTS picks sections,
+# e.g. PARTS="tests mpi" (tests gpu mpi staged host node; default all of them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -9,6 +11,13 @@ export GPUMOVED="$PWD/.gpu/bin/gpumoved"
 export PATH="$PWD/.gpu/tools:$PATH"
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
+PARTS=${PARTS:-tests gpu mpi staged host node}
+# Whether section $1 runs; prints how long the run has taken so far.
+part() {
+  [[ " $PARTS " == *" $1 "* ]] || return 1
+  echo "-- $1 at ${SECONDS}s"
+}
+tests_rc=0
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
 # What decides how Open MPI moves bytes between two ranks here: single copy (CMA needs
 # ptrace rights between the ranks) or copy-in/copy-out through shared memory.
@@ -16,6 +25,13 @@ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee
   ompi_info --param btl vader --level 9 2>/dev/null | grep -E 'single_copy_mechanism' | head -2
   nproc; } 2>&1 | tee -a "$OUT/gpus.txt"
 
+summary() {
+  passed=$(cat "$OUT"/gpu_*_test.log 2>/dev/null | grep -c '\[       OK \]')
+  failed=$(cat "$OUT"/gpu_*_test.log 2>/dev/null | grep -c '\[  FAILED  \].*(')
+  echo "GPU suite: $passed passed, $failed failed"
+}
+
+if part tests; then
 echo "== GPU test suite"
 .gpu/bin/gpu_local_test --gtest_output=xml:"$OUT/gpu_local_test.xml" 2>&1 | tee "$OUT/gpu_local_test.log" | grep -vE '^(gpu|  )'
 tests_rc=${PIPESTATUS[0]}
@@ -24,18 +40,29 @@ tests_rc=${PIPESTATUS[0]}
 export GPU_IPC_CLIENT="$PWD/.gpu/bin/gpu_ipc_client"
 .gpu/bin/gpu_ipc_test --gtest_output=xml:"$OUT/gpu_ipc_test.xml" 2>&1 | tee "$OUT/gpu_ipc_test.log" | grep -E '^\[|Failure|Expected|Which|error|MPI path'
 [ "${PIPESTATUS[0]}" = 0 ] || tests_rc=1
+summary
+fi
 
+if part gpu; then
 echo "== GPU local benchmark"
 .gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
+fi
+if part mpi; then
 echo "== path MPI benchmark, GPU0 -> GPU1 staged through pinned buffers (two ranks)"
 .gpu/bin/mpi_bench --device --seconds_per_size=0.3 --max_size=1GiB --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_device.txt"
 echo "== path MPI benchmark, host memory (two ranks)"
 .gpu/bin/mpi_bench --seconds_per_size=0.3 --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_host.txt"
+fi
+if part staged; then
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
 .gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/gpu_staged_bench.txt"
+fi
+if part host; then
 echo "== host local benchmark"
 .gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
+fi
 
+if part node; then
 # The daemons and ucx_perftest on the carried UCX (that of the build machine), when there.
 ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
 [ -e .gpu/ucx/libucp.so.0 ] || ucx_lib=$LD_LIBRARY_PATH
@@ -44,8 +71,8 @@ echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench.txt"
 echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench_tcp.txt"
+fi
 
-passed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[       OK \]')
-failed=$(cat "$OUT"/gpu_*_test.log | grep -c '\[  FAILED  \].*(')
-echo "GPU suite: $passed passed, $failed failed"
+echo "-- done at ${SECONDS}s"
+summary
 exit "$tests_rc"
