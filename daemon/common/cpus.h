@@ -5,8 +5,6 @@
 #ifndef GPUMOVE_DAEMON_COMMON_CPUS_H_
 #define GPUMOVE_DAEMON_COMMON_CPUS_H_
 
-#include <string>
-
 #include "absl/status/statusor.h"
 
 namespace gpumove {

@@ -33,7 +33,7 @@ struct MpiTransport::Op {
   bool send = false;
   bool patient = false;  // A receive posted ahead of its sender (see Irecv).
   bool woken = false;    // Its sender said it started (see Wake); the MPI thread's.
-  int32_t payload = 0;   // A wake's tag, sent from here.
+  int32_t payload = 0;   // A wake's tag: a wake sends these four bytes.
   void* data = nullptr;
   uint64_t n = 0;
   int peer = 0;
@@ -206,8 +206,8 @@ void MpiTransport::Loop() {
   // Wakes that came before their receives were posted here (rank, tag), latest last.
   std::deque<std::pair<int, int>> early_wakes;
   auto post_wake = [&] {
-    if (MPI_Irecv(&wake_buf, 1, MPI_INT32_T, MPI_ANY_SOURCE, wake_tag(), MPI_COMM_WORLD,
-                  &wake) != MPI_SUCCESS) {
+    if (MPI_Irecv(&wake_buf, sizeof(wake_buf), MPI_BYTE, MPI_ANY_SOURCE, wake_tag(),
+                  MPI_COMM_WORLD, &wake) != MPI_SUCCESS) {
       wake = MPI_REQUEST_NULL;
     }
   };
@@ -285,18 +285,15 @@ void MpiTransport::Loop() {
     for (auto& op : post) {
       MPI_Request r = MPI_REQUEST_NULL;
       const int count = static_cast<int>(op->n);
-      int rc = op->tag == wake_tag()
-                   ? MPI_Isend(&op->payload, 1, MPI_INT32_T, op->peer, op->tag, MPI_COMM_WORLD, &r)
-               : op->send
-                   ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
-                   : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      int rc = op->send ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
+                        : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
       if (rc != MPI_SUCCESS) {
         absl::MutexLock lock(&mu_);
         finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
         continue;
       }
-      // (Kept for the move's other receives; a tag that comes round again much later
-      // at most polls where it could have napped.)
+      // A wake that came first counts for every receive of its move, so it stays in the
+      // list (a tag that comes round again much later at most polls where it could nap).
       if (op->patient && std::find(early_wakes.begin(), early_wakes.end(),
                                    std::make_pair(op->peer, op->tag)) != early_wakes.end()) {
         op->woken = true;
@@ -452,9 +449,13 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   auto op = std::make_shared<Op>();
   op->send = send;
   op->patient = patient;
-  op->payload = wake.value_or(0);
   op->data = data;
   op->n = n;
+  if (wake.has_value()) {
+    op->payload = *wake;
+    op->data = &op->payload;
+    op->n = sizeof(op->payload);
+  }
   op->peer = peer;
   op->tag = tag;
   op->posted = absl::Now();
