@@ -4,7 +4,7 @@
 //   bazel run -c opt //client/bench:mpi_bench -- [--mca=default|ob1_tcp|ucx]
 //
 // "single": one move at a time (Submit with wait: the client's whole round trip).
-// "stream": 16 moves per Submit, two Submits in flight (what a pipeline sees).
+// "stream": 16 moves per Submit, two Submits in flight (what a pipeline sees; flags change it).
 // NetPIPE's figure is bytes / half the ping-pong time, the same buffer every time.
 #include <unistd.h>
 
@@ -33,6 +33,11 @@ ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest
 ABSL_FLAG(gpumove::ByteSize, chunk, gpumove::ByteSize{4 << 20}, "--mpi_chunk of the ranks.");
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
 ABSL_FLAG(bool, baselines, true, "Run NetPIPE alongside.");
+ABSL_FLAG(int, per_submit, 16, "Stream: moves per Submit.");
+ABSL_FLAG(int, in_flight, 2, "Stream: Submits in flight at once.");
+ABSL_FLAG(int, rounds, 1,
+          "Rounds, gpumove and the baselines taking turns; the figures are medians over them "
+          "(the machine's speed drifts between runs).");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for every rank.");
 ABSL_FLAG(bool, raw_child, false,
           "Internal: run as a rank of the raw-MPI baseline (started by this benchmark).");
@@ -144,9 +149,13 @@ std::map<uint64_t, double> RawMpi(const std::vector<std::string>& mca) {
   return bw;
 }
 
-int Main() {
-  if (absl::GetFlag(FLAGS_raw_child)) return RawChild();
-  const std::string mca = absl::GetFlag(FLAGS_mca);
+// One round of gpumove figures: a two-rank job moving each size single and streamed.
+struct Figures {
+  int gpus = 0;
+  std::map<uint64_t, double> single, stream;  // size -> GB/s
+};
+
+absl::StatusOr<Figures> GpumoveRound(const std::string& mca) {
   const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const double budget = absl::GetFlag(FLAGS_seconds_per_size);
@@ -162,10 +171,7 @@ int Main() {
   }
   for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) flags.push_back(f);
   auto job = MpiJob::Start(2, launch, flags);
-  if (!job.ok()) {
-    std::cerr << job.status() << "\n";
-    return 1;
-  }
+  if (!job.ok()) return job.status();
   Client& c0 = (*job)->client(0);
   Client& c1 = (*job)->client(1);
   // Wait for the two ranks to meet.
@@ -174,28 +180,18 @@ int Main() {
     if (peers.ok() && !peers->empty() && (*peers)[0].up()) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  const int gpus = device ? c1.GetInfo()->gpus_size() : 0;
-  if (device && gpus == 0) {
-    std::cerr << "--device: no GPU on this machine\n";
-    return 1;
-  }
+  Figures f;
+  f.gpus = device ? c1.GetInfo()->gpus_size() : 0;
+  if (device && f.gpus == 0) return absl::FailedPreconditionError("--device: no GPU here");
   auto src = device ? c0.Allocate(max_size, v1::DEVICE, 0) : c0.Allocate(max_size);
-  auto dst = device ? c1.Allocate(max_size, v1::DEVICE, gpus - 1) : c1.Allocate(max_size);
-  if (!src.ok() || !dst.ok()) {
-    std::cerr << "allocate: " << src.status() << " " << dst.status() << "\n";
-    return 1;
-  }
+  auto dst = device ? c1.Allocate(max_size, v1::DEVICE, f.gpus - 1) : c1.Allocate(max_size);
+  if (!src.ok()) return src.status();
+  if (!dst.ok()) return dst.status();
   std::string fill(max_size, '\0');
   for (uint64_t i = 0; i < max_size; i += 4096) fill[i] = static_cast<char>(i / 4096);
   (void)c0.Write(Ref(src->id()), fill);
   v1::BufferRef to = Ref(dst->id());
   to.set_node("rank1");
-
-  struct Row {
-    uint64_t size;
-    double single, stream;
-  };
-  std::vector<Row> rows;
   for (uint64_t size = min_size; size <= max_size; size *= 4) {
     MoveOptions o;
     o.path = v1::MPI;
@@ -206,47 +202,75 @@ int Main() {
       d.set_length(size);
       const absl::Time t0 = absl::Now();
       auto t = c0.Move(Ref(src->id(), 0, size), d, o);
-      if (!t.ok() || t->state() != v1::SUCCEEDED) {
-        std::cerr << "move failed: " << (t.ok() ? t->error_message() : t.status().ToString())
-                  << "\n";
-        return 1;
-      }
+      if (!t.ok()) return t.status();
+      if (t->state() != v1::SUCCEEDED) return absl::InternalError(t->error_message());
       single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    // Stream: up to 16 moves per Submit, two Submits in flight.
+    // Stream: up to --per_submit moves per Submit, --in_flight Submits at once.
     StreamOptions so;
     so.duration = absl::Seconds(budget);
     so.path = v1::MPI;
+    so.per_submit = absl::GetFlag(FLAGS_per_submit);
+    so.in_flight = absl::GetFlag(FLAGS_in_flight);
     auto stream = StreamThroughput(c0, Ref(src->id()), to, size, max_size, so);
-    if (!stream.ok()) {
-      std::cerr << "stream: " << stream.status() << "\n";
+    if (!stream.ok()) return stream.status();
+    f.single[size] = size / Median(single) / 1e9;
+    f.stream[size] = *stream;
+  }
+  return f;  // The job stops here, before the baselines run.
+}
+
+// The median over rounds of one size's figure (0 where a round has none).
+double MedianAt(const std::vector<std::map<uint64_t, double>>& rounds, uint64_t size) {
+  std::vector<double> v;
+  for (const auto& r : rounds) v.push_back(r.count(size) ? r.at(size) : 0);
+  return Median(v);
+}
+
+int Main() {
+  if (absl::GetFlag(FLAGS_raw_child)) return RawChild();
+  const std::string mca = absl::GetFlag(FLAGS_mca);
+  const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
+  const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::vector<std::map<uint64_t, double>> single, stream, np, raw;
+  int gpus = 0;
+  for (int round = 0; round < rounds; ++round) {
+    auto f = GpumoveRound(mca);
+    if (!f.ok()) {
+      std::cerr << "gpumove: " << f.status() << "\n";
       return 1;
     }
-    rows.push_back({size, size / Median(single) / 1e9, *stream});
+    gpus = f->gpus;
+    single.push_back(f->single);
+    stream.push_back(f->stream);
+    if (absl::GetFlag(FLAGS_baselines)) np.push_back(NetPipe(McaArgs(mca), min_size, max_size));
+    raw.push_back(RawMpi(McaArgs(mca)));
   }
-  job->reset();  // Stop the daemons before the baseline runs.
-  std::map<uint64_t, double> np;
-  if (absl::GetFlag(FLAGS_baselines)) np = NetPipe(McaArgs(mca), min_size, max_size);
-  const std::map<uint64_t, double> raw = RawMpi(McaArgs(mca));
 
   std::cout << "path MPI between two ranks on this host"
-            << (device ? absl::StrCat(", GPU0 -> GPU", gpus - 1, " (staged unless CUDA-aware)")
-                       : std::string(", host memory"))
+            << (absl::GetFlag(FLAGS_device)
+                    ? absl::StrCat(", GPU0 -> GPU", gpus - 1, " (staged unless CUDA-aware)")
+                    : std::string(", host memory"))
             << " (" << MpiFlavor() << ", mca " << mca
             << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
             << " messages) vs NetPIPE NPopenmpi, GB/s\n";
   std::cout << "raw MPI = the same host messages between two ranks, no daemon (the host "
-               "transport alone)\n";
+               "transport alone); stream: "
+            << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "
+            << absl::GetFlag(FLAGS_in_flight) << " Submits in flight; medians of " << rounds
+            << " round(s), gpumove and the baselines taking turns\n";
   std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "size",
                                "single", "stream", "NetPIPE", "raw MPI", "single/NP", "stream/NP",
                                "single/raw", "stream/raw");
-  for (const Row& r : rows) {
-    const double base = np.count(r.size) ? np[r.size] : 0;
-    const double rw = raw.count(r.size) ? raw.at(r.size) : 0;
+  for (uint64_t size = min_size; size <= max_size; size *= 4) {
+    const double one = MedianAt(single, size), many = MedianAt(stream, size);
+    const double base = np.empty() ? 0 : MedianAt(np, size);
+    const double rw = MedianAt(raw, size);
     std::cout << absl::StrFormat(
-        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", FormatBytes(r.size),
-        r.single, r.stream, base, rw, base > 0 ? r.single / base : 0,
-        base > 0 ? r.stream / base : 0, rw > 0 ? r.single / rw : 0, rw > 0 ? r.stream / rw : 0);
+        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", FormatBytes(size), one,
+        many, base, rw, base > 0 ? one / base : 0, base > 0 ? many / base : 0,
+        rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0);
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 // sees, RPCs included); "stream" is up to 16 moves of that size per Submit, two Submits in
 // flight on ranges of their own (bytes per second of wall time, as ucx_perftest keeps
 // many puts in flight).
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "client/bench/stream.h"
 #include "client/gpumove_client.h"
@@ -39,6 +41,9 @@ ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongsid
 ABSL_FLAG(int, per_submit, 16, "Stream: moves per Submit.");
 ABSL_FLAG(int, in_flight, 2, "Stream: Submits in flight at once.");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for both daemons.");
+ABSL_FLAG(int, rounds, 1,
+          "Rounds per size, gpumove and the baselines taking turns; the figures are medians "
+          "over the rounds (the machine's speed drifts between runs).");
 
 namespace gpumove {
 namespace {
@@ -59,18 +64,27 @@ std::string Capture(const std::string& cmd) {
 // could not run.
 // `env`: more VAR=value settings for it.
 double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env) {
-  // 4 GiB a run on shared memory; over TCP, where UCX's own put can run at 0.2 GB/s, 1 GiB.
-  const uint64_t total = tls == "tcp" ? (1ull << 30) : (4ull << 30);
-  const uint64_t iters = std::clamp<uint64_t>(total / size, 10, 20000);
+  // 4 GiB a run on shared memory; over TCP 1 GiB, and 256 MiB with UCX's own segment
+  // sizes, where put runs at 0.2 GB/s and less from 4 MiB on.
+  const bool tcp = tls == "tcp";
+  const uint64_t total = !tcp ? (4ull << 30) : more_env.empty() ? (256ull << 20) : (1ull << 30);
+  const uint64_t iters = std::clamp<uint64_t>(total / size, tcp ? 2 : 10, 20000);
   const std::string env =
       absl::StrCat(tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " "), more_env, " ");
   const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ", port);
-  const std::string server =
-      absl::StrCat(env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 &");
-  if (system(server.c_str()) != 0) return 0;
+  // The server is stopped once the client is done: one left spinning (its client timed
+  // out) would take a CPU from the next measurements.
+  const std::string server = Capture(absl::StrCat(
+      env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 </dev/null & echo $!"));
+  pid_t server_pid = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(server), &server_pid) || server_pid <= 0) {
+    return 0;
+  }
   absl::SleepFor(absl::Milliseconds(300));
   const std::string out =
       Capture(absl::StrCat(env, "timeout 60 ucx_perftest 127.0.0.1 ", common, " 2>/dev/null"));
+  kill(server_pid, SIGTERM);  // `timeout` passes it on to ucx_perftest.
+  for (int i = 0; i < 100 && kill(server_pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     if (line.find("Final:") == absl::string_view::npos) continue;
     std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
@@ -140,7 +154,9 @@ int Main() {
   }
   std::cout << "UCX_TLS=" << tls << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " CPUs; medians; "
             << "stream: " << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "
-            << absl::GetFlag(FLAGS_in_flight) << " Submits in flight\n";
+            << absl::GetFlag(FLAGS_in_flight) << " Submits in flight; "
+            << std::max(1, absl::GetFlag(FLAGS_rounds))
+            << " round(s) per size, gpumove and the baselines taking turns\n";
   const double budget = absl::GetFlag(FLAGS_seconds_per_size);
   int port = 20000 + getpid() % 20000;
   // Over TCP the baselines are the link (iperf3, median of three) and ucx_perftest both
@@ -161,33 +177,48 @@ int Main() {
     std::cout << absl::StrFormat("\n%10s %12s %12s %14s %10s %10s\n", "size", "single GB/s",
                                  "stream GB/s", "perftest GB/s", "single/pt", "stream/pt");
   }
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
-    std::vector<double> single;
-    const absl::Time end = absl::Now() + absl::Seconds(budget);
-    while (single.size() < 5 || (absl::Now() < end && single.size() < 2000)) {
-      const absl::Time t0 = absl::Now();
-      auto t = ca->Move(Ref(src->id(), 0, size), to);
-      if (!t.ok() || t->state() != v1::SUCCEEDED) {
-        std::cerr << "move failed: " << t.status() << (t.ok() ? t->error_message() : "") << "\n";
+    std::vector<double> single_bws, stream_bws, pts, tuneds;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<double> single;
+      const absl::Time end = absl::Now() + absl::Seconds(budget);
+      while (single.size() < 5 || (absl::Now() < end && single.size() < 2000)) {
+        const absl::Time t0 = absl::Now();
+        auto t = ca->Move(Ref(src->id(), 0, size), to);
+        if (!t.ok() || t->state() != v1::SUCCEEDED) {
+          std::cerr << "move failed: " << t.status() << (t.ok() ? t->error_message() : "")
+                    << "\n";
+          return 1;
+        }
+        single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      }
+      StreamOptions so;
+      so.duration = absl::Seconds(budget);
+      so.per_submit = absl::GetFlag(FLAGS_per_submit);
+      so.in_flight = absl::GetFlag(FLAGS_in_flight);
+      auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
+      if (!stream.ok()) {
+        std::cerr << "stream: " << stream.status() << "\n";
         return 1;
       }
-      single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      stream_bws.push_back(*stream);
+      single_bws.push_back(size / Median(single) / 1e9);
+      // Over TCP, UCX's own settings are run once: at tenths of a GB/s they take long and
+      // are never the best.
+      if (absl::GetFlag(FLAGS_baselines) && (!tcp || round == 0)) {
+        pts.push_back(UcxPerftest(size, tls, port++, ""));
+      }
+      if (tcp) {
+        tuneds.push_back(UcxPerftest(size, tls, port++,
+                                     "UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k"));
+      }
     }
-    StreamOptions so;
-    so.duration = absl::Seconds(budget);
-    so.per_submit = absl::GetFlag(FLAGS_per_submit);
-    so.in_flight = absl::GetFlag(FLAGS_in_flight);
-    auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
-    if (!stream.ok()) {
-      std::cerr << "stream: " << stream.status() << "\n";
-      return 1;
-    }
-    const double stream_bw = *stream;
-    const double single_bw = size / Median(single) / 1e9;
-    const double pt = absl::GetFlag(FLAGS_baselines) ? UcxPerftest(size, tls, port++, "") : 0;
+    const double stream_bw = Median(stream_bws);
+    const double single_bw = Median(single_bws);
+    const double pt = Median(pts);
     if (tcp) {
-      const double tuned =
-          UcxPerftest(size, tls, port++, "UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k");
+      const double tuned = Median(tuneds);
       const double best = std::max({pt, tuned, iperf});
       std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %14.3f %10.3f %10.3f\n",
                                    FormatBytes(size), single_bw, stream_bw, pt, tuned,

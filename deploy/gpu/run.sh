@@ -2,7 +2,10 @@
 # Runs on the GPU machine from a carried .gpu/ (see pack.sh): the GPU test suite, then
 # the GPU and host benchmarks; prints a summary. Exit status: the test suite's.
 # The whole run takes about 7.5 minutes (a device call may last 10): PARTS picks sections,
-# e.g. PARTS="tests mpi" (tests gpu mpi staged host node; default all of them).
+# e.g. PARTS="tests mpi" (tests gpu mpidev mpi staged host node; default all of them).
+# ROUNDS=N runs the host MPI and node-to-node benchmarks N times per size, gpumove and the
+# baselines taking turns, and prints medians (this machine's speed drifts between runs);
+# MPI_ARGS and NODE_ARGS add flags to them, e.g. NODE_ARGS=--min_size=1MiB.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -11,7 +14,10 @@ export GPUMOVED="$PWD/.gpu/bin/gpumoved"
 export PATH="$PWD/.gpu/tools:$PATH"
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
-PARTS=${PARTS:-tests gpu mpi staged host node}
+PARTS=${PARTS:-tests gpu mpidev mpi staged host node}
+ROUNDS=${ROUNDS:-1}
+read -r -a MPI_EXTRA <<< "${MPI_ARGS:-}"
+read -r -a NODE_EXTRA <<< "${NODE_ARGS:-}"
 # Whether section $1 runs; prints how long the run has taken so far.
 part() {
   [[ " $PARTS " == *" $1 "* ]] || return 1
@@ -47,11 +53,14 @@ if part gpu; then
 echo "== GPU local benchmark"
 .gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
 fi
-if part mpi; then
+netpipe=$(command -v NPopenmpi >/dev/null && echo true || echo false)
+if part mpidev; then
 echo "== path MPI benchmark, GPU0 -> GPU1 staged through pinned buffers (two ranks)"
-.gpu/bin/mpi_bench --device --seconds_per_size=0.3 --max_size=1GiB --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_device.txt"
+.gpu/bin/mpi_bench --device --seconds_per_size=0.3 --max_size=1GiB --baselines=$netpipe 2>&1 | tee "$OUT/mpi_bench_device.txt"
+fi
+if part mpi; then
 echo "== path MPI benchmark, host memory (two ranks)"
-.gpu/bin/mpi_bench --seconds_per_size=0.3 --baselines="$(command -v NPopenmpi >/dev/null && echo true || echo false)" 2>&1 | tee "$OUT/mpi_bench_host.txt"
+.gpu/bin/mpi_bench --seconds_per_size=0.3 --baselines=$netpipe --rounds="$ROUNDS" "${MPI_EXTRA[@]}" 2>&1 | tee "$OUT/mpi_bench_host.txt"
 fi
 if part staged; then
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
@@ -68,9 +77,9 @@ ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
 [ -e .gpu/ucx/libucp.so.0 ] || ucx_lib=$LD_LIBRARY_PATH
 perftest=$(command -v ucx_perftest >/dev/null && echo true || echo false)
 echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
-LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench.txt"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench.txt"
 echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
-LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest 2>&1 | tee "$OUT/node_bench_tcp.txt"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
 fi
 
 echo "-- done at ${SECONDS}s"
