@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <map>
 #include <string>
@@ -158,6 +159,7 @@ TEST(Integration, BadInputGetsItsCodeAndChangesNothing) {
 
 TEST(Integration, BatchOfOverlappingMovesAppliesInSubmissionOrder) {
   Daemon d({"--copy_threads=8"});
+  EXPECT_EQ(d.client->GetInfo()->workers(), 8u);
   std::string x = d.Alloc(1 << 20), y = d.Alloc(1 << 20), z = d.Alloc(1 << 20);
   ASSERT_TRUE(d.client->Write(Ref(x), std::string(1 << 20, 'x')).ok());
   ASSERT_TRUE(d.client->Write(Ref(y), std::string(1 << 20, 'y')).ok());
@@ -369,6 +371,8 @@ TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   EXPECT_EQ(info->pools(0).kind(), v1::HOST);
   EXPECT_EQ(info->pools(1).kind(), v1::PINNED_HOST);
   EXPECT_EQ(info->listen(0), d.process->address());
+  // Workers by default: a quarter of the CPUs, 4 to 8.
+  EXPECT_EQ(info->workers(), std::clamp(info->cpus() / 4, 4u, 8u)) << info->cpus();
   std::map<v1::Path, const v1::PathInfo*> paths;
   for (const auto& p : info->paths()) paths[p.path()] = &p;
   ASSERT_TRUE(paths.count(v1::PATH_AUTO) && paths.count(v1::LOCAL) && paths.count(v1::MPI));

@@ -194,7 +194,8 @@ int Run(Client& c, const std::vector<std::string>& args) {
     std::cout << "node      " << info->node() << " (host " << info->host() << ", gpumoved "
               << info->version() << ")\n";
     std::cout << "listen    " << absl::StrJoin(info->listen(), ", ") << "\n";
-    std::cout << "cpus      " << info->cpus() << "\n";
+    std::cout << "cpus      " << info->cpus() << " (" << info->workers()
+              << " transfer workers)\n";
     std::cout << "gpus      " << info->gpu_status()
               << (info->cuda_compiled() ? "" : " [built without CUDA]") << "\n";
     for (const auto& g : info->gpus()) {

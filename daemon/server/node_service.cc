@@ -12,6 +12,9 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
   response->set_host(facts_.host);
   response->set_version(kVersion);
   response->set_cpus(static_cast<uint32_t>(AllowedCpus()));
+  if (facts_.scheduler != nullptr) {
+    response->set_workers(static_cast<uint32_t>(facts_.scheduler->workers()));
+  }
   for (const GpuDevice& d : facts_.gpu->devices()) {
     v1::GpuInfo* g = response->add_gpus();
     g->set_index(d.index);
