@@ -14,7 +14,6 @@
 #include "daemon/common/bytes.h"
 #include "daemon/common/cpus.h"
 #include "daemon/common/log.h"
-#include "daemon/core/transfer_scheduler.h"
 #include "daemon/path/mpi_transport.h"
 #include "daemon/path/ucx_transport.h"
 #include "daemon/server/daemon.h"
@@ -37,8 +36,7 @@ ABSL_FLAG(bool, keep_cpu_binding, false,
           "Keep the CPU binding an MPI launcher gave this rank (mpirun binds two ranks or "
           "fewer to one core each). By default a daemon started by an MPI launcher lets its "
           "threads run on every CPU its cpuset allows.");
-ABSL_FLAG(int, copy_threads, 0,
-          "Worker threads running transfers (0: a quarter of the CPUs, 4 to 8).");
+ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
           "Per-transfer bandwidth cap in bytes per second (e.g. 1GiB); 0 means none.");
@@ -174,9 +172,7 @@ int main(int argc, char** argv) {
   options.pools.device = absl::GetFlag(FLAGS_device_pool_size).bytes;
   options.gpus = absl::GetFlag(FLAGS_gpus);
   options.default_lease = absl::GetFlag(FLAGS_default_lease);
-  options.copy_threads = absl::GetFlag(FLAGS_copy_threads) > 0
-                             ? absl::GetFlag(FLAGS_copy_threads)
-                             : gpumove::DefaultWorkers(gpumove::AllowedCpus());
+  options.copy_threads = std::max(1, absl::GetFlag(FLAGS_copy_threads));
   options.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
   options.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
   options.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;

@@ -36,8 +36,7 @@ ABSL_FLAG(std::string, tls, "auto", "auto (UCX chooses) or a UCX_TLS value such 
 ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
 ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{256ull << 20}, "Largest move.");
 ABSL_FLAG(double, seconds_per_size, 0.5, "Time spent on each gpumove figure per size.");
-ABSL_FLAG(int, copy_threads, 0,
-          "Worker threads of the node that runs the moves (0: the daemon's default).");
+ABSL_FLAG(int, copy_threads, 4, "Worker threads of the node that runs the moves.");
 ABSL_FLAG(bool, baselines, true, "Run ucx_perftest (and iperf3 for tcp) alongside.");
 ABSL_FLAG(int, per_submit, 16, "Stream: moves per Submit.");
 ABSL_FLAG(int, in_flight, 2, "Stream: Submits in flight at once.");

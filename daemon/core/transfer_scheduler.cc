@@ -87,8 +87,6 @@ struct TransferScheduler::Record {
 };
 
 // Progress, cancel and the rate limit for one running move.
-int DefaultWorkers(int cpus) { return std::clamp(cpus / 4, 4, 8); }
-
 class TransferScheduler::Control : public MoveControl {
  public:
   Control(TransferScheduler* s, Record* t, uint64_t rate_limit)

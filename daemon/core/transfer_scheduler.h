@@ -74,12 +74,6 @@ struct TransferSnapshot {
 // xxh3-64 of `length` bytes at an endpoint (device memory included).
 using RangeHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)>;
 
-// Workers for a node that may run on `cpus` CPUs when none are asked for: a quarter of
-// them, 4 to 8. Each runs one move at a time and spends much of it waiting on round
-// trips; with 4, two MPI ranks on the 32-CPU H200 machine left the wire idle between
-// 1-16 MiB moves (stream 5.7-6.5 GB/s; 8 workers: 8.2-8.6, NetPIPE 7.6-8.9).
-int DefaultWorkers(int cpus);
-
 struct SchedulerOptions {
   std::string node;
   int workers = 4;

@@ -128,15 +128,6 @@ class SchedulerTest : public ::testing::Test {
   char* corrupt_target_ = nullptr;
 };
 
-TEST(DefaultWorkers, AQuarterOfTheCpusFromFourToEight) {
-  EXPECT_EQ(DefaultWorkers(1), 4);
-  EXPECT_EQ(DefaultWorkers(2), 4);
-  EXPECT_EQ(DefaultWorkers(16), 4);
-  EXPECT_EQ(DefaultWorkers(24), 6);
-  EXPECT_EQ(DefaultWorkers(32), 8);
-  EXPECT_EQ(DefaultWorkers(256), 8);
-}
-
 TEST_F(SchedulerTest, MovesBytesAndEndsSucceeded) {
   Start();
   std::string a = Buffer(10000, 'a'), b = Buffer(10000, 'b');
