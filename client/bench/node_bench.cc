@@ -21,11 +21,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "client/bench/stream.h"
 #include "client/gpumove_client.h"
