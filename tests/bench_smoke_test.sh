@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The benchmarks that prove our speed claims still run: small sizes, two rounds, with the
+# baselines the machine has; every gpumove figure and ratio printed and non-zero, and no
+# baseline process left behind. Usage: bench_smoke_test.sh node|mpi
+set -euo pipefail
+RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
+export GPUMOVED="$RUNFILES/daemon/gpumoved"
+WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/bench.XXXXXX")"
+fail() { echo "FAIL: $*"; cat "$WORK/out" 2>/dev/null; exit 1; }
+# check_rows FILE COLUMNS...: a row for 256 KiB and 1 MiB whose named columns (1-based,
+# counting the size's two fields as 1 and 2) are all above zero.
+check_rows() {
+  local file=$1; shift
+  for size in "256 KiB" "1 MiB"; do
+    row=$(grep -E "^ +${size} " "$file") || fail "no row for $size"
+    for col in "$@"; do
+      awk -v c="$col" '{ exit !($c > 0) }' <<<"$row" || fail "column $col of '$row' is not above 0"
+    done
+  done
+}
+case "$1" in
+  node)
+    baselines=false
+    command -v ucx_perftest >/dev/null && baselines=true
+    "$RUNFILES/client/bench/node_bench" --min_size=256KiB --max_size=1MiB --seconds_per_size=0.05 \
+      --rounds=2 --baselines=$baselines >"$WORK/out" 2>&1 || fail "node_bench exited $?"
+    grep -q "2 round(s) per size" "$WORK/out" || fail "rounds not reported"
+    # size(2) single(3) stream(4) perftest(5) single/pt(6) stream/pt(7)
+    if $baselines; then check_rows "$WORK/out" 3 4 5 6 7; else check_rows "$WORK/out" 3 4; fi
+    # Every ucx_perftest server was stopped once its client ended.
+    sleep 0.5
+    ! pgrep -f "ucx_perftest -t ucp_put_bw" >/dev/null || fail "a ucx_perftest was left running"
+    ;;
+  mpi)
+    baselines=false
+    command -v NPopenmpi >/dev/null && baselines=true
+    "$RUNFILES/client/bench/mpi_bench" --min_size=256KiB --max_size=1MiB --seconds_per_size=0.05 \
+      --rounds=2 --baselines=$baselines >"$WORK/out" 2>&1 || fail "mpi_bench exited $?"
+    grep -q "medians of 2 round(s)" "$WORK/out" || fail "rounds not reported"
+    # size(2) single(3) stream(4) NetPIPE(5) raw(6) single/NP(7) stream/NP(8) .../raw(9,10)
+    if $baselines; then check_rows "$WORK/out" 3 4 5 6 7 8 9 10; else check_rows "$WORK/out" 3 4 6 9 10; fi
+    ;;
+  *) fail "usage: $0 node|mpi" ;;
+esac
+cat "$WORK/out"
+echo PASS
