@@ -272,6 +272,23 @@ int Main() {
         many, base, rw, base > 0 ? one / base : 0, base > 0 ? many / base : 0,
         rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0);
   }
+  if (absl::GetFlag(FLAGS_device)) return 0;
+  // What the memory allows: NetPIPE and raw MPI send the same buffers every time.
+  StreamOptions so;
+  so.per_submit = absl::GetFlag(FLAGS_per_submit);
+  so.in_flight = absl::GetFlag(FLAGS_in_flight);
+  std::cout << "\nmemcpy, one thread of this process: hot = the same buffers every time (as "
+               "NetPIPE and raw MPI send), cold = round the stream's footprint\n";
+  std::cout << absl::StrFormat("%10s %12s %12s %12s %12s\n", "size", "hot GB/s", "cold GB/s",
+                               "footprint", "stream/cold");
+  for (uint64_t size = min_size; size <= max_size; size *= 4) {
+    const uint64_t footprint = StreamFootprint(size, max_size, so);
+    const MemcpyFigures m =
+        MeasureMemcpy(size, footprint, absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size)));
+    const double many = MedianAt(stream, size);
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3f\n", FormatBytes(size), m.hot,
+                                 m.cold, FormatBytes(footprint), m.cold > 0 ? many / m.cold : 0);
+  }
   return 0;
 }
 

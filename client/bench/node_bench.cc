@@ -112,6 +112,25 @@ double Iperf3(int port) {
   return 0;
 }
 
+// Under the shared-memory table: what one thread's memcpy reaches here, on the same
+// buffers every time (as ucx_perftest puts) and round the stream's footprint.
+void PrintMemcpy(const std::vector<std::pair<uint64_t, double>>& streams, uint64_t capacity,
+                 double budget) {
+  StreamOptions so;
+  so.per_submit = absl::GetFlag(FLAGS_per_submit);
+  so.in_flight = absl::GetFlag(FLAGS_in_flight);
+  std::cout << "\nmemcpy, one thread of this process: hot = the same buffers every time (as "
+               "ucx_perftest's puts), cold = round the stream's footprint\n";
+  std::cout << absl::StrFormat("%10s %12s %12s %12s %12s\n", "size", "hot GB/s", "cold GB/s",
+                               "footprint", "stream/cold");
+  for (const auto& [size, stream] : streams) {
+    const uint64_t footprint = StreamFootprint(size, capacity, so);
+    const MemcpyFigures m = MeasureMemcpy(size, footprint, absl::Seconds(budget));
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3f\n", FormatBytes(size), m.hot,
+                                 m.cold, FormatBytes(footprint), m.cold > 0 ? stream / m.cold : 0);
+  }
+}
+
 int Main() {
   const std::string tls = absl::GetFlag(FLAGS_tls);
   if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
@@ -178,6 +197,7 @@ int Main() {
                                  "stream GB/s", "perftest GB/s", "single/pt", "stream/pt");
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::vector<std::pair<uint64_t, double>> streams;  // Shared memory: size, stream GB/s.
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
     std::vector<double> single_bws, stream_bws, pts, tuneds;
     for (int round = 0; round < rounds; ++round) {
@@ -229,7 +249,9 @@ int Main() {
     std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3f %10.3f\n", FormatBytes(size),
                                  single_bw, stream_bw, pt, pt > 0 ? single_bw / pt : 0,
                                  pt > 0 ? stream_bw / pt : 0);
+    streams.emplace_back(size, stream_bw);
   }
+  if (!streams.empty()) PrintMemcpy(streams, max_size, budget);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -21,12 +22,49 @@ double EngineSeconds(const v1::Transfer& t) {
          (t.end_time().nanos() - t.start_time().nanos()) * 1e-9;
 }
 
+namespace {
+
+int StreamParts(uint64_t size, uint64_t capacity, const StreamOptions& options) {
+  return static_cast<int>(std::clamp<uint64_t>(capacity / size, 1, options.per_submit));
+}
+
+bool StreamApart(uint64_t size, uint64_t capacity, const StreamOptions& options) {
+  return static_cast<uint64_t>(options.in_flight) * StreamParts(size, capacity, options) *
+             size <= capacity;
+}
+
+}  // namespace
+
+uint64_t StreamFootprint(uint64_t size, uint64_t capacity, const StreamOptions& options) {
+  return (StreamApart(size, capacity, options) ? options.in_flight : 1) *
+         static_cast<uint64_t>(StreamParts(size, capacity, options)) * size;
+}
+
+MemcpyFigures MeasureMemcpy(uint64_t size, uint64_t footprint, absl::Duration budget) {
+  footprint = std::max(footprint, size);
+  std::vector<char> from(footprint, 1), to(footprint, 2);  // Touched: no page faults timed.
+  auto rate = [&](bool hot) {
+    uint64_t bytes = 0, offset = 0;
+    const absl::Time start = absl::Now();
+    absl::Duration spent;
+    while ((spent = absl::Now() - start) < budget || bytes == 0) {
+      std::memcpy(to.data() + offset, from.data() + offset, size);
+      bytes += size;
+      if (!hot && (offset += size) + size > footprint) offset = 0;
+    }
+    return bytes / absl::ToDoubleSeconds(spent) / 1e9;
+  };
+  MemcpyFigures f;
+  f.hot = rate(true);
+  f.cold = rate(false);
+  return f;
+}
+
 absl::StatusOr<double> StreamThroughput(Client& client, const v1::BufferRef& src,
                                         const v1::BufferRef& dst, uint64_t size,
                                         uint64_t capacity, const StreamOptions& options) {
-  const int parts =
-      static_cast<int>(std::clamp<uint64_t>(capacity / size, 1, options.per_submit));
-  const bool apart = static_cast<uint64_t>(options.in_flight) * parts * size <= capacity;
+  const int parts = StreamParts(size, capacity, options);
+  const bool apart = StreamApart(size, capacity, options);
   std::vector<v1::SubmitRequest> batches(options.in_flight);
   for (int k = 0; k < options.in_flight; ++k) {
     batches[k].set_wait(true);

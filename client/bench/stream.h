@@ -33,6 +33,18 @@ absl::StatusOr<double> StreamThroughput(Client& client, const v1::BufferRef& src
                                         const v1::BufferRef& dst, uint64_t size,
                                         uint64_t capacity, const StreamOptions& options);
 
+// Bytes of each buffer that StreamThroughput's moves of `size` go round.
+uint64_t StreamFootprint(uint64_t size, uint64_t capacity, const StreamOptions& options);
+
+// What the memory allows one thread of this process for copies of `size` bytes, GB/s:
+// `hot` copies between the same two buffers every time (as ucx_perftest and NetPIPE do:
+// cache-resident while they fit), `cold` goes round `footprint` bytes of each (as a
+// stream of moves does).
+struct MemcpyFigures {
+  double hot = 0, cold = 0;
+};
+MemcpyFigures MeasureMemcpy(uint64_t size, uint64_t footprint, absl::Duration budget);
+
 }  // namespace gpumove
 
 #endif  // GPUMOVE_CLIENT_BENCH_STREAM_H_
