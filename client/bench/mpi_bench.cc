@@ -277,18 +277,12 @@ int Main() {
   StreamOptions so;
   so.per_submit = absl::GetFlag(FLAGS_per_submit);
   so.in_flight = absl::GetFlag(FLAGS_in_flight);
-  std::cout << "\nmemcpy, one thread of this process: hot = the same buffers every time (as "
-               "NetPIPE and raw MPI send), cold = round the stream's footprint\n";
-  std::cout << absl::StrFormat("%10s %12s %12s %12s %12s\n", "size", "hot GB/s", "cold GB/s",
-                               "footprint", "stream/cold");
+  std::vector<std::pair<uint64_t, double>> streams;
   for (uint64_t size = min_size; size <= max_size; size *= 4) {
-    const uint64_t footprint = StreamFootprint(size, max_size, so);
-    const MemcpyFigures m =
-        MeasureMemcpy(size, footprint, absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size)));
-    const double many = MedianAt(stream, size);
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3f\n", FormatBytes(size), m.hot,
-                                 m.cold, FormatBytes(footprint), m.cold > 0 ? many / m.cold : 0);
+    streams.emplace_back(size, MedianAt(stream, size));
   }
+  PrintMemcpyTable(streams, max_size, so, absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size)),
+                   "NetPIPE and raw MPI send");
   return 0;
 }
 

@@ -112,25 +112,6 @@ double Iperf3(int port) {
   return 0;
 }
 
-// Under the shared-memory table: what one thread's memcpy reaches here, on the same
-// buffers every time (as ucx_perftest puts) and round the stream's footprint.
-void PrintMemcpy(const std::vector<std::pair<uint64_t, double>>& streams, uint64_t capacity,
-                 double budget) {
-  StreamOptions so;
-  so.per_submit = absl::GetFlag(FLAGS_per_submit);
-  so.in_flight = absl::GetFlag(FLAGS_in_flight);
-  std::cout << "\nmemcpy, one thread of this process: hot = the same buffers every time (as "
-               "ucx_perftest's puts), cold = round the stream's footprint\n";
-  std::cout << absl::StrFormat("%10s %12s %12s %12s %12s\n", "size", "hot GB/s", "cold GB/s",
-                               "footprint", "stream/cold");
-  for (const auto& [size, stream] : streams) {
-    const uint64_t footprint = StreamFootprint(size, capacity, so);
-    const MemcpyFigures m = MeasureMemcpy(size, footprint, absl::Seconds(budget));
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3f\n", FormatBytes(size), m.hot,
-                                 m.cold, FormatBytes(footprint), m.cold > 0 ? stream / m.cold : 0);
-  }
-}
-
 int Main() {
   const std::string tls = absl::GetFlag(FLAGS_tls);
   if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
@@ -251,7 +232,12 @@ int Main() {
                                  pt > 0 ? stream_bw / pt : 0);
     streams.emplace_back(size, stream_bw);
   }
-  if (!streams.empty()) PrintMemcpy(streams, max_size, budget);
+  if (!streams.empty()) {
+    StreamOptions so;
+    so.per_submit = absl::GetFlag(FLAGS_per_submit);
+    so.in_flight = absl::GetFlag(FLAGS_in_flight);
+    PrintMemcpyTable(streams, max_size, so, absl::Seconds(budget), "ucx_perftest's puts");
+  }
   return 0;
 }
 
