@@ -2,7 +2,8 @@
 # Runs on the GPU machine from a carried .gpu/ (see pack.sh): the GPU test suite, then
 # the GPU and host benchmarks; prints a summary. Exit status: the test suite's.
 # The whole run takes about 7.5 minutes (a device call may last 10): PARTS picks sections,
-# e.g. PARTS="tests mpi" (tests gpu mpidev mpi staged host node; default all of them).
+# e.g. PARTS="tests mpi" (tests gpu mpidev mpi staged host node; default all of them;
+# tcpscale only when named).
 # ROUNDS=N runs the host MPI and node-to-node benchmarks N times per size, gpumove and the
 # baselines taking turns, and prints medians (this machine's speed drifts between runs);
 # MPI_ARGS and NODE_ARGS add flags to them, e.g. NODE_ARGS=--min_size=1MiB.
@@ -80,6 +81,40 @@ echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench.txt"
 echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
+fi
+
+# Opt-in (PARTS=tcpscale): does loopback TCP scale with more connections and threads?
+# N ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
+# summed: what UCX lanes (a worker and thread per connection) could reach over the daemons'
+# one connection and one progress thread per side.
+if part tcpscale; then
+echo "== TCP with N connections at once (GB/s, summed)"
+ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
+for n in 1 2 4; do
+  pids=()
+  for i in $(seq "$n"); do
+    port=$((23000 + i))
+    LD_LIBRARY_PATH=$ucx_lib UCX_TLS=tcp UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k \
+      timeout 60 ucx_perftest -t ucp_put_bw -s 4194304 -n 256 -p "$port" >/dev/null 2>&1 &
+  done
+  sleep 0.5
+  for i in $(seq "$n"); do
+    port=$((23000 + i))
+    LD_LIBRARY_PATH=$ucx_lib UCX_TLS=tcp UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k \
+      timeout 60 ucx_perftest 127.0.0.1 -t ucp_put_bw -s 4194304 -n 256 -p "$port" >"$OUT/pt_$i.txt" 2>/dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  sleep 0.5
+  pt=$(cat "$OUT"/pt_*.txt | awk '/Final:/ {s += $7 * 1048576 / 1e9} END {printf "%.2f", s}')
+  rm -f "$OUT"/pt_*.txt
+  timeout 20 iperf3 -s -1 -p 23100 >/dev/null 2>&1 &
+  sleep 0.3
+  ip=$(timeout 20 iperf3 -c 127.0.0.1 -p 23100 -t 2 -P "$n" -f g 2>/dev/null |
+       awk '/receiver/ {v = $(NF-2)} END {printf "%.2f", v / 8}')
+  wait
+  echo "connections $n: ucx_perftest $pt GB/s, iperf3 $ip GB/s"
+done
 fi
 
 echo "-- done at ${SECONDS}s"
