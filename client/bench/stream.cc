@@ -27,6 +27,13 @@ double EngineSeconds(const v1::Transfer& t) {
 
 namespace {
 
+// At least one move per Submit and one Submit in flight, whatever the flags said.
+StreamOptions AtLeastOne(StreamOptions o) {
+  o.per_submit = std::max(1, o.per_submit);
+  o.in_flight = std::max(1, o.in_flight);
+  return o;
+}
+
 int StreamParts(uint64_t size, uint64_t capacity, const StreamOptions& options) {
   return static_cast<int>(std::clamp<uint64_t>(capacity / size, 1, options.per_submit));
 }
@@ -38,7 +45,8 @@ bool StreamApart(uint64_t size, uint64_t capacity, const StreamOptions& options)
 
 }  // namespace
 
-uint64_t StreamFootprint(uint64_t size, uint64_t capacity, const StreamOptions& options) {
+uint64_t StreamFootprint(uint64_t size, uint64_t capacity, const StreamOptions& flags) {
+  const StreamOptions options = AtLeastOne(flags);
   return (StreamApart(size, capacity, options) ? options.in_flight : 1) *
          static_cast<uint64_t>(StreamParts(size, capacity, options)) * size;
 }
@@ -80,7 +88,8 @@ void PrintMemcpyTable(const std::vector<std::pair<uint64_t, double>>& streams,
 
 absl::StatusOr<double> StreamThroughput(Client& client, const v1::BufferRef& src,
                                         const v1::BufferRef& dst, uint64_t size,
-                                        uint64_t capacity, const StreamOptions& options) {
+                                        uint64_t capacity, const StreamOptions& flags) {
+  const StreamOptions options = AtLeastOne(flags);
   const int parts = StreamParts(size, capacity, options);
   const bool apart = StreamApart(size, capacity, options);
   std::vector<v1::SubmitRequest> batches(options.in_flight);
