@@ -26,29 +26,30 @@ split() {
   [ -s "$WORK/memcpy" ] || fail "no memcpy table"
   check_rows "$WORK/memcpy" 3 4 6  # hot, cold, stream/cold
 }
+# run BENCH BASELINE_TOOL ROUNDS_TEXT "COLUMNS WITH BASELINES" "COLUMNS WITHOUT": runs the
+# bench with the baselines when their tool is here, then checks the rounds line and both
+# tables.
+run() {
+  local bench=$1 tool=$2 rounds=$3 with=$4 without=$5 baselines=false
+  command -v "$tool" >/dev/null && baselines=true
+  "$RUNFILES/client/bench/$bench" --min_size=256KiB --max_size=1MiB --seconds_per_size=0.05 \
+    --rounds=2 --baselines=$baselines >"$WORK/out" 2>&1 || fail "$bench exited $?"
+  grep -q "$rounds" "$WORK/out" || fail "rounds not reported"
+  split
+  # shellcheck disable=SC2086  # Column lists split on purpose.
+  if $baselines; then check_rows "$WORK/main" $with; else check_rows "$WORK/main" $without; fi
+}
 case "$1" in
   node)
-    baselines=false
-    command -v ucx_perftest >/dev/null && baselines=true
-    "$RUNFILES/client/bench/node_bench" --min_size=256KiB --max_size=1MiB --seconds_per_size=0.05 \
-      --rounds=2 --baselines=$baselines >"$WORK/out" 2>&1 || fail "node_bench exited $?"
-    grep -q "2 round(s) per size" "$WORK/out" || fail "rounds not reported"
     # size(2) single(3) stream(4) perftest(5) single/pt(6) stream/pt(7)
-    split
-    if $baselines; then check_rows "$WORK/main" 3 4 5 6 7; else check_rows "$WORK/main" 3 4; fi
+    run node_bench ucx_perftest "2 round(s) per size" "3 4 5 6 7" "3 4"
     # Every ucx_perftest server was stopped once its client ended.
     sleep 0.5
     ! pgrep -f "ucx_perftest -t ucp_put_bw" >/dev/null || fail "a ucx_perftest was left running"
     ;;
   mpi)
-    baselines=false
-    command -v NPopenmpi >/dev/null && baselines=true
-    "$RUNFILES/client/bench/mpi_bench" --min_size=256KiB --max_size=1MiB --seconds_per_size=0.05 \
-      --rounds=2 --baselines=$baselines >"$WORK/out" 2>&1 || fail "mpi_bench exited $?"
-    grep -q "medians of 2 round(s)" "$WORK/out" || fail "rounds not reported"
     # size(2) single(3) stream(4) NetPIPE(5) raw(6) single/NP(7) stream/NP(8) .../raw(9,10)
-    split
-    if $baselines; then check_rows "$WORK/main" 3 4 5 6 7 8 9 10; else check_rows "$WORK/main" 3 4 6 9 10; fi
+    run mpi_bench NPopenmpi "medians of 2 round(s)" "3 4 5 6 7 8 9 10" "3 4 6 9 10"
     ;;
   *) fail "usage: $0 node|mpi" ;;
 esac

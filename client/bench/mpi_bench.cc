@@ -149,6 +149,17 @@ std::map<uint64_t, double> RawMpi(const std::vector<std::string>& mca) {
   return bw;
 }
 
+// The stream's shape: up to --per_submit moves per Submit, --in_flight Submits at once,
+// --seconds_per_size long, on path MPI.
+StreamOptions MpiStream() {
+  StreamOptions so;
+  so.duration = absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size));
+  so.path = v1::MPI;
+  so.per_submit = absl::GetFlag(FLAGS_per_submit);
+  so.in_flight = absl::GetFlag(FLAGS_in_flight);
+  return so;
+}
+
 // One round of gpumove figures: a two-rank job moving each size single and streamed.
 struct Figures {
   int gpus = 0;
@@ -206,13 +217,7 @@ absl::StatusOr<Figures> GpumoveRound(const std::string& mca) {
       if (t->state() != v1::SUCCEEDED) return absl::InternalError(t->error_message());
       single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    // Stream: up to --per_submit moves per Submit, --in_flight Submits at once.
-    StreamOptions so;
-    so.duration = absl::Seconds(budget);
-    so.path = v1::MPI;
-    so.per_submit = absl::GetFlag(FLAGS_per_submit);
-    so.in_flight = absl::GetFlag(FLAGS_in_flight);
-    auto stream = StreamThroughput(c0, Ref(src->id()), to, size, max_size, so);
+    auto stream = StreamThroughput(c0, Ref(src->id()), to, size, max_size, MpiStream());
     if (!stream.ok()) return stream.status();
     f.single[size] = size / Median(single) / 1e9;
     f.stream[size] = *stream;
@@ -274,14 +279,11 @@ int Main() {
   }
   if (absl::GetFlag(FLAGS_device)) return 0;
   // What the memory allows: NetPIPE and raw MPI send the same buffers every time.
-  StreamOptions so;
-  so.per_submit = absl::GetFlag(FLAGS_per_submit);
-  so.in_flight = absl::GetFlag(FLAGS_in_flight);
   std::vector<std::pair<uint64_t, double>> streams;
   for (uint64_t size = min_size; size <= max_size; size *= 4) {
     streams.emplace_back(size, MedianAt(stream, size));
   }
-  PrintMemcpyTable(streams, max_size, so, absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size)),
+  PrintMemcpyTable(streams, max_size, MpiStream(), MpiStream().duration,
                    "NetPIPE and raw MPI send");
   return 0;
 }

@@ -178,6 +178,10 @@ int Main() {
                                  "stream GB/s", "perftest GB/s", "single/pt", "stream/pt");
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  StreamOptions so;
+  so.duration = absl::Seconds(budget);
+  so.per_submit = absl::GetFlag(FLAGS_per_submit);
+  so.in_flight = absl::GetFlag(FLAGS_in_flight);
   std::vector<std::pair<uint64_t, double>> streams;  // Shared memory: size, stream GB/s.
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
     std::vector<double> single_bws, stream_bws, pts, tuneds;
@@ -194,10 +198,6 @@ int Main() {
         }
         single.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
       }
-      StreamOptions so;
-      so.duration = absl::Seconds(budget);
-      so.per_submit = absl::GetFlag(FLAGS_per_submit);
-      so.in_flight = absl::GetFlag(FLAGS_in_flight);
       auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
       if (!stream.ok()) {
         std::cerr << "stream: " << stream.status() << "\n";
@@ -233,9 +233,6 @@ int Main() {
     streams.emplace_back(size, stream_bw);
   }
   if (!streams.empty()) {
-    StreamOptions so;
-    so.per_submit = absl::GetFlag(FLAGS_per_submit);
-    so.in_flight = absl::GetFlag(FLAGS_in_flight);
     PrintMemcpyTable(streams, max_size, so, absl::Seconds(budget), "ucx_perftest's puts");
   }
   return 0;
