@@ -76,6 +76,12 @@ ABSL_FLAG(absl::Duration, ucx_poll, absl::Milliseconds(1),
 ABSL_FLAG(int, direct_copy_threads, 0,
           "Threads one direct copy with a same-host peer is split over; 0: a quarter of the "
           "CPUs, at most 8.");
+ABSL_FLAG(int, ucx_lanes, 0,
+          "UCX lanes, each with its own context, worker, connections and progress thread: "
+          "a host move over the network (not a same-host direct copy) is split over the "
+          "lanes both nodes have, smaller ones take turns. 0: one per 8 CPUs, 1 to 4.");
+ABSL_FLAG(gpumove::ByteSize, ucx_lane_share, gpumove::ByteSize{512 << 10},
+          "Smallest share of a move split over UCX lanes.");
 ABSL_FLAG(bool, cuda_ipc_fences, false,
           "Offer peers that copy into or out of this node's GPU memory over CUDA IPC to "
           "wait for their copy's end (an interprocess event) here, so they need not wait "
@@ -190,6 +196,8 @@ int main(int argc, char** argv) {
   options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
   options.ucx_poll_window = absl::GetFlag(FLAGS_ucx_poll);
   options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);
+  options.ucx_lanes = absl::GetFlag(FLAGS_ucx_lanes);
+  options.ucx_lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   options.mpi = absl::GetFlag(FLAGS_mpi);
   if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {

@@ -82,7 +82,9 @@ class ClusterTest : public ::testing::Test {
  protected:
   static Node StartNode(const std::string& name, const std::string& join,
                         std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--host_pool_size=768MiB", "--pinned_pool_size=64MiB"};
+    // Two UCX lanes: idle beside direct copies, used by nodes started with --noucx_direct.
+    std::vector<std::string> flags = {"--host_pool_size=768MiB", "--pinned_pool_size=64MiB",
+                                      "--ucx_lanes=2"};
     flags.insert(flags.end(), extra.begin(), extra.end());
     return LaunchNode(name, join, flags);
   }
@@ -321,6 +323,7 @@ struct DataPlane {
   std::string pools;  // What the UCX path line says backs the host pools.
   bool direct;
   bool ucx_calls = true;  // Peer calls as UCX active messages (else gRPC).
+  int lanes = 1;          // UCX lanes the moves over the wire are split over.
 };
 
 class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
@@ -374,6 +377,10 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
     EXPECT_NE(reason.find(GetParam().ucx_calls ? "peer calls as UCX active messages"
                                                : "peer calls over gRPC"),
               std::string::npos)
+        << reason;
+    EXPECT_EQ(reason.find(absl::StrCat(GetParam().lanes, " lanes over the network")) !=
+                  std::string::npos,
+              GetParam().lanes > 1)
         << reason;
   }
   uint64_t seed = 500;
@@ -433,6 +440,17 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
   } else {
     EXPECT_EQ(direct, 0) << "direct copies ran with them off";
   }
+  // Lanes besides the first carried their shares of the four 24 MiB moves at least (a
+  // node counts the moves it ran).
+  const double lane_bytes =
+      Counter(a, "ucx_lane_bytes_total") + Counter(b, "ucx_lane_bytes_total");
+  if (GetParam().lanes > 1) {
+    const int lanes = GetParam().lanes;
+    EXPECT_GE(lane_bytes, 4.0 * (24 << 20) * (lanes - 1) / lanes * 0.9)
+        << "the lanes carried too little";
+  } else {
+    EXPECT_EQ(lane_bytes, 0) << "lanes ran with one lane";
+  }
   // Every move above needed holds and acknowledgements: they went the chosen way.
   const double served = Counter(a, "ucx_peer_calls_served_total") +
                         Counter(b, "ucx_peer_calls_served_total");
@@ -449,7 +467,10 @@ INSTANTIATE_TEST_SUITE_P(
                       DataPlane{"SharedUcxRma", {"--noucx_direct"}, "shared memory", false},
                       DataPlane{"PrivateCma", {"--noucx_shared_pools"}, "private memory", false},
                       DataPlane{"PeerCallsOverGrpc", {"--noucx_peer_calls"}, "shared memory",
-                                true, false}),
+                                true, false},
+                      // Puts and gets through UCX (no direct copies), split over 3 lanes.
+                      DataPlane{"ThreeLanes", {"--noucx_direct", "--ucx_lanes=3"},
+                                "shared memory", false, true, 3}),
     [](const ::testing::TestParamInfo<DataPlane>& info) { return info.param.name; });
 
 TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
@@ -498,46 +519,64 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
 }
 
 TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {
+  // Two throttled nodes: node-s copies directly into and out of node-b's shared memory,
+  // node-l puts and gets through UCX, its two moves on its two lanes in turn.
   Node slow = StartNode("node-s", nodes_[0].process->address(), {"--max_move_rate=32MiB"});
-  AwaitMembership({&slow}, 3);
-  auto src = slow.client->Allocate(128 << 20);
-  auto dst = nodes_[1].client->Allocate(128 << 20);
-  auto remote_src = nodes_[1].client->Allocate(128 << 20);
-  auto pull_dst = slow.client->Allocate(128 << 20);
-  MoveOptions o;
-  o.wait = false;
-  // node-s (throttled) pushes into node-b and pulls from node-b, both through node-c.
-  auto push = nodes_[2].client->Move(On(slow, src->id()), On(nodes_[1], dst->id()), o);
-  auto pull = slow.client->Move(On(nodes_[1], remote_src->id()), Ref(pull_dst->id()), o);
-  ASSERT_TRUE(push.ok() && pull.ok()) << push.status() << pull.status();
-  EXPECT_TRUE(absl::EndsWith(pull->id(), ".node-s")) << "a pull runs at the destination";
+  Node lanes = StartNode("node-l", nodes_[0].process->address(),
+                         {"--max_move_rate=32MiB", "--noucx_direct"});
+  AwaitMembership({&slow, &lanes}, 4);
+  std::vector<v1::Transfer> moves;
+  std::string dead_dst;  // A buffer on node-b.
+  for (Node* n : {&slow, &lanes}) {
+    auto src = n->client->Allocate(128 << 20);
+    auto dst = nodes_[1].client->Allocate(128 << 20);
+    auto remote_src = nodes_[1].client->Allocate(128 << 20);
+    auto pull_dst = n->client->Allocate(128 << 20);
+    ASSERT_TRUE(src.ok() && dst.ok() && remote_src.ok() && pull_dst.ok());
+    MoveOptions o;
+    o.wait = false;
+    // It pushes into node-b and pulls from node-b, both through node-c.
+    auto push = nodes_[2].client->Move(On(*n, src->id()), On(nodes_[1], dst->id()), o);
+    auto pull = n->client->Move(On(nodes_[1], remote_src->id()), Ref(pull_dst->id()), o);
+    ASSERT_TRUE(push.ok() && pull.ok()) << push.status() << pull.status();
+    EXPECT_TRUE(absl::EndsWith(pull->id(), "." + n->name)) << "a pull runs at the destination";
+    moves.push_back(*push);
+    moves.push_back(*pull);
+    dead_dst = dst->id();
+  }
 
-  // node-b dies mid-move: both end FAILED with UNAVAILABLE, in bounded time.
+  // node-b dies mid-move: all end FAILED with UNAVAILABLE, in bounded time.
   absl::SleepFor(absl::Milliseconds(300));
   nodes_[1].process->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
-  for (const auto& t : {*push, *pull}) {
+  for (const auto& t : moves) {
     auto end = nodes_[0].client->Wait(t.id(), absl::Seconds(15));
     ASSERT_TRUE(end.ok()) << end.status();
     EXPECT_EQ(end->state(), v1::FAILED) << t.id();
     EXPECT_EQ(end->error_code(), static_cast<int>(StatusCode::kUnavailable)) << end->error_message();
   }
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
-  // node-s let go of its buffers.
-  EXPECT_TRUE(slow.client->Release(src->id()).ok());
-  EXPECT_TRUE(slow.client->Release(pull_dst->id()).ok());
+  // The moving nodes let go of their buffers.
+  for (Node* n : {&slow, &lanes}) {
+    auto buffers = n->client->ListBuffers();
+    ASSERT_TRUE(buffers.ok()) << buffers.status();
+    for (const auto& b : *buffers) {
+      EXPECT_EQ(b.active_uses(), 0u) << n->name << " " << b.id();
+      EXPECT_TRUE(n->client->Release(b.id()).ok()) << n->name << " " << b.id();
+    }
+  }
   // The others keep serving each other.
   auto a = nodes_[0].client->Allocate(4096);
   auto c = nodes_[2].client->Allocate(4096);
   EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(nodes_[2], c->id()))->state(), v1::SUCCEEDED);
   // A move to the dead node is refused as UNAVAILABLE once it is seen down.
   absl::SleepFor(absl::Seconds(2));
-  EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(nodes_[1], dst->id())).status().code(),
+  EXPECT_EQ(nodes_[0].client->Move(Ref(a->id()), On(nodes_[1], dead_dst)).status().code(),
             StatusCode::kUnavailable);
 
   // node-b comes back (new process, new port) and moves work again.
   nodes_[1] = StartNode("node-b", nodes_[0].process->address());
-  AwaitMembership({&nodes_[0], &nodes_[1], &nodes_[2], &slow}, 3);
+  AwaitMembership({&nodes_[0], &nodes_[1], &nodes_[2], &slow, &lanes}, 4);
   auto b = nodes_[1].client->Allocate(1 << 20);
   const std::string data = RandomBytes(1 << 20, 5);
   auto big_a = nodes_[0].client->Allocate(1 << 20);
@@ -548,6 +587,15 @@ TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
   EXPECT_TRUE(*nodes_[1].client->Read(Ref(b->id())) == data);
+  // node-l reaches the new node-b over its lanes too (new endpoints, new keys).
+  auto l = lanes.client->Allocate(8 << 20);
+  auto b8 = nodes_[1].client->Allocate(8 << 20);
+  const std::string data8 = RandomBytes(8 << 20, 6);
+  ASSERT_TRUE(lanes.client->Write(Ref(l->id()), data8).ok());
+  auto over_lanes = lanes.client->Move(Ref(l->id()), On(nodes_[1], b8->id()), check);
+  ASSERT_TRUE(over_lanes.ok()) << over_lanes.status();
+  EXPECT_EQ(over_lanes->state(), v1::SUCCEEDED) << over_lanes->error_message();
+  EXPECT_TRUE(*nodes_[1].client->Read(Ref(b8->id())) == data8);
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ start() {  # start HOST [extra flags...]
   local h=$1; shift
   ip netns exec "$TAG$h" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$GPUMOVED" --node="host-$h" \
     --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s \
-    --host_pool_size=384MiB --pinned_pool_size=128MiB "$@" 2>>"$WORK/$h.log" &
+    --host_pool_size=384MiB --pinned_pool_size=128MiB --ucx_lanes=2 "$@" 2>>"$WORK/$h.log" &
   PID[$h]=$!
 }
 await_peers() {  # await_peers HOST N
@@ -68,6 +68,7 @@ start b
 start c
 for h in a b c; do await_peers "$h" 2; done
 ctl a info | grep -q "UCX_TLS=tcp" || fail "UCX is not on TCP"
+ctl b info | grep -q "2 lanes over the network" || fail "host-b has no second UCX lane"
 
 # A third-party move across hosts, verified.
 SRC=$(ctl a alloc 96MiB)
@@ -79,6 +80,20 @@ out=$(ctl c move "host-a/$SRC" "host-b/$DST" --length 32MiB --checksum) || fail 
 ctl b read "$DST" "$WORK/back" --length 32MiB
 cmp -s "$WORK/data" "$WORK/back" || fail "bytes on host-b differ from those written on host-a"
 echo "ok: third-party move host-a -> host-b through host-c"
+
+# host-b is not throttled: its moves are split over both lanes (two TCP connections and
+# progress threads per side). A push to host-c and a pull back, verified.
+B1=$(ctl b alloc 32MiB)
+B2=$(ctl b alloc 32MiB)
+C1=$(ctl c alloc 32MiB)
+ctl b write "$B1" "$WORK/data" 2>/dev/null
+out=$(ctl b move "$B1" "host-c/$C1" --checksum) || fail "push over lanes: $out"
+[[ "$out" == *SUCCEEDED*UCX* ]] || fail "push over lanes: $out"
+out=$(ctl b move "host-c/$C1" "$B2" --checksum) || fail "pull over lanes: $out"
+[[ "$out" == *SUCCEEDED*UCX* ]] || fail "pull over lanes: $out"
+ctl b read "$B2" "$WORK/back_b"
+cmp -s "$WORK/data" "$WORK/back_b" || fail "bytes pulled back over lanes differ"
+echo "ok: push and pull over two UCX lanes between host-b and host-c"
 
 # Cut host-b's link mid-move: the move fails UNAVAILABLE in bounded time.
 ID=$(ctl a move "$SRC" "host-b/$DST" --no-wait)

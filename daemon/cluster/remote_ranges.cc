@@ -43,6 +43,10 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
   }
   if (response.pool_index() >= 0 && response.pool_index() < peer.pools_size()) {
     hold.ucx_rkey = peer.pools(response.pool_index()).rkey();
+    for (const v1::UcxLane& lane : peer.ucx_lanes()) {
+      if (response.pool_index() >= lane.rkeys_size()) break;
+      hold.ucx_lanes.push_back({lane.worker_address(), lane.rkeys(response.pool_index())});
+    }
   }
   hold.cuda_ipc_handle = response.cuda_ipc_handle();
   hold.cuda_ipc_offset = response.cuda_ipc_offset();

@@ -33,6 +33,13 @@ struct RemoteHold {
   bool write = false;  // The remote range is the destination.
   std::string ucx_worker_address;
   std::string ucx_rkey;  // Empty: the remote pool is not registered with UCX.
+  // The remote node's extra UCX lanes that reach the range (worker address, packed rkey
+  // of its pool in that lane), lane 1 first.
+  struct UcxLane {
+    std::string worker_address;
+    std::string rkey;
+  };
+  std::vector<UcxLane> ucx_lanes;
   bool same_host = false;  // The remote node runs on this machine.
   // Set when the remote node stages its range: its bounce slots (addresses in its space),
   // their size and the packed rkey of the pool holding them.

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -86,6 +88,18 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   if (!hold.stage_slots.empty()) return MoveRemoteStaged(src, dst, length, progress);
   const Endpoint& local = push ? src : dst;
   if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
+    // Host memory over the wire goes over every lane both nodes have.
+    const size_t lanes = local.kind == MemoryKind::kDevice
+                             ? 0
+                             : std::min(lanes_.lanes.size(), hold.ucx_lanes.size());
+    if (lanes > 0 && !transport_->Direct(remote)) {
+      // A rate cap is held by Progress on the moving thread: a capped move runs whole.
+      const uint64_t share = std::max<uint64_t>(lanes_.min_share, 64 << 10);
+      const size_t shares =
+          control.rate_limit() > 0 ? 1 : std::min<uint64_t>(lanes + 1, length / share);
+      const size_t first = shares > 1 ? 0 : next_lane_.fetch_add(1) % (lanes + 1);
+      return MoveOverLanes(push, remote, hold, local.data, length, control, first, shares);
+    }
     return push ? transport_->Put(remote, src.data, length, progress)
                 : transport_->Get(remote, dst.data, length, progress);
   }
@@ -112,6 +126,90 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
         return transport_->Get(at(offset), host, n, nullptr);
       },
       progress);
+}
+
+absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
+                                      const RemoteHold& hold, char* local, uint64_t length,
+                                      MoveControl& control, size_t first, size_t shares) {
+  auto transport = [this](size_t lane) {
+    return lane == 0 ? transport_ : lanes_.lanes[lane - 1];
+  };
+  auto range = [&](size_t lane, uint64_t offset) {
+    RemoteRange r = remote;
+    if (lane > 0) {
+      r.worker_address = hold.ucx_lanes[lane - 1].worker_address;
+      r.rkey = hold.ucx_lanes[lane - 1].rkey;
+    }
+    r.address += offset;
+    return r;
+  };
+  auto rma = [&](size_t lane, uint64_t offset, uint64_t n,
+                 const std::function<bool(uint64_t)>& progress) {
+    UcxTransport* t = transport(lane);
+    return push ? t->Put(range(lane, offset), local + offset, n, progress)
+                : t->Get(range(lane, offset), local + offset, n, progress);
+  };
+  if (shares <= 1) {
+    absl::Status st = rma(first, 0, length, [&control](uint64_t done) {
+      control.Progress(done);
+      return !control.cancelled();
+    });
+    if (st.ok() && first > 0) lane_bytes_ += length;
+    return st;
+  }
+  // Contiguous shares of whole pages, lane i's on a thread of its own; this thread sums
+  // their progress for the scheduler and carries a cancel to them. A share that fails
+  // stops the others.
+  struct Share {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    std::atomic<uint64_t> done{0};
+    absl::Status status;
+  };
+  std::vector<Share> share(shares);
+  const uint64_t each = (length / shares + 4095) & ~uint64_t{4095};
+  for (size_t i = 0; i < shares; ++i) {
+    share[i].offset = std::min<uint64_t>(i * each, length);
+    share[i].length =
+        i + 1 == shares ? length - share[i].offset : std::min(each, length - share[i].offset);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> running{shares};
+  absl::Notification finished;
+  std::vector<std::thread> threads;
+  threads.reserve(shares);
+  for (size_t i = 0; i < shares; ++i) {
+    threads.emplace_back([&, i] {
+      Share& s = share[i];
+      s.status = rma(i, s.offset, s.length, [&s, &stop](uint64_t done) {
+        s.done = done;
+        return !stop.load();
+      });
+      if (!s.status.ok()) stop = true;
+      if (running.fetch_sub(1) == 1) finished.Notify();
+    });
+  }
+  auto report = [&] {
+    uint64_t done = 0;
+    for (const Share& s : share) done += s.done.load();
+    control.Progress(done);
+    if (control.cancelled()) stop = true;
+  };
+  while (!finished.WaitForNotificationWithTimeout(absl::Milliseconds(2))) report();
+  for (std::thread& t : threads) t.join();
+  absl::Status cancelled;
+  for (size_t i = 0; i < shares; ++i) {
+    const Share& s = share[i];
+    if (s.status.ok()) {
+      if (i > 0) lane_bytes_ += s.length;
+    } else if (absl::IsCancelled(s.status)) {
+      cancelled = s.status;
+    } else {
+      return s.status;  // The others stopped because of it.
+    }
+  }
+  if (cancelled.ok()) report();
+  return cancelled;
 }
 
 absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,

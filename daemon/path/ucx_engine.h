@@ -7,6 +7,9 @@
 #ifndef GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 #define GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 
+#include <atomic>
+#include <vector>
+
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
@@ -29,13 +32,29 @@ class UcxHostMemory : public HostMemorySource {
   UcxTransport* const transport_;
 };
 
+// Extra UCX lanes: transports of their own (context, worker, connections, progress
+// thread) that carry host moves over the network beside the main one. One connection and
+// one progress thread per side bound a TCP move by one thread's copies (H200 machine,
+// loopback: one ucx_perftest pair 4.0 GB/s, two 6.4, four 16.0).
+struct UcxLaneOptions {
+  std::vector<UcxTransport*> lanes;  // Lane 1 first; lane 0 is the engine's transport.
+  // A move of at least two shares is split into shares of at least this many bytes, one
+  // per lane, run at once; a smaller one runs whole on the next lane in turn.
+  uint64_t min_share = 512 << 10;
+};
+
 class UcxEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
   // `remote` drives the other node's half of a move it stages.
   UcxEngine(UcxTransport* transport, GpuRuntime* gpu, Pool* pinned, RemoteRanges* remote,
-            StagingOptions staging = {})
-      : transport_(transport), gpu_(gpu), pinned_(pinned), remote_(remote), staging_(staging) {}
+            StagingOptions staging = {}, UcxLaneOptions lanes = {})
+      : transport_(transport),
+        gpu_(gpu),
+        pinned_(pinned),
+        remote_(remote),
+        staging_(staging),
+        lanes_(std::move(lanes)) {}
 
   PathKind path() const override { return PathKind::kUcx; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
@@ -51,7 +70,15 @@ class UcxEngine : public Engine {
   // The key under which the transport caches a peer incarnation's endpoint.
   static std::string PeerKey(const std::string& node, uint64_t incarnation);
 
+  // Bytes that extra lanes carried (shares and whole moves on lanes 1 and up).
+  uint64_t lane_bytes() const { return lane_bytes_.load(); }
+
  private:
+  // A host move over the wire (not direct, not staged) on lane `first` (0: the main
+  // transport) or, with `shares` > 1, split over lanes 0 .. shares-1 at once.
+  absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const RemoteHold& hold,
+                             char* local, uint64_t length, MoveControl& control, size_t first,
+                             size_t shares);
   // A move whose remote end is staged by the remote node: chunks go through its bounce
   // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
@@ -62,6 +89,9 @@ class UcxEngine : public Engine {
   Pool* const pinned_;
   RemoteRanges* const remote_;
   const StagingOptions staging_;
+  const UcxLaneOptions lanes_;
+  std::atomic<uint64_t> next_lane_{0};
+  std::atomic<uint64_t> lane_bytes_{0};
 };
 
 }  // namespace gpumove

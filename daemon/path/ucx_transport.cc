@@ -69,8 +69,17 @@ struct CallReplyHeader {
 
 struct UcxTransport::Impl {
   // One endpoint per peer incarnation, with its unpacked remote keys.
+  struct Peer;
+  // What an endpoint's error handler gets: UCX may report an error on an endpoint after
+  // it was closed (seen with TCP: the socket's failure found by the next progress), when
+  // its Peer may be gone. Closing detaches the Peer; guards live as long as the worker.
+  struct EndpointGuard {
+    Impl* impl = nullptr;
+    Peer* peer = nullptr;  // Null once the endpoint was closed.
+  };
   struct Peer {
     Impl* impl = nullptr;
+    EndpointGuard* guard = nullptr;
     std::string key;
     uint64_t generation = 0;  // How often its key had been forgotten when it was made.
     ucp_ep_h ep = nullptr;
@@ -161,6 +170,7 @@ struct UcxTransport::Impl {
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
   std::vector<std::shared_ptr<Op>> active;
   std::vector<ucp_mem_h> registrations;
+  std::vector<std::unique_ptr<EndpointGuard>> guards;
   // Memory UCX allocated (Allocate), by base address; also in `registrations`.
   absl::flat_hash_map<void*, ucp_mem_h> allocated;
 
@@ -287,7 +297,8 @@ struct UcxTransport::Impl {
   }
 
   static void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
-    auto* peer = static_cast<Peer*>(arg);
+    Peer* peer = static_cast<EndpointGuard*>(arg)->peer;
+    if (peer == nullptr) return;  // Closed: its moves and calls were failed then.
     peer->failed = true;
     peer->error = absl::StrCat("peer endpoint failed: ", ucs_status_string(status));
     peer->impl->FailCalls(peer->key, absl::UnavailableError(peer->error));
@@ -308,8 +319,10 @@ struct UcxTransport::Impl {
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
       params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
       params.err_mode = error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      guards.push_back(std::make_unique<EndpointGuard>(EndpointGuard{this, slot.get()}));
+      slot->guard = guards.back().get();
       params.err_handler.cb = &Impl::OnEndpointError;
-      params.err_handler.arg = slot.get();
+      params.err_handler.arg = slot->guard;
       ucs_status_t st = ucp_ep_create(worker, &params, &slot->ep);
       if (st != UCS_OK) {
         slot->ep = nullptr;
@@ -323,6 +336,7 @@ struct UcxTransport::Impl {
   void ClosePeer(Peer* peer, const std::string& why) {
     for (auto& [bytes, rkey] : peer->rkeys) ucp_rkey_destroy(rkey);
     peer->rkeys.clear();
+    if (peer->guard != nullptr) peer->guard->peer = nullptr;
     if (peer->ep != nullptr) {
       ucp_request_param_t param = {};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -903,6 +917,14 @@ absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char*
     if (progress && !progress(done) && done < length) return absl::CancelledError("cancelled");
   }
   return absl::OkStatus();
+}
+
+bool UcxTransport::Direct(const RemoteRange& remote) {
+  if (!impl_->options.direct) return false;
+  std::shared_ptr<Impl::Direct> d = impl_->AcquireDirect(remote);
+  if (d == nullptr) return false;
+  impl_->ReleaseDirect(d);
+  return true;
 }
 
 uint64_t UcxTransport::direct_bytes() const { return impl_->direct_bytes; }

@@ -101,6 +101,10 @@ class UcxTransport {
   absl::Status Get(const RemoteRange& remote, void* local, uint64_t length,
                    const std::function<bool(uint64_t)>& progress);
 
+  // Whether moves with `remote` are direct copies (see UcxOptions::direct) rather than
+  // puts and gets over the wire. Attaches the peer's pool the first time, as a move would.
+  bool Direct(const RemoteRange& remote);
+
   // Bytes moved by direct copies (see UcxOptions::direct) since start.
   uint64_t direct_bytes() const;
 

@@ -136,6 +136,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   auto pools = PoolSet::Create(options.pools, *gpus, d->gpu_.get(), d->ucx_memory_.get());
   if (!pools.ok()) return pools.status();
   d->pools_ = *std::move(pools);
+  if (d->ucx_ != nullptr) {
+    // Lanes carry host moves over the wire only: direct copies stay with the first.
+    const int lanes =
+        options.ucx_lanes > 0
+            ? options.ucx_lanes
+            : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
+    UcxOptions lane_options;
+    lane_options.chunk = options.ucx_chunk;
+    lane_options.op_timeout = options.peer_timeout;
+    lane_options.direct = false;
+    lane_options.poll_window = ucx_poll;
+    for (int i = 1; i < lanes; ++i) {
+      auto lane = UcxTransport::Create(lane_options);
+      if (!lane.ok()) {
+        LOG(WARNING) << "UCX lane " << i << " did not start: " << lane.status();
+        break;
+      }
+      d->ucx_lanes_.push_back(*std::move(lane));
+    }
+  }
   for (const auto& pool : d->pools_->pools()) {
     const PoolStats s = pool->Stats();
     LOG(INFO) << "pool " << MemoryKindName(s.kind)
@@ -202,10 +222,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         p->set_size(pool->capacity());
         p->set_rkey(*rkey);
       }
+      // Each lane registers the same pools in its own context, in the same order.
+      for (const auto& lane : d->ucx_lanes_) {
+        v1::UcxLane* l = self.add_ucx_lanes();
+        l->set_worker_address(lane->worker_address());
+        for (const v1::RegisteredPool& p : self.pools()) {
+          auto rkey = lane->Register(reinterpret_cast<void*>(p.base()), p.size());
+          if (!rkey.ok()) return rkey.status();
+          l->add_rkeys(*rkey);
+        }
+      }
       ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
                                 self.pools_size(), " pool(s) registered, host pools in ",
                                 d->ucx_->allocation_kind(),
                                 options.ucx_direct ? " (peers on this host: direct copies)" : "",
+                                d->ucx_lanes_.empty()
+                                    ? ""
+                                    : absl::StrCat(", ", d->ucx_lanes_.size() + 1,
+                                                   " lanes over the network"),
                                 "; device memory: ",
                                 d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
                                                       : "staged through pinned bounce buffers",
@@ -235,8 +269,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   staging.gpu = gpu;  // Also for CUDA IPC fences, with or without UCX.
   if (d->ucx_ != nullptr) {
     Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
-    d->ucx_engine_ =
-        std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned, d->remote_ranges_.get());
+    UcxLaneOptions lanes;
+    for (const auto& lane : d->ucx_lanes_) lanes.lanes.push_back(lane.get());
+    lanes.min_share = options.ucx_lane_share;
+    d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned,
+                                                 d->remote_ranges_.get(), StagingOptions{},
+                                                 std::move(lanes));
     engines.push_back(d->ucx_engine_.get());
     staging.device = !d->ucx_->cuda_aware();
     staging.all = options.ucx_force_staging;
@@ -264,6 +302,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                             "Bytes of UCX moves copied directly through shared memory with "
                             "daemons on this host.",
                             [ucx] { return ucx->direct_bytes(); });
+      UcxEngine* engine = d->ucx_engine_.get();
+      d->metrics_->AddTotal("ucx_lane_bytes_total",
+                            "Bytes of UCX moves carried by lanes besides the first.",
+                            [engine] { return engine->lane_bytes(); });
     }
     if (d->peer_calls_ != nullptr) {
       UcxPeerCalls* calls = d->peer_calls_.get();
@@ -388,10 +430,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     LOG(INFO) << "MPI job: " << absl::StrJoin(mpi_nodes, ", ");
   }
   HoldTable* holds = d->holds_.get();
-  UcxTransport* ucx_transport = d->ucx_.get();
+  std::vector<UcxTransport*> ucx_transports;
+  if (d->ucx_ != nullptr) ucx_transports.push_back(d->ucx_.get());
+  for (const auto& lane : d->ucx_lanes_) ucx_transports.push_back(lane.get());
   MpiTransport* mpi_transport = d->mpi_.get();
   CudaIpcEngine* cuda_ipc = d->cuda_ipc_engine_.get();
-  d->cluster_->Start([holds, ucx_transport, mpi_transport, mpi_nodes, cuda_ipc](
+  d->cluster_->Start([holds, ucx_transports, mpi_transport, mpi_nodes, cuda_ipc](
                          const std::string& node, uint64_t incarnation) {
     if (cuda_ipc != nullptr) cuda_ipc->Forget(node, incarnation);
     // Wake this node's MPI operations with that rank before dropping what they use.
@@ -399,7 +443,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       if (mpi_nodes[r] == node) mpi_transport->FailPeer(r, absl::StrCat("node ", node, " is down"));
     }
     holds->ReleaseFrom(node, incarnation);
-    if (ucx_transport != nullptr) ucx_transport->Forget(UcxEngine::PeerKey(node, incarnation));
+    for (UcxTransport* t : ucx_transports) t->Forget(UcxEngine::PeerKey(node, incarnation));
   });
   d->server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "gpumoved " << kVersion << " serving node " << d->node_ << " on "

@@ -76,6 +76,10 @@ struct DaemonOptions {
   absl::Duration ucx_poll_window = absl::Milliseconds(1);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
+  // UCX lanes (each its own context, worker, connections and progress thread) that host
+  // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
+  int ucx_lanes = 0;
+  uint64_t ucx_lane_share = 512 << 10;  // Smallest share of a split move.
   // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
   std::string metrics_listen;
   // MPI: "auto" (when an MPI launcher started us), "on" (fail without it) or "off". As
@@ -118,6 +122,8 @@ class Daemon {
   std::unique_ptr<UcxTransport> ucx_;
   std::unique_ptr<UcxHostMemory> ucx_memory_;
   std::unique_ptr<PoolSet> pools_;
+  // UCX lanes besides ucx_ (lane 1 first); after pools_: they register its memory.
+  std::vector<std::unique_ptr<UcxTransport>> ucx_lanes_;
   // Before registry_: imported buffers hold mappings from it.
   std::unique_ptr<IpcTable> ipc_;
   std::unique_ptr<BufferRegistry> registry_;
