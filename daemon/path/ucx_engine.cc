@@ -1,6 +1,7 @@
 #include "daemon/path/ucx_engine.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -95,10 +96,11 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     if (lanes > 0 && !transport_->Direct(remote)) {
       // A rate cap is held by Progress on the moving thread: a capped move runs whole.
       const uint64_t share = std::max<uint64_t>(lanes_.min_share, 64 << 10);
-      const size_t shares =
-          control.rate_limit() > 0 ? 1 : std::min<uint64_t>(lanes + 1, length / share);
-      const size_t first = shares > 1 ? 0 : next_lane_.fetch_add(1) % (lanes + 1);
-      return MoveOverLanes(push, remote, hold, local.data, length, control, first, shares);
+      const uint64_t most = control.rate_limit() > 0 ? 1 : std::max<uint64_t>(1, length / share);
+      const std::vector<size_t> use = TakeLanes(lanes + 1, most);
+      absl::Status st = MoveOverLanes(push, remote, hold, local.data, length, control, use);
+      GiveBackLanes(use);
+      return st;
     }
     return push ? transport_->Put(remote, src.data, length, progress)
                 : transport_->Get(remote, dst.data, length, progress);
@@ -128,9 +130,32 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       progress);
 }
 
+std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most) {
+  absl::MutexLock lock(&lane_mu_);
+  if (lane_busy_.size() < usable) lane_busy_.resize(usable, 0);
+  std::vector<size_t> order(usable);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [this](size_t a, size_t b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                     return lane_busy_[a] < lane_busy_[b];
+                   });
+  const size_t idle =
+      std::count_if(order.begin(), order.end(),
+                    [this](size_t l) ABSL_NO_THREAD_SAFETY_ANALYSIS { return lane_busy_[l] == 0; });
+  order.resize(std::clamp<uint64_t>(idle, 1, most));
+  for (size_t l : order) ++lane_busy_[l];
+  return order;
+}
+
+void UcxEngine::GiveBackLanes(const std::vector<size_t>& lanes) {
+  absl::MutexLock lock(&lane_mu_);
+  for (size_t l : lanes) --lane_busy_[l];
+}
+
 absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
                                       const RemoteHold& hold, char* local, uint64_t length,
-                                      MoveControl& control, size_t first, size_t shares) {
+                                      MoveControl& control, const std::vector<size_t>& use) {
+  const size_t shares = use.size();
   auto transport = [this](size_t lane) {
     return lane == 0 ? transport_ : lanes_.lanes[lane - 1];
   };
@@ -149,15 +174,15 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
     return push ? t->Put(range(lane, offset), local + offset, n, progress)
                 : t->Get(range(lane, offset), local + offset, n, progress);
   };
-  if (shares <= 1) {
-    absl::Status st = rma(first, 0, length, [&control](uint64_t done) {
+  if (shares == 1) {
+    absl::Status st = rma(use[0], 0, length, [&control](uint64_t done) {
       control.Progress(done);
       return !control.cancelled();
     });
-    if (st.ok() && first > 0) lane_bytes_ += length;
+    if (st.ok() && use[0] > 0) lane_bytes_ += length;
     return st;
   }
-  // Contiguous shares of whole pages, lane i's on a thread of its own; this thread sums
+  // Contiguous shares of whole pages, each on its lane and a thread of its own; this thread sums
   // their progress for the scheduler and carries a cancel to them. A share that fails
   // stops the others.
   struct Share {
@@ -181,7 +206,7 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
   for (size_t i = 0; i < shares; ++i) {
     threads.emplace_back([&, i] {
       Share& s = share[i];
-      s.status = rma(i, s.offset, s.length, [&s, &stop](uint64_t done) {
+      s.status = rma(use[i], s.offset, s.length, [&s, &stop](uint64_t done) {
         s.done = done;
         return !stop.load();
       });
@@ -201,7 +226,7 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
   for (size_t i = 0; i < shares; ++i) {
     const Share& s = share[i];
     if (s.status.ok()) {
-      if (i > 0) lane_bytes_ += s.length;
+      if (use[i] > 0) lane_bytes_ += s.length;
     } else if (absl::IsCancelled(s.status)) {
       cancelled = s.status;
     } else {

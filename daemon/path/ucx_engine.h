@@ -10,6 +10,8 @@
 #include <atomic>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
@@ -38,8 +40,9 @@ class UcxHostMemory : public HostMemorySource {
 // loopback: one ucx_perftest pair 4.0 GB/s, two 6.4, four 16.0).
 struct UcxLaneOptions {
   std::vector<UcxTransport*> lanes;  // Lane 1 first; lane 0 is the engine's transport.
-  // A move of at least two shares is split into shares of at least this many bytes, one
-  // per lane, run at once; a smaller one runs whole on the next lane in turn.
+  // A move is split over the lanes no other move uses, in shares of at least this many
+  // bytes, run at once; with no lane free it runs whole on the least used one. So a
+  // lone move uses every lane, and many small ones spread over them without splitting.
   uint64_t min_share = 512 << 10;
 };
 
@@ -74,11 +77,16 @@ class UcxEngine : public Engine {
   uint64_t lane_bytes() const { return lane_bytes_.load(); }
 
  private:
-  // A host move over the wire (not direct, not staged) on lane `first` (0: the main
-  // transport) or, with `shares` > 1, split over lanes 0 .. shares-1 at once.
+  // A host move over the wire (not direct, not staged), split into one share per lane
+  // of `use` (lane 0: the main transport), run at once.
   absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const RemoteHold& hold,
-                             char* local, uint64_t length, MoveControl& control, size_t first,
-                             size_t shares);
+                             char* local, uint64_t length, MoveControl& control,
+                             const std::vector<size_t>& use);
+  // Lanes for a move, among lanes 0 .. usable-1: those no move of this node uses, at most
+  // `most` of them; when none is free, the least used one. Counted as in use until
+  // GiveBackLanes.
+  std::vector<size_t> TakeLanes(size_t usable, uint64_t most);
+  void GiveBackLanes(const std::vector<size_t>& lanes);
   // A move whose remote end is staged by the remote node: chunks go through its bounce
   // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
@@ -90,7 +98,8 @@ class UcxEngine : public Engine {
   RemoteRanges* const remote_;
   const StagingOptions staging_;
   const UcxLaneOptions lanes_;
-  std::atomic<uint64_t> next_lane_{0};
+  absl::Mutex lane_mu_;
+  std::vector<int> lane_busy_ ABSL_GUARDED_BY(lane_mu_);  // Moves on each lane.
   std::atomic<uint64_t> lane_bytes_{0};
 };
 
