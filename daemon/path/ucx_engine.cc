@@ -97,7 +97,11 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       // A rate cap is held by Progress on the moving thread: a capped move runs whole.
       const uint64_t share = std::max<uint64_t>(lanes_.min_share, 64 << 10);
       const uint64_t most = control.rate_limit() > 0 ? 1 : std::max<uint64_t>(1, length / share);
-      const std::vector<size_t> use = TakeLanes(lanes + 1, most);
+      // Big moves spread over every lane even when others use them (so moves that
+      // overlap share all lanes evenly); small ones take free lanes only (a split costs
+      // a thread per share, which a stream of small moves does not need).
+      const bool spread = length / (lanes + 1) >= kSpreadShare;
+      const std::vector<size_t> use = TakeLanes(lanes + 1, most, spread);
       absl::Status st = MoveOverLanes(push, remote, hold, local.data, length, control, use);
       GiveBackLanes(use);
       return st;
@@ -130,7 +134,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       progress);
 }
 
-std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most) {
+std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most, bool spread) {
   absl::MutexLock lock(&lane_mu_);
   if (lane_busy_.size() < usable) lane_busy_.resize(usable, 0);
   std::vector<size_t> order(usable);
@@ -142,7 +146,7 @@ std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most) {
   const size_t idle =
       std::count_if(order.begin(), order.end(),
                     [this](size_t l) ABSL_NO_THREAD_SAFETY_ANALYSIS { return lane_busy_[l] == 0; });
-  order.resize(std::clamp<uint64_t>(idle, 1, most));
+  order.resize(std::clamp<uint64_t>(spread ? usable : idle, 1, most));
   for (size_t l : order) ++lane_busy_[l];
   return order;
 }

@@ -82,10 +82,16 @@ class UcxEngine : public Engine {
   absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const RemoteHold& hold,
                              char* local, uint64_t length, MoveControl& control,
                              const std::vector<size_t>& use);
-  // Lanes for a move, among lanes 0 .. usable-1: those no move of this node uses, at most
-  // `most` of them; when none is free, the least used one. Counted as in use until
-  // GiveBackLanes.
-  std::vector<size_t> TakeLanes(size_t usable, uint64_t most);
+  // Lanes for a move, among lanes 0 .. usable-1, at most `most` of them: those no move of
+  // this node uses, or when none is free the least used one; with `spread`, the least
+  // used ones whether free or not. Counted as in use until GiveBackLanes.
+  std::vector<size_t> TakeLanes(size_t usable, uint64_t most, bool spread);
+  // Moves with at least this much per lane are spread over all lanes. H200 loopback TCP,
+  // 4 lanes, streams of 16 moves per Submit, GB/s at 1/4/16/64/256 MiB: free lanes only
+  // 8.8/10.5/14.0/9.1/9.1 (big moves piled up on some lanes while others idled); this
+  // threshold 8.4/12.0/14.1/12.0/12.6; every move split from lane 0 up 4.3/8.4/10.4/
+  // 12.8/12.8 (1 MiB moves all on lanes 0 and 1).
+  static constexpr uint64_t kSpreadShare = 8 << 20;
   void GiveBackLanes(const std::vector<size_t>& lanes);
   // A move whose remote end is staged by the remote node: chunks go through its bounce
   // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
