@@ -61,9 +61,11 @@ std::string Capture(const std::string& cmd) {
 }
 
 // ucx_perftest ucp_put_bw between two processes on loopback; GB/s (overall), 0 if it
-// could not run.
+// could not run. `pairs` pairs at once on ports port.. (GB/s summed): as many TCP
+// connections and threads as the daemons' UCX lanes.
 // `env`: more VAR=value settings for it.
-double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env) {
+double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env,
+                   int pairs = 1) {
   // 4 GiB a run on shared memory; over TCP 1 GiB, and 256 MiB with UCX's own segment
   // sizes, where put runs at 0.2 GB/s and less from 4 MiB on.
   const bool tcp = tls == "tcp";
@@ -71,28 +73,58 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::s
   const uint64_t iters = std::clamp<uint64_t>(total / size, tcp ? 2 : 10, 20000);
   const std::string env =
       absl::StrCat(tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " "), more_env, " ");
-  const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ", port);
-  // The server is stopped once the client is done: one left spinning (its client timed
-  // out) would take a CPU from the next measurements.
-  const std::string server = Capture(absl::StrCat(
-      env, "timeout 60 ucx_perftest ", common, " >/dev/null 2>&1 </dev/null & echo $!"));
-  pid_t server_pid = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(server), &server_pid) || server_pid <= 0) {
+  pairs = std::max(pairs, 1);
+  const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ");
+  // The servers are stopped once the clients are done: one left spinning (its client
+  // timed out) would take a CPU from the next measurements.
+  std::string servers, clients;
+  for (int i = 0; i < pairs; ++i) {
+    absl::StrAppend(&servers, env, "timeout 60 ucx_perftest ", common, port + i,
+                    " >/dev/null 2>&1 </dev/null & echo $!; ");
+    absl::StrAppend(&clients, env, "timeout 60 ucx_perftest 127.0.0.1 ", common, port + i,
+                    " 2>/dev/null & ");
+  }
+  std::vector<pid_t> server_pids;
+  for (absl::string_view pid : absl::StrSplit(Capture(servers), '\n', absl::SkipWhitespace())) {
+    pid_t p = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(pid), &p) && p > 0) server_pids.push_back(p);
+  }
+  if (server_pids.size() != static_cast<size_t>(pairs)) {
+    for (pid_t p : server_pids) kill(p, SIGTERM);
     return 0;
   }
   absl::SleepFor(absl::Milliseconds(300));
-  const std::string out =
-      Capture(absl::StrCat(env, "timeout 60 ucx_perftest 127.0.0.1 ", common, " 2>/dev/null"));
-  kill(server_pid, SIGTERM);  // `timeout` passes it on to ucx_perftest.
-  for (int i = 0; i < 100 && kill(server_pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  const std::string out = Capture(absl::StrCat(clients, "wait"));
+  for (pid_t p : server_pids) kill(p, SIGTERM);  // `timeout` passes it on to ucx_perftest.
+  for (pid_t p : server_pids) {
+    for (int i = 0; i < 100 && kill(p, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  }
+  double sum = 0;
+  int finished = 0;
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     if (line.find("Final:") == absl::string_view::npos) continue;
     std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     // Final: iters 50% avg overall bw_avg bw_overall ...
     double mbps = 0;
-    if (f.size() >= 7 && absl::SimpleAtod(f[6], &mbps)) return mbps * 1024 * 1024 / 1e9;
+    if (f.size() >= 7 && absl::SimpleAtod(f[6], &mbps)) {
+      sum += mbps * 1024 * 1024 / 1e9;
+      ++finished;
+    }
   }
-  return 0;
+  return finished == pairs ? sum : 0;
+}
+
+// The UCX lanes the daemon says it has ("N lanes over the network"), 1 when none.
+int LanesOf(const std::string& reason) {
+  const size_t at = reason.find(" lanes over the network");
+  if (at == std::string::npos) return 1;
+  const size_t start = reason.rfind(' ', at - 1);
+  int lanes = 1;
+  if (start == std::string::npos ||
+      !absl::SimpleAtoi(reason.substr(start + 1, at - start - 1), &lanes)) {
+    return 1;
+  }
+  return std::max(lanes, 1);
 }
 
 // iperf3 over loopback, one stream, 2 s; GB/s.
@@ -149,8 +181,11 @@ int Main() {
   v1::BufferRef to = Ref(dst->id());
   to.set_node("bench-b");
   const auto info = ca->GetInfo();
+  int lanes = 1;
   for (const auto& p : info->paths()) {
-    if (p.path() == v1::UCX) std::cout << "UCX path: " << p.reason() << "\n";
+    if (p.path() != v1::UCX) continue;
+    std::cout << "UCX path: " << p.reason() << "\n";
+    lanes = LanesOf(p.reason());
   }
   std::cout << "UCX_TLS=" << tls << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " CPUs; medians; "
             << "stream: " << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "
@@ -161,7 +196,9 @@ int Main() {
   int port = 20000 + getpid() % 20000;
   // Over TCP the baselines are the link (iperf3, median of three) and ucx_perftest both
   // with UCX's own settings and with the daemon's (gpumoved sets 512 KiB TCP segments);
-  // the ratios are to the best of them.
+  // the ratios are to the best of them. With L UCX lanes the daemons use L connections:
+  // L ucx_perftest pairs at once (512 KiB segments) are the like-for-like figure, shown
+  // with the stream's ratio to it.
   const bool tcp = tls == "tcp" && absl::GetFlag(FLAGS_baselines);
   double iperf = 0;
   if (tcp) {
@@ -170,9 +207,10 @@ int Main() {
     iperf = Median(runs);
     std::cout << absl::StrFormat("iperf3 (one TCP stream, loopback, median of 3): %.3f GB/s\n",
                                  iperf);
-    std::cout << absl::StrFormat("\n%10s %12s %12s %14s %14s %10s %10s\n", "size",
+    std::cout << absl::StrFormat("\n%10s %12s %12s %14s %14s %10s %10s %14s %11s\n", "size",
                                  "single GB/s", "stream GB/s", "perftest GB/s", "pt 512k GB/s",
-                                 "single/best", "stream/best");
+                                 "single/best", "stream/best",
+                                 absl::StrCat("pt 512k x", lanes), "stream/ptxL");
   } else {
     std::cout << absl::StrFormat("\n%10s %12s %12s %14s %10s %10s\n", "size", "single GB/s",
                                  "stream GB/s", "perftest GB/s", "single/pt", "stream/pt");
@@ -184,7 +222,7 @@ int Main() {
   so.in_flight = absl::GetFlag(FLAGS_in_flight);
   std::vector<std::pair<uint64_t, double>> streams;  // Shared memory: size, stream GB/s.
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
-    std::vector<double> single_bws, stream_bws, pts, tuneds;
+    std::vector<double> single_bws, stream_bws, pts, tuneds, multis;
     for (int round = 0; round < rounds; ++round) {
       std::vector<double> single;
       const absl::Time end = absl::Now() + absl::Seconds(budget);
@@ -211,8 +249,14 @@ int Main() {
         pts.push_back(UcxPerftest(size, tls, port++, ""));
       }
       if (tcp) {
-        tuneds.push_back(UcxPerftest(size, tls, port++,
-                                     "UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k"));
+        const std::string segments = "UCX_TCP_TX_SEG_SIZE=512k UCX_TCP_RX_SEG_SIZE=512k";
+        tuneds.push_back(UcxPerftest(size, tls, port++, segments));
+        if (lanes > 1) {
+          multis.push_back(UcxPerftest(size, tls, port, segments, lanes));
+          port += lanes;
+        } else {
+          multis.push_back(tuneds.back());
+        }
       }
     }
     const double stream_bw = Median(stream_bws);
@@ -220,11 +264,13 @@ int Main() {
     const double pt = Median(pts);
     if (tcp) {
       const double tuned = Median(tuneds);
+      const double multi = Median(multis);
       const double best = std::max({pt, tuned, iperf});
-      std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %14.3f %10.3f %10.3f\n",
+      std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %14.3f %10.3f %10.3f %14.3f %11.3f\n",
                                    FormatBytes(size), single_bw, stream_bw, pt, tuned,
                                    best > 0 ? single_bw / best : 0,
-                                   best > 0 ? stream_bw / best : 0);
+                                   best > 0 ? stream_bw / best : 0, multi,
+                                   multi > 0 ? stream_bw / multi : 0);
       continue;
     }
     std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3f %10.3f\n", FormatBytes(size),

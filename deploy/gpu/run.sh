@@ -83,10 +83,10 @@ echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
 fi
 
-# Opt-in (PARTS=tcpscale): does loopback TCP scale with more connections and threads?
-# N ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
-# summed: what UCX lanes (a worker and thread per connection) could reach over the daemons'
-# one connection and one progress thread per side.
+# Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
+# ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
+# summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and
+# progress thread each; node_bench also prints L pairs at once for L lanes).
 if part tcpscale; then
 echo "== TCP with N connections at once (GB/s, summed)"
 ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
