@@ -186,9 +186,9 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
     if (st.ok() && use[0] > 0) lane_bytes_ += length;
     return st;
   }
-  // Contiguous shares of whole pages, each on its lane and a thread of its own; this thread sums
-  // their progress for the scheduler and carries a cancel to them. A share that fails
-  // stops the others.
+  // Contiguous shares of whole pages, each on its lane and a thread of its own; this
+  // thread sums their progress for the scheduler and carries a cancel to them. A share
+  // that fails stops the others.
   struct Share {
     uint64_t offset = 0;
     uint64_t length = 0;

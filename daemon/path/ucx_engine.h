@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
@@ -40,9 +39,9 @@ class UcxHostMemory : public HostMemorySource {
 // loopback: one ucx_perftest pair 4.0 GB/s, two 6.4, four 16.0).
 struct UcxLaneOptions {
   std::vector<UcxTransport*> lanes;  // Lane 1 first; lane 0 is the engine's transport.
-  // A move is split over the lanes no other move uses, in shares of at least this many
-  // bytes, run at once; with no lane free it runs whole on the least used one. So a
-  // lone move uses every lane, and many small ones spread over them without splitting.
+  // A move is split into shares of at least this many bytes, run at once, one per lane
+  // it takes (see UcxEngine::TakeLanes): a lone move uses every lane, many small ones
+  // spread over them without splitting, big ones split over all.
   uint64_t min_share = 512 << 10;
 };
 
@@ -86,13 +85,13 @@ class UcxEngine : public Engine {
   // this node uses, or when none is free the least used one; with `spread`, the least
   // used ones whether free or not. Counted as in use until GiveBackLanes.
   std::vector<size_t> TakeLanes(size_t usable, uint64_t most, bool spread);
+  void GiveBackLanes(const std::vector<size_t>& lanes);
   // Moves with at least this much per lane are spread over all lanes. H200 loopback TCP,
   // 4 lanes, streams of 16 moves per Submit, GB/s at 1/4/16/64/256 MiB: free lanes only
   // 8.8/10.5/14.0/9.1/9.1 (big moves piled up on some lanes while others idled); this
   // threshold 8.4/12.0/14.1/12.0/12.6; every move split from lane 0 up 4.3/8.4/10.4/
   // 12.8/12.8 (1 MiB moves all on lanes 0 and 1).
   static constexpr uint64_t kSpreadShare = 8 << 20;
-  void GiveBackLanes(const std::vector<size_t>& lanes);
   // A move whose remote end is staged by the remote node: chunks go through its bounce
   // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,

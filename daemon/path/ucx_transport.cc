@@ -68,15 +68,14 @@ struct CallReplyHeader {
 }  // namespace
 
 struct UcxTransport::Impl {
-  // One endpoint per peer incarnation, with its unpacked remote keys.
   struct Peer;
   // What an endpoint's error handler gets: UCX may report an error on an endpoint after
   // it was closed (seen with TCP: the socket's failure found by the next progress), when
   // its Peer may be gone. Closing detaches the Peer; guards live as long as the worker.
   struct EndpointGuard {
-    Impl* impl = nullptr;
     Peer* peer = nullptr;  // Null once the endpoint was closed.
   };
+  // One endpoint per peer incarnation, with its unpacked remote keys.
   struct Peer {
     Impl* impl = nullptr;
     EndpointGuard* guard = nullptr;
@@ -319,7 +318,7 @@ struct UcxTransport::Impl {
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
       params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
       params.err_mode = error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-      guards.push_back(std::make_unique<EndpointGuard>(EndpointGuard{this, slot.get()}));
+      guards.push_back(std::make_unique<EndpointGuard>(EndpointGuard{slot.get()}));
       slot->guard = guards.back().get();
       params.err_handler.cb = &Impl::OnEndpointError;
       params.err_handler.arg = slot->guard;
