@@ -134,21 +134,23 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       progress);
 }
 
+std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {
+  std::vector<size_t> order(busy.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&busy](size_t a, size_t b) { return busy[a] < busy[b]; });
+  const size_t idle = std::count(busy.begin(), busy.end(), 0);
+  order.resize(std::clamp<uint64_t>(spread ? busy.size() : idle, 1, std::max<uint64_t>(most, 1)));
+  return order;
+}
+
 std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most, bool spread) {
   absl::MutexLock lock(&lane_mu_);
   if (lane_busy_.size() < usable) lane_busy_.resize(usable, 0);
-  std::vector<size_t> order(usable);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [this](size_t a, size_t b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                     return lane_busy_[a] < lane_busy_[b];
-                   });
-  const size_t idle =
-      std::count_if(order.begin(), order.end(),
-                    [this](size_t l) ABSL_NO_THREAD_SAFETY_ANALYSIS { return lane_busy_[l] == 0; });
-  order.resize(std::clamp<uint64_t>(spread ? usable : idle, 1, most));
-  for (size_t l : order) ++lane_busy_[l];
-  return order;
+  const std::vector<int> busy(lane_busy_.begin(), lane_busy_.begin() + usable);
+  std::vector<size_t> use = ChooseLanes(busy, most, spread);
+  for (size_t l : use) ++lane_busy_[l];
+  return use;
 }
 
 void UcxEngine::GiveBackLanes(const std::vector<size_t>& lanes) {

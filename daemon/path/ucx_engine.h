@@ -45,6 +45,12 @@ struct UcxLaneOptions {
   uint64_t min_share = 512 << 10;
 };
 
+// Which lanes a move takes, given how many moves use each lane now (`busy`, lane 0
+// first), at most `most` (at least one): those no move uses, or when none is free the
+// least used one; with `spread`, the least used ones whether free or not. Ties go to the
+// lower lane.
+std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread);
+
 class UcxEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
@@ -81,9 +87,8 @@ class UcxEngine : public Engine {
   absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const RemoteHold& hold,
                              char* local, uint64_t length, MoveControl& control,
                              const std::vector<size_t>& use);
-  // Lanes for a move, among lanes 0 .. usable-1, at most `most` of them: those no move of
-  // this node uses, or when none is free the least used one; with `spread`, the least
-  // used ones whether free or not. Counted as in use until GiveBackLanes.
+  // ChooseLanes among lanes 0 .. usable-1 for this node's moves; the lanes are counted
+  // as in use until GiveBackLanes.
   std::vector<size_t> TakeLanes(size_t usable, uint64_t most, bool spread);
   void GiveBackLanes(const std::vector<size_t>& lanes);
   // Moves with at least this much per lane are spread over all lanes. H200 loopback TCP,
