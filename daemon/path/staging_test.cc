@@ -223,5 +223,98 @@ TEST_F(StagingTest, ASmallMoveTakesASmallRing) {
   EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);
 }
 
+TEST(StageChunksTest, UniformOrRampedAtBothEnds) {
+  using V = std::vector<uint64_t>;
+  const uint64_t M = 1 << 20;
+  // Uniform: whole slots, the rest last; nothing for an empty move.
+  EXPECT_EQ(StageChunks(0, 8 * M, false), V{});
+  EXPECT_EQ(StageChunks(20 * M + 1, 8 * M, false), (V{8 * M, 8 * M, 4 * M + 1}));
+  // Below three slots a ramp would only add chunks: uniform.
+  EXPECT_EQ(StageChunks(24 * M - 1, 8 * M, true), StageChunks(24 * M - 1, 8 * M, false));
+  // A quarter and half a slot first and last; the middle even, in whole pages, none
+  // longer than a slot.
+  EXPECT_EQ(StageChunks(24 * M, 8 * M, true), (V{2 * M, 4 * M, 6 * M, 6 * M, 4 * M, 2 * M}));
+  EXPECT_EQ(StageChunks(60 * M, 8 * M, true),
+            (V{2 * M, 4 * M, 8 * M, 8 * M, 8 * M, 8 * M, 8 * M, 8 * M, 4 * M, 2 * M}));
+  const uint64_t s = 7608 * 1024;  // 52 MiB in 7 even, whole-page chunks.
+  EXPECT_EQ(StageChunks(64 * M, 8 * M, true),
+            (V{2 * M, 4 * M, s, s, s, s, s, s, 52 * M - 6 * s, 4 * M, 2 * M}));
+  for (uint64_t length : {24 * M, 40 * M + 12345, 64 * M, 1000 * M + 1, 4096 * M}) {
+    SCOPED_TRACE(length);
+    const V c = StageChunks(length, 8 * M, true);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      EXPECT_GT(c[i], 0u);
+      EXPECT_LE(c[i], 8 * M);
+      if (i + 1 < c.size()) EXPECT_EQ(c[i] % 4096, 0u) << i;
+      sum += c[i];
+    }
+    EXPECT_EQ(sum, length);
+    EXPECT_EQ(c.front(), 2 * M);
+    EXPECT_EQ(c.back(), 2 * M + length % 4096);
+    // At most three chunks more than whole slots would take.
+    EXPECT_LE(c.size(), StageChunks(length, 8 * M, false).size() + 3);
+  }
+  // Slots too small to quarter in pages: uniform.
+  EXPECT_EQ(StageChunks(64 << 10, 8 << 10, true), StageChunks(64 << 10, 8 << 10, false));
+}
+
+TEST_F(StagingTest, RampedChunksCarryEveryByteThroughParallelSenders) {
+  // 700 KiB through 64 KiB slots, ramped (16, 32, ..., 32, 16 KiB), sent two at a time
+  // out of order and taken in again: every byte lands, each chunk once, progress ends at
+  // the whole move.
+  auto ring = BounceRing::Take(pinned_.get(), Small());
+  ASSERT_TRUE(ring.ok());
+  const std::vector<uint64_t> plan = StageChunks(src_.size(), ring->chunk(), true);
+  ASSERT_EQ(plan.front(), 16u << 10);
+  std::vector<char> wire(src_.size(), 0);
+  absl::Mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> sent;
+  std::mt19937 rng(11);
+  std::vector<uint64_t> progress;
+  absl::Status st = StageOut(
+      gpu_.get(), src_.data(), kHostDevice, src_.size(), *ring,
+      [&](const char* host, uint64_t offset, uint64_t n) {
+        int wait_us;
+        {
+          absl::MutexLock lock(&mu);
+          sent.emplace_back(offset, n);
+          wait_us = static_cast<int>(rng() % 2000);
+        }
+        absl::SleepFor(absl::Microseconds(wait_us));
+        std::memcpy(wire.data() + offset, host, n);
+        return absl::OkStatus();
+      },
+      [&](uint64_t done) {
+        progress.push_back(done);
+        return true;
+      },
+      /*senders=*/2, /*ramp=*/true);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(wire, src_);
+  std::sort(sent.begin(), sent.end());
+  ASSERT_EQ(sent.size(), plan.size());
+  uint64_t at = 0;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    EXPECT_EQ(sent[k], std::make_pair(at, plan[k])) << "chunk " << k;
+    at += plan[k];
+  }
+  EXPECT_EQ(progress.back(), src_.size());
+
+  std::vector<char> dst(src_.size(), 0);
+  size_t received = 0;
+  st = StageIn(
+      gpu_.get(), dst.data(), kHostDevice, dst.size(), *ring,
+      [&](char* host, uint64_t offset, uint64_t n) {
+        EXPECT_EQ(n, plan[received++]);
+        std::memcpy(host, wire.data() + offset, n);
+        return absl::OkStatus();
+      },
+      nullptr, /*ramp=*/true);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(dst, src_);
+  EXPECT_EQ(received, plan.size());
+}
+
 }  // namespace
 }  // namespace gpumove

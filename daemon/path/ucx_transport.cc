@@ -123,6 +123,8 @@ struct UcxTransport::Impl {
     absl::Status status;
     std::string body;
     absl::Notification done;
+    // With --v=2: when the progress thread sent the request and when the reply came.
+    absl::Time sent, answered;
   };
   // An active message in flight: its buffers live until UCX is done with them.
   struct Outgoing {
@@ -133,6 +135,7 @@ struct UcxTransport::Impl {
   };
 
   UcxOptions options;
+  const bool trace_calls = LogVerbosity() >= 2;  // Peer call timings in the log.
   std::string worker_address;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
@@ -472,6 +475,7 @@ struct UcxTransport::Impl {
     }
     call->status = std::move(status);
     call->body = std::move(body);
+    if (trace_calls) call->answered = absl::Now();
     call->done.Notify();
   }
 
@@ -548,11 +552,24 @@ struct UcxTransport::Impl {
       impl->SendReply(caller, id, absl::UnavailableError("this node does not serve peer calls"), {});
       return UCS_OK;
     }
-    UcxReply reply = [impl, caller = std::move(caller), id](const absl::Status& status,
-                                                            std::string body) {
-      impl->Post([impl, caller, id, status, body = std::move(body)]() mutable {
+    const absl::Time received = impl->trace_calls ? absl::Now() : absl::InfinitePast();
+    UcxReply reply = [impl, caller = std::move(caller), id, method = h.method, received](
+                         const absl::Status& status, std::string body) {
+      const absl::Time answered = impl->trace_calls ? absl::Now() : absl::InfinitePast();
+      auto send = [impl, caller, id, status, method, received, answered](std::string body) {
         impl->SendReply(caller, id, status, std::move(body));
-      });
+        if (impl->trace_calls) {
+          VLOG(2) << "peer call " << method << " served: answered "
+                  << absl::ToDoubleMicroseconds(answered - received) << " us after it came, "
+                  << "reply sent " << absl::ToDoubleMicroseconds(absl::Now() - answered)
+                  << " us later";
+        }
+      };
+      if (std::this_thread::get_id() == impl->thread.get_id()) {
+        send(std::move(body));  // Answered at once, on the progress thread: sent now.
+        return;
+      }
+      impl->Post([send, body = std::move(body)]() mutable { send(std::move(body)); });
     };
     impl->handler(h.method, std::string(static_cast<const char*>(data), length), std::move(reply));
     return UCS_OK;
@@ -947,6 +964,7 @@ void UcxTransport::ServeCalls(const std::string& self_key, UcxCallHandler handle
 
 absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t method,
                                                std::string body, absl::Duration timeout) {
+  const absl::Time t0 = absl::Now();
   auto call = std::make_shared<Impl::PendingCall>();
   call->peer_key = peer.key;
   uint64_t id = 0;
@@ -979,6 +997,11 @@ absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t met
     out->header += impl->worker_address;
     out->body = std::move(body);
     impl->SendAm(p, kCallRequestAm, std::move(out));
+    if (impl->trace_calls) {
+      absl::MutexLock lock(&impl->calls_mu);
+      auto it = impl->calls.find(id);
+      if (it != impl->calls.end()) it->second->sent = absl::Now();
+    }
   });
   // Poll for a quick answer before blocking (see UcxOptions::poll_window).
   for (const absl::Time spin_until = absl::Now() + impl_->options.poll_window;
@@ -994,6 +1017,12 @@ absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t met
       }
     }
     call->done.WaitForNotification();  // Its reply is being delivered right now.
+  }
+  if (impl_->trace_calls && call->sent != absl::Time()) {
+    VLOG(2) << "peer call " << method << " to " << peer.key << ": sent "
+            << absl::ToDoubleMicroseconds(call->sent - t0) << " us, answered "
+            << absl::ToDoubleMicroseconds(call->answered - t0) << " us, caller back "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us after the call";
   }
   if (!call->status.ok()) return call->status;
   return std::move(call->body);
