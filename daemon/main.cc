@@ -58,9 +58,6 @@ ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(3),
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
-ABSL_FLAG(bool, stage_ramp, true,
-          "Staged UCX moves of at least three bounce slots start and end with a quarter and "
-          "half a slot, so the pipeline fills and drains sooner.");
 ABSL_FLAG(bool, ucx_shared_pools, true,
           "Host pools in memory UCX allocates (System V or POSIX shared memory), so that UCX "
           "moves with daemons on this host are one memcpy; off: private memory, which UCX "
@@ -196,7 +193,6 @@ int main(int argc, char** argv) {
   options.cuda_ipc_fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
   options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
   options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
-  options.stage_ramp = absl::GetFlag(FLAGS_stage_ramp);
   options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
   options.ucx_poll_window = absl::GetFlag(FLAGS_ucx_poll);
   options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);

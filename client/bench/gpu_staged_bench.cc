@@ -108,7 +108,11 @@ int Main() {
   const uint64_t max = absl::GetFlag(FLAGS_max_size).bytes;
   const int reps = absl::GetFlag(FLAGS_reps);
   const std::string pools = absl::StrFormat("--device_pool_size=%d", 4 * max + (64 << 20));
-  const std::string pinned = absl::StrFormat("--pinned_pool_size=%d", 2 * max + (128 << 20));
+  // Pinned: a buffer of the largest move, and the bounce rings of a stream's 16 moves in
+  // flight (four 8 MiB slots each), with room to spare.
+  const uint64_t rings = 512 << 20;
+  const std::string pinned = absl::StrFormat("--pinned_pool_size=%d",
+                                             max + std::max(max, rings) + (128 << 20));
   auto a = DaemonProcess::Start({"--node=stage-a", pools, pinned, "--host_pool_size=64MiB"});
   if (!a.ok()) {
     std::cerr << a.status() << "\n";

@@ -132,49 +132,17 @@ ThreadPool& StagePool() {
 
 }  // namespace
 
-std::vector<uint64_t> StageChunks(uint64_t length, uint64_t chunk, bool ramp) {
-  chunk = std::max<uint64_t>(chunk, 1);
-  std::vector<uint64_t> out;
-  const uint64_t quarter = (chunk / 4) & ~uint64_t{4095};
-  const uint64_t half = (chunk / 2) & ~uint64_t{4095};
-  if (!ramp || quarter == 0 || length < kRampSlots * chunk) {
-    for (uint64_t at = 0; at < length; at += chunk) out.push_back(std::min(chunk, length - at));
-    return out;
-  }
-  out = {quarter, half};
-  // The middle in whole pages (bytes past the last page go with the last chunk).
-  const uint64_t rest = length - 2 * (quarter + half);
-  const uint64_t middle = rest & ~uint64_t{4095};
-  const uint64_t count = (middle + chunk - 1) / chunk;
-  const uint64_t each = std::min(chunk, ((middle + count - 1) / count + 4095) & ~uint64_t{4095});
-  for (uint64_t at = 0; at < middle; at += each) out.push_back(std::min(each, middle - at));
-  out.push_back(half);
-  out.push_back(quarter + (rest - middle));
-  return out;
-}
-
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
                        const StageStep& consume, const StageProgress& progress, int consumers) {
-  return RunStaged(StageChunks(length, chunk, /*ramp=*/false), slots, produce, consume, progress,
-                   consumers);
-}
-
-absl::Status RunStaged(const std::vector<uint64_t>& lengths, size_t slots,
-                       const StageStep& produce, const StageStep& consume,
-                       const StageProgress& progress, int consumers) {
-  const uint64_t chunks = lengths.size();
-  // ends[k]: where chunk k ends (so it starts at ends[k - 1]).
-  std::vector<uint64_t> ends(chunks);
-  for (uint64_t k = 0, at = 0; k < chunks; ++k) ends[k] = at += lengths[k];
-  auto offset_of = [&ends](uint64_t k) { return k == 0 ? uint64_t{0} : ends[k - 1]; };
-  const uint64_t length = chunks == 0 ? 0 : ends.back();
+  const uint64_t chunks = (length + chunk - 1) / chunk;
   Pipeline pipe(slots);
   absl::Notification produced;
   StagePool().Run([&] {
     absl::Cleanup done = [&produced] { produced.Notify(); };
     for (uint64_t k = 0; k < chunks; ++k) {
       if (!pipe.AwaitFree(k)) return;
-      absl::Status st = produce(k % slots, offset_of(k), lengths[k]);
+      const uint64_t offset = k * chunk;
+      absl::Status st = produce(k % slots, offset, std::min(chunk, length - offset));
       if (!st.ok()) {
         pipe.Stop(st);
         return;
@@ -185,13 +153,15 @@ absl::Status RunStaged(const std::vector<uint64_t>& lengths, size_t slots,
   if (consumers <= 1 || chunks <= 1) {
     for (uint64_t k = 0; k < chunks; ++k) {
       if (!pipe.AwaitFilled(k)) break;
-      absl::Status st = consume(k % slots, offset_of(k), lengths[k]);
+      const uint64_t offset = k * chunk;
+      const uint64_t n = std::min(chunk, length - offset);
+      absl::Status st = consume(k % slots, offset, n);
       if (!st.ok()) {
         pipe.Stop(st);
         break;
       }
       pipe.Drained();
-      if (progress && !progress(ends[k]) && ends[k] < length) {
+      if (progress && !progress(offset + n) && offset + n < length) {
         pipe.Stop(absl::CancelledError("cancelled"));
         break;
       }
@@ -211,7 +181,8 @@ absl::Status RunStaged(const std::vector<uint64_t>& lengths, size_t slots,
       uint64_t k = 0;
       while (pipe.Claim(chunks, &k)) {
         if (!pipe.AwaitFilled(k)) return;
-        absl::Status st = consume(k % slots, offset_of(k), lengths[k]);
+        const uint64_t offset = k * chunk;
+        absl::Status st = consume(k % slots, offset, std::min(chunk, length - offset));
         if (!st.ok()) {
           pipe.Stop(st);
           return;
@@ -224,7 +195,7 @@ absl::Status RunStaged(const std::vector<uint64_t>& lengths, size_t slots,
     const uint64_t drained = pipe.AwaitDrainedPast(seen);
     if (drained == seen) break;  // Stopped.
     seen = drained;
-    const uint64_t bytes = ends[seen - 1];
+    const uint64_t bytes = std::min(length, seen * chunk);
     if (progress && !progress(bytes) && bytes < length) {
       pipe.Stop(absl::CancelledError("cancelled"));
       break;
@@ -238,9 +209,9 @@ absl::Status RunStaged(const std::vector<uint64_t>& lengths, size_t slots,
 
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress, int senders, bool ramp) {
+                      const StageProgress& progress, int senders) {
   return RunStaged(
-      StageChunks(length, ring.chunk(), ramp), ring.slots(),
+      length, ring.chunk(), ring.slots(),
       [&](size_t slot, uint64_t offset, uint64_t n) {
         return gpu->Copy(ring.slot(slot), kHostDevice, src + offset, device, n, n, nullptr);
       },
@@ -250,11 +221,11 @@ absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t len
 
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
                      const BounceRing& ring, const StageReceive& receive,
-                     const StageProgress& progress, bool ramp) {
+                     const StageProgress& progress) {
   // The wire fills the ring (producer thread); this thread copies onto the GPU, so the
   // progress it reports counts bytes that have landed in device memory.
   return RunStaged(
-      StageChunks(length, ring.chunk(), ramp), ring.slots(),
+      length, ring.chunk(), ring.slots(),
       [&](size_t slot, uint64_t offset, uint64_t n) { return receive(ring.slot(slot), offset, n); },
       [&](size_t slot, uint64_t offset, uint64_t n) {
         return gpu->Copy(dst + offset, device, ring.slot(slot), kHostDevice, n, n, nullptr);

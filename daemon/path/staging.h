@@ -20,19 +20,7 @@ namespace gpumove {
 struct StagingOptions {
   uint64_t chunk = 8 << 20;  // Bytes per bounce buffer.
   int slots = 4;             // Bounce buffers per move.
-  bool ramp = false;         // Smaller first and last chunks (StageChunks).
 };
-
-// The chunk lengths, in order, of a staged move of `length` bytes through `chunk`-byte
-// slots. Uniform: whole slots, the last one what is left. With `ramp`, a move of at least
-// kRampSlots slots starts and ends with smaller chunks (a quarter slot, then half a
-// slot; half, then a quarter at the end) and splits the rest evenly into at most whole
-// slots: the wire then starts after a quarter slot's copy off the GPU instead of a whole
-// one, and the last copy onto the far GPU is a quarter slot long, while a move adds at
-// most three chunks (each costs a round trip and a copy sync). Every chunk but the last
-// is whole pages.
-std::vector<uint64_t> StageChunks(uint64_t length, uint64_t chunk, bool ramp);
-inline constexpr uint64_t kRampSlots = 3;
 
 // What a move of `length` bytes needs of `options`: no more slots than it has chunks, and
 // slots no bigger than the move (rounded up to 4 KiB), so that a small move does not hold
@@ -77,23 +65,17 @@ using StageStep = std::function<absl::Status(size_t slot, uint64_t offset, uint6
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
                        const StageStep& consume, const StageProgress& progress,
                        int consumers = 1);
-// The same over chunks of the lengths `chunks` (none longer than a slot).
-absl::Status RunStaged(const std::vector<uint64_t>& chunks, size_t slots,
-                       const StageStep& produce, const StageStep& consume,
-                       const StageProgress& progress, int consumers = 1);
 
 // device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
 // standing in for a GPU). `senders` > 1 sends that many chunks at once: only for a send
 // whose chunks may land in any order (RMA to distinct offsets; not MPI's ordered sends).
-// `ramp`: chunks as StageChunks ramps them (only where the other end does not assume
-// whole slots, as MPI's receiver does).
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress, int senders = 1, bool ramp = false);
+                      const StageProgress& progress, int senders = 1);
 // receive -> bounce -> device.
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
                      const BounceRing& ring, const StageReceive& receive,
-                     const StageProgress& progress, bool ramp = false);
+                     const StageProgress& progress);
 
 }  // namespace gpumove
 

@@ -124,14 +124,14 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
         [&](const char* host, uint64_t offset, uint64_t n) {
           return transport_->Put(at(offset), host, n, nullptr);
         },
-        progress, /*senders=*/2, staging_.ramp);
+        progress, /*senders=*/2);
   }
   return StageIn(
       gpu_, dst.data, dst.device, length, *ring,
       [&](char* host, uint64_t offset, uint64_t n) {
         return transport_->Get(at(offset), host, n, nullptr);
       },
-      progress, staging_.ramp);
+      progress);
 }
 
 std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {
@@ -269,13 +269,12 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     return r;
   };
   StageTrace trace(length);
-  const std::vector<uint64_t> chunks = StageChunks(length, chunk, staging_.ramp);
   if (push) {
     // Three stages: our GPU copy into our slot (the producer), then the wire into the
     // peer's slot and its copy onto its GPU (a round trip), by several consumers at once
     // so that one chunk is on the wire while another is copied on the far side.
     return RunStaged(
-        chunks, slots,
+        length, chunk, slots,
         [&](size_t slot, uint64_t offset, uint64_t n) -> absl::Status {
           if (!ours.has_value()) return absl::OkStatus();
           absl::Status st = gpu_->Copy(ours->slot(slot), kHostDevice, src.data + offset,
@@ -300,7 +299,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   // producer), then the wire out of that slot and our GPU copy, by several consumers at
   // once, so that the peer fills one slot while others are on the wire.
   return RunStaged(
-      chunks, slots,
+      length, chunk, slots,
       [&](size_t slot, uint64_t offset, uint64_t n) {
         absl::Status st = remote_->StageChunk(hold, slot, offset, n, /*to_range=*/false);
         trace.Mark(offset, "d2h");

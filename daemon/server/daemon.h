@@ -61,7 +61,6 @@ struct DaemonOptions {
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
   bool cuda_ipc_fences = false;  // Peers' CUDA IPC copies may end behind a fence we wait for.
-  bool stage_ramp = true;        // Staged UCX moves ramp their chunks (StageChunks).
   uint64_t ucx_chunk = 4 << 20;
   // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
   // shared-memory allocator), not in private anonymous memory.
