@@ -221,13 +221,14 @@ class GpuIpcTwoDaemons : public ::testing::Test {
     other_ = GpuCount() > 1 ? 1 : 0;
     const std::string other = absl::StrCat(other_);
     auto a = DaemonProcess::Start({"--node=ipc-a", "--gpus=0", "--device_pool_size=1536MiB",
-                                   "--host_pool_size=256MiB", "--max_move_rate=0"});
+                                   "--host_pool_size=256MiB", "--max_move_rate=0",
+                                   "--nocuda_ipc_fences"});
     ASSERT_TRUE(a.ok()) << a.status();
     a_ = *std::move(a);
     // ipc-b offers fences (ipc-a does not): moves onto or out of b's ranges end behind
     // one that b waits for, those onto or out of a's wait for their copy where they run.
     auto b = DaemonProcess::Start({"--node=ipc-b", "--gpus=" + other, "--device_pool_size=1536MiB",
-                                   "--host_pool_size=256MiB", "--cuda_ipc_fences", "--v=2",
+                                   "--host_pool_size=256MiB", "--v=2",
                                    "--peers=" + a_->address()});
     ASSERT_TRUE(b.ok()) << b.status();
     b_ = *std::move(b);

@@ -60,7 +60,7 @@ struct DaemonOptions {
   // Stage every range peers move to or from this node, not only device memory (exercises
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
-  bool cuda_ipc_fences = false;  // Peers' CUDA IPC copies may end behind a fence we wait for.
+  bool cuda_ipc_fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
   uint64_t ucx_chunk = 4 << 20;
   // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
   // shared-memory allocator), not in private anonymous memory.
