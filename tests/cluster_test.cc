@@ -518,6 +518,119 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   EXPECT_EQ(small->state(), v1::SUCCEEDED) << small->error_message();
 }
 
+// A Submit's holds are made at once but its moves run a few at a time: a staging node
+// whose pinned pool has room for two moves' bounce slots holds the other ranges without
+// slots (stage_later), and each move takes its slots when it runs, once the moves before
+// it gave theirs back. Every push and pull of the Submit lands, verified.
+TEST_F(ClusterTest, StagedMovesWaitForBounceSlotsWhileThePoolIsBusy) {
+  Node h = StartNode("node-h", nodes_[0].process->address(),
+                     {"--ucx_force_staging", "--pinned_pool_size=64MiB"});
+  AwaitMembership({&h}, 3);
+  const uint64_t size = 24 << 20;  // Three 8 MiB slots a move: two moves fill the pool.
+  const int n = 6;
+  auto src = nodes_[0].client->Allocate(n * size);
+  auto far = h.client->Allocate(n * size, v1::HOST);
+  auto back = nodes_[1].client->Allocate(n * size);
+  ASSERT_TRUE(src.ok() && far.ok() && back.ok());
+  const std::string data = RandomBytes(n * size, 4242);
+  ASSERT_TRUE(nodes_[0].client->Write(Ref(src->id()), data).ok());
+  auto submit = [&](Node& runner, const v1::BufferRef& from, const v1::BufferRef& to) {
+    v1::SubmitRequest r;
+    r.set_wait(true);
+    for (int i = 0; i < n; ++i) {
+      auto* t = r.add_transfers();
+      *t->mutable_source() = from;
+      t->mutable_source()->set_offset(i * size);
+      t->mutable_source()->set_length(size);
+      *t->mutable_destination() = to;
+      t->mutable_destination()->set_offset(i * size);
+      t->mutable_destination()->set_length(size);
+      t->set_checksum(true);
+    }
+    auto moved = runner.client->Submit(r);
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    ASSERT_EQ(moved->transfers_size(), n);
+    for (const v1::Transfer& t : moved->transfers()) {
+      EXPECT_EQ(t.state(), v1::SUCCEEDED) << t.id() << ": " << t.error_message();
+    }
+  };
+  submit(nodes_[0], Ref(src->id()), On(h, far->id()));  // Pushes into h.
+  EXPECT_TRUE(*h.client->Read(Ref(far->id())) == data);
+  submit(nodes_[1], On(h, far->id()), Ref(back->id()));  // Pulls out of h.
+  EXPECT_TRUE(*nodes_[1].client->Read(Ref(back->id())) == data);
+  auto info = h.client->GetInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  for (const auto& p : info->pools()) {
+    if (p.kind() == v1::PINNED_HOST) EXPECT_EQ(p.free(), p.capacity());  // Slots given back.
+  }
+}
+
+// The protocol under it: with the pool busy a hold says stage_later; TakeStageSlots
+// answers RESOURCE_EXHAUSTED (and changes nothing) until there is room, then the slots.
+TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
+  Node h = StartNode("node-h", nodes_[0].process->address(),
+                     {"--ucx_force_staging", "--pinned_pool_size=16MiB"});
+  AwaitMembership({&h}, 3);
+  auto range = h.client->Allocate(16 << 20, v1::HOST);
+  ASSERT_TRUE(range.ok()) << range.status();
+  auto peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(h.process->address(), grpc::InsecureChannelCredentials()));
+  auto prepare = [&](const std::string& id) {
+    v1::PrepareRemoteRequest r;
+    r.set_transfer_id(id);
+    r.set_from_node("node-a");
+    r.set_owner("anonymous");
+    *r.mutable_range() = Ref(range->id(), 0, 16 << 20);  // Two 8 MiB slots: the whole pool.
+    r.set_write(true);
+    v1::PrepareRemoteResponse held;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
+    return held;
+  };
+  auto take = [&](const std::string& id, v1::TakeStageSlotsResponse* slots) {
+    v1::TakeStageSlotsRequest r;
+    r.set_transfer_id(id);
+    r.set_from_node("node-a");
+    grpc::ClientContext ctx;
+    return peer->TakeStageSlots(&ctx, r, slots).error_code();
+  };
+  auto complete = [&](const std::string& id) {
+    v1::CompleteRemoteRequest r;
+    r.set_transfer_id(id);
+    r.set_from_node("node-a");
+    r.set_code(static_cast<int>(grpc::StatusCode::CANCELLED));
+    v1::CompleteRemoteResponse done;
+    grpc::ClientContext ctx;
+    return peer->CompleteRemote(&ctx, r, &done).error_code();
+  };
+  const v1::PrepareRemoteResponse first = prepare("t-first");
+  EXPECT_EQ(first.stage_slots_size(), 2);
+  EXPECT_FALSE(first.stage_later());
+  const v1::PrepareRemoteResponse second = prepare("t-second");
+  EXPECT_EQ(second.stage_slots_size(), 0);
+  EXPECT_TRUE(second.stage_later());
+  EXPECT_EQ(second.stage_slot_size(), 8u << 20);
+  v1::TakeStageSlotsResponse slots;
+  EXPECT_EQ(take("t-second", &slots), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(take("t-none", &slots), grpc::StatusCode::NOT_FOUND);
+  // The first hold's slots, asked for again: the same ones.
+  EXPECT_EQ(take("t-first", &slots), grpc::StatusCode::OK);
+  EXPECT_TRUE(std::equal(slots.stage_slots().begin(), slots.stage_slots().end(),
+                         first.stage_slots().begin(), first.stage_slots().end()));
+  EXPECT_EQ(complete("t-first"), grpc::StatusCode::OK);  // Its slots go back to the pool.
+  slots.Clear();
+  EXPECT_EQ(take("t-second", &slots), grpc::StatusCode::OK);
+  EXPECT_EQ(slots.stage_slots_size(), 2);
+  EXPECT_EQ(slots.stage_slot_size(), 8u << 20);
+  EXPECT_EQ(complete("t-second"), grpc::StatusCode::OK);
+  auto info = h.client->GetInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  for (const auto& p : info->pools()) {
+    if (p.kind() == v1::PINNED_HOST) EXPECT_EQ(p.free(), p.capacity());
+  }
+  EXPECT_EQ(h.client->GetBuffer(range->id())->active_uses(), 0u);
+}
+
 TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {
   // Two throttled nodes: node-s copies directly into and out of node-b's shared memory,
   // node-l puts and gets through UCX, its two moves on its two lanes in turn.

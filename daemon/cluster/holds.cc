@@ -15,10 +15,21 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   if (!use.ok()) return use.status();
   auto entry = std::make_unique<Entry>();
   entry->incarnation = from_incarnation;
+  uint64_t slot_size = 0;
   if (may_stage && (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice))) {
-    auto ring = BounceRing::Take(staging_.pinned, SizedFor(staging_.options, use->length()));
-    if (!ring.ok()) return ring.status();
-    entry->ring.emplace(*std::move(ring));
+    const StagingOptions sized = SizedFor(staging_.options, use->length());
+    auto ring = BounceRing::Take(staging_.pinned, sized);
+    if (ring.ok()) {
+      entry->ring.emplace(*std::move(ring));
+    } else if (absl::IsResourceExhausted(ring.status()) &&
+               BounceRing::CouldFit(staging_.pinned, sized)) {
+      // Busy, not too small: the runner takes the ring when the move runs (holds for a
+      // whole Submit are made at once, but its moves run a few at a time).
+      entry->stage_later = true;
+      slot_size = sized.chunk;
+    } else {
+      return ring.status();
+    }
   }
   entry->use = *std::move(use);
   const std::string key = absl::StrCat(from_node, "\n", transfer_id);
@@ -28,13 +39,32 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
     return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already holds a range"));
   }
   slot = std::move(entry);
-  return Held{&slot->use, slot->ring.has_value() ? &*slot->ring : nullptr};
+  return Held{&slot->use, slot->ring.has_value() ? &*slot->ring : nullptr, slot->stage_later,
+              slot_size};
+}
+
+absl::StatusOr<const BounceRing*> HoldTable::TakeRing(const std::string& from_node,
+                                                      const std::string& transfer_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
+  if (it == holds_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+  }
+  Entry& e = *it->second;
+  if (e.ring.has_value()) return &*e.ring;
+  if (!e.stage_later) return absl::FailedPreconditionError("this range is not staged");
+  auto ring = BounceRing::Take(staging_.pinned, SizedFor(staging_.options, e.use.length()));
+  if (!ring.ok()) return ring.status();
+  e.ring.emplace(*std::move(ring));
+  return &*e.ring;
 }
 
 absl::Status HoldTable::StageChunk(const std::string& from_node, const std::string& transfer_id,
                                    uint32_t slot, uint64_t offset, uint64_t length,
                                    bool to_range) {
   Entry* entry = nullptr;
+  const BounceRing* taken = nullptr;
   {
     absl::MutexLock lock(&mu_);
     auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
@@ -42,13 +72,16 @@ absl::Status HoldTable::StageChunk(const std::string& from_node, const std::stri
       return absl::NotFoundError(absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
     }
     entry = it->second.get();
+    if (entry->ring.has_value()) taken = &*entry->ring;  // TakeRing sets it under the lock.
   }
   // The runner uses one slot at a time per chunk and completes only after its last
   // StageChunk, so the entry stays while this runs.
-  if (!entry->ring.has_value()) {
-    return absl::FailedPreconditionError("this range is not staged");
+  if (taken == nullptr) {
+    return absl::FailedPreconditionError(entry->stage_later
+                                             ? "no bounce slots taken for this range yet"
+                                             : "this range is not staged");
   }
-  const BounceRing& ring = *entry->ring;
+  const BounceRing& ring = *taken;
   uint64_t end = 0;
   if (slot >= ring.slots() || length > ring.chunk() || __builtin_add_overflow(offset, length, &end) ||
       end > entry->use.length()) {

@@ -38,14 +38,25 @@ class HoldTable {
   struct Held {
     const BufferUse* use = nullptr;
     const BounceRing* ring = nullptr;  // Set when this node stages the range.
+    // Staged, but the pinned pool had no room for the ring now: TakeRing when the move
+    // runs (its slots will be `stage_slot_size` bytes).
+    bool stage_later = false;
+    uint64_t stage_slot_size = 0;
   };
   // Checks and holds a range for (from_node, transfer_id), with a bounce ring when the
-  // policy says it must be staged and `may_stage` (the move may use staging at all).
+  // policy says it must be staged and `may_stage` (the move may use staging at all). A
+  // pinned pool that is big enough but busy (other holds' rings) gives a hold without a
+  // ring (stage_later); one too small for a ring gives RESOURCE_EXHAUSTED.
   // ALREADY_EXISTS for a repeat.
   absl::StatusOr<Held> Hold(const std::string& from_node, uint64_t from_incarnation,
                             const std::string& transfer_id, const std::string& owner,
                             const std::string& buffer_id, uint64_t offset, uint64_t length,
                             bool may_stage = true);
+  // The bounce ring of a staged hold, taken now if it was left for later. Does not wait:
+  // RESOURCE_EXHAUSTED while the pool has no room. NOT_FOUND: no such hold;
+  // FAILED_PRECONDITION: the range is not staged.
+  absl::StatusOr<const BounceRing*> TakeRing(const std::string& from_node,
+                                             const std::string& transfer_id);
   // One chunk of a staged move between bounce slot `slot` and the held range.
   absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
                           uint32_t slot, uint64_t offset, uint64_t length, bool to_range);
@@ -80,6 +91,7 @@ class HoldTable {
     uint64_t incarnation = 0;
     BufferUse use;
     std::optional<BounceRing> ring;
+    bool stage_later = false;  // Staged; the ring is taken by TakeRing.
     // Last: it uses the range, so it goes first.
     std::unique_ptr<PassiveHalf> half;
   };

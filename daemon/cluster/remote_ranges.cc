@@ -53,6 +53,7 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
   hold.device_uuid = response.device_uuid();
   hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
   hold.stage_slot_size = response.stage_slot_size();
+  hold.stage_later = response.stage_later();
   if (response.stage_pool_index() >= 0 && response.stage_pool_index() < peer.pools_size()) {
     hold.stage_rkey = peer.pools(response.stage_pool_index()).rkey();
   }
@@ -325,6 +326,26 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
   }
   VLOG(2) << "CompleteRemoteBatch of " << sent.size() << " to " << node << ": "
           << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+}
+
+absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
+    const RemoteHold& hold) {
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
+  v1::TakeStageSlotsRequest request;
+  request.set_transfer_id(hold.transfer_id);
+  request.set_from_node(cluster_->self().node());
+  v1::TakeStageSlotsResponse response;
+  absl::Status st = Invoke(*peer, PeerMethod::kTakeStageSlots, request, &response,
+                           &v1::PeerService::Stub::TakeStageSlots);
+  if (!st.ok()) return st;
+  if (response.stage_slots().empty() || response.stage_slot_size() != hold.stage_slot_size) {
+    return absl::InternalError(absl::StrCat("node ", hold.node, " gave ",
+                                            response.stage_slots_size(), " bounce slots of ",
+                                            response.stage_slot_size(), " bytes, not ",
+                                            hold.stage_slot_size));
+  }
+  return std::vector<uint64_t>(response.stage_slots().begin(), response.stage_slots().end());
 }
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,

@@ -24,6 +24,7 @@ enum class PeerMethod : uint32_t {
   kStageChunk = 4,
   kStartMpi = 5,
   kStopMpi = 6,
+  kTakeStageSlots = 7,
 };
 
 // A faster way than gRPC to make those calls (UCX active messages): the same serialized
@@ -64,6 +65,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;
+  absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) override;
   absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) override;
   absl::Status StopMpi(const RemoteHold& hold) override;
 

@@ -46,6 +46,10 @@ struct RemoteHold {
   std::vector<uint64_t> stage_slots;
   uint64_t stage_slot_size = 0;
   std::string stage_rkey;
+  // Staged, but the slots are to be taken when the move runs (RemoteRanges::TakeStageSlots):
+  // the remote node's pinned pool was busy when it was held. stage_slots is then empty.
+  bool stage_later = false;
+  bool staged() const { return !stage_slots.empty() || stage_later; }
   // The remote node's MPI rank when both nodes are ranks of one MPI job; -1 otherwise.
   int mpi_rank = -1;
   // Device ranges the remote node shares over CUDA IPC: its allocation's handle, the
@@ -134,6 +138,12 @@ class RemoteRanges {
   // slot and the range (to_range after a put into the slot, else before a get from it).
   virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                                   uint64_t length, bool to_range) = 0;
+  // For a hold that says stage_later: the remote node's bounce slots for the move, taken
+  // now (addresses in its space, hold.stage_slot_size bytes each). RESOURCE_EXHAUSTED
+  // while its pinned pool has no room: try again later.
+  virtual absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) {
+    return absl::UnimplementedError("this node cannot take remote bounce slots");
+  }
   // Path MPI (two-sided): has the remote node start its half of the move, sending the held
   // range to our rank (`send`, a pull) or receiving it, under `tag` in `chunk`-byte
   // messages. Returns once its first receives are posted.

@@ -10,6 +10,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "daemon/common/thread_pool.h"
 
 namespace gpumove {
@@ -37,6 +38,27 @@ absl::StatusOr<BounceRing> BounceRing::Take(Pool* pinned, StagingOptions options
                                                      "-byte staging buffer(s)"));
   }
   return ring;
+}
+
+bool BounceRing::CouldFit(const Pool* pinned, StagingOptions options) {
+  const uint64_t least = std::min(2, std::max(options.slots, 1));
+  return pinned != nullptr && pinned->Stats().capacity >= least * options.chunk;
+}
+
+absl::StatusOr<BounceRing> BounceRing::TakeWaiting(Pool* pinned, StagingOptions options,
+                                                   absl::Time deadline,
+                                                   const std::function<bool()>& stop) {
+  absl::Duration pause = absl::Microseconds(100);
+  while (true) {
+    auto ring = Take(pinned, options);
+    if (ring.ok() || !absl::IsResourceExhausted(ring.status()) || !CouldFit(pinned, options)) {
+      return ring;
+    }
+    if (stop && stop()) return absl::CancelledError("cancelled while waiting for bounce buffers");
+    if (absl::Now() + pause > deadline) return ring.status();
+    absl::SleepFor(pause);
+    pause = std::min(2 * pause, absl::Milliseconds(5));
+  }
 }
 
 BounceRing::BounceRing(BounceRing&& other) noexcept

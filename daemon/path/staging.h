@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 
@@ -33,6 +34,14 @@ class BounceRing {
   // Takes `options.slots` buffers of `options.chunk` bytes (fewer, down to 2 or
   // `options.slots` if that is less, when the pool is short; RESOURCE_EXHAUSTED below that).
   static absl::StatusOr<BounceRing> Take(Pool* pinned, StagingOptions options);
+  // Take, waiting for room while the pool is only busy (other moves' rings and buffers
+  // in it) until `deadline`, or until `stop` says so (then CANCELLED); RESOURCE_EXHAUSTED
+  // at once when the pool could never hold a ring (too small), or at the deadline.
+  static absl::StatusOr<BounceRing> TakeWaiting(Pool* pinned, StagingOptions options,
+                                                absl::Time deadline,
+                                                const std::function<bool()>& stop = nullptr);
+  // Whether `pinned` is big enough for a ring Take would accept, were it empty.
+  static bool CouldFit(const Pool* pinned, StagingOptions options);
   BounceRing(BounceRing&& other) noexcept;
   ~BounceRing();
 

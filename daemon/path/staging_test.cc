@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -184,6 +185,42 @@ TEST_F(StagingTest, RingTakesWhatThePoolHasAndGivesItBack) {
               absl::StatusCode::kResourceExhausted);
   }
   EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);
+}
+
+TEST_F(StagingTest, TakeWaitingWaitsForRoomWhileThePoolIsBusy) {
+  const StagingOptions full{.chunk = 400 << 10, .slots = 4};
+  std::optional<BounceRing> first;
+  first.emplace(*BounceRing::Take(pinned_.get(), full));  // Two slots: the pool is full.
+  // Busy: waits until the other ring is given back.
+  std::thread give_back([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    first.reset();
+  });
+  const absl::Time t0 = absl::Now();
+  auto second = BounceRing::TakeWaiting(pinned_.get(), full, absl::Now() + absl::Seconds(10));
+  give_back.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(40));
+  EXPECT_EQ(second->slots(), 2u);
+  // Still busy: the deadline ends the wait, and a stop ends it sooner.
+  EXPECT_EQ(BounceRing::TakeWaiting(pinned_.get(), full, absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(BounceRing::TakeWaiting(pinned_.get(), full, absl::Now() + absl::Seconds(10),
+                                    [] { return true; })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+  // A pool too small for any ring of that size: no wait at all.
+  const StagingOptions huge{.chunk = 1 << 20, .slots = 2};
+  EXPECT_FALSE(BounceRing::CouldFit(pinned_.get(), huge));
+  const absl::Time t1 = absl::Now();
+  EXPECT_EQ(BounceRing::TakeWaiting(pinned_.get(), huge, absl::Now() + absl::Seconds(10))
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_LT(absl::Now() - t1, absl::Seconds(1));
 }
 
 TEST_F(StagingTest, ASmallMoveTakesASmallRing) {

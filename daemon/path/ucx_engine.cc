@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -54,7 +55,7 @@ absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
   if (remote.ucx_worker_address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("node ", remote.node, " has no UCX engine"));
   }
-  if (!remote.stage_slots.empty()) {
+  if (remote.staged()) {
     if (remote.stage_rkey.empty() || remote.stage_slot_size == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", remote.node, " stages this range but its bounce pool is not registered"));
@@ -86,7 +87,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     return !control.cancelled();
   };
   if (control.cancelled()) return absl::CancelledError("cancelled");
-  if (!hold.stage_slots.empty()) return MoveRemoteStaged(src, dst, length, progress);
+  if (hold.staged()) return MoveRemoteStaged(src, dst, length, control, progress);
   const Endpoint& local = push ? src : dst;
   if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
     // Host memory over the wire goes over every lane both nodes have.
@@ -109,8 +110,11 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     return push ? transport_->Put(remote, src.data, length, progress)
                 : transport_->Get(remote, dst.data, length, progress);
   }
-  // Device memory and a UCX that cannot take it: through pinned bounce buffers.
-  auto ring = BounceRing::Take(pinned_, SizedFor(staging_, length));
+  // Device memory and a UCX that cannot take it: through pinned bounce buffers (waiting
+  // for room while other moves use the pool).
+  auto ring = BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length),
+                                      absl::Now() + kBounceWait,
+                                      [&control] { return control.cancelled(); });
   if (!ring.ok()) return ring.status();
   auto at = [&remote](uint64_t offset) {
     RemoteRange r = remote;
@@ -244,17 +248,40 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
 }
 
 absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,
-                                         uint64_t length,
+                                         uint64_t length, MoveControl& control,
                                          const std::function<bool(uint64_t)>& progress) {
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const Endpoint& local = push ? src : dst;
   const uint64_t chunk = hold.stage_slot_size;
-  size_t slots = hold.stage_slots.size();
+  const absl::Time deadline = absl::Now() + kBounceWait;
+  std::vector<uint64_t> stage_slots = hold.stage_slots;
+  // Held while the remote node's pinned pool was busy: its slots are taken now, once
+  // there is room (it answers at once; we try again, a little later each time).
+  for (absl::Duration pause = absl::Microseconds(100); stage_slots.empty();
+       pause = std::min(2 * pause, absl::Milliseconds(5))) {
+    auto taken = remote_->TakeStageSlots(hold);
+    if (taken.ok()) {
+      stage_slots = *std::move(taken);
+      break;
+    }
+    if (!absl::IsResourceExhausted(taken.status())) return taken.status();
+    if (control.cancelled()) {
+      return absl::CancelledError("cancelled while waiting for bounce buffers");
+    }
+    if (absl::Now() + pause > deadline) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "node ", hold.node, " had no room for bounce buffers within ",
+          absl::FormatDuration(kBounceWait), ": ", taken.status().message()));
+    }
+    absl::SleepFor(pause);
+  }
+  size_t slots = stage_slots.size();
   // Our own device memory goes through our bounce slots too, one per remote slot.
   std::optional<BounceRing> ours;
   if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    auto ring = BounceRing::Take(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)});
+    auto ring = BounceRing::TakeWaiting(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)},
+                                        deadline, [&control] { return control.cancelled(); });
     if (!ring.ok()) return ring.status();
     ours.emplace(*std::move(ring));
     slots = std::min(slots, ours->slots());
@@ -264,7 +291,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     r.peer_key = PeerKey(hold.node, hold.incarnation);
     r.worker_address = hold.ucx_worker_address;
     r.rkey = hold.stage_rkey;
-    r.address = hold.stage_slots[slot];
+    r.address = stage_slots[slot];
     r.peer_error_handling = !hold.same_host;
     return r;
   };

@@ -70,7 +70,7 @@ class UcxEngine : public Engine {
     const Endpoint& local = src.remote != nullptr ? dst : src;
     const RemoteHold* remote = src.remote != nullptr ? src.remote : dst.remote;
     return (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) ||
-           (remote != nullptr && !remote->stage_slots.empty());
+           (remote != nullptr && remote->staged());
   }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
@@ -100,7 +100,11 @@ class UcxEngine : public Engine {
   // A move whose remote end is staged by the remote node: chunks go through its bounce
   // slots, with a StageChunk call per chunk (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                                MoveControl& control,
                                 const std::function<bool(uint64_t)>& progress);
+  // How long a move waits for bounce buffers (ours, or the remote node's) while other
+  // moves use them; a cancel ends the wait.
+  static constexpr absl::Duration kBounceWait = absl::Seconds(30);
 
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;

@@ -147,6 +147,8 @@ void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxRep
       return RunCall(s, &PeerServiceImpl::StartMpi, body, reply);
     case PeerMethod::kStopMpi:
       return RunCall(s, &PeerServiceImpl::StopMpi, body, reply);
+    case PeerMethod::kTakeStageSlots:
+      return RunCall(s, &PeerServiceImpl::TakeStageSlots, body, reply);
   }
   reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
 }
@@ -162,6 +164,8 @@ bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
       v1::CompleteRemoteRequest r;
       return r.ParseFromString(body) && service->AnswersAtOnce(r);
     }
+    case PeerMethod::kTakeStageSlots:
+      return true;  // Takes slots or says there is no room; never waits.
     default:
       return false;  // GPU copies, MPI halves.
   }

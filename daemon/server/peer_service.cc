@@ -87,6 +87,9 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
       response->add_stage_slots(reinterpret_cast<uint64_t>(held->ring->slot(i)));
     }
     response->set_stage_slot_size(held->ring->chunk());
+  } else if (held->stage_later) {
+    response->set_stage_later(true);
+    response->set_stage_slot_size(held->stage_slot_size);
   }
   return grpc::Status::OK;
 }
@@ -157,6 +160,18 @@ grpc::Status PeerServiceImpl::CompleteRemoteBatch(grpc::ServerContext* context,
 }  // namespace gpumove
 
 namespace gpumove {
+
+grpc::Status PeerServiceImpl::TakeStageSlots(grpc::ServerContext*,
+                                             const v1::TakeStageSlotsRequest* request,
+                                             v1::TakeStageSlotsResponse* response) {
+  auto ring = holds_->TakeRing(request->from_node(), request->transfer_id());
+  if (!ring.ok()) return ToGrpcStatus(ring.status());
+  for (size_t i = 0; i < (*ring)->slots(); ++i) {
+    response->add_stage_slots(reinterpret_cast<uint64_t>((*ring)->slot(i)));
+  }
+  response->set_stage_slot_size((*ring)->chunk());
+  return grpc::Status::OK;
+}
 
 grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageChunkRequest* request,
                                          v1::StageChunkResponse*) {

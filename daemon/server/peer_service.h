@@ -36,6 +36,9 @@ class PeerServiceImpl final : public v1::PeerService::Service {
                                    v1::CompleteRemoteBatchResponse* response) override;
   grpc::Status StageChunk(grpc::ServerContext* context, const v1::StageChunkRequest* request,
                           v1::StageChunkResponse* response) override;
+  grpc::Status TakeStageSlots(grpc::ServerContext* context,
+                              const v1::TakeStageSlotsRequest* request,
+                              v1::TakeStageSlotsResponse* response) override;
   grpc::Status StartMpi(grpc::ServerContext* context, const v1::StartMpiRequest* request,
                         v1::StartMpiResponse* response) override;
   grpc::Status StopMpi(grpc::ServerContext* context, const v1::StopMpiRequest* request,
