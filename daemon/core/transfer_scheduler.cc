@@ -552,10 +552,15 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   remote_->CompleteAsync(
       *t->remote_hold, status, t->checksum, fence, /*caller_busy=*/MovesWaiting(),
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
-        // The other node saw the fence pass before it acknowledged; without an
-        // acknowledgement the copy may still run, so it is waited for here before the
-        // buffers are let go.
-        if (t->fence != nullptr && ack.ok()) t->bytes_done.store(t->length);
+        // The other node saw the fence pass before it acknowledged: the copy has ended,
+        // and its fence (stream, event, mapping) is let go after the end is recorded.
+        // Without an acknowledgement the copy may still run, so it is waited for here
+        // before the buffers are let go.
+        std::unique_ptr<CopyFence> landed;
+        if (t->fence != nullptr && ack.ok()) {
+          t->bytes_done.store(t->length);
+          landed = std::move(t->fence);
+        }
         t->fence.reset();
         VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
                 << PathKindName(t->engine->path()) << ": move "
@@ -571,6 +576,7 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
           (t->remote_hold->write ? dst : src) = *ack;
         }
         AfterMove(t, std::move(st), src, dst);
+        landed.reset();  // Before the scheduler may stop (acking_ reaches 0).
         absl::MutexLock lock(&mu_);
         --acking_;
       });
