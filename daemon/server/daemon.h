@@ -74,6 +74,9 @@ struct DaemonOptions {
   // callers wait this long for a reply before blocking (UcxOptions::poll_window). 1 ms
   // measured best even on 2 CPUs (node_bench: 4 KiB moves 0.6x the time of 50 us).
   absl::Duration ucx_poll_window = absl::Milliseconds(1);
+  // How long a thread serving peer calls polls for the next one after serving; negative:
+  // ucx_poll_window with 16 CPUs or more, a fifth of it below.
+  absl::Duration peer_call_poll = absl::Milliseconds(-1);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
   // UCX lanes (each its own context, worker, connections and progress thread) that host
