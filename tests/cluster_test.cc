@@ -63,6 +63,15 @@ void MoveVerified(Node& f, Node& t, Node& runner, uint64_t size, v1::MemoryKind 
   ASSERT_TRUE(t.client->Release(dst->id()).ok());
 }
 
+// A counter of a node's /metrics (refreshed every second; the node needs
+// --metrics_listen); -1 when absent.
+double Counter(const Node& n, const std::string& name) {
+  const std::string m = FetchMetrics(n.client->GetInfo()->metrics_address());
+  const std::string key = "\ngpumoved_" + name + " ";
+  const size_t at = m.find(key);
+  return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
+}
+
 // Starts node `name` with `flags` (fast heartbeats added), joining through `join` (an
 // address; empty for the first node).
 Node LaunchNode(const std::string& name, const std::string& join, std::vector<std::string> flags) {
@@ -351,13 +360,6 @@ class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
     }
   }
 
-  // A counter of a node's /metrics (refreshed every second); -1 when absent.
-  static double Counter(const Node& n, const std::string& name) {
-    const std::string m = FetchMetrics(n.client->GetInfo()->metrics_address());
-    const std::string key = "\ngpumoved_" + name + " ";
-    const size_t at = m.find(key);
-    return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
-  }
   static double DirectBytes(const Node& n) { return Counter(n, "ucx_direct_bytes_total"); }
 };
 
@@ -524,8 +526,10 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
 // it gave theirs back. Every push and pull of the Submit lands, verified.
 TEST_F(ClusterTest, StagedMovesWaitForBounceSlotsWhileThePoolIsBusy) {
   Node h = StartNode("node-h", nodes_[0].process->address(),
-                     {"--ucx_force_staging", "--pinned_pool_size=64MiB"});
+                     {"--ucx_force_staging", "--pinned_pool_size=64MiB",
+                      "--metrics_listen=127.0.0.1:0"});
   AwaitMembership({&h}, 3);
+  EXPECT_EQ(Counter(h, "staging_holds_deferred_total"), 0);
   const uint64_t size = 24 << 20;  // Three 8 MiB slots a move: two moves fill the pool.
   const int n = 6;
   auto src = nodes_[0].client->Allocate(n * size);
@@ -558,6 +562,9 @@ TEST_F(ClusterTest, StagedMovesWaitForBounceSlotsWhileThePoolIsBusy) {
   EXPECT_TRUE(*h.client->Read(Ref(far->id())) == data);
   submit(nodes_[1], On(h, far->id()), Ref(back->id()));  // Pulls out of h.
   EXPECT_TRUE(*nodes_[1].client->Read(Ref(back->id())) == data);
+  // Each Submit's last holds found the pool full (the counter is refreshed every second).
+  absl::SleepFor(absl::Milliseconds(1100));
+  EXPECT_GE(Counter(h, "staging_holds_deferred_total"), 2 * (n - 3));
   auto info = h.client->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   for (const auto& p : info->pools()) {

@@ -39,6 +39,7 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
     return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already holds a range"));
   }
   slot = std::move(entry);
+  if (slot->stage_later) ++deferred_;
   return Held{&slot->use, slot->ring.has_value() ? &*slot->ring : nullptr, slot->stage_later,
               slot_size};
 }

@@ -4,6 +4,7 @@
 #ifndef GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
 #define GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -82,6 +83,8 @@ class HoldTable {
                                     absl::Duration half_wait = absl::Seconds(2),
                                     const std::string& fence = "",
                                     absl::Duration fence_wait = absl::Seconds(10));
+  // Holds of staged ranges made without a ring since start (the pool was busy).
+  uint64_t deferred() const { return deferred_.load(); }
   // Ends every hold of a node's incarnation (it went down or restarted).
   int ReleaseFrom(const std::string& node, uint64_t incarnation);
   size_t size() const;
@@ -98,6 +101,7 @@ class HoldTable {
   BufferRegistry* const registry_;
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
   const StagingPolicy staging_;
+  std::atomic<uint64_t> deferred_{0};
   mutable absl::Mutex mu_;
   // Key: from_node + '\n' + transfer_id.
   absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);

@@ -312,6 +312,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                             "Bytes of UCX moves carried by lanes besides the first.",
                             [engine] { return engine->lane_bytes(); });
     }
+    HoldTable* holds = d->holds_.get();
+    d->metrics_->AddTotal("staging_holds_deferred_total",
+                          "Ranges held for staged moves while the pinned pool had no room for "
+                          "their bounce slots (taken when the move ran): a pinned pool small "
+                          "for the load.",
+                          [holds] { return holds->deferred(); });
     if (d->peer_calls_ != nullptr) {
       UcxPeerCalls* calls = d->peer_calls_.get();
       d->metrics_->AddTotal("ucx_peer_calls_served_total",
