@@ -173,39 +173,44 @@ TEST_P(MpiTest, ManyConcurrentMoves) {
   for (int i = 0; i < kMoves; ++i) EXPECT_EQ(errors[i], "") << "move " << i;
 }
 
-TEST_P(MpiTest, ManyMovesInOneSubmitVerified) {
-  // Forty pushes and forty pulls between two ranks, each Submit in one piece: the holds
-  // of a Submit go in one batch and every remote half must still get its turn (a staged
-  // half must not sit on bounce buffers while its sender waits behind others).
-  constexpr int kMoves = 40;
-  const uint64_t part = (1 << 20) + 7;
-  auto src = job_->client(0).Allocate(kMoves * part);
-  auto mid = job_->client(1).Allocate(kMoves * part);
-  auto back = job_->client(0).Allocate(kMoves * part);
+// `moves` pushes of `part` bytes from rank 0 to rank 1 in one Submit, then as many pulls
+// back in another (path MPI, checksums), all verified.
+void PushAndPullInOneSubmitEach(MpiJob& job, int moves, uint64_t part, uint64_t seed) {
+  auto src = job.client(0).Allocate(moves * part);
+  auto mid = job.client(1).Allocate(moves * part);
+  auto back = job.client(0).Allocate(moves * part);
   ASSERT_TRUE(src.ok() && mid.ok() && back.ok());
-  const std::string data = RandomBytes(kMoves * part, 77);
-  ASSERT_TRUE(job_->client(0).Write(Ref(src->id()), data).ok());
+  const std::string data = RandomBytes(moves * part, seed);
+  ASSERT_TRUE(job.client(0).Write(Ref(src->id()), data).ok());
   for (bool pull : {false, true}) {
     SCOPED_TRACE(pull ? "pulls" : "pushes");
     v1::SubmitRequest batch;
     batch.set_wait(true);
-    for (int i = 0; i < kMoves; ++i) {
+    for (int i = 0; i < moves; ++i) {
       auto* t = batch.add_transfers();
       t->set_path(v1::MPI);
       t->set_checksum(true);
-      *t->mutable_source() = pull ? On(1, mid->id(), i * part, part) : On(0, src->id(), i * part, part);
+      *t->mutable_source() =
+          pull ? On(1, mid->id(), i * part, part) : On(0, src->id(), i * part, part);
       *t->mutable_destination() = pull ? On(0, back->id(), i * part) : On(1, mid->id(), i * part);
     }
-    auto r = job_->client(0).Submit(batch);
+    auto r = job.client(0).Submit(batch);
     ASSERT_TRUE(r.ok()) << r.status();
     for (const auto& t : r->transfers()) {
       auto end = t.state() == v1::SUCCEEDED ? absl::StatusOr<v1::Transfer>(t)
-                                            : job_->client(0).Wait(t.id(), absl::Seconds(60));
+                                            : job.client(0).Wait(t.id(), absl::Seconds(60));
       ASSERT_TRUE(end.ok()) << end.status();
       EXPECT_EQ(end->state(), v1::SUCCEEDED) << end->error_message();
     }
   }
-  EXPECT_TRUE(*job_->client(0).Read(Ref(back->id())) == data);
+  EXPECT_TRUE(*job.client(0).Read(Ref(back->id())) == data);
+}
+
+TEST_P(MpiTest, ManyMovesInOneSubmitVerified) {
+  // Forty pushes and forty pulls between two ranks, each Submit in one piece: the holds
+  // of a Submit go in one batch and every remote half must still get its turn (a staged
+  // half must not sit on bounce buffers while its sender waits behind others).
+  PushAndPullInOneSubmitEach(*job_, 40, (1 << 20) + 7, 77);
 }
 
 TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {
@@ -260,6 +265,23 @@ TEST(MpiWakeTest, LongMessagesIntoPatientReceivesLandAndWakeTheReceiver) {
   EXPECT_TRUE(*(*job)->client(0).Read(Ref(src->id())) == data);
   const std::string log = (*job)->Log();
   EXPECT_TRUE(absl::StrContains(log, "MPI: rank 0 starts sending tag")) << log;
+}
+
+// Staged MPI moves take bounce buffers sized to the move, on both ends alike. The jobs
+// here send 1 MiB messages, so a ring of four slots is 4 MiB and an 8 MiB pinned pool
+// holds two; a Submit of 512 KiB pushes and one of pulls, four of them running at once,
+// take a 516 KiB slot each and land verified.
+TEST(MpiStagingTest, SmallMovesTakeSmallRingsOnBothEnds) {
+  MpiLaunch staged;
+  for (const MpiLaunch& l : MpiLaunches()) {
+    if (absl::EndsWith(l.name, "_staged")) staged = l;
+  }
+  ASSERT_FALSE(staged.name.empty());
+  auto job = MpiJob::Start(2, staged, {"--pinned_pool_size=8MiB"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitMembership(**job);
+  PushAndPullInOneSubmitEach(**job, 8, (512 << 10) + 7, 78);
+  if (::testing::Test::HasFailure()) std::cerr << "job log:\n" << (*job)->Log();
 }
 
 // Launchers bind ranks to cores (Open MPI's mpirun does for two ranks unless told not to;

@@ -170,7 +170,10 @@ absl::Status MpiEngine::Send(const Side& side) {
   bool wire_failed = false;
   absl::Status st;
   if (Staged(side.local)) {
-    auto ring = BounceRing::Take(pinned_, {.chunk = side.chunk, .slots = options_.stage_slots});
+    // Sized to the move (a 4 KiB move takes one 4 KiB slot, not four of side.chunk); both
+    // ends size theirs alike, so their messages match: whole chunks, or one of the move.
+    auto ring = BounceRing::Take(
+        pinned_, SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length));
     if (!ring.ok()) {
       st = ring.status();
     } else {
@@ -235,7 +238,10 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
   };
   absl::Status st;
   if (Staged(side.local)) {
-    auto ring = BounceRing::Take(pinned_, {.chunk = side.chunk, .slots = options_.stage_slots});
+    // Sized to the move (a 4 KiB move takes one 4 KiB slot, not four of side.chunk); both
+    // ends size theirs alike, so their messages match: whole chunks, or one of the move.
+    auto ring = BounceRing::Take(
+        pinned_, SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length));
     if (!ring.ok()) return ring.status();
     // The staging pipeline posts each receive when its bounce slot is free; MPI matches a
     // send that arrives first when the receive is posted.
