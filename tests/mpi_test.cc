@@ -267,11 +267,13 @@ TEST(MpiWakeTest, LongMessagesIntoPatientReceivesLandAndWakeTheReceiver) {
   EXPECT_TRUE(absl::StrContains(log, "MPI: rank 0 starts sending tag")) << log;
 }
 
-// Staged MPI moves take bounce buffers sized to the move, on both ends alike. The jobs
-// here send 1 MiB messages, so a ring of four slots is 4 MiB and an 8 MiB pinned pool
-// holds two; a Submit of 512 KiB pushes and one of pulls, four of them running at once,
-// take a 516 KiB slot each and land verified.
-TEST(MpiStagingTest, SmallMovesTakeSmallRingsOnBothEnds) {
+// Staged MPI moves take bounce buffers sized to the move, on both ends alike, and the
+// runner waits for its own while other moves use the pool (then starts the other end's
+// half). The jobs here send 1 MiB messages, so a ring of four slots is 4 MiB and an 8 MiB
+// pinned pool holds two. A Submit of 512 KiB pushes and one of pulls, four of them running
+// at once, take a 516 KiB slot each; then moves of 4 MiB, four running, take turns with
+// two rings a node. All land verified.
+TEST(MpiStagingTest, RingsAreSizedToTheMoveAndWaitForRoom) {
   MpiLaunch staged;
   for (const MpiLaunch& l : MpiLaunches()) {
     if (absl::EndsWith(l.name, "_staged")) staged = l;
@@ -281,6 +283,7 @@ TEST(MpiStagingTest, SmallMovesTakeSmallRingsOnBothEnds) {
   ASSERT_TRUE(job.ok()) << job.status();
   AwaitMembership(**job);
   PushAndPullInOneSubmitEach(**job, 8, (512 << 10) + 7, 78);
+  PushAndPullInOneSubmitEach(**job, 8, (4 << 20) + 7, 79);
   if (::testing::Test::HasFailure()) std::cerr << "job log:\n" << (*job)->Log();
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -130,6 +131,16 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
     control.Progress(done);
     return !control.cancelled();
   };
+  // Our bounce ring first, waiting while other moves use the pool, and only then the
+  // other node's half (which takes its own ring as it starts): a runner never has more
+  // halves waiting on the other node than it has rings to feed them.
+  std::optional<BounceRing> ring;
+  if (Staged(side.local)) {
+    auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
+                                         [&control] { return control.cancelled(); });
+    if (!taken.ok()) return taken.status();
+    side.ring = &ring.emplace(*std::move(taken));
+  }
   if (push) {
     // The destination posts its receives before we send (with the hold, or now).
     if (!started) {
@@ -163,6 +174,11 @@ void MpiEngine::Abandon(const RemoteHold& hold) {
   }
 }
 
+absl::StatusOr<BounceRing> MpiEngine::TakeHalfRing(const Side& side) {
+  return BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + kHalfRingWait,
+                                 [&side] { return !side.progress(0); });
+}
+
 absl::Status MpiEngine::Send(const Side& side) {
   if (side.wake) mpi_->Wake(side.peer, side.tag);
   uint64_t sent = 0;  // Bytes whose sends completed.
@@ -170,15 +186,21 @@ absl::Status MpiEngine::Send(const Side& side) {
   bool wire_failed = false;
   absl::Status st;
   if (Staged(side.local)) {
-    // Sized to the move (a 4 KiB move takes one 4 KiB slot, not four of side.chunk); both
-    // ends size theirs alike, so their messages match: whole chunks, or one of the move.
-    auto ring = BounceRing::Take(
-        pinned_, SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length));
+    std::optional<BounceRing> own;
+    absl::StatusOr<const BounceRing*> ring = side.ring;
+    if (side.ring == nullptr) {
+      auto taken = TakeHalfRing(side);
+      if (taken.ok()) {
+        ring = &own.emplace(*std::move(taken));
+      } else {
+        ring = taken.status();
+      }
+    }
     if (!ring.ok()) {
       st = ring.status();
     } else {
       st = StageOut(
-          gpu_, side.local.data, side.local.device, side.length, *ring,
+          gpu_, side.local.data, side.local.device, side.length, **ring,
           [&](const char* host, uint64_t offset, uint64_t n) -> absl::Status {
             auto r = mpi_->Wait(mpi_->Isend(host, n, side.peer, side.tag));
             if (!r.ok()) {
@@ -238,11 +260,13 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
   };
   absl::Status st;
   if (Staged(side.local)) {
-    // Sized to the move (a 4 KiB move takes one 4 KiB slot, not four of side.chunk); both
-    // ends size theirs alike, so their messages match: whole chunks, or one of the move.
-    auto ring = BounceRing::Take(
-        pinned_, SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length));
-    if (!ring.ok()) return ring.status();
+    std::optional<BounceRing> own;
+    const BounceRing* ring = side.ring;
+    if (ring == nullptr) {
+      auto taken = TakeHalfRing(side);
+      if (!taken.ok()) return taken.status();
+      ring = &own.emplace(*std::move(taken));
+    }
     // The staging pipeline posts each receive when its bounce slot is free; MPI matches a
     // send that arrives first when the receive is posted.
     if (absl::Status s = posted(); !s.ok()) return s;

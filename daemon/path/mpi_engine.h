@@ -83,7 +83,20 @@ class MpiEngine : public Engine {
     bool patient = false;
     // A sender whose receiver posted patient receives wakes it first (MpiTransport::Wake).
     bool wake = false;
+    // Staged: the bounce ring the caller took (RingFor); null: taken here, or the move
+    // fails when the pinned pool has no room.
+    const BounceRing* ring = nullptr;
   };
+  // The bounce ring a staged side uses: sized to the move, alike on both ends so that
+  // their messages match (whole chunks, or one of the move).
+  StagingOptions RingFor(const Side& side) const {
+    return SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length);
+  }
+  // The ring of the other node's half (side.ring null), waiting up to kHalfRingWait: the
+  // runner took its own first, so the ring it waits for is one a finished move's half is
+  // about to give back. Briefly: a receiving half waits inside the runner's StartMpi call.
+  absl::StatusOr<BounceRing> TakeHalfRing(const Side& side);
+  static constexpr absl::Duration kHalfRingWait = absl::Milliseconds(500);
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);
   // Receives; `posted` runs once the first receives are posted (an error from it cancels

@@ -42,6 +42,9 @@ class BounceRing {
                                                 const std::function<bool()>& stop = nullptr);
   // Whether `pinned` is big enough for a ring Take would accept, were it empty.
   static bool CouldFit(const Pool* pinned, StagingOptions options);
+  // How long a move waits for bounce buffers (its own, or another node's) while other
+  // moves use them; a cancel ends the wait sooner.
+  static constexpr absl::Duration kWait = absl::Seconds(30);
   BounceRing(BounceRing&& other) noexcept;
   ~BounceRing();
 

@@ -113,7 +113,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // Device memory and a UCX that cannot take it: through pinned bounce buffers (waiting
   // for room while other moves use the pool).
   auto ring = BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length),
-                                      absl::Now() + kBounceWait,
+                                      absl::Now() + BounceRing::kWait,
                                       [&control] { return control.cancelled(); });
   if (!ring.ok()) return ring.status();
   auto at = [&remote](uint64_t offset) {
@@ -254,7 +254,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const Endpoint& local = push ? src : dst;
   const uint64_t chunk = hold.stage_slot_size;
-  const absl::Time deadline = absl::Now() + kBounceWait;
+  const absl::Time deadline = absl::Now() + BounceRing::kWait;
   std::vector<uint64_t> stage_slots = hold.stage_slots;
   // Held while the remote node's pinned pool was busy: its slots are taken now, once
   // there is room (it answers at once; we try again, a little later each time).
@@ -272,7 +272,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     if (absl::Now() + pause > deadline) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "node ", hold.node, " had no room for bounce buffers within ",
-          absl::FormatDuration(kBounceWait), ": ", taken.status().message()));
+          absl::FormatDuration(BounceRing::kWait), ": ", taken.status().message()));
     }
     absl::SleepFor(pause);
   }

@@ -102,9 +102,6 @@ class UcxEngine : public Engine {
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
                                 MoveControl& control,
                                 const std::function<bool(uint64_t)>& progress);
-  // How long a move waits for bounce buffers (ours, or the remote node's) while other
-  // moves use them; a cancel ends the wait.
-  static constexpr absl::Duration kBounceWait = absl::Seconds(30);
 
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;
