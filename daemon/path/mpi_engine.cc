@@ -136,8 +136,9 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // halves waiting on the other node than it has rings to feed them.
   std::optional<BounceRing> ring;
   if (Staged(side.local)) {
-    auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
-                                         [&control] { return control.cancelled(); });
+    auto taken =
+        BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
+                                [&control] { return control.cancelled(); });
     if (!taken.ok()) return taken.status();
     side.ring = &ring.emplace(*std::move(taken));
   }

@@ -83,8 +83,7 @@ class MpiEngine : public Engine {
     bool patient = false;
     // A sender whose receiver posted patient receives wakes it first (MpiTransport::Wake).
     bool wake = false;
-    // Staged: the bounce ring the caller took (RingFor); null: taken here, or the move
-    // fails when the pinned pool has no room.
+    // Staged: the bounce ring the caller took (RingFor); null: taken here (TakeHalfRing).
     const BounceRing* ring = nullptr;
   };
   // The bounce ring a staged side uses: sized to the move, alike on both ends so that

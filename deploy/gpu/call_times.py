@@ -17,7 +17,8 @@ import collections
 import re
 import sys
 
-MOVE = re.compile(r"transfer \S+ (\d+) bytes on (\w+): move ([\d.]+) us, acknowledgement ([\d.]+) us")
+MOVE = re.compile(r"transfer \S+ (\d+) bytes on (\w+): move ([\d.]+) us, "
+                  r"acknowledgement ([\d.]+) us")
 CALL = re.compile(r"peer call (\d+) to \S+: sent ([\d.]+) us, answered ([\d.]+) us, "
                   r"caller back ([\d.]+) us")
 SERVED = re.compile(r"peer call (\d+) served: answered ([\d.-]+) us after it came, "
@@ -31,8 +32,10 @@ def pct(values, q):
 
 
 def row(label, samples, names):
-    cols = " ".join(f"{n} {pct([s[i] for s in samples], 0.5):8.1f}/{pct([s[i] for s in samples], 0.9):<8.1f}"
-                    for i, n in enumerate(names))
+    def both(i):
+        values = [s[i] for s in samples]
+        return f"{pct(values, 0.5):8.1f}/{pct(values, 0.9):<8.1f}"
+    cols = " ".join(f"{n} {both(i)}" for i, n in enumerate(names))
     return f"  {label:<28} n={len(samples):<6} {cols}"
 
 
