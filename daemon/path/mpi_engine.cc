@@ -175,9 +175,13 @@ void MpiEngine::Abandon(const RemoteHold& hold) {
   }
 }
 
-absl::StatusOr<BounceRing> MpiEngine::TakeHalfRing(const Side& side) {
-  return BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + kHalfRingWait,
-                                 [&side] { return !side.progress(0); });
+absl::StatusOr<const BounceRing*> MpiEngine::RingOf(const Side& side,
+                                                    std::optional<BounceRing>& own) {
+  if (side.ring != nullptr) return side.ring;
+  auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + kHalfRingWait,
+                                       [&side] { return !side.progress(0); });
+  if (!taken.ok()) return taken.status();
+  return &own.emplace(*std::move(taken));
 }
 
 absl::Status MpiEngine::Send(const Side& side) {
@@ -188,15 +192,7 @@ absl::Status MpiEngine::Send(const Side& side) {
   absl::Status st;
   if (Staged(side.local)) {
     std::optional<BounceRing> own;
-    absl::StatusOr<const BounceRing*> ring = side.ring;
-    if (side.ring == nullptr) {
-      auto taken = TakeHalfRing(side);
-      if (taken.ok()) {
-        ring = &own.emplace(*std::move(taken));
-      } else {
-        ring = taken.status();
-      }
-    }
+    absl::StatusOr<const BounceRing*> ring = RingOf(side, own);
     if (!ring.ok()) {
       st = ring.status();
     } else {
@@ -262,17 +258,13 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
   absl::Status st;
   if (Staged(side.local)) {
     std::optional<BounceRing> own;
-    const BounceRing* ring = side.ring;
-    if (ring == nullptr) {
-      auto taken = TakeHalfRing(side);
-      if (!taken.ok()) return taken.status();
-      ring = &own.emplace(*std::move(taken));
-    }
+    absl::StatusOr<const BounceRing*> ring = RingOf(side, own);
+    if (!ring.ok()) return ring.status();
     // The staging pipeline posts each receive when its bounce slot is free; MPI matches a
     // send that arrives first when the receive is posted.
     if (absl::Status s = posted(); !s.ok()) return s;
     st = StageIn(
-        gpu_, side.local.data, side.local.device, side.length, *ring,
+        gpu_, side.local.data, side.local.device, side.length, **ring,
         [&](char* host, uint64_t offset, uint64_t n) -> absl::Status {
           auto r =
               mpi_->Wait(mpi_->Irecv(host, n, side.peer, side.tag, side.patient && offset == 0));

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
@@ -83,7 +84,7 @@ class MpiEngine : public Engine {
     bool patient = false;
     // A sender whose receiver posted patient receives wakes it first (MpiTransport::Wake).
     bool wake = false;
-    // Staged: the bounce ring the caller took (RingFor); null: taken here (TakeHalfRing).
+    // Staged: the bounce ring the caller took (RingFor); null: taken here (RingOf).
     const BounceRing* ring = nullptr;
   };
   // The bounce ring a staged side uses: sized to the move, alike on both ends so that
@@ -91,10 +92,11 @@ class MpiEngine : public Engine {
   StagingOptions RingFor(const Side& side) const {
     return SizedFor({.chunk = side.chunk, .slots = options_.stage_slots}, side.length);
   }
-  // The ring of the other node's half (side.ring null), waiting up to kHalfRingWait: the
-  // runner took its own first, so the ring it waits for is one a finished move's half is
-  // about to give back. Briefly: a receiving half waits inside the runner's StartMpi call.
-  absl::StatusOr<BounceRing> TakeHalfRing(const Side& side);
+  // The ring a staged side uses: side.ring, or for the other node's half (side.ring null)
+  // one taken into `own`, waiting up to kHalfRingWait: the runner took its own first, so
+  // the ring it waits for is one a finished move's half is about to give back. Briefly: a
+  // receiving half waits inside the runner's StartMpi call.
+  absl::StatusOr<const BounceRing*> RingOf(const Side& side, std::optional<BounceRing>& own);
   static constexpr absl::Duration kHalfRingWait = absl::Milliseconds(500);
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);

@@ -48,17 +48,8 @@ bool BounceRing::CouldFit(const Pool* pinned, StagingOptions options) {
 absl::StatusOr<BounceRing> BounceRing::TakeWaiting(Pool* pinned, StagingOptions options,
                                                    absl::Time deadline,
                                                    const std::function<bool()>& stop) {
-  absl::Duration pause = absl::Microseconds(100);
-  while (true) {
-    auto ring = Take(pinned, options);
-    if (ring.ok() || !absl::IsResourceExhausted(ring.status()) || !CouldFit(pinned, options)) {
-      return ring;
-    }
-    if (stop && stop()) return absl::CancelledError("cancelled while waiting for bounce buffers");
-    if (absl::Now() + pause > deadline) return ring.status();
-    absl::SleepFor(pause);
-    pause = std::min(2 * pause, absl::Milliseconds(5));
-  }
+  if (!CouldFit(pinned, options)) return Take(pinned, options);  // Waiting cannot help.
+  return RetryWhileBusy<BounceRing>(deadline, stop, [&] { return Take(pinned, options); });
 }
 
 BounceRing::BounceRing(BounceRing&& other) noexcept

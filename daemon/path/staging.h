@@ -7,11 +7,13 @@
 #ifndef GPUMOVE_DAEMON_PATH_STAGING_H_
 #define GPUMOVE_DAEMON_PATH_STAGING_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
@@ -22,6 +24,23 @@ struct StagingOptions {
   uint64_t chunk = 8 << 20;  // Bytes per bounce buffer.
   int slots = 4;             // Bounce buffers per move.
 };
+
+// Runs `attempt` until it answers anything but RESOURCE_EXHAUSTED (room that others hold
+// for now), pausing between tries from 100 µs, doubling up to 5 ms; at `deadline` the last
+// RESOURCE_EXHAUSTED is the answer, and CANCELLED as soon as `stop` says so. For bounce
+// buffers: ours (BounceRing::TakeWaiting) and another node's (TakeStageSlots).
+template <class T>
+absl::StatusOr<T> RetryWhileBusy(absl::Time deadline, const std::function<bool()>& stop,
+                                 const std::function<absl::StatusOr<T>()>& attempt) {
+  for (absl::Duration pause = absl::Microseconds(100);;
+       pause = std::min(2 * pause, absl::Milliseconds(5))) {
+    absl::StatusOr<T> r = attempt();
+    if (r.ok() || !absl::IsResourceExhausted(r.status())) return r;
+    if (stop && stop()) return absl::CancelledError("cancelled while waiting for bounce buffers");
+    if (absl::Now() + pause > deadline) return r;
+    absl::SleepFor(pause);
+  }
+}
 
 // What a move of `length` bytes needs of `options`: no more slots than it has chunks, and
 // slots no bigger than the move (rounded up to 4 KiB), so that a small move does not hold

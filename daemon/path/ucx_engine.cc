@@ -255,33 +255,22 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   const Endpoint& local = push ? src : dst;
   const uint64_t chunk = hold.stage_slot_size;
   const absl::Time deadline = absl::Now() + BounceRing::kWait;
+  auto cancelled = [&control] { return control.cancelled(); };
   std::vector<uint64_t> stage_slots = hold.stage_slots;
-  // Held while the remote node's pinned pool was busy: its slots are taken now, once
-  // there is room (it answers at once; we try again, a little later each time).
-  for (absl::Duration pause = absl::Microseconds(100); stage_slots.empty();
-       pause = std::min(2 * pause, absl::Milliseconds(5))) {
-    auto taken = remote_->TakeStageSlots(hold);
-    if (taken.ok()) {
-      stage_slots = *std::move(taken);
-      break;
-    }
-    if (!absl::IsResourceExhausted(taken.status())) return taken.status();
-    if (control.cancelled()) {
-      return absl::CancelledError("cancelled while waiting for bounce buffers");
-    }
-    if (absl::Now() + pause > deadline) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "node ", hold.node, " had no room for bounce buffers within ",
-          absl::FormatDuration(BounceRing::kWait), ": ", taken.status().message()));
-    }
-    absl::SleepFor(pause);
+  if (stage_slots.empty()) {
+    // Held while the remote node's pinned pool was busy: its slots are taken now, once
+    // there is room (it answers at once; we try again, a little later each time).
+    auto taken = RetryWhileBusy<std::vector<uint64_t>>(
+        deadline, cancelled, [&] { return remote_->TakeStageSlots(hold); });
+    if (!taken.ok()) return taken.status();
+    stage_slots = *std::move(taken);
   }
   size_t slots = stage_slots.size();
   // Our own device memory goes through our bounce slots too, one per remote slot.
   std::optional<BounceRing> ours;
   if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    auto ring = BounceRing::TakeWaiting(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)},
-                                        deadline, [&control] { return control.cancelled(); });
+    auto ring = BounceRing::TakeWaiting(
+        pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)}, deadline, cancelled);
     if (!ring.ok()) return ring.status();
     ours.emplace(*std::move(ring));
     slots = std::min(slots, ours->slots());

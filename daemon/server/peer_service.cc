@@ -6,6 +6,18 @@
 #include "daemon/server/convert.h"
 
 namespace gpumove {
+namespace {
+
+// A bounce ring's slots (addresses in this process) and their size, into a response.
+template <class Response>
+void ListSlots(const BounceRing& ring, Response* response) {
+  for (size_t i = 0; i < ring.slots(); ++i) {
+    response->add_stage_slots(reinterpret_cast<uint64_t>(ring.slot(i)));
+  }
+  response->set_stage_slot_size(ring.chunk());
+}
+
+}  // namespace
 
 grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest* request,
                                     v1::HelloResponse* response) {
@@ -83,10 +95,7 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
     }
   }
   if (held->ring != nullptr) {
-    for (size_t i = 0; i < held->ring->slots(); ++i) {
-      response->add_stage_slots(reinterpret_cast<uint64_t>(held->ring->slot(i)));
-    }
-    response->set_stage_slot_size(held->ring->chunk());
+    ListSlots(*held->ring, response);
   } else if (held->stage_later) {
     response->set_stage_later(true);
     response->set_stage_slot_size(held->stage_slot_size);
@@ -166,10 +175,7 @@ grpc::Status PeerServiceImpl::TakeStageSlots(grpc::ServerContext*,
                                              v1::TakeStageSlotsResponse* response) {
   auto ring = holds_->TakeRing(request->from_node(), request->transfer_id());
   if (!ring.ok()) return ToGrpcStatus(ring.status());
-  for (size_t i = 0; i < (*ring)->slots(); ++i) {
-    response->add_stage_slots(reinterpret_cast<uint64_t>((*ring)->slot(i)));
-  }
-  response->set_stage_slot_size((*ring)->chunk());
+  ListSlots(**ring, response);
   return grpc::Status::OK;
 }
 
