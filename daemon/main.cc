@@ -93,6 +93,10 @@ ABSL_FLAG(bool, cuda_ipc_fences, true,
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
+ABSL_FLAG(gpumove::ByteSize, stage_chunk, gpumove::ByteSize{8 << 20},
+          "Bytes per pinned bounce buffer of a staged UCX move (smaller for moves of fewer "
+          "bytes than --stage_slots of them).");
+ABSL_FLAG(int, stage_slots, 4, "Pinned bounce buffers per staged UCX move and side.");
 ABSL_FLAG(std::string, mpi, "auto",
           "MPI path: auto (when started by mpirun/mpiexec/srun), on (fail without MPI) or off. "
           "As a rank the node is named rank<N> (or --node with %r for the rank), the other "
@@ -194,6 +198,8 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.cuda_ipc_fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
+  options.staging.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_stage_chunk).bytes);
+  options.staging.slots = std::max(2, absl::GetFlag(FLAGS_stage_slots));
   options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
   options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
   options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);

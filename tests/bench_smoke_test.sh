@@ -48,8 +48,9 @@ case "$1" in
     ! pgrep -f "ucx_perftest -t ucp_put_bw" >/dev/null || fail "a ucx_perftest was left running"
     ;;
   mpi)
-    # size(2) single(3) stream(4) NetPIPE(5) raw(6) single/NP(7) stream/NP(8) .../raw(9,10)
-    run mpi_bench NPopenmpi "medians of 2 round(s)" "3 4 5 6 7 8 9 10" "3 4 6 9 10"
+    # size(2) single(3) stream(4) NetPIPE(5) raw(6) raw cold(7) single/NP(8) stream/NP(9)
+    # .../raw(10,11) stream/rawc(12)
+    run mpi_bench NPopenmpi "medians of 2 round(s)" "3 4 5 6 7 8 9 10 11 12" "3 4 6 7 10 11 12"
     ;;
   *) fail "usage: $0 node|mpi" ;;
 esac

@@ -638,6 +638,55 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
   EXPECT_EQ(h.client->GetBuffer(range->id())->active_uses(), 0u);
 }
 
+// --stage_chunk and --stage_slots shape the bounce slots a node holds for peers (the
+// runner follows the holder's slot size): pushes and pulls through 1 MiB slots, three a
+// move, land verified, a length that is no multiple of the slot included.
+TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
+  Node h = StartNode("node-h", nodes_[0].process->address(),
+                     {"--ucx_force_staging", "--stage_chunk=1MiB", "--stage_slots=3"});
+  AwaitMembership({&h}, 3);
+  const uint64_t size = (5 << 20) + 7;
+  auto src = nodes_[0].client->Allocate(size);
+  auto far = h.client->Allocate(size, v1::HOST);
+  auto back = nodes_[1].client->Allocate(size);
+  ASSERT_TRUE(src.ok() && far.ok() && back.ok());
+  v1::PrepareRemoteRequest r;
+  r.set_transfer_id("t-slots");
+  r.set_from_node("node-a");
+  r.set_owner("anonymous");
+  *r.mutable_range() = Ref(far->id(), 0, size);
+  r.set_write(true);
+  v1::PrepareRemoteResponse held;
+  auto peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(h.process->address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
+  }
+  EXPECT_EQ(held.stage_slots_size(), 3);
+  EXPECT_EQ(held.stage_slot_size(), 1u << 20);
+  v1::CompleteRemoteRequest done;
+  done.set_transfer_id("t-slots");
+  done.set_from_node("node-a");
+  done.set_code(static_cast<int>(grpc::StatusCode::CANCELLED));
+  v1::CompleteRemoteResponse ended;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(peer->CompleteRemote(&ctx, done, &ended).ok());
+  }
+  const std::string data = RandomBytes(size, 909);
+  ASSERT_TRUE(nodes_[0].client->Write(Ref(src->id()), data).ok());
+  MoveOptions checked;
+  checked.checksum = true;
+  auto push = nodes_[0].client->Move(Ref(src->id()), On(h, far->id()), checked);
+  ASSERT_TRUE(push.ok()) << push.status();
+  EXPECT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+  auto pull = nodes_[1].client->Move(On(h, far->id()), Ref(back->id()), checked);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  EXPECT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+  EXPECT_TRUE(*nodes_[1].client->Read(Ref(back->id())) == data);
+}
+
 TEST_F(ClusterTest, KilledNodeFailsItsMovesAndRejoinsWhenRestarted) {
   // Two throttled nodes: node-s copies directly into and out of node-b's shared memory,
   // node-l puts and gets through UCX, its two moves on its two lanes in turn.

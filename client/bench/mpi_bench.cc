@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -84,9 +85,22 @@ std::map<uint64_t, double> NetPipe(const std::vector<std::string>& mca, uint64_t
   return bw;
 }
 
+// The stream's shape: up to --per_submit moves per Submit, --in_flight Submits at once,
+// --seconds_per_size long, on path MPI.
+StreamOptions MpiStream() {
+  StreamOptions so;
+  so.duration = absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size));
+  so.path = v1::MPI;
+  so.per_submit = absl::GetFlag(FLAGS_per_submit);
+  so.in_flight = absl::GetFlag(FLAGS_in_flight);
+  return so;
+}
+
 // The host transport alone: the same messages (chunk bytes, four in flight) between two
 // ranks with MPI_Isend/MPI_Irecv through the daemon's own MPI thread, no daemon around
-// it. Rank 0 prints "size GB/s" lines.
+// it, from and into the same bytes every time (hot, as NetPIPE) and going round the
+// stream's footprint (cold, as the stream's moves do). Rank 0 prints "size hot cold"
+// lines, GB/s.
 int RawChild() {
   auto mpi = MpiTransport::Start({});
   if (!mpi.ok()) {
@@ -98,66 +112,77 @@ int RawChild() {
   const uint64_t chunk = absl::GetFlag(FLAGS_chunk).bytes;
   std::string buffer(max_size, 'x');
   const int rank = (*mpi)->world().rank;
-  for (uint64_t size = min_size; size <= max_size; size *= 4) {
-    std::vector<double> times;
-    const int reps = static_cast<int>(std::clamp<uint64_t>((1ull << 30) / size, 5, 50));
-    for (int r = 0; r < reps; ++r) {
-      (void)(*mpi)->Allgather("");  // Both ranks start together.
-      const absl::Time t0 = absl::Now();
-      std::deque<std::shared_ptr<MpiTransport::Op>> window;
-      for (uint64_t off = 0; off < size || !window.empty();) {
-        while (off < size && window.size() < 4) {
-          const uint64_t n = std::min(chunk, size - off);
-          window.push_back(rank == 0 ? (*mpi)->Isend(buffer.data() + off, n, 1, 7)
-                                     : (*mpi)->Irecv(buffer.data() + off, n, 0, 7));
-          off += n;
-        }
-        if (!(*mpi)->Wait(window.front()).ok()) return 1;
-        window.pop_front();
+  // One message of `size` bytes at `base`, timed from both ranks' start to the receiver's
+  // completion; nullopt when MPI failed.
+  auto once = [&](uint64_t base, uint64_t size) -> std::optional<double> {
+    (void)(*mpi)->Allgather("");  // Both ranks start together.
+    const absl::Time t0 = absl::Now();
+    std::deque<std::shared_ptr<MpiTransport::Op>> window;
+    for (uint64_t off = 0; off < size || !window.empty();) {
+      while (off < size && window.size() < 4) {
+        const uint64_t n = std::min(chunk, size - off);
+        char* at = buffer.data() + base + off;
+        window.push_back(rank == 0 ? (*mpi)->Isend(at, n, 1, 7) : (*mpi)->Irecv(at, n, 0, 7));
+        off += n;
       }
-      // The receiver's completion is the end: it tells rank 0 with a zero-byte message.
-      if (rank == 1) {
-        (void)(*mpi)->Wait((*mpi)->Isend(nullptr, 0, 0, 8));
-      } else {
-        (void)(*mpi)->Wait((*mpi)->Irecv(nullptr, 0, 1, 8));
-        times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
-      }
+      if (!(*mpi)->Wait(window.front()).ok()) return std::nullopt;
+      window.pop_front();
     }
-    if (rank == 0) std::cout << size << " " << size / Median(times) / 1e9 << std::endl;
+    // The receiver's completion is the end: it tells rank 0 with a zero-byte message.
+    if (rank == 1) {
+      (void)(*mpi)->Wait((*mpi)->Isend(nullptr, 0, 0, 8));
+    } else {
+      (void)(*mpi)->Wait((*mpi)->Irecv(nullptr, 0, 1, 8));
+    }
+    return absl::ToDoubleSeconds(absl::Now() - t0);
+  };
+  for (uint64_t size = min_size; size <= max_size; size *= 4) {
+    const int reps = static_cast<int>(std::clamp<uint64_t>((1ull << 30) / size, 5, 50));
+    const uint64_t footprint =
+        std::min(max_size, StreamFootprint(size, max_size, MpiStream()));
+    std::vector<double> hot, cold;
+    for (int r = 0; r < reps; ++r) {
+      auto h = once(0, size);
+      auto c = once((r * size) % (footprint - size + 1), size);
+      if (!h.has_value() || !c.has_value()) return 1;
+      hot.push_back(*h);
+      cold.push_back(*c);
+    }
+    if (rank == 0) {
+      std::cout << size << " " << size / Median(hot) / 1e9 << " " << size / Median(cold) / 1e9
+                << std::endl;
+    }
   }
   return 0;
 }
 
-// Runs RawChild as a two-rank job: bytes -> GB/s.
-std::map<uint64_t, double> RawMpi(const std::vector<std::string>& mca) {
+// Runs RawChild as a two-rank job: bytes -> GB/s, hot and cold.
+struct RawFigures {
+  std::map<uint64_t, double> hot, cold;
+};
+RawFigures RawMpi(const std::vector<std::string>& mca) {
   std::vector<std::string> cmd = MpiLauncher(2);
   cmd.insert(cmd.end(), mca.begin(), mca.end());
   char self[4096] = {};
-  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return {};
+  RawFigures f;
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return f;
   cmd.push_back(self);
   cmd.push_back("--raw_child");
   cmd.push_back(absl::StrCat("--min_size=", absl::GetFlag(FLAGS_min_size).bytes));
   cmd.push_back(absl::StrCat("--max_size=", absl::GetFlag(FLAGS_max_size).bytes));
   cmd.push_back(absl::StrCat("--chunk=", absl::GetFlag(FLAGS_chunk).bytes));
-  std::map<uint64_t, double> bw;
+  cmd.push_back(absl::StrCat("--per_submit=", absl::GetFlag(FLAGS_per_submit)));
+  cmd.push_back(absl::StrCat("--in_flight=", absl::GetFlag(FLAGS_in_flight)));
   FILE* p = popen(absl::StrCat(absl::StrJoin(cmd, " "), " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return bw;
+  if (p == nullptr) return f;
   unsigned long long size = 0;
-  double gbps = 0;
-  while (std::fscanf(p, "%llu %lf", &size, &gbps) == 2) bw[size] = gbps;
+  double hot = 0, cold = 0;
+  while (std::fscanf(p, "%llu %lf %lf", &size, &hot, &cold) == 3) {
+    f.hot[size] = hot;
+    f.cold[size] = cold;
+  }
   pclose(p);
-  return bw;
-}
-
-// The stream's shape: up to --per_submit moves per Submit, --in_flight Submits at once,
-// --seconds_per_size long, on path MPI.
-StreamOptions MpiStream() {
-  StreamOptions so;
-  so.duration = absl::Seconds(absl::GetFlag(FLAGS_seconds_per_size));
-  so.path = v1::MPI;
-  so.per_submit = absl::GetFlag(FLAGS_per_submit);
-  so.in_flight = absl::GetFlag(FLAGS_in_flight);
-  return so;
+  return f;
 }
 
 // One round of gpumove figures: a two-rank job moving each size single and streamed.
@@ -238,7 +263,7 @@ int Main() {
   const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::vector<std::map<uint64_t, double>> single, stream, np, raw;
+  std::vector<std::map<uint64_t, double>> single, stream, np, raw, raw_cold;
   int gpus = 0;
   for (int round = 0; round < rounds; ++round) {
     auto f = GpumoveRound(mca);
@@ -250,7 +275,9 @@ int Main() {
     single.push_back(f->single);
     stream.push_back(f->stream);
     if (absl::GetFlag(FLAGS_baselines)) np.push_back(NetPipe(McaArgs(mca), min_size, max_size));
-    raw.push_back(RawMpi(McaArgs(mca)));
+    RawFigures r = RawMpi(McaArgs(mca));
+    raw.push_back(std::move(r.hot));
+    raw_cold.push_back(std::move(r.cold));
   }
 
   std::cout << "path MPI between two ranks on this host"
@@ -261,21 +288,24 @@ int Main() {
             << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
             << " messages) vs NetPIPE NPopenmpi, GB/s\n";
   std::cout << "raw MPI = the same host messages between two ranks, no daemon (the host "
-               "transport alone); stream: "
+               "transport alone), from the same bytes every time as NetPIPE; raw cold = going "
+               "round the stream's footprint as its moves do; stream: "
             << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "
             << absl::GetFlag(FLAGS_in_flight) << " Submits in flight; medians of " << rounds
             << " round(s), gpumove and the baselines taking turns\n";
-  std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "size",
-                               "single", "stream", "NetPIPE", "raw MPI", "single/NP", "stream/NP",
-                               "single/raw", "stream/raw");
+  std::cout << absl::StrFormat("%10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %11s\n",
+                               "size", "single", "stream", "NetPIPE", "raw MPI", "raw cold",
+                               "single/NP", "stream/NP", "single/raw", "stream/raw",
+                               "stream/rawc");
   for (uint64_t size = min_size; size <= max_size; size *= 4) {
     const double one = MedianAt(single, size), many = MedianAt(stream, size);
     const double base = np.empty() ? 0 : MedianAt(np, size);
-    const double rw = MedianAt(raw, size);
+    const double rw = MedianAt(raw, size), rc = MedianAt(raw_cold, size);
     std::cout << absl::StrFormat(
-        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", FormatBytes(size), one,
-        many, base, rw, base > 0 ? one / base : 0, base > 0 ? many / base : 0,
-        rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0);
+        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %11.3f\n",
+        FormatBytes(size), one, many, base, rw, rc, base > 0 ? one / base : 0,
+        base > 0 ? many / base : 0, rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0,
+        rc > 0 ? many / rc : 0);
   }
   if (absl::GetFlag(FLAGS_device)) return 0;
   // What the memory allows: NetPIPE and raw MPI send the same buffers every time.

@@ -278,12 +278,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     for (const auto& lane : d->ucx_lanes_) lanes.lanes.push_back(lane.get());
     lanes.min_share = options.ucx_lane_share;
     d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned,
-                                                 d->remote_ranges_.get(), StagingOptions{},
+                                                 d->remote_ranges_.get(), options.staging,
                                                  std::move(lanes));
     engines.push_back(d->ucx_engine_.get());
     staging.device = !d->ucx_->cuda_aware();
     staging.all = options.ucx_force_staging;
     staging.pinned = pinned;
+    staging.options = options.staging;
   }
   if (d->mpi_ != nullptr) {
     MpiEngineOptions mpi_options;

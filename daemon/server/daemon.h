@@ -61,6 +61,8 @@ struct DaemonOptions {
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
   bool cuda_ipc_fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
+  // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
+  StagingOptions staging;
   uint64_t ucx_chunk = 4 << 20;
   // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
   // shared-memory allocator), not in private anonymous memory.
