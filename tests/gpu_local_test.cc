@@ -111,6 +111,39 @@ TEST_F(GpuLocal, BadDeviceRequestsAreRefused) {
   EXPECT_TRUE(client_->Release(a->id()).ok());
 }
 
+// --gpus by UUID (whole or a prefix naming one GPU) or index: the daemon serves that GPU
+// alone, under its own index, and refuses the others; a UUID no GPU has stops the start.
+TEST_F(GpuLocal, GpusSelectedByUuidOrIndex) {
+  auto all = client_->GetInfo();
+  ASSERT_TRUE(all.ok());
+  const v1::GpuInfo last = all->gpus(all->gpus_size() - 1);
+  for (const std::string& spec : {last.uuid(), last.uuid().substr(0, 12),
+                                  absl::StrCat(last.index())}) {
+    SCOPED_TRACE(spec);
+    auto p = DaemonProcess::Start({"--gpus=" + spec, "--device_pool_size=256MiB",
+                                   "--pinned_pool_size=64MiB", "--host_pool_size=64MiB",
+                                   "--node=gpu-pick"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto c = Client::Connect((*p)->address());
+    ASSERT_TRUE(c.ok());
+    auto info = (*c)->GetInfo();
+    ASSERT_TRUE(info.ok());
+    ASSERT_EQ(info->gpus_size(), 1);
+    EXPECT_EQ(info->gpus(0).uuid(), last.uuid());
+    EXPECT_EQ(info->gpus(0).index(), last.index());
+    auto here = (*c)->Allocate(1 << 20, v1::DEVICE, last.index());
+    ASSERT_TRUE(here.ok()) << here.status();
+    const std::string data = RandomBytes(1 << 20, 5);
+    ASSERT_TRUE((*c)->Write(Ref(here->id()), data).ok());
+    EXPECT_TRUE(*(*c)->Read(Ref(here->id())) == data);
+    if (last.index() != 0) {
+      EXPECT_EQ((*c)->Allocate(1 << 20, v1::DEVICE, 0).status().code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_FALSE(DaemonProcess::Start({"--gpus=GPU-00000000-dead", "--node=gpu-none"}).ok());
+}
+
 TEST_F(GpuLocal, CancelStopsADeviceMove) {
   auto p = DaemonProcess::Start({"--max_move_rate=1GiB", "--device_pool_size=2GiB"});
   ASSERT_TRUE(p.ok());

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "daemon/common/log.h"
 #include "daemon/server/convert.h"
 
@@ -52,19 +53,27 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
     for (const GpuDevice& d : devices) out.push_back(d.index);
     return out;
   }
-  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
-    int index = -1;
+  for (absl::string_view raw : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    const absl::string_view item = absl::StripAsciiWhitespace(raw);
+    // An index, or a UUID as nvidia-smi -L prints it, whole or a prefix naming one GPU.
+    std::vector<int> found;
     for (const GpuDevice& d : devices) {
       int n = 0;
       if ((absl::SimpleAtoi(item, &n) && n == d.index) ||
-          (absl::StartsWith(item, "GPU-") && absl::StartsWith(d.uuid, item))) {
-        index = d.index;
+          (absl::StartsWith(item, "GPU-") && item.size() > 4 && absl::StartsWith(d.uuid, item))) {
+        found.push_back(d.index);
       }
     }
-    if (index < 0) {
+    if (found.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--gpus: no GPU \"", item, "\" on this node (",
                                                      devices.size(), " present)"));
     }
+    if (found.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: \"", item, "\" names ", found.size(), " GPUs (GPU ",
+                       absl::StrJoin(found, ", GPU "), "): give more of the UUID"));
+    }
+    const int index = found[0];
     if (std::find(out.begin(), out.end(), index) == out.end()) out.push_back(index);
   }
   return out;
