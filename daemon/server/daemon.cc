@@ -385,7 +385,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                   {},
                   mpi_status,
                   d->mpi_ != nullptr && d->mpi_->world().cuda_aware,
-                  ipc_status};
+                  ipc_status,
+                  *gpus};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(d->buffer_service_.get());
   builder.RegisterService(d->transfer_service_.get());

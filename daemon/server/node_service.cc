@@ -1,5 +1,7 @@
 #include "daemon/server/node_service.h"
 
+#include <algorithm>
+
 #include "daemon/common/cpus.h"
 #include "daemon/server/convert.h"
 
@@ -16,6 +18,10 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
     response->set_workers(static_cast<uint32_t>(facts_.scheduler->workers()));
   }
   for (const GpuDevice& d : facts_.gpu->devices()) {
+    if (std::find(facts_.served_gpus.begin(), facts_.served_gpus.end(), d.index) ==
+        facts_.served_gpus.end()) {
+      continue;
+    }
     v1::GpuInfo* g = response->add_gpus();
     g->set_index(d.index);
     g->set_uuid(d.uuid);

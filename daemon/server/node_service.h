@@ -36,6 +36,8 @@ struct NodeFacts {
   std::string mpi_status;
   bool mpi_cuda_aware = false;
   std::string cuda_ipc_status;
+  // The GPUs this daemon serves (--gpus): the only ones GetInfo lists.
+  std::vector<int> served_gpus;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
