@@ -24,6 +24,9 @@
 
 ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{1ull << 30}, "Largest move.");
 ABSL_FLAG(int, reps, 20, "Repetitions per size (medians are printed).");
+ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
+ABSL_FLAG(bool, local, true, "Measure path LOCAL (GPU0 -> GPU1, pinned <-> GPU0).");
+ABSL_FLAG(bool, cuda_ipc, true, "Measure path CUDA_IPC between two daemons.");
 
 namespace gpumove {
 namespace {
@@ -68,7 +71,7 @@ bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v
     from.set_length(4096);
     if (!client.Move(from, dst, o).ok()) break;
   }
-  for (uint64_t size = 4096; size <= max_size; size *= 4) {
+  for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
     const double raw_s = RawCopy(raw, size, reps);
     std::vector<double> wall, engine;
     for (int i = 0; i < reps + 1; ++i) {
@@ -169,6 +172,7 @@ int Main() {
                              {"GPU0 -> pinned", v1::DEVICE, 0, -1}};
   if (gpus > 1) pairs.insert(pairs.begin(), {"GPU0 -> GPU1", v1::DEVICE, 0, 1});
 
+  if (!absl::GetFlag(FLAGS_local)) pairs.clear();
   for (const Pair& p : pairs) {
     Raw raw;
     const bool dst_host = p.dst_dev < 0;
@@ -216,7 +220,7 @@ int Main() {
 
   // Path CUDA_IPC: a second daemon on this host serving GPU1 only; the first pushes its
   // GPU0 buffer into it, GPU to GPU through the IPC mapping, against the same raw copy.
-  if (gpus > 1) {
+  if (gpus > 1 && absl::GetFlag(FLAGS_cuda_ipc)) {
     auto b_daemon = DaemonProcess::Start(
         {absl::StrFormat("--device_pool_size=%d", 4 * max_size + (256 << 20)), "--gpus=1",
          "--host_pool_size=64MiB", "--node=gpu-bench-b", "--peers=" + (*daemon)->address()});
@@ -234,6 +238,11 @@ int Main() {
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaMalloc(&raw.a, max_size));
     CHECK_CUDA(cudaStreamCreateWithFlags(&raw.s, cudaStreamNonBlocking));
+    // The raw copy goes over NVLink as the daemons' does (without --local nothing above
+    // enabled it, and the driver staged it through the host at a tenth of the speed).
+    cudaError_t peer = cudaDeviceEnablePeerAccess(1, 0);
+    if (peer != cudaSuccess && peer != cudaErrorPeerAccessAlreadyEnabled) CHECK_CUDA(peer);
+    cudaGetLastError();
     auto src = client->Allocate(4 * max_size, v1::DEVICE, 0);
     auto dst = b_client->Allocate(4 * max_size, v1::DEVICE, 1);
     if (!src.ok() || !dst.ok()) {

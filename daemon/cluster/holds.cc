@@ -129,6 +129,7 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              bool runner_ok, absl::Duration half_wait,
                                              const std::string& fence,
                                              absl::Duration fence_wait) {
+  const absl::Time arrived = absl::Now();
   std::unique_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
@@ -149,13 +150,18 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
   }
   const BufferUse& u = entry->use;
   if (runner_ok && !fence.empty()) {
+    const absl::Time quiet_until =
+        staging_.fence_quiet_rate == 0
+            ? absl::InfinitePast()
+            : arrived + absl::Seconds(static_cast<double>(u.length()) /
+                                      static_cast<double>(staging_.fence_quiet_rate));
     GpuRuntime* gpu = staging_.gpu;
     absl::Status st =
         gpu == nullptr || gpu->devices().empty()
             ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
             : gpu->WaitIpcFence(u.kind() == MemoryKind::kDevice ? u.device()
                                                                  : gpu->devices().front().index,
-                                fence, absl::Now() + fence_wait);
+                                fence, absl::Now() + fence_wait, quiet_until);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("waiting for the runner's copy to end: ", st.message()));

@@ -26,6 +26,11 @@ struct StagingPolicy {
   GpuRuntime* gpu = nullptr;  // Also waits for runners' CUDA IPC fences.
   Pool* pinned = nullptr;
   StagingOptions options;
+  // The fastest a runner's CUDA IPC copy can land here, bytes per second: a fence for a
+  // range of L bytes is not queried before L / this after the acknowledgement came (the
+  // copy was queued before it was sent), so the driver is left alone while the copy runs.
+  // 0: query at once.
+  uint64_t fence_quiet_rate = 0;
 };
 
 class HoldTable {

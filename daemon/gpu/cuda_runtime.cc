@@ -195,7 +195,8 @@ class CudaRuntime : public GpuRuntime {
     return fence;
   }
 
-  absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline) override {
+  absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline,
+                            absl::Time quiet_until) override {
     cudaIpcEventHandle_t h;
     if (handle.size() != sizeof(h.reserved)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -220,6 +221,14 @@ class CudaRuntime : public GpuRuntime {
         // event must not be used once its exporter destroyed it; ours never destroy theirs.)
         imported_.emplace(handle, event);
       }
+    }
+    // Until the copy could have ended, no driver call: a long sleep, then a spin (a
+    // sleep's wake-up is tens of microseconds late).
+    quiet_until = std::min(quiet_until, deadline);
+    if (const absl::Duration rest = quiet_until - absl::Now(); rest > absl::Microseconds(300)) {
+      absl::SleepFor(rest - absl::Microseconds(150));
+    }
+    while (absl::Now() < quiet_until) {
     }
     // Polled rather than synchronized: a copy whose process died must not hold this
     // thread past the deadline. A query every microsecond or so (not back to back: each

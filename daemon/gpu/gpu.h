@@ -97,7 +97,9 @@ class GpuRuntime {
   // Waits, polling, until the copy behind another process's fence (its ipc_handle, made
   // on this host) has ended. INVALID_ARGUMENT for a handle the driver refuses,
   // DEADLINE_EXCEEDED when it has not ended by `deadline`, FAILED_PRECONDITION without a GPU.
-  virtual absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline) {
+  // No query reaches the driver before `quiet_until` (when the copy cannot have ended yet).
+  virtual absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline,
+                                    absl::Time quiet_until = absl::InfinitePast()) {
     return absl::FailedPreconditionError("waiting for another process's copy needs a GPU");
   }
 

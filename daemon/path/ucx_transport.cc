@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -150,6 +151,7 @@ struct UcxTransport::Impl {
   // By peer key + '\0' + packed rkey; null: that pool is not reachable directly.
   absl::flat_hash_map<std::string, std::shared_ptr<Direct>> direct ABSL_GUARDED_BY(direct_mu);
   std::atomic<uint64_t> direct_bytes{0};
+  std::atomic<uint64_t> naps{0};
   int prefaulting ABSL_GUARDED_BY(direct_mu) = 0;  // Prefault helpers still running.
 
   // Times each peer key was forgotten: a move that began before a Forget must not carry
@@ -162,6 +164,9 @@ struct UcxTransport::Impl {
     return it == forgotten.end() ? 0 : it->second;
   }
 
+  // Peer calls made and not answered, plus those served and not yet replied to (see
+  // UcxOptions::call_awake).
+  std::atomic<int> calls_open{0};
   absl::Mutex calls_mu;
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingCall>> calls ABSL_GUARDED_BY(calls_mu);
   uint64_t next_call_id ABSL_GUARDED_BY(calls_mu) = 0;
@@ -553,11 +558,13 @@ struct UcxTransport::Impl {
       return UCS_OK;
     }
     const absl::Time received = impl->trace_calls ? absl::Now() : absl::InfinitePast();
+    impl->calls_open.fetch_add(1);
     UcxReply reply = [impl, caller = std::move(caller), id, method = h.method, received](
                          const absl::Status& status, std::string body) {
       const absl::Time answered = impl->trace_calls ? absl::Now() : absl::InfinitePast();
       auto send = [impl, caller, id, status, method, received, answered](std::string body) {
         impl->SendReply(caller, id, status, std::move(body));
+        impl->calls_open.fetch_sub(1);
         if (impl->trace_calls) {
           VLOG(2) << "peer call " << method << " served: answered "
                   << absl::ToDoubleMicroseconds(answered - received) << " us after it came, "
@@ -605,7 +612,14 @@ struct UcxTransport::Impl {
       // Idle: sleep until the network or a caller has something (peers' wire-up and
       // remote-side protocol steps need this worker to progress promptly) -- unless
       // something happened within the poll window: a reply is likely on its way.
-      if (idle && absl::Now() - last_activity >= options.poll_window) Sleep(100);
+      if (idle) {
+        const absl::Duration quiet = absl::Now() - last_activity;
+        if (quiet >= options.poll_window &&
+            (quiet >= options.call_awake || calls_open.load(std::memory_order_relaxed) == 0)) {
+          naps.fetch_add(1, std::memory_order_relaxed);
+          Sleep(100);
+        }
+      }
       {
         absl::MutexLock lock(&mu);
         ready.swap(jobs);
@@ -944,6 +958,7 @@ bool UcxTransport::Direct(const RemoteRange& remote) {
 }
 
 uint64_t UcxTransport::direct_bytes() const { return impl_->direct_bytes; }
+uint64_t UcxTransport::naps() const { return impl_->naps; }
 
 absl::Status UcxTransport::Put(const RemoteRange& remote, const void* local, uint64_t length,
                                const std::function<bool(uint64_t)>& progress) {
@@ -967,6 +982,8 @@ absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t met
   const absl::Time t0 = absl::Now();
   auto call = std::make_shared<Impl::PendingCall>();
   call->peer_key = peer.key;
+  impl_->calls_open.fetch_add(1);
+  absl::Cleanup closed = [this] { impl_->calls_open.fetch_sub(1); };
   uint64_t id = 0;
   {
     absl::MutexLock lock(&impl_->calls_mu);
@@ -1003,8 +1020,9 @@ absl::StatusOr<std::string> UcxTransport::Call(const UcxPeer& peer, uint32_t met
       if (it != impl->calls.end()) it->second->sent = absl::Now();
     }
   });
-  // Poll for a quick answer before blocking (see UcxOptions::poll_window).
-  for (const absl::Time spin_until = absl::Now() + impl_->options.poll_window;
+  // Poll for the answer before blocking (see UcxOptions::poll_window and call_awake).
+  for (const absl::Time spin_until =
+           absl::Now() + std::max(impl_->options.poll_window, impl_->options.call_awake);
        !call->done.HasBeenNotified() && absl::Now() < spin_until;) {
     std::this_thread::yield();
   }

@@ -217,5 +217,45 @@ TEST_F(UcxCallTest, APeerThatDoesNotServeOrIsGoneAnswersUnavailable) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// call_awake: while a call is unanswered, neither progress thread sleeps (the answer of a
+// slow call, such as an acknowledgement waiting for a long copy, then wakes no thread);
+// without it both nap while they wait.
+TEST(UcxCallAwake, ProgressThreadsStayAwakeWhileACallIsOpen) {
+  for (const absl::Duration awake : {absl::Seconds(5), absl::ZeroDuration()}) {
+    SCOPED_TRACE(absl::FormatDuration(awake));
+    UcxOptions options;
+    options.call_awake = awake;  // poll_window 0: idle threads sleep at once.
+    auto a = *UcxTransport::Create(options);
+    auto b = *UcxTransport::Create(options);
+    b->ServeCalls("b#1", [](uint32_t, std::string body, UcxReply reply) {
+      std::thread([body = std::move(body), reply = std::move(reply)] {
+        absl::SleepFor(absl::Milliseconds(600));
+        reply(absl::OkStatus(), body);
+      }).detach();
+    });
+    a->ServeCalls("a#1", nullptr);
+    const UcxPeer peer{"b#1", b->worker_address(), true};
+    // The first call also makes the endpoints.
+    ASSERT_TRUE(a->Call(peer, 1, "connect", absl::Seconds(10)).ok());
+    absl::StatusOr<std::string> r;
+    std::thread call([&] { r = a->Call(peer, 1, "slow", absl::Seconds(10)); });
+    // Naps in the middle of the call (from 150 to 400 ms of its 600).
+    absl::SleepFor(absl::Milliseconds(150));
+    const uint64_t a_naps = a->naps(), b_naps = b->naps();
+    absl::SleepFor(absl::Milliseconds(250));
+    const uint64_t a_during = a->naps() - a_naps, b_during = b->naps() - b_naps;
+    call.join();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, "slow");
+    if (awake > absl::ZeroDuration()) {
+      EXPECT_EQ(a_during, 0u);
+      EXPECT_EQ(b_during, 0u);
+    } else {
+      EXPECT_GT(a_during, 0u);
+      EXPECT_GT(b_during, 0u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -127,6 +127,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
     ucx_options.poll_window = ucx_poll;
+    ucx_options.call_awake = options.peer_call_awake >= absl::ZeroDuration()
+                                 ? options.peer_call_awake
+                             : std::thread::hardware_concurrency() >= 16 ? absl::Milliseconds(10)
+                                                                         : absl::ZeroDuration();
     ucx_options.direct_threads =
         options.direct_copy_threads > 0
             ? options.direct_copy_threads
@@ -281,6 +285,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // range with --ucx_force_staging).
   StagingPolicy staging;
   staging.gpu = gpu;  // Also for CUDA IPC fences, with or without UCX.
+  staging.fence_quiet_rate = options.cuda_ipc_fence_quiet;
   if (d->ucx_ != nullptr) {
     Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     UcxLaneOptions lanes;

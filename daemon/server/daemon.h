@@ -61,6 +61,8 @@ struct DaemonOptions {
   // the staging protocol on machines without GPUs).
   bool ucx_force_staging = false;
   bool cuda_ipc_fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
+  // Bytes/s; see StagingPolicy::fence_quiet_rate.
+  uint64_t cuda_ipc_fence_quiet = 1000ull * 1000 * 1000 * 1000;
   // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
   StagingOptions staging;
   uint64_t ucx_chunk = 4 << 20;
@@ -79,6 +81,8 @@ struct DaemonOptions {
   // How long a thread serving peer calls polls for the next one after serving; negative:
   // ucx_poll_window with 16 CPUs or more, a fifth of it below.
   absl::Duration peer_call_poll = absl::Milliseconds(-1);
+  // UcxOptions::call_awake; negative: 10 ms with 16 CPUs or more, 0 below.
+  absl::Duration peer_call_awake = absl::Milliseconds(-1);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
   // UCX lanes (each its own context, worker, connections and progress thread) that host

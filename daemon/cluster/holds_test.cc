@@ -1,0 +1,107 @@
+#include "daemon/cluster/holds.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
+
+namespace gpumove {
+namespace {
+
+// A host-only runtime that says it has a GPU and records how it was asked to wait for a
+// fence (the wait itself ends at once).
+class FenceRecorder : public GpuRuntime {
+ public:
+  FenceRecorder() : host_(CreateHostOnly("test")) { devices_.push_back(GpuDevice{}); }
+  bool cuda_compiled() const override { return false; }
+  std::string status() const override { return "fence recorder"; }
+  const std::vector<GpuDevice>& devices() const override { return devices_; }
+  absl::StatusOr<void*> DeviceAlloc(int, uint64_t) override {
+    return absl::UnimplementedError("no device memory");
+  }
+  void DeviceFree(int, void*) override {}
+  absl::StatusOr<void*> PinnedAlloc(uint64_t bytes) override { return host_->PinnedAlloc(bytes); }
+  void PinnedFree(void* ptr) override { host_->PinnedFree(ptr); }
+  absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
+                    uint64_t chunk, const CopyProgress& progress) override {
+    return host_->Copy(dst, dst_device, src, src_device, bytes, chunk, progress);
+  }
+  absl::Status WaitIpcFence(int, const std::string& handle, absl::Time deadline,
+                            absl::Time quiet_until) override {
+    handle_ = handle;
+    called_ = absl::Now();
+    deadline_ = deadline;
+    quiet_until_ = quiet_until;
+    return absl::OkStatus();
+  }
+
+  std::string handle_;
+  absl::Time called_, deadline_, quiet_until_;
+
+ private:
+  std::unique_ptr<GpuRuntime> host_;
+  std::vector<GpuDevice> devices_;
+};
+
+class HoldTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PoolSizes sizes;
+    sizes.host = 64 << 20;
+    sizes.pinned = 0;  // The fake GPU cannot pin memory.
+    pools_ = *PoolSet::Create(sizes, {}, &gpu_);
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    AllocateOptions o;
+    o.size = 32 << 20;
+    o.owner = "alice";
+    buffer_ = registry_->Allocate(o)->id;
+  }
+  std::unique_ptr<HoldTable> Table(uint64_t quiet_rate) {
+    StagingPolicy policy;
+    policy.gpu = &gpu_;
+    policy.fence_quiet_rate = quiet_rate;
+    return std::make_unique<HoldTable>(
+        registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, policy);
+  }
+
+  FenceRecorder gpu_;
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  std::string buffer_;
+};
+
+// A fence for L bytes is not queried before L / the quiet rate after the acknowledgement
+// came: 16 MiB at 16 MiB/ms is a millisecond.
+TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyTakes) {
+  auto table = Table(16ull << 30);  // 16 GiB/s: 16 MiB in 1/1024 s.
+  ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
+  const absl::Time before = absl::Now();
+  auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
+                              absl::Seconds(1), "fence-handle", absl::Seconds(10));
+  const absl::Time after = absl::Now();
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(gpu_.handle_, "fence-handle");
+  const absl::Duration copy = absl::Seconds(1.0 / 1024);
+  EXPECT_GE(gpu_.quiet_until_, before + copy);
+  EXPECT_LE(gpu_.quiet_until_, after + copy);
+  EXPECT_GE(gpu_.deadline_, before + absl::Seconds(10));
+  EXPECT_EQ(table->size(), 0u);  // The hold ended.
+}
+
+TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
+  auto table = Table(0);
+  ASSERT_TRUE(table->Hold("node-a", 1, "t2", "alice", buffer_, 0, 16 << 20).ok());
+  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1), "h",
+                              absl::Seconds(10))
+                  .ok());
+  EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
+  // No fence (a move that needed none): the runtime is not asked at all.
+  gpu_.handle_.clear();
+  ASSERT_TRUE(table->Hold("node-a", 1, "t3", "alice", buffer_, 0, 4096).ok());
+  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), "",
+                              absl::Seconds(10))
+                  .ok());
+  EXPECT_TRUE(gpu_.handle_.empty());
+}
+
+}  // namespace
+}  // namespace gpumove
