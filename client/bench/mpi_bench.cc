@@ -307,6 +307,10 @@ int Main() {
         base > 0 ? many / base : 0, rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0,
         rc > 0 ? many / rc : 0);
   }
+  if (const double one = MedianAt(single, 4096); one > 0) {
+    std::cout << absl::StrFormat("4 KiB single move latency (Submit + wait): %.1f us\n",
+                                 4096 / one / 1e3);
+  }
   if (absl::GetFlag(FLAGS_device)) return 0;
   // What the memory allows: NetPIPE and raw MPI send the same buffers every time.
   std::vector<std::pair<uint64_t, double>> streams;
