@@ -143,7 +143,7 @@ int RawChild() {
     std::vector<double> hot, cold;
     for (int r = 0; r < reps; ++r) {
       auto h = once(0, size);
-      auto c = once((r * size) % (footprint - size + 1), size);
+      auto c = once((r % (footprint / size)) * size, size);
       if (!h.has_value() || !c.has_value()) return 1;
       hot.push_back(*h);
       cold.push_back(*c);

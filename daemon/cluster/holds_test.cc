@@ -28,14 +28,13 @@ class FenceRecorder : public GpuRuntime {
   absl::Status WaitIpcFence(int, const std::string& handle, absl::Time deadline,
                             absl::Time quiet_until) override {
     handle_ = handle;
-    called_ = absl::Now();
     deadline_ = deadline;
     quiet_until_ = quiet_until;
     return absl::OkStatus();
   }
 
   std::string handle_;
-  absl::Time called_, deadline_, quiet_until_;
+  absl::Time deadline_, quiet_until_;
 
  private:
   std::unique_ptr<GpuRuntime> host_;
