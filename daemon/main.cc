@@ -115,6 +115,10 @@ ABSL_FLAG(std::string, mpi, "auto",
 ABSL_FLAG(absl::Duration, mpi_poll, absl::Milliseconds(2),
           "The MPI thread polls MPI this long after a completion or a new operation before it "
           "naps: MPI moves bytes only while polled.");
+ABSL_FLAG(std::string, mpi_spin, "auto",
+          "on: the MPI thread polls through --mpi_poll even with nothing posted, and a thread "
+          "waiting for an MPI operation polls 50us before it blocks (small moves wake no "
+          "thread); off: they block; auto: on with 16 CPUs or more.");
 ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per MPI message of a move; four are kept in flight per move.");
 ABSL_FLAG(bool, mpi_force_staging, false,
@@ -228,6 +232,13 @@ int main(int argc, char** argv) {
   }
   options.mpi_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
   options.mpi_poll_window = absl::GetFlag(FLAGS_mpi_poll);
+  const std::string mpi_spin = absl::GetFlag(FLAGS_mpi_spin);
+  if (mpi_spin != "auto" && mpi_spin != "on" && mpi_spin != "off") {
+    LOG(ERROR) << "--mpi_spin must be auto, on or off";
+    return 2;
+  }
+  options.mpi_spin = mpi_spin == "on" || (mpi_spin == "auto" &&
+                                          std::thread::hardware_concurrency() >= 16);
   options.mpi_force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
   options.listen_given = !folded.empty();
   if (options.listen.empty()) {

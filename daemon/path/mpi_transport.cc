@@ -1,6 +1,7 @@
 #include "daemon/path/mpi_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,7 @@ struct MpiTransport::Op {
   absl::Duration timeout;
   // Written under mu_ by the MPI thread.
   bool done = false;      // Waiters may return: status/count are final.
+  std::atomic<bool> ready{false};  // done, for a waiter polling without the lock.
   bool finished = false;  // MPI is done with the buffer.
   bool cancel_asked = false;
   absl::Status status;
@@ -254,6 +256,7 @@ void MpiTransport::Loop() {
       op.done = true;
       op.status = std::move(status);
       op.count = count;
+      op.ready.store(true, std::memory_order_release);
     }
     --in_flight_;
   };
@@ -262,7 +265,11 @@ void MpiTransport::Loop() {
     std::deque<std::function<void()>> tasks;
     {
       absl::MutexLock lock(&mu_);
-      if (ops.empty()) mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+      // Nothing in MPI's hands: wait for work, unless polling (see MpiOptions::spin).
+      if (ops.empty() &&
+          !(options_.spin && absl::Now() - last_activity < options_.poll_window)) {
+        mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+      }
       post.swap(to_post_);
       cancel.swap(to_cancel_);
       tasks.swap(tasks_);
@@ -312,7 +319,10 @@ void MpiTransport::Loop() {
       }
     }
     take_wakes();
-    if (ops.empty()) continue;
+    if (ops.empty()) {
+      if (tasks.empty() && post.empty()) std::this_thread::yield();  // Polling idle.
+      continue;
+    }
     // Timeouts: a receive is cancelled (and ends when MPI lets go of it); a send is
     // reported failed now and left to MPI.
     const absl::Time now = absl::Now();
@@ -324,6 +334,7 @@ void MpiTransport::Loop() {
         absl::MutexLock lock(&mu_);
         if (!ops[i]->done) {
           ops[i]->done = true;
+          ops[i]->ready.store(true, std::memory_order_release);
           ops[i]->status = absl::UnavailableError(
               absl::StrCat("MPI send to rank ", ops[i]->peer, " did not complete in ",
                            absl::FormatDuration(options_.op_timeout)));
@@ -466,12 +477,14 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
       tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value()) {
     op->done = op->finished = true;
+    op->ready.store(true);
     op->status = absl::InvalidArgumentError(
         absl::StrCat("bad MPI operation: ", n, " bytes, rank ", peer, ", tag ", tag));
     return op;
   }
   if (stop_) {
     op->done = op->finished = true;
+    op->ready.store(true);
     op->status = absl::UnavailableError("daemon stopping");
     return op;
   }
@@ -501,6 +514,12 @@ absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op) {
 }
 
 absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op, absl::Time deadline) {
+  if (options_.spin) {
+    for (const absl::Time until = std::min(deadline, absl::Now() + absl::Microseconds(50));
+         !op->ready.load(std::memory_order_acquire) && absl::Now() < until;) {
+      std::this_thread::yield();
+    }
+  }
   absl::Status failure;
   {
     absl::MutexLock lock(&mu_);

@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     MpiOptions mpi_options;
     mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
     mpi_options.poll_window = options.mpi_poll_window;
+    mpi_options.spin = options.mpi_spin;
     auto mpi = MpiTransport::Start(mpi_options);
     if (!mpi.ok()) {
       if (options.mpi == "on") return mpi.status();
@@ -105,7 +106,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       mpi_status = absl::StrCat("two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size,
                                 " (", w.library, "); device memory: ",
                                 w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
-                                " (", w.cuda_awareness, ")");
+                                " (", w.cuda_awareness, ")",
+                                options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)"
+                                                 : "");
       LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
                 << " on this host): " << w.library << "; " << w.cuda_awareness;
     }

@@ -99,6 +99,7 @@ struct DaemonOptions {
   uint64_t mpi_chunk = 4 << 20;
   // The MPI thread polls this long after activity before it naps (MpiOptions).
   absl::Duration mpi_poll_window = absl::Milliseconds(2);
+  bool mpi_spin = false;  // MpiOptions::spin.
   bool mpi_force_staging = false;
   bool listen_given = true;
 };

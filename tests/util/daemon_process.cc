@@ -61,6 +61,16 @@ std::string FindBuiltBinary(const std::string& workspace_path, const char* env_o
   return candidates.back();
 }
 
+std::vector<std::string> ExtraDaemonFlags() {
+  std::vector<std::string> flags;
+  if (const char* extra = std::getenv("GPUMOVED_EXTRA_FLAGS")) {
+    for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
+      flags.emplace_back(f);
+    }
+  }
+  return flags;
+}
+
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<std::string> flags) {
   auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess());
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -72,12 +82,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
   for (const std::string& f : flags) has_listen |= absl::StartsWith(f, "--listen");
   if (!has_listen) flags.push_back("--listen=127.0.0.1:0");
   flags.push_back("--port_file=" + port_file);
-  // More flags for every daemon a test or benchmark starts (e.g. --v=1 when digging).
-  if (const char* extra = std::getenv("GPUMOVED_EXTRA_FLAGS")) {
-    for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
-      flags.emplace_back(f);
-    }
-  }
+  for (std::string& f : ExtraDaemonFlags()) flags.push_back(std::move(f));
   const std::string binary = FindBuiltBinary("daemon/gpumoved", "GPUMOVED");
   std::vector<std::string> argv_storage = {binary};
   argv_storage.insert(argv_storage.end(), flags.begin(), flags.end());

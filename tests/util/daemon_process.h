@@ -14,6 +14,10 @@
 
 namespace gpumove {
 
+// Flags for every daemon a test or benchmark starts, from GPUMOVED_EXTRA_FLAGS
+// (space-separated, e.g. --v=1 when digging).
+std::vector<std::string> ExtraDaemonFlags();
+
 // Path of a binary built by this workspace ("daemon/gpumoved"): from $GPUMOVED-style
 // override `env_override` if set, else the runfiles of the running test or binary, else
 // bazel-bin.

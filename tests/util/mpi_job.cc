@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<MpiJob>> MpiJob::Start(int ranks, const MpiLaunch
   args.push_back("--port_file=" + job->dir_ + "/port.%r");
   args.insert(args.end(), launch.daemon_flags.begin(), launch.daemon_flags.end());
   args.insert(args.end(), flags.begin(), flags.end());
+  for (std::string& f : ExtraDaemonFlags()) args.push_back(std::move(f));
   job->log_ = job->dir_ + "/job.log";
   const pid_t parent = getpid();
   job->pid_ = fork();
