@@ -37,7 +37,8 @@ struct MpiOptions {
   // operation at all (instead of blocking until one is posted), and Wait polls up to
   // 50 us for its operation before it blocks. A small move then wakes no thread on its
   // way into MPI or back out (H200s: a 4 KiB move's MPI send took 28 us, mostly two
-  // thread wake-ups).
+  // thread wake-ups; A/B in one run, three rounds: 256 KiB streams 0.95-1.02 GB/s
+  // without, 1.13-1.18 with; 4 KiB moves 330 vs 316 us, medians).
   bool spin = false;
 };
 
