@@ -213,6 +213,12 @@ int main(int argc, char** argv) {
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.cuda_ipc_fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
   options.cuda_ipc_fence_quiet = absl::GetFlag(FLAGS_cuda_ipc_fence_quiet).bytes;
+  // Below a copy's real speed the holding node would not look until after the copy ended
+  // (or its deadline passed): a slip of the unit, refused.
+  if (options.cuda_ipc_fence_quiet != 0 && options.cuda_ipc_fence_quiet < (1ull << 30)) {
+    LOG(ERROR) << "--cuda_ipc_fence_quiet is bytes per second: 0, or 1GiB or more";
+    return 2;
+  }
   options.staging.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_stage_chunk).bytes);
   options.staging.slots = std::max(2, absl::GetFlag(FLAGS_stage_slots));
   options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);

@@ -359,6 +359,19 @@ TEST(Integration, ServesOnAUnixSocket) {
   EXPECT_EQ(d.Contents(b), RandomBytes(1 << 20, 5));
 }
 
+// Flag values that cannot work stop the daemon at start with a message saying which.
+TEST(Integration, BadFlagValuesStopTheStartAndSaySo) {
+  for (const auto& [flag, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--cuda_ipc_fence_quiet=1MiB", "--cuda_ipc_fence_quiet is bytes per second"},
+           {"--mpi_spin=maybe", "--mpi_spin must be auto, on or off"},
+           {"--mpi=sometimes", "--mpi must be auto, on or off"},
+           {"--gpus=GPU-00000000-nope", "--gpus: no GPU"}}) {
+    auto d = DaemonProcess::Start({flag});
+    ASSERT_FALSE(d.ok()) << flag;
+    EXPECT_NE(d.status().message().find(said), std::string::npos) << d.status();
+  }
+}
+
 TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   Daemon d({"--node=node-x", "--gpus=none"});
   auto info = d.client->GetInfo();
