@@ -128,7 +128,7 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
                                              bool runner_ok, absl::Duration half_wait,
                                              const std::string& fence,
-                                             absl::Duration fence_wait) {
+                                             absl::Duration fence_wait, uint64_t fence_bytes) {
   const absl::Time arrived = absl::Now();
   std::unique_ptr<Entry> entry;
   {
@@ -151,9 +151,9 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
   const BufferUse& u = entry->use;
   if (runner_ok && !fence.empty()) {
     const absl::Time quiet_until =
-        staging_.fence_quiet_rate == 0
+        staging_.fence_quiet_rate == 0 || fence_bytes == 0
             ? absl::InfinitePast()
-            : arrived + absl::Seconds(static_cast<double>(u.length()) /
+            : arrived + absl::Seconds(static_cast<double>(std::min(fence_bytes, u.length())) /
                                       static_cast<double>(staging_.fence_quiet_rate));
     GpuRuntime* gpu = staging_.gpu;
     absl::Status st =

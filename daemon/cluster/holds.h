@@ -26,10 +26,10 @@ struct StagingPolicy {
   GpuRuntime* gpu = nullptr;  // Also waits for runners' CUDA IPC fences.
   Pool* pinned = nullptr;
   StagingOptions options;
-  // The fastest a runner's CUDA IPC copy can land here, bytes per second: a fence for a
-  // range of L bytes is not queried before L / this after the acknowledgement came (the
-  // copy was queued before it was sent), so the driver is left alone while the copy runs.
-  // 0: query at once.
+  // The fastest a runner's CUDA IPC copy can land here, bytes per second: a fence with L
+  // bytes behind it (as the runner says, at most the range) is not queried before L / this
+  // after the acknowledgement came (the copy was queued before it was sent), so the
+  // driver is left alone while the copy runs. 0: query at once.
   uint64_t fence_quiet_rate = 0;
 };
 
@@ -83,11 +83,14 @@ class HoldTable {
   // GPU copy still running, CompleteRemoteRequest.fence) is waited for (up to
   // `fence_wait`) before the hold ends or is hashed; a fence this node cannot wait for
   // (no GPU, a handle the driver refuses, too slow) is the answer, and the hold ends.
+  // `fence_bytes` (still to land behind the fence; 0: not known) sets how long the driver
+  // is left alone first (StagingPolicy::fence_quiet_rate).
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
                                     absl::Duration half_wait = absl::Seconds(2),
                                     const std::string& fence = "",
-                                    absl::Duration fence_wait = absl::Seconds(10));
+                                    absl::Duration fence_wait = absl::Seconds(10),
+                                    uint64_t fence_bytes = 0);
   // Holds of staged ranges made without a ring since start (the pool was busy).
   uint64_t deferred() const { return deferred_.load(); }
   // Ends every hold of a node's incarnation (it went down or restarted).

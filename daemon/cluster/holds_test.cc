@@ -68,29 +68,39 @@ class HoldTableTest : public ::testing::Test {
   std::string buffer_;
 };
 
-// A fence for L bytes is not queried before L / the quiet rate after the acknowledgement
-// came: 16 MiB at 16 MiB/ms is a millisecond.
-TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyTakes) {
-  auto table = Table(16ull << 30);  // 16 GiB/s: 16 MiB in 1/1024 s.
-  ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
-  const absl::Time before = absl::Now();
-  auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
-                              absl::Seconds(1), "fence-handle", absl::Seconds(10));
-  const absl::Time after = absl::Now();
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(gpu_.handle_, "fence-handle");
-  const absl::Duration copy = absl::Seconds(1.0 / 1024);
-  EXPECT_GE(gpu_.quiet_until_, before + copy);
-  EXPECT_LE(gpu_.quiet_until_, after + copy);
-  EXPECT_GE(gpu_.deadline_, before + absl::Seconds(10));
-  EXPECT_EQ(table->size(), 0u);  // The hold ended.
+// A fence with L bytes behind it is not queried before L / the quiet rate after the
+// acknowledgement came (8 MiB at 16 GiB/s: half a millisecond), never more than the range.
+TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes) {
+  auto table = Table(16ull << 30);  // 16 GiB/s.
+  for (const auto& [behind, counted] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {8 << 20, 8 << 20}, {64 << 20, 16 << 20}}) {
+    SCOPED_TRACE(behind);
+    ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
+    const absl::Time before = absl::Now();
+    auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
+                                absl::Seconds(1), "fence-handle", absl::Seconds(10), behind);
+    const absl::Time after = absl::Now();
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_EQ(gpu_.handle_, "fence-handle");
+    const absl::Duration copy = absl::Seconds(static_cast<double>(counted) / (16ull << 30));
+    EXPECT_GE(gpu_.quiet_until_, before + copy);
+    EXPECT_LE(gpu_.quiet_until_, after + copy);
+    EXPECT_GE(gpu_.deadline_, before + absl::Seconds(10));
+    EXPECT_EQ(table->size(), 0u);  // The hold ended.
+  }
+  // A runner that does not say how many bytes are behind its fence: queried at once.
+  ASSERT_TRUE(table->Hold("node-a", 1, "t0", "alice", buffer_, 0, 16 << 20).ok());
+  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, absl::Seconds(1), "h",
+                              absl::Seconds(10), 0)
+                  .ok());
+  EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
 }
 
 TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
   auto table = Table(0);
   ASSERT_TRUE(table->Hold("node-a", 1, "t2", "alice", buffer_, 0, 16 << 20).ok());
   ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1), "h",
-                              absl::Seconds(10))
+                              absl::Seconds(10), 16 << 20)
                   .ok());
   EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
   // No fence (a move that needed none): the runtime is not asked at all.

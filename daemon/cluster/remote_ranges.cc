@@ -194,19 +194,32 @@ absl::Status ClusterRemoteRanges::Invoke(
   return FromGrpc((stub.get()->*rpc)(&context, request, response), peer.node);
 }
 
+namespace {
+
+// The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
+void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
+                  bool checksum, const AckFence& fence, v1::CompleteRemoteRequest* item) {
+  item->set_transfer_id(hold.transfer_id);
+  item->set_from_node(self);
+  item->set_code(static_cast<int32_t>(outcome.code()));
+  item->set_message(std::string(outcome.message()));
+  item->set_checksum(checksum && outcome.ok());
+  if (outcome.ok() && !fence.handle.empty()) {
+    item->set_fence(fence.handle);
+    item->set_fence_bytes(fence.bytes);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
                                                        const absl::Status& outcome, bool checksum,
-                                                       const std::string& fence) {
+                                                       const AckFence& fence) {
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
   v1::CompleteRemoteRequest request;
-  request.set_transfer_id(hold.transfer_id);
-  request.set_from_node(cluster_->self().node());
-  request.set_code(static_cast<int32_t>(outcome.code()));
-  request.set_message(std::string(outcome.message()));
-  request.set_checksum(checksum && outcome.ok());
-  if (outcome.ok()) request.set_fence(fence);
+  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
   v1::CompleteRemoteResponse response;
   absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
                            &v1::PeerService::Stub::CompleteRemote);
@@ -227,7 +240,7 @@ ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& nod
 }
 
 void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
-                                        bool checksum, const std::string& fence,
+                                        bool checksum, const AckFence& fence,
                                         bool caller_busy, AckCallback done) {
   Acker* a = AckerFor(hold.node);
   {
@@ -294,13 +307,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
     v1::CompleteRemoteBatchRequest part;
     for (size_t i = first; i < last; ++i) {
       const PendingAck& p = *sent[i];
-      v1::CompleteRemoteRequest* item = part.add_items();
-      item->set_transfer_id(p.hold.transfer_id);
-      item->set_from_node(self);
-      item->set_code(static_cast<int32_t>(p.outcome.code()));
-      item->set_message(std::string(p.outcome.message()));
-      item->set_checksum(p.checksum && p.outcome.ok());
-      if (p.outcome.ok()) item->set_fence(p.fence);
+      FillComplete(self, p.hold, p.outcome, p.checksum, p.fence, part.add_items());
     }
     v1::CompleteRemoteBatchResponse response;
     absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
@@ -408,7 +415,7 @@ void ClusterRemoteRanges::ReleaseLoop() {
       hold = std::move(to_release_.front());
       to_release_.pop_front();
     }
-    auto st = Complete(hold, absl::CancelledError("move did not run"), false, "");
+    auto st = Complete(hold, absl::CancelledError("move did not run"), false, AckFence{});
     if (!st.ok())
       VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": "
               << st.status();

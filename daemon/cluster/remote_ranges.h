@@ -56,12 +56,12 @@ class ClusterRemoteRanges : public RemoteRanges {
                                                       const std::string& node,
                                                       const std::vector<RemoteAsk>& asks) override;
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum, const std::string& fence) override;
+                                    bool checksum, const AckFence& fence) override;
   // One CompleteRemoteBatch in flight per node: a caller finding none sends its own on its
   // thread; those arriving meanwhile queue and go together, sent by the node's drainer.
   // A caller that is busy (more moves waiting) always hands its acknowledgement over.
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const std::string& fence, bool caller_busy, AckCallback done) override;
+                     const AckFence& fence, bool caller_busy, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
                           uint64_t length, bool to_range) override;
@@ -74,7 +74,7 @@ class ClusterRemoteRanges : public RemoteRanges {
     RemoteHold hold;
     absl::Status outcome;
     bool checksum = false;
-    std::string fence;
+    AckFence fence;
     AckCallback done;
   };
   // Acknowledgements to one node.

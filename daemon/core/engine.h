@@ -88,6 +88,14 @@ struct RemoteAsk {
   uint64_t mpi_chunk = 0;
 };
 
+// A copy the runner left running behind a fence (CopyFence), as its acknowledgement
+// names it: the CUDA IPC event handle (empty: none) and the bytes still to land behind
+// it (at most; 0: not known).
+struct AckFence {
+  std::string handle;
+  uint64_t bytes = 0;
+};
+
 // How the scheduler reaches ranges on other nodes; the cluster layer implements it.
 class RemoteRanges {
  public:
@@ -121,15 +129,15 @@ class RemoteRanges {
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.
   virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                            bool checksum, const std::string& fence) = 0;
+                                            bool checksum, const AckFence& fence) = 0;
   // Complete without making the caller wait for the round trip when others to the same
   // node are in flight: `done` runs exactly once, on this thread before the call returns
   // or later on another thread (acknowledgements that pile up travel together).
-  // `fence`: a CopyFence's ipc_handle the remote node waits for first (empty: none; only
-  // for holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
+  // `fence`: a CopyFence the remote node waits for first (empty handle: none; only for
+  // holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
   // so the acknowledgement should not be sent on its thread.
   virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                             const std::string& fence, bool caller_busy, AckCallback done) {
+                             const AckFence& fence, bool caller_busy, AckCallback done) {
     done(Complete(hold, outcome, checksum, fence));
   }
   // Ends a hold without waiting (a move that never ran); best effort.

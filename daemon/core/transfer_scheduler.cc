@@ -548,7 +548,8 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     absl::MutexLock lock(&mu_);
     ++acking_;
   }
-  const std::string fence = t->fence != nullptr ? t->fence->ipc_handle() : std::string();
+  AckFence fence;
+  if (t->fence != nullptr) fence = {t->fence->ipc_handle(), t->fence->pending_bytes()};
   remote_->CompleteAsync(
       *t->remote_hold, status, t->checksum, fence, /*caller_busy=*/MovesWaiting(),
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {

@@ -437,16 +437,17 @@ class FakeRemote : public RemoteRanges {
     return RemoteRanges::PrepareMany(owner, node, asks);
   }
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum, const std::string& fence) override {
+                                    bool checksum, const AckFence& fence) override {
     absl::MutexLock lock(&mu_);
     --holds_;
     return 0;
   }
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const std::string& fence, bool caller_busy, AckCallback done) override {
+                     const AckFence& fence, bool caller_busy, AckCallback done) override {
     absl::MutexLock lock(&mu_);
     acks_.push_back(std::move(done));
-    fences_.push_back(fence);
+    fences_.push_back(fence.handle);
+    fence_bytes_.push_back(fence.bytes);
     busy_.push_back(caller_busy);
   }
   void Release(const RemoteHold& hold) override {
@@ -490,10 +491,14 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return batches_;
   }
-  // The fences the acknowledgements carried, in order.
+  // The fences the acknowledgements carried, in order, and the bytes behind each.
   std::vector<std::string> fences() {
     absl::MutexLock lock(&mu_);
     return fences_;
+  }
+  std::vector<uint64_t> fence_bytes() {
+    absl::MutexLock lock(&mu_);
+    return fence_bytes_;
   }
   // Whether each acknowledgement's caller had more moves waiting, in order.
   std::vector<bool> busy() {
@@ -515,6 +520,7 @@ class FakeRemote : public RemoteRanges {
   std::vector<std::string> batches_ ABSL_GUARDED_BY(mu_);
   std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> fences_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> fence_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -548,6 +554,7 @@ class RemoteCopyEngine : public Engine {
     ~Fence() override { ended_->fetch_add(1); }
     const std::string& ipc_handle() const override { return handle_; }
     absl::Status Wait() override { return absl::OkStatus(); }
+    uint64_t pending_bytes() const override { return 3000; }
 
    private:
     std::atomic<int>* ended_;
@@ -694,6 +701,7 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   }
   EXPECT_EQ(remote.fences(),
             (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
+  EXPECT_EQ(remote.fence_bytes(), (std::vector<uint64_t>{0, 3000, 3000}));
   EXPECT_EQ(remote.busy(), (std::vector<bool>{false, false, false}));  // Each move alone.
   EXPECT_EQ(engine.fences_ended_.load(), 0);
   for (const TransferSnapshot& t : fenced) {

@@ -262,8 +262,8 @@ class CudaRuntime : public GpuRuntime {
   };
   class Fence : public CopyFence {
    public:
-    Fence(CudaRuntime* owner, FenceEvent e, StreamLease stream)
-        : owner_(owner), e_(std::move(e)), stream_(std::move(stream)) {}
+    Fence(CudaRuntime* owner, FenceEvent e, StreamLease stream, uint64_t pending)
+        : owner_(owner), e_(std::move(e)), stream_(std::move(stream)), pending_(pending) {}
     ~Fence() override {
       Wait().IgnoreError();
       owner_->PutFence(std::move(e_));
@@ -273,11 +273,13 @@ class CudaRuntime : public GpuRuntime {
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e_.event));
       return absl::OkStatus();
     }
+    uint64_t pending_bytes() const override { return pending_; }
 
    private:
     CudaRuntime* const owner_;
     FenceEvent e_;
     StreamLease stream_;  // Given back after the wait in the destructor.
+    const uint64_t pending_;
   };
 
   // One on the current device (`device`), from the free list or new.
@@ -362,7 +364,9 @@ class CudaRuntime : public GpuRuntime {
         cudaError_t err = cudaEventRecord(e->event, s.stream);
         // The fence keeps the stream until the copy has ended: a copy queued behind it
         // on the same stream would wait for this one.
-        auto f = std::make_unique<Fence>(this, *std::move(e), std::move(lease));
+        // Behind it: every byte not yet seen to land (the chunk before the last has
+        // only just started, its predecessor having ended).
+        auto f = std::make_unique<Fence>(this, *std::move(e), std::move(lease), bytes - landed);
         if (err != cudaSuccess) return CudaError(err, "cudaEventRecord (fence)");
         *fence = std::move(f);
         return absl::OkStatus();

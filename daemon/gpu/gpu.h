@@ -50,6 +50,9 @@ class CopyFence {
   virtual const std::string& ipc_handle() const = 0;
   // Returns once every byte has landed; INTERNAL carries the CUDA error text.
   virtual absl::Status Wait() = 0;
+  // Bytes the copy still had to move when the fence was made (at most): the waiting node
+  // need not look sooner than the fastest copy of them takes. 0: not known.
+  virtual uint64_t pending_bytes() const { return 0; }
 };
 
 class GpuRuntime {

@@ -19,6 +19,7 @@ class MappedFence : public CopyFence {
       : mapping_(std::move(mapping)), fence_(std::move(fence)) {}
   const std::string& ipc_handle() const override { return fence_->ipc_handle(); }
   absl::Status Wait() override { return fence_->Wait(); }
+  uint64_t pending_bytes() const override { return fence_->pending_bytes(); }
 
  private:
   std::shared_ptr<const IpcTable::Mapping> mapping_;
