@@ -127,8 +127,8 @@ absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
                                              bool runner_ok, absl::Duration half_wait,
-                                             const std::string& fence,
-                                             absl::Duration fence_wait, uint64_t fence_bytes) {
+                                             const AckFence& fence,
+                                             absl::Duration fence_wait) {
   const absl::Time arrived = absl::Now();
   std::unique_ptr<Entry> entry;
   {
@@ -149,11 +149,11 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     }
   }
   const BufferUse& u = entry->use;
-  if (runner_ok && !fence.empty()) {
+  if (runner_ok && !fence.handle.empty()) {
     const absl::Time quiet_until =
-        staging_.fence_quiet_rate == 0 || fence_bytes == 0
+        staging_.fence_quiet_rate == 0 || fence.bytes == 0
             ? absl::InfinitePast()
-            : arrived + absl::Seconds(static_cast<double>(std::min(fence_bytes, u.length())) /
+            : arrived + absl::Seconds(static_cast<double>(std::min(fence.bytes, u.length())) /
                                       static_cast<double>(staging_.fence_quiet_rate));
     GpuRuntime* gpu = staging_.gpu;
     absl::Status st =
@@ -161,7 +161,7 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
             ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
             : gpu->WaitIpcFence(u.kind() == MemoryKind::kDevice ? u.device()
                                                                  : gpu->devices().front().index,
-                                fence, absl::Now() + fence_wait, quiet_until);
+                                fence.handle, absl::Now() + fence_wait, quiet_until);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("waiting for the runner's copy to end: ", st.message()));

@@ -83,14 +83,13 @@ class HoldTable {
   // GPU copy still running, CompleteRemoteRequest.fence) is waited for (up to
   // `fence_wait`) before the hold ends or is hashed; a fence this node cannot wait for
   // (no GPU, a handle the driver refuses, too slow) is the answer, and the hold ends.
-  // `fence_bytes` (still to land behind the fence; 0: not known) sets how long the driver
-  // is left alone first (StagingPolicy::fence_quiet_rate).
+  // The bytes still behind it (0: not known) set how long the driver is left alone first
+  // (StagingPolicy::fence_quiet_rate).
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
                                     absl::Duration half_wait = absl::Seconds(2),
-                                    const std::string& fence = "",
-                                    absl::Duration fence_wait = absl::Seconds(10),
-                                    uint64_t fence_bytes = 0);
+                                    const AckFence& fence = {},
+                                    absl::Duration fence_wait = absl::Seconds(10));
   // Holds of staged ranges made without a ring since start (the pool was busy).
   uint64_t deferred() const { return deferred_.load(); }
   // Ends every hold of a node's incarnation (it went down or restarted).

@@ -78,7 +78,7 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
     ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
     const absl::Time before = absl::Now();
     auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
-                                absl::Seconds(1), "fence-handle", absl::Seconds(10), behind);
+                                absl::Seconds(1), AckFence{"fence-handle", behind});
     const absl::Time after = absl::Now();
     ASSERT_TRUE(done.ok()) << done.status();
     EXPECT_EQ(gpu_.handle_, "fence-handle");
@@ -90,8 +90,7 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
   }
   // A runner that does not say how many bytes are behind its fence: queried at once.
   ASSERT_TRUE(table->Hold("node-a", 1, "t0", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, absl::Seconds(1), "h",
-                              absl::Seconds(10), 0)
+  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, absl::Seconds(1), AckFence{"h", 0})
                   .ok());
   EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
 }
@@ -99,15 +98,14 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
 TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
   auto table = Table(0);
   ASSERT_TRUE(table->Hold("node-a", 1, "t2", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1), "h",
-                              absl::Seconds(10), 16 << 20)
+  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1),
+                              AckFence{"h", 16 << 20})
                   .ok());
   EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
   // No fence (a move that needed none): the runtime is not asked at all.
   gpu_.handle_.clear();
   ASSERT_TRUE(table->Hold("node-a", 1, "t3", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), "",
-                              absl::Seconds(10))
+  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), AckFence{})
                   .ok());
   EXPECT_TRUE(gpu_.handle_.empty());
 }

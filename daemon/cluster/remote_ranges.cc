@@ -194,6 +194,17 @@ absl::Status ClusterRemoteRanges::Invoke(
   return FromGrpc((stub.get()->*rpc)(&context, request, response), peer.node);
 }
 
+template <class Request, class Response>
+absl::Status ClusterRemoteRanges::InvokeOnHold(
+    const RemoteHold& hold, PeerMethod method, Request& request, Response* response,
+    grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*)) {
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
+  request.set_transfer_id(hold.transfer_id);
+  request.set_from_node(cluster_->self().node());
+  return Invoke(*peer, method, request, response, rpc);
+}
+
 namespace {
 
 // The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
@@ -337,14 +348,10 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
 
 absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
     const RemoteHold& hold) {
-  auto peer = PeerFor(hold);
-  if (!peer.ok()) return peer.status();
   v1::TakeStageSlotsRequest request;
-  request.set_transfer_id(hold.transfer_id);
-  request.set_from_node(cluster_->self().node());
   v1::TakeStageSlotsResponse response;
-  absl::Status st = Invoke(*peer, PeerMethod::kTakeStageSlots, request, &response,
-                           &v1::PeerService::Stub::TakeStageSlots);
+  absl::Status st = InvokeOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
+                                 &v1::PeerService::Stub::TakeStageSlots);
   if (!st.ok()) return st;
   if (response.stage_slots().empty() || response.stage_slot_size() != hold.stage_slot_size) {
     return absl::InternalError(absl::StrCat("node ", hold.node, " gave ",
@@ -357,45 +364,33 @@ absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
                                              uint64_t offset, uint64_t length, bool to_range) {
-  auto peer = PeerFor(hold);
-  if (!peer.ok()) return peer.status();
   v1::StageChunkRequest request;
-  request.set_transfer_id(hold.transfer_id);
-  request.set_from_node(cluster_->self().node());
   request.set_slot(slot);
   request.set_offset(offset);
   request.set_length(length);
   request.set_to_range(to_range);
   v1::StageChunkResponse response;
-  return Invoke(*peer, PeerMethod::kStageChunk, request, &response,
-                &v1::PeerService::Stub::StageChunk);
+  return InvokeOnHold(hold, PeerMethod::kStageChunk, request, &response,
+                      &v1::PeerService::Stub::StageChunk);
 }
 
 absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint64_t chunk,
                                            bool send) {
-  auto peer = PeerFor(hold);
-  if (!peer.ok()) return peer.status();
   v1::StartMpiRequest request;
-  request.set_transfer_id(hold.transfer_id);
-  const v1::NodeDescriptor self = cluster_->self();
-  request.set_from_node(self.node());
-  request.set_from_rank(self.mpi_rank());
+  request.set_from_rank(cluster_->self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
   v1::StartMpiResponse response;
-  return Invoke(*peer, PeerMethod::kStartMpi, request, &response,
-                &v1::PeerService::Stub::StartMpi);
+  return InvokeOnHold(hold, PeerMethod::kStartMpi, request, &response,
+                      &v1::PeerService::Stub::StartMpi);
 }
 
 absl::Status ClusterRemoteRanges::StopMpi(const RemoteHold& hold) {
-  auto peer = PeerFor(hold);
-  if (!peer.ok()) return peer.status();
   v1::StopMpiRequest request;
-  request.set_transfer_id(hold.transfer_id);
-  request.set_from_node(cluster_->self().node());
   v1::StopMpiResponse response;
-  return Invoke(*peer, PeerMethod::kStopMpi, request, &response, &v1::PeerService::Stub::StopMpi);
+  return InvokeOnHold(hold, PeerMethod::kStopMpi, request, &response,
+                      &v1::PeerService::Stub::StopMpi);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

@@ -100,6 +100,14 @@ class ClusterRemoteRanges : public RemoteRanges {
                       Response* response,
                       grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
                                                                  const Request&, Response*));
+  // Invoke on the hold's node (PeerFor), the request addressed to the hold (its transfer
+  // id, this node as the runner).
+  template <class Request, class Response>
+  absl::Status InvokeOnHold(const RemoteHold& hold, PeerMethod method, Request& request,
+                            Response* response,
+                            grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
+                                                                       const Request&,
+                                                                       Response*));
 
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;

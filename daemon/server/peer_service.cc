@@ -111,7 +111,7 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
   // sees it end itself before it acknowledges or hashes.
   auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
                                /*runner_ok=*/request->code() == 0, absl::Seconds(2),
-                               request->fence(), absl::Seconds(10), request->fence_bytes());
+                               AckFence{request->fence(), request->fence_bytes()});
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0)
           << " us" << (request->fence().empty() ? "" : " (after the runner's fence passed)");
   if (!hash.ok()) return ToGrpcStatus(hash.status());
