@@ -1,5 +1,6 @@
 #include "daemon/path/ucx_transport.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -255,6 +256,39 @@ TEST(UcxCallAwake, ProgressThreadsStayAwakeWhileACallIsOpen) {
       EXPECT_GT(b_during, 0u);
     }
   }
+}
+
+// A progress thread that sleeps (idle, no poll window) is woken by a posted job: calls made
+// and answered from other threads between naps come back at once, not after the 100 ms the
+// thread would otherwise sleep.
+TEST(UcxWake, JobsPostedToSleepingProgressThreadsRunAtOnce) {
+  UcxOptions options;  // poll_window and call_awake 0: idle threads sleep at once.
+  auto a = *UcxTransport::Create(options);
+  auto b = *UcxTransport::Create(options);
+  b->ServeCalls("b#1", [](uint32_t, std::string body, UcxReply reply) {
+    // Answered from another thread: the reply is a job posted to b's progress thread.
+    std::thread([body = std::move(body), reply = std::move(reply)]() mutable {
+      reply(absl::OkStatus(), std::move(body));
+    }).detach();
+  });
+  a->ServeCalls("a#1", nullptr);
+  const UcxPeer peer{"b#1", b->worker_address(), true};
+  ASSERT_TRUE(a->Call(peer, 1, "connect", absl::Seconds(10)).ok());
+  const uint64_t a_naps = a->naps(), b_naps = b->naps();
+  std::vector<double> ms;
+  for (int i = 0; i < 200; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));  // Both threads go to sleep.
+    const absl::Time t0 = absl::Now();
+    auto r = a->Call(peer, 1, absl::StrCat("call ", i), absl::Seconds(10));
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(*r, absl::StrCat("call ", i));
+  }
+  EXPECT_GT(a->naps() - a_naps, 100u);
+  EXPECT_GT(b->naps() - b_naps, 100u);
+  std::sort(ms.begin(), ms.end());
+  // A lost wake-up costs a whole nap (100 ms); a loaded machine may delay a few calls.
+  EXPECT_LT(ms[ms.size() - 3], 50.0) << "slowest calls: " << ms.back() << " ms";
 }
 
 }  // namespace
