@@ -62,8 +62,8 @@ absl::StatusOr<const BounceRing*> HoldTable::TakeRing(const std::string& from_no
 }
 
 absl::Status HoldTable::StageChunk(const std::string& from_node, const std::string& transfer_id,
-                                   uint32_t slot, uint64_t offset, uint64_t length,
-                                   bool to_range) {
+                                   uint32_t slot, uint64_t slot_offset, uint64_t offset,
+                                   uint64_t length, bool to_range) {
   Entry* entry = nullptr;
   const BounceRing* taken = nullptr;
   {
@@ -84,14 +84,15 @@ absl::Status HoldTable::StageChunk(const std::string& from_node, const std::stri
   }
   const BounceRing& ring = *taken;
   uint64_t end = 0;
-  if (slot >= ring.slots() || length > ring.chunk() || __builtin_add_overflow(offset, length, &end) ||
-      end > entry->use.length()) {
+  if (slot >= ring.slots() || slot_offset > ring.chunk() || length > ring.chunk() - slot_offset ||
+      __builtin_add_overflow(offset, length, &end) || end > entry->use.length()) {
     return absl::InvalidArgumentError("stage chunk outside the slot or the held range");
   }
+  char* bounce = ring.slot(slot) + slot_offset;
   const int device = entry->use.kind() == MemoryKind::kDevice ? entry->use.device() : kHostDevice;
   char* range = entry->use.data() + offset;
-  return to_range ? staging_.gpu->Copy(range, device, ring.slot(slot), kHostDevice, length, length, nullptr)
-                  : staging_.gpu->Copy(ring.slot(slot), kHostDevice, range, device, length, length, nullptr);
+  return to_range ? staging_.gpu->Copy(range, device, bounce, kHostDevice, length, length, nullptr)
+                  : staging_.gpu->Copy(bounce, kHostDevice, range, device, length, length, nullptr);
 }
 
 absl::Status HoldTable::StartHalf(const std::string& from_node, const std::string& transfer_id,

@@ -63,9 +63,11 @@ class HoldTable {
   // FAILED_PRECONDITION: the range is not staged.
   absl::StatusOr<const BounceRing*> TakeRing(const std::string& from_node,
                                              const std::string& transfer_id);
-  // One chunk of a staged move between bounce slot `slot` and the held range.
+  // One chunk of a staged move between bounce slot `slot` (from `slot_offset` in it) and
+  // the held range.
   absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
-                          uint32_t slot, uint64_t offset, uint64_t length, bool to_range);
+                          uint32_t slot, uint64_t slot_offset, uint64_t offset, uint64_t length,
+                          bool to_range);
   // Starts this node's half of a two-sided move (path MPI) on a held range: `start` gets
   // the held range and returns the running half. NOT_FOUND: no such hold;
   // ALREADY_EXISTS: one was started.

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <tuple>
+#include <vector>
+
 #include "absl/time/clock.h"
 
 namespace gpumove {
@@ -108,6 +112,54 @@ TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
   ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), AckFence{})
                   .ok());
   EXPECT_TRUE(gpu_.handle_.empty());
+}
+
+// A staged hold copies pieces between its bounce slots and the range, several to a slot
+// (from slot_offset); a piece that runs past its slot or the range is refused and copies
+// nothing.
+TEST_F(HoldTableTest, StageChunkCopiesPiecesWithinTheSlots) {
+  // Bounce slots in plain host memory (a runtime without GPUs pins nothing).
+  auto host = GpuRuntime::CreateHostOnly("test");
+  auto pinned = *Pool::Create(MemoryKind::kPinnedHost, kHostDevice, 8 << 20, host.get());
+  StagingPolicy policy;
+  policy.all = true;
+  policy.gpu = &gpu_;
+  policy.pinned = pinned.get();
+  policy.options = {.chunk = 1 << 20, .slots = 2};
+  HoldTable table(registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
+                  policy);
+  auto held = table.Hold("node-a", 1, "t4", "alice", buffer_, 0, 4 << 20, /*may_stage=*/true);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(held->ring, nullptr);
+  const BounceRing& ring = *held->ring;
+  ASSERT_EQ(ring.slots(), 2u);
+  ASSERT_EQ(ring.chunk(), 1u << 20);
+  char* range = held->use->data();
+  // Slot 1 holds two 512 KiB pieces: the second goes to range offset 3 MiB.
+  std::memset(ring.slot(1), 'x', 512 << 10);
+  std::memset(ring.slot(1) + (512 << 10), 'y', 512 << 10);
+  ASSERT_TRUE(table.StageChunk("node-a", "t4", 1, 512 << 10, 3 << 20, 512 << 10, true).ok());
+  EXPECT_EQ(range[3 << 20], 'y');
+  EXPECT_EQ(range[(3 << 20) + (512 << 10) - 1], 'y');
+  // And back out: range bytes into the first half of slot 0.
+  std::memset(range + (1 << 20), 'z', 4096);
+  ASSERT_TRUE(table.StageChunk("node-a", "t4", 0, 0, 1 << 20, 4096, false).ok());
+  EXPECT_EQ(ring.slot(0)[0], 'z');
+  // Past the slot (offset + length over its 1 MiB), a slot it does not have, past the
+  // range: INVALID_ARGUMENT, and the range is as it was.
+  const std::string before(range, 4 << 20);
+  for (const auto& [slot, slot_offset, offset, length] :
+       std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint64_t>>{
+           {1, 768 << 10, 0, 512 << 10},
+           {1, 2 << 20, 0, 1},
+           {1, ~uint64_t{0}, 0, 2},
+           {2, 0, 0, 4096},
+           {0, 0, (4 << 20) - 100, 4096}}) {
+    EXPECT_EQ(table.StageChunk("node-a", "t4", slot, slot_offset, offset, length, true).code(),
+              absl::StatusCode::kInvalidArgument)
+        << slot << " " << slot_offset << " " << offset << " " << length;
+  }
+  EXPECT_TRUE(std::string(range, 4 << 20) == before);
 }
 
 }  // namespace

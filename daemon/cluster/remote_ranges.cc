@@ -363,9 +363,11 @@ absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
 }
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
-                                             uint64_t offset, uint64_t length, bool to_range) {
+                                             uint64_t slot_offset, uint64_t offset,
+                                             uint64_t length, bool to_range) {
   v1::StageChunkRequest request;
   request.set_slot(slot);
+  request.set_slot_offset(slot_offset);
   request.set_offset(offset);
   request.set_length(length);
   request.set_to_range(to_range);

@@ -63,8 +63,8 @@ class ClusterRemoteRanges : public RemoteRanges {
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
                      const AckFence& fence, bool caller_busy, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
-  absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
-                          uint64_t length, bool to_range) override;
+  absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
+                          uint64_t offset, uint64_t length, bool to_range) override;
   absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) override;
   absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) override;
   absl::Status StopMpi(const RemoteHold& hold) override;

@@ -143,9 +143,10 @@ class RemoteRanges {
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
   // For a staged remote range: has the remote node copy one chunk between its bounce
-  // slot and the range (to_range after a put into the slot, else before a get from it).
-  virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t offset,
-                                  uint64_t length, bool to_range) = 0;
+  // slot (from `slot_offset` in it) and the range (to_range after a put into the slot,
+  // else before a get from it).
+  virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
+                                  uint64_t offset, uint64_t length, bool to_range) = 0;
   // For a hold that says stage_later: the remote node's bounce slots for the move, taken
   // now (addresses in its space, hold.stage_slot_size bytes each). RESOURCE_EXHAUSTED
   // while its pinned pool has no room: try again later.

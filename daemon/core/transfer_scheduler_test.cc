@@ -454,7 +454,8 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     --holds_;
   }
-  absl::Status StageChunk(const RemoteHold&, uint32_t, uint64_t, uint64_t, bool) override {
+  absl::Status StageChunk(const RemoteHold&, uint32_t, uint64_t, uint64_t, uint64_t,
+                          bool) override {
     return absl::UnimplementedError("no staging");
   }
 

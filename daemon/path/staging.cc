@@ -220,6 +220,147 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
   return pipe.status();
 }
 
+uint64_t StagePiece(uint64_t length, uint64_t slot) {
+  const uint64_t eighth = ((length / 8) + 4095) & ~uint64_t{4095};
+  return std::max<uint64_t>(std::min(std::max(eighth, kMinStagePiece), slot), 1);
+}
+
+namespace {
+
+// Where the chunks of a three-step pipeline are: the next each step takes, and those
+// done (in a row from the start, and out of order past that).
+class ThreeStepState {
+ public:
+  enum Step { kFill = 0, kCarry = 1, kDrain = 2 };
+
+  ThreeStepState(uint64_t chunks, size_t a_slots, size_t b_slots)
+      : chunks_(chunks), a_slots_(a_slots), b_slots_(b_slots) {}
+
+  // Claims the next chunk of `step` and waits until it may run: its slot is free and the
+  // step before is done with it. False when there is none left or the pipeline stopped.
+  bool Next(Step step, uint64_t* k) {
+    absl::MutexLock lock(&mu_);
+    if (stop_ || next_[step] >= chunks_) return false;
+    const uint64_t c = next_[step]++;
+    *k = c;
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      if (stop_) return true;
+      switch (step) {
+        case kFill:  // Its a-slot carried out by every chunk before that used it.
+          return c < in_row_[kCarry] + a_slots_;
+        case kCarry:  // Filled, and its b-slot drained by every chunk before.
+          return filled_.contains(c) && c < in_row_[kDrain] + b_slots_;
+        case kDrain:
+          return c < in_row_[kCarry];
+      }
+      return true;
+    };
+    mu_.Await(absl::Condition(&ready));
+    return !stop_;
+  }
+  void Done(Step step, uint64_t k) {
+    absl::MutexLock lock(&mu_);
+    if (step == kFill) {  // Looked up (and let go) by carry, which takes them in order.
+      filled_.insert(k);
+      return;
+    }
+    if (step == kCarry) filled_.erase(k);
+    done_[step].insert(k);
+    while (done_[step].erase(in_row_[step]) > 0) ++in_row_[step];
+  }
+  uint64_t drained() {
+    absl::MutexLock lock(&mu_);
+    return in_row_[kDrain];
+  }
+  // Waits until more than `seen` chunks are drained in a row, or the pipeline stopped.
+  uint64_t AwaitDrainedPast(uint64_t seen) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || in_row_[kDrain] > seen; };
+    mu_.Await(absl::Condition(&ready));
+    return in_row_[kDrain];
+  }
+  void Stop(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = std::move(status);
+    stop_ = true;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  const uint64_t chunks_;
+  const size_t a_slots_;
+  const size_t b_slots_;
+  absl::Mutex mu_;
+  uint64_t next_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t in_row_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};  // Carry and drain.
+  absl::flat_hash_set<uint64_t> filled_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> done_[3] ABSL_GUARDED_BY(mu_);  // Past in_row_.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size_t b_slots,
+                           const ThreeSteps& steps, const StageProgress& progress) {
+  if (length == 0) return absl::OkStatus();
+  if (chunk == 0 || a_slots == 0 || b_slots == 0) {
+    return absl::InvalidArgumentError("a staged pipeline needs a chunk size and slots");
+  }
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  ThreeStepState state(chunks, a_slots, b_slots);
+  auto hop = [&](const StageHop& step, uint64_t k) {
+    return step(k % a_slots, k % b_slots, k * chunk, std::min(chunk, length - k * chunk));
+  };
+  auto run = [&](ThreeStepState::Step step, const StageHop& what) {
+    for (uint64_t k = 0; state.Next(step, &k);) {
+      absl::Status st = hop(what, k);
+      if (!st.ok()) {
+        state.Stop(std::move(st));
+        return;
+      }
+      state.Done(step, k);
+    }
+  };
+  // No more threads for a step than it has chunks and slots to work on at once.
+  auto threads = [chunks](int wanted, size_t slots) {
+    return static_cast<int>(std::min<uint64_t>(
+        {static_cast<uint64_t>(std::max(wanted, 1)), chunks, static_cast<uint64_t>(slots)}));
+  };
+  const int fillers = threads(steps.fill_threads, a_slots);
+  const int carriers = threads(steps.carry_threads, std::min(a_slots, b_slots));
+  const int drainers = threads(steps.drain_threads, b_slots);
+  absl::BlockingCounter finished(fillers + carriers + drainers);
+  for (int i = 0; i < fillers + carriers + drainers; ++i) {
+    const ThreeStepState::Step step = i < fillers              ? ThreeStepState::kFill
+                                      : i < fillers + carriers ? ThreeStepState::kCarry
+                                                               : ThreeStepState::kDrain;
+    StagePool().Run([&, step] {
+      absl::Cleanup done = [&finished] { finished.DecrementCount(); };
+      run(step, step == ThreeStepState::kFill    ? steps.fill
+                : step == ThreeStepState::kCarry ? steps.carry
+                                                 : steps.drain);
+    });
+  }
+  // This thread tells what has landed, and carries a cancel to the steps.
+  for (uint64_t told = 0; told < chunks;) {
+    const uint64_t drained = state.AwaitDrainedPast(told);
+    if (drained == told) break;  // Stopped.
+    told = drained;
+    const uint64_t bytes = std::min(length, drained * chunk);
+    if (progress && !progress(bytes) && bytes < length) {
+      state.Stop(absl::CancelledError("cancelled"));
+      break;
+    }
+  }
+  state.Stop(absl::OkStatus());
+  finished.Wait();
+  return state.status();
+}
+
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
                       const BounceRing& ring, const StageSend& send,
                       const StageProgress& progress, int senders) {

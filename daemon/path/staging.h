@@ -97,6 +97,33 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
                        const StageStep& consume, const StageProgress& progress,
                        int consumers = 1);
 
+// A chunk of a three-step pipeline: its slot in the first ring (`a`, between the first
+// and second steps) and in the second (`b`, between the second and third), and its bytes.
+using StageHop = std::function<absl::Status(size_t a, size_t b, uint64_t offset, uint64_t n)>;
+struct ThreeSteps {
+  StageHop fill;   // Fills a-slot `a` with the chunk.
+  StageHop carry;  // Moves a-slot `a` into b-slot `b` (then `a` is free).
+  StageHop drain;  // Empties b-slot `b` (then `b` is free); the chunk has landed.
+  // Threads that fill, and that drain, at once: more than one for a step that is mostly a
+  // round trip to another node (its wait then overlaps the next chunk's).
+  int fill_threads = 1;
+  int carry_threads = 1;
+  int drain_threads = 1;
+};
+// Each step takes the chunks in order and runs on threads of its own, so chunk k+1 fills
+// while chunk k is carried and k-1 drains. A slot is reused
+// once every chunk before it let go of it. Progress counts the chunks drained in a row;
+// the first error stops every step, and false from progress stops it with CANCELLED.
+absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size_t b_slots,
+                           const ThreeSteps& steps, const StageProgress& progress);
+
+// The piece size for a move of `length` through slots of `slot` bytes: about an eighth of
+// the move, so that filling and draining a pipeline of three steps costs it little, but
+// no smaller than kMinStagePiece (each piece is a GPU copy and a call) nor bigger than a
+// slot; a multiple of 4 KiB.
+uint64_t StagePiece(uint64_t length, uint64_t slot);
+inline constexpr uint64_t kMinStagePiece = 1 << 20;
+
 // device -> bounce -> send. `device` is a GPU index (kHostDevice with host memory
 // standing in for a GPU). `senders` > 1 sends that many chunks at once: only for a send
 // whose chunks may land in any order (RMA to distinct offsets; not MPI's ordered sends).

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <functional>
+#include <tuple>
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -258,6 +261,132 @@ TEST_F(StagingTest, ASmallMoveTakesASmallRing) {
   EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src_.begin()));
   rings.clear();
   EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);
+}
+
+// The three-step pipeline with host memory for every step: fill copies the source into
+// an a-slot, carry that into a b-slot, drain the b-slot into the destination, each after a
+// random pause (out of order across several threads of a step). A slot reused too
+// early would leave wrong bytes; every chunk goes through each step once.
+TEST_F(StagingTest, ThreeStepsCarryEveryByteThroughBothRings) {
+  const uint64_t length = src_.size();
+  const uint64_t chunk = 32 << 10;
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  for (const auto& [a_slots, b_slots, fillers, carriers, drainers] :
+       std::vector<std::tuple<size_t, size_t, int, int, int>>{
+           {3, 5, 1, 2, 2}, {5, 2, 2, 1, 1}, {1, 1, 1, 1, 1}, {4, 4, 3, 3, 3}, {2, 6, 1, 2, 1}}) {
+    SCOPED_TRACE(absl::StrCat(a_slots, " a-slots, ", b_slots, " b-slots, ", fillers,
+                              " fillers, ", carriers, " carriers, ", drainers, " drainers"));
+    std::vector<std::vector<char>> a(a_slots, std::vector<char>(chunk));
+    std::vector<std::vector<char>> b(b_slots, std::vector<char>(chunk));
+    std::vector<char> dst(length, 0);
+    absl::Mutex mu;
+    std::mt19937 rng(7);
+    std::vector<int> runs[3];
+    for (auto& r : runs) r.assign(chunks, 0);
+    std::atomic<int> busy{0}, most_busy{0};
+    auto step = [&](int which, const std::function<void(size_t, size_t, uint64_t, uint64_t)>& f) {
+      return [&, which, f](size_t as, size_t bs, uint64_t offset, uint64_t n) {
+        int pause = 0;
+        {
+          absl::MutexLock lock(&mu);
+          pause = static_cast<int>(rng() % 2000);
+          ++runs[which][offset / chunk];
+        }
+        const int now = ++busy;
+        for (int m = most_busy.load(); now > m && !most_busy.compare_exchange_weak(m, now);) {
+        }
+        absl::SleepFor(absl::Microseconds(pause));
+        f(as, bs, offset, n);
+        --busy;
+        return absl::OkStatus();
+      };
+    };
+    ThreeSteps steps;
+    steps.fill = step(0, [&](size_t as, size_t, uint64_t off, uint64_t n) {
+      std::memcpy(a[as].data(), src_.data() + off, n);
+    });
+    steps.carry = step(1, [&](size_t as, size_t bs, uint64_t, uint64_t n) {
+      std::memcpy(b[bs].data(), a[as].data(), n);
+      std::memset(a[as].data(), 0x5a, n);  // A fill that did not wait would be caught.
+    });
+    steps.drain = step(2, [&](size_t, size_t bs, uint64_t off, uint64_t n) {
+      std::memcpy(dst.data() + off, b[bs].data(), n);
+      std::memset(b[bs].data(), 0xa5, n);
+    });
+    steps.fill_threads = fillers;
+    steps.carry_threads = carriers;
+    steps.drain_threads = drainers;
+    std::vector<uint64_t> progress;
+    absl::Status st = RunThreeSteps(length, chunk, a_slots, b_slots, steps, [&](uint64_t done) {
+      progress.push_back(done);
+      return true;
+    });
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(dst == src_);
+    for (int w = 0; w < 3; ++w) {
+      for (uint64_t k = 0; k < chunks; ++k) EXPECT_EQ(runs[w][k], 1) << "step " << w << " chunk " << k;
+    }
+    ASSERT_FALSE(progress.empty());
+    EXPECT_EQ(progress.back(), length);
+    for (size_t i = 1; i < progress.size(); ++i) EXPECT_GT(progress[i], progress[i - 1]);
+    // With room for it, the steps overlap (each pauses up to 2 ms per chunk).
+    if (a_slots > 1 && b_slots > 1) EXPECT_GE(most_busy.load(), 2);
+  }
+}
+
+TEST_F(StagingTest, ThreeStepsStopAtTheFirstErrorOrACancel) {
+  const uint64_t length = src_.size();
+  const uint64_t chunk = 32 << 10;
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  std::atomic<int> calls[3] = {0, 0, 0};
+  auto ok = [&](int which) {
+    return [&, which](size_t, size_t, uint64_t, uint64_t) {
+      ++calls[which];
+      return absl::OkStatus();
+    };
+  };
+  for (int failing = 0; failing < 3; ++failing) {
+    SCOPED_TRACE(absl::StrCat("step ", failing, " fails"));
+    for (auto& c : calls) c = 0;
+    ThreeSteps steps{ok(0), ok(1), ok(2), 2, 1, 2};
+    StageHop* hops[3] = {&steps.fill, &steps.carry, &steps.drain};
+    *hops[failing] = [&, failing](size_t, size_t, uint64_t offset, uint64_t) {
+      ++calls[failing];
+      return offset == 4 * chunk ? absl::DataLossError("bad chunk") : absl::OkStatus();
+    };
+    absl::Status st = RunThreeSteps(length, chunk, 3, 3, steps, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    // Nothing runs past the slots in flight once a step failed.
+    EXPECT_LE(calls[2].load(), 4 + 3);
+    EXPECT_LT(calls[2].load(), static_cast<int>(chunks));
+  }
+  // A cancel stops it: progress says no after the first chunk landed (drains of 5 ms
+  // each, so that the rest have not all run by the time it is told).
+  for (auto& c : calls) c = 0;
+  ThreeSteps slow{ok(0), ok(1), [&](size_t, size_t, uint64_t, uint64_t) {
+                    ++calls[2];
+                    absl::SleepFor(absl::Milliseconds(5));
+                    return absl::OkStatus();
+                  }};
+  absl::Status st =
+      RunThreeSteps(length, chunk, 3, 3, slow, [](uint64_t) { return false; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_LT(calls[2].load(), static_cast<int>(chunks));
+  // Nothing to move: no step runs; no slots: refused.
+  EXPECT_TRUE(RunThreeSteps(0, chunk, 3, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr).ok());
+  EXPECT_EQ(RunThreeSteps(length, chunk, 0, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StagePieceTest, AnEighthOfTheMoveWithinBounds) {
+  const uint64_t slot = 8 << 20;
+  EXPECT_EQ(StagePiece(64 << 20, slot), 8u << 20);
+  EXPECT_EQ(StagePiece(1ull << 30, slot), 8u << 20);   // Never past a slot.
+  EXPECT_EQ(StagePiece(16 << 20, slot), 2u << 20);
+  EXPECT_EQ(StagePiece(4 << 20, slot), kMinStagePiece);  // Never under the least piece...
+  EXPECT_EQ(StagePiece(4096, 4096), 4096u);              // ...unless the slot is smaller.
+  EXPECT_EQ(StagePiece((24 << 20) + 40000, slot), (3u << 20) + 8192);  // Whole pages.
 }
 
 }  // namespace

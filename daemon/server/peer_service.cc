@@ -182,7 +182,8 @@ grpc::Status PeerServiceImpl::TakeStageSlots(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageChunkRequest* request,
                                          v1::StageChunkResponse*) {
   return ToGrpcStatus(holds_->StageChunk(request->from_node(), request->transfer_id(),
-                                         request->slot(), request->offset(), request->length(),
+                                         request->slot(), request->slot_offset(),
+                                         request->offset(), request->length(),
                                          request->to_range()));
 }
 
