@@ -6,8 +6,8 @@
 //   H2D      LOCAL pinned -> GPU inside node B
 //   wire     UCX pinned (A) -> pinned (B), no GPU
 //   staged   UCX GPU0 (A) -> GPU (B), staged on both sides; and GPU0 (A) -> host (B)
-// Figures are the daemons' own start->end times (medians), so the RPC of each Submit is
-// not counted.
+// Figures are the daemons' own start->end times (medians; the stages and the staged moves
+// taken in turns), so the RPC of each Submit is not counted.
 #include <algorithm>
 #include <iostream>
 #include <thread>
@@ -24,30 +24,42 @@
 
 ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{16ull << 20}, "Smallest move.");
 ABSL_FLAG(gpumove::ByteSize, max_size, gpumove::ByteSize{1ull << 30}, "Largest move.");
-ABSL_FLAG(int, reps, 7, "Repetitions per figure (medians are printed).");
+ABSL_FLAG(int, reps, 9, "Rounds per size (medians are printed).");
 
 namespace gpumove {
 namespace {
 
-// Median GB/s of `reps` moves submitted to `c`.
-double Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst, uint64_t size,
-               int reps) {
-  std::vector<double> s;
+// One kind of move the benchmark times: `src` to `dst`, submitted to `client`.
+struct Kind {
+  Client* client;
+  v1::BufferRef src;
+  v1::BufferRef dst;
+};
+
+// Median GB/s of `reps` moves of each kind, taken in turns (one of each kind per round,
+// after a round to warm up), so that every figure sees the machine as the others do: on
+// the H200 machine a stage measured alone drifted by a quarter between runs.
+std::vector<double> MeasureInTurns(const std::vector<Kind>& kinds, uint64_t size, int reps) {
+  std::vector<std::vector<double>> s(kinds.size());
   for (int i = 0; i < reps + 1; ++i) {
-    v1::BufferRef from = src;
-    from.set_length(size);
-    // Between the two daemons: UCX (AUTO would take CUDA_IPC for GPU to GPU on one host).
-    MoveOptions o;
-    o.path = src.node().empty() && dst.node().empty() ? v1::PATH_AUTO : v1::UCX;
-    auto t = c.Move(from, dst, o);
-    if (!t.ok() || t->state() != v1::SUCCEEDED) {
-      std::cerr << "move failed: " << t.status() << " " << (t.ok() ? t->error_message() : "")
-                << "\n";
-      std::exit(1);
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      v1::BufferRef from = kinds[k].src;
+      from.set_length(size);
+      // Between the two daemons: UCX (AUTO would take CUDA_IPC for GPU to GPU on one host).
+      MoveOptions o;
+      o.path = from.node().empty() && kinds[k].dst.node().empty() ? v1::PATH_AUTO : v1::UCX;
+      auto t = kinds[k].client->Move(from, kinds[k].dst, o);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) {
+        std::cerr << "move failed: " << t.status() << " "
+                  << (t.ok() ? t->error_message() : "") << "\n";
+        std::exit(1);
+      }
+      if (i > 0) s[k].push_back(EngineSeconds(*t));
     }
-    if (i > 0) s.push_back(EngineSeconds(*t));
   }
-  return size / Median(s) / 1e9;
+  std::vector<double> gbps;
+  for (const auto& times : s) gbps.push_back(size / Median(times) / 1e9);
+  return gbps;
 }
 
 // Median wall time, in microseconds, of a 4 KiB staged move (Submit and wait) from `src`
@@ -169,7 +181,10 @@ int Main() {
       return 1;
     }
   }
-  std::cout << absl::StrFormat("GB/s, medians of %d; ratios are staged / slowest stage\n", reps);
+  std::cout << absl::StrFormat(
+      "GB/s, medians of %d rounds (a move of each kind per round); ratios are staged / slowest "
+      "stage\n",
+      reps);
   std::cout << "stream = dev->dev moves, 8 per Submit, two Submits in flight (GB/s of wall time);\n"
                "pull = the same dev->dev move run by the destination's node;\n"
                "busy = the slowest of the three stages run at once, each its own loop of moves\n"
@@ -179,12 +194,15 @@ int Main() {
                                "stream", "busy", "d2d/min", "d2h/min", "stream/min", "pull/min",
                                "d2d/busy");
   for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max; size *= 4) {
-    const double d2h = Measure(*ca, Ref(a_dev->id()), Ref(a_pin->id()), size, reps);
-    const double h2d = Measure(*cb, Ref(b_pin->id()), Ref(b_dev->id()), size, reps);
-    const double wire = Measure(*ca, Ref(a_pin->id()), On("stage-b", b_pin->id()), size, reps);
-    const double d2d = Measure(*ca, Ref(a_dev->id()), On("stage-b", b_dev->id()), size, reps);
-    const double d2host = Measure(*ca, Ref(a_dev->id()), On("stage-b", b_host->id()), size, reps);
-    const double pull = Measure(*cb, On("stage-a", a_dev->id()), Ref(b_dev->id()), size, reps);
+    const std::vector<double> m = MeasureInTurns(
+        {{ca.get(), Ref(a_dev->id()), Ref(a_pin->id())},
+         {cb.get(), Ref(b_pin->id()), Ref(b_dev->id())},
+         {ca.get(), Ref(a_pin->id()), On("stage-b", b_pin->id())},
+         {ca.get(), Ref(a_dev->id()), On("stage-b", b_dev->id())},
+         {ca.get(), Ref(a_dev->id()), On("stage-b", b_host->id())},
+         {cb.get(), On("stage-a", a_dev->id()), Ref(b_dev->id())}},
+        size, reps);
+    const double d2h = m[0], h2d = m[1], wire = m[2], d2d = m[3], d2host = m[4], pull = m[5];
     StreamOptions so;
     so.per_submit = 8;
     so.duration = absl::Milliseconds(700);

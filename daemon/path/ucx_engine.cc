@@ -255,6 +255,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   const Endpoint& local = push ? src : dst;
   const uint64_t chunk = hold.stage_slot_size;
   const absl::Time deadline = absl::Now() + BounceRing::kWait;
+  StageTrace trace(length);
   auto cancelled = [&control] { return control.cancelled(); };
   std::vector<uint64_t> stage_slots = hold.stage_slots;
   if (stage_slots.empty()) {
@@ -305,7 +306,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     return ours.has_value() ? ours->slot(i / per_slot) + (i % per_slot) * piece
                             : local.data + offset;
   };
-  StageTrace trace(length);
+  trace.Mark(0, "slots");  // Ours and the peer's taken.
   ThreeSteps steps;
   if (push) {
     steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) -> absl::Status {
