@@ -568,7 +568,9 @@ TEST_F(ClusterTest, StagedMovesWaitForBounceSlotsWhileThePoolIsBusy) {
   auto info = h.client->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   for (const auto& p : info->pools()) {
-    if (p.kind() == v1::PINNED_HOST) EXPECT_EQ(p.free(), p.capacity());  // Slots given back.
+    if (p.kind() == v1::PINNED_HOST) {
+      EXPECT_EQ(p.free(), p.capacity());  // Slots given back.
+    }
   }
 }
 
@@ -633,7 +635,9 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
   auto info = h.client->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   for (const auto& p : info->pools()) {
-    if (p.kind() == v1::PINNED_HOST) EXPECT_EQ(p.free(), p.capacity());
+    if (p.kind() == v1::PINNED_HOST) {
+      EXPECT_EQ(p.free(), p.capacity());
+    }
   }
   EXPECT_EQ(h.client->GetBuffer(range->id())->active_uses(), 0u);
 }

@@ -330,7 +330,9 @@ TEST_F(StagingTest, ThreeStepsCarryEveryByteThroughBothRings) {
     EXPECT_EQ(progress.back(), length);
     for (size_t i = 1; i < progress.size(); ++i) EXPECT_GT(progress[i], progress[i - 1]);
     // With room for it, the steps overlap (each pauses up to 2 ms per chunk).
-    if (a_slots > 1 && b_slots > 1) EXPECT_GE(most_busy.load(), 2);
+    if (a_slots > 1 && b_slots > 1) {
+      EXPECT_GE(most_busy.load(), 2);
+    }
   }
 }
 
