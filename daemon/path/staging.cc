@@ -63,9 +63,31 @@ BounceRing::~BounceRing() {
 
 namespace {
 
+// How a pipeline ends: the first error (or a cancel, or OK once done) stops every step.
+class PipelineEnd {
+ public:
+  // Ends the pipeline with `status` (the first one wins); every step stops waiting.
+  void Stop(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = std::move(status);
+    stop_ = true;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ protected:
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+
+ private:
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
 // A bounded ring between a producer and a consumer thread: slot k is filled by the
 // producer, drained by the consumer, then reused for chunk k + slots.
-class Pipeline {
+class Pipeline : public PipelineEnd {
  public:
   explicit Pipeline(size_t slots) : slots_(slots) {}
 
@@ -113,26 +135,13 @@ class Pipeline {
     mu_.Await(absl::Condition(&ready));
     return drained_;
   }
-  // Ends the pipeline with `status` (the first error wins); both sides stop waiting.
-  void Stop(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (status_.ok()) status_ = std::move(status);
-    stop_ = true;
-  }
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
 
  private:
   const size_t slots_;
-  absl::Mutex mu_;
   uint64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t drained_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;          // Next chunk to claim.
   absl::flat_hash_set<uint64_t> done_ ABSL_GUARDED_BY(mu_);  // Drained out of order.
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 // The pipelines' helper threads, kept: a new thread per move, and its first CUDA call,
@@ -229,7 +238,7 @@ namespace {
 
 // Where the chunks of a three-step pipeline are: the next each step takes, and those
 // done (in a row from the start, and out of order past that).
-class ThreeStepState {
+class ThreeStepState : public PipelineEnd {
  public:
   enum Step { kFill = 0, kCarry = 1, kDrain = 2 };
 
@@ -279,27 +288,15 @@ class ThreeStepState {
     mu_.Await(absl::Condition(&ready));
     return in_row_[kDrain];
   }
-  void Stop(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (status_.ok()) status_ = std::move(status);
-    stop_ = true;
-  }
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
 
  private:
   const uint64_t chunks_;
   const size_t a_slots_;
   const size_t b_slots_;
-  absl::Mutex mu_;
   uint64_t next_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t in_row_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};  // Carry and drain.
   absl::flat_hash_set<uint64_t> filled_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> done_[3] ABSL_GUARDED_BY(mu_);  // Past in_row_.
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

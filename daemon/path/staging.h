@@ -104,16 +104,17 @@ struct ThreeSteps {
   StageHop fill;   // Fills a-slot `a` with the chunk.
   StageHop carry;  // Moves a-slot `a` into b-slot `b` (then `a` is free).
   StageHop drain;  // Empties b-slot `b` (then `b` is free); the chunk has landed.
-  // Threads that fill, and that drain, at once: more than one for a step that is mostly a
-  // round trip to another node (its wait then overlaps the next chunk's).
+  // Threads each step runs on (chunks at once in it): more than one for a step that is
+  // mostly a round trip to another node (its wait then overlaps the next chunk's), or
+  // that gets more of a shared resource with two at once.
   int fill_threads = 1;
   int carry_threads = 1;
   int drain_threads = 1;
 };
 // Each step takes the chunks in order and runs on threads of its own, so chunk k+1 fills
-// while chunk k is carried and k-1 drains. A slot is reused
-// once every chunk before it let go of it. Progress counts the chunks drained in a row;
-// the first error stops every step, and false from progress stops it with CANCELLED.
+// while chunk k is carried and k-1 drains; this thread reports progress (the chunks
+// drained in a row) and carries a cancel. A slot is reused once every chunk before it let
+// go of it. The first error stops every step; false from progress stops it with CANCELLED.
 absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size_t b_slots,
                            const ThreeSteps& steps, const StageProgress& progress);
 

@@ -26,6 +26,11 @@ class StageTrace {
     VLOG(2) << "staged move of " << length_ << " bytes, per chunk (us from start): "
             << absl::StrJoin(events_, " ");
   }
+  // Marks `step` of the chunk at `offset` as ended now; passes its status on.
+  absl::Status Marked(uint64_t offset, const char* step, absl::Status status) {
+    Mark(offset, step);
+    return status;
+  }
   void Mark(uint64_t offset, const char* step) {
     if (!on_) return;
     const double us = absl::ToDoubleMicroseconds(absl::Now() - start_);
@@ -311,41 +316,31 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   if (push) {
     steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
-      absl::Status st =
-          gpu_->Copy(near(a, offset), kHostDevice, src.data + offset, src.device, n, n, nullptr);
-      trace.Mark(offset, "d2h");
-      return st;
+      return trace.Marked(offset, "d2h",
+                          gpu_->Copy(near(a, offset), kHostDevice, src.data + offset,
+                                     src.device, n, n, nullptr));
     };
     steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
-      absl::Status st = transport_->Put(far(b), near(a, offset), n, nullptr);
-      trace.Mark(offset, "put");
-      return st;
+      return trace.Marked(offset, "put", transport_->Put(far(b), near(a, offset), n, nullptr));
     };
     steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) {
-      absl::Status st = stage(b, offset, n, /*to_range=*/true);
-      trace.Mark(offset, "h2d");
-      return st;
+      return trace.Marked(offset, "h2d", stage(b, offset, n, /*to_range=*/true));
     };
     steps.carry_threads = kWireThreads;
     steps.drain_threads = 2;
     return RunThreeSteps(length, piece, near_slots, far_slots, steps, progress);
   }
   steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) {
-    absl::Status st = stage(a, offset, n, /*to_range=*/false);
-    trace.Mark(offset, "d2h");
-    return st;
+    return trace.Marked(offset, "d2h", stage(a, offset, n, /*to_range=*/false));
   };
   steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
-    absl::Status st = transport_->Get(far(a), near(b, offset), n, nullptr);
-    trace.Mark(offset, "get");
-    return st;
+    return trace.Marked(offset, "get", transport_->Get(far(a), near(b, offset), n, nullptr));
   };
   steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
     if (!ours.has_value()) return absl::OkStatus();
-    absl::Status st =
-        gpu_->Copy(dst.data + offset, dst.device, near(b, offset), kHostDevice, n, n, nullptr);
-    trace.Mark(offset, "h2d");
-    return st;
+    return trace.Marked(offset, "h2d",
+                        gpu_->Copy(dst.data + offset, dst.device, near(b, offset), kHostDevice,
+                                   n, n, nullptr));
   };
   steps.fill_threads = 2;
   steps.carry_threads = kWireThreads;
