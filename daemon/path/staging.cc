@@ -308,6 +308,14 @@ absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size
     return absl::InvalidArgumentError("a staged pipeline needs a chunk size and slots");
   }
   const uint64_t chunks = (length + chunk - 1) / chunk;
+  if (chunks == 1) {
+    // Nothing to overlap: the three steps on this thread, without hand-offs.
+    for (const StageHop* step : {&steps.fill, &steps.carry, &steps.drain}) {
+      if (absl::Status st = (*step)(0, 0, 0, length); !st.ok()) return st;
+    }
+    if (progress) progress(length);
+    return absl::OkStatus();
+  }
   ThreeStepState state(chunks, a_slots, b_slots);
   auto hop = [&](const StageHop& step, uint64_t k) {
     return step(k % a_slots, k % b_slots, k * chunk, std::min(chunk, length - k * chunk));

@@ -381,6 +381,42 @@ TEST_F(StagingTest, ThreeStepsStopAtTheFirstErrorOrACancel) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A move of one chunk: its three steps run in order on the calling thread, and progress
+// hears of it once; an error stops it there.
+TEST_F(StagingTest, OneChunkRunsItsStepsOnTheCallingThread) {
+  std::vector<std::pair<int, std::thread::id>> ran;
+  auto step = [&](int which, absl::Status result = absl::OkStatus()) {
+    return [&, which, result](size_t a, size_t b, uint64_t offset, uint64_t n) {
+      EXPECT_EQ(a, 0u);
+      EXPECT_EQ(b, 0u);
+      EXPECT_EQ(offset, 0u);
+      EXPECT_EQ(n, 5000u);
+      ran.emplace_back(which, std::this_thread::get_id());
+      return result;
+    };
+  };
+  std::vector<uint64_t> progress;
+  ASSERT_TRUE(RunThreeSteps(5000, 8192, 2, 2, ThreeSteps{step(0), step(1), step(2), 2, 2, 2},
+                            [&](uint64_t done) {
+                              progress.push_back(done);
+                              return true;
+                            })
+                  .ok());
+  ASSERT_EQ(ran.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ran[i].first, i);
+    EXPECT_EQ(ran[i].second, std::this_thread::get_id());
+  }
+  EXPECT_EQ(progress, std::vector<uint64_t>{5000});
+  ran.clear();
+  EXPECT_EQ(RunThreeSteps(5000, 8192, 2, 2,
+                          ThreeSteps{step(0), step(1, absl::UnavailableError("gone")), step(2)},
+                          nullptr)
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ran.size(), 2u);  // No drain after a failed carry.
+}
+
 TEST(StagePieceTest, AnEighthOfTheMoveWithinBounds) {
   const uint64_t slot = 8 << 20;
   EXPECT_EQ(StagePiece(64 << 20, slot), 8u << 20);
