@@ -277,10 +277,6 @@ class ThreeStepState : public PipelineEnd {
     done_[step].insert(k);
     while (done_[step].erase(in_row_[step]) > 0) ++in_row_[step];
   }
-  uint64_t drained() {
-    absl::MutexLock lock(&mu_);
-    return in_row_[kDrain];
-  }
   // Waits until more than `seen` chunks are drained in a row, or the pipeline stopped.
   uint64_t AwaitDrainedPast(uint64_t seen) {
     absl::MutexLock lock(&mu_);
@@ -294,7 +290,7 @@ class ThreeStepState : public PipelineEnd {
   const size_t a_slots_;
   const size_t b_slots_;
   uint64_t next_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
-  uint64_t in_row_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};  // Carry and drain.
+  uint64_t in_row_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};  // Done in a row (carry, drain).
   absl::flat_hash_set<uint64_t> filled_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> done_[3] ABSL_GUARDED_BY(mu_);  // Past in_row_.
 };
