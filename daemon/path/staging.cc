@@ -144,6 +144,24 @@ class Pipeline : public PipelineEnd {
   absl::flat_hash_set<uint64_t> done_ ABSL_GUARDED_BY(mu_);  // Drained out of order.
 };
 
+// Tells `progress` the bytes landed as chunks are drained in a row (AwaitDrainedPast of a
+// Pipeline or ThreeStepState), until all are or the pipeline stopped; a progress that says
+// no stops it with CANCELLED. Run by the thread that started the pipeline.
+template <class State>
+void TellLanded(State& state, uint64_t length, uint64_t chunk, const StageProgress& progress) {
+  const uint64_t chunks = (length + chunk - 1) / chunk;
+  for (uint64_t told = 0; told < chunks;) {
+    const uint64_t drained = state.AwaitDrainedPast(told);
+    if (drained == told) return;  // Stopped.
+    told = drained;
+    const uint64_t bytes = std::min(length, drained * chunk);
+    if (progress && !progress(bytes) && bytes < length) {
+      state.Stop(absl::CancelledError("cancelled"));
+      return;
+    }
+  }
+}
+
 // The pipelines' helper threads, kept: a new thread per move, and its first CUDA call,
 // delayed a staged move's first chunk by 100-200 us on the H200 machine. No limit: a
 // pipeline's threads wait for each other.
@@ -213,16 +231,7 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
       }
     });
   }
-  for (uint64_t seen = 0; seen < chunks;) {
-    const uint64_t drained = pipe.AwaitDrainedPast(seen);
-    if (drained == seen) break;  // Stopped.
-    seen = drained;
-    const uint64_t bytes = std::min(length, seen * chunk);
-    if (progress && !progress(bytes) && bytes < length) {
-      pipe.Stop(absl::CancelledError("cancelled"));
-      break;
-    }
-  }
+  TellLanded(pipe, length, chunk, progress);
   pipe.Stop(absl::OkStatus());
   produced.WaitForNotification();
   drained.Wait();
@@ -346,17 +355,7 @@ absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size
                                                  : steps.drain);
     });
   }
-  // This thread tells what has landed, and carries a cancel to the steps.
-  for (uint64_t told = 0; told < chunks;) {
-    const uint64_t drained = state.AwaitDrainedPast(told);
-    if (drained == told) break;  // Stopped.
-    told = drained;
-    const uint64_t bytes = std::min(length, drained * chunk);
-    if (progress && !progress(bytes) && bytes < length) {
-      state.Stop(absl::CancelledError("cancelled"));
-      break;
-    }
-  }
+  TellLanded(state, length, chunk, progress);
   state.Stop(absl::OkStatus());
   finished.Wait();
   return state.status();

@@ -97,10 +97,10 @@ class UcxEngine : public Engine {
   // threshold 8.4/12.0/14.1/12.0/12.6; every move split from lane 0 up 4.3/8.4/10.4/
   // 12.8/12.8 (1 MiB moves all on lanes 0 and 1).
   static constexpr uint64_t kSpreadShare = 8 << 20;
+  // Pieces on the wire at once in a move staged by the remote node (see MoveRemoteStaged).
+  static constexpr int kWireThreads = 2;
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
-  // Pieces on the wire at once in such a move (see MoveRemoteStaged).
-  static constexpr int kWireThreads = 2;
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
                                 MoveControl& control,
                                 const std::function<bool(uint64_t)>& progress);
