@@ -91,10 +91,15 @@ ABSL_FLAG(absl::Duration, peer_call_awake, absl::Milliseconds(-1),
 ABSL_FLAG(gpumove::ByteSize, ucx_lane_share, gpumove::ByteSize{512 << 10},
           "Smallest share of a move split over UCX lanes.");
 ABSL_FLAG(bool, cuda_ipc_fences, true,
-          "Offer peers that copy 64 MiB or more into or out of this node's GPU memory over "
-          "CUDA IPC to wait for their copy's end (an interprocess event) here, so the "
-          "acknowledgement's round trip overlaps the copy (H200s: single 64 MiB moves 0.89-0.91 "
-          "of a raw copy with fences, 0.77-0.81 without).");
+          "Offer peers that copy into or out of this node's GPU memory over CUDA IPC (moves of "
+          "their --cuda_ipc_fence_min or more) to end with the copy still running behind an "
+          "interprocess event, so the acknowledgement's round trip overlaps the copy; this "
+          "node holds the range until it sees the event pass (H200s: single 64 MiB moves "
+          "0.89-0.91 of a raw copy with fences, 0.77-0.81 without).");
+ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_min, gpumove::ByteSize{64ull << 20},
+          "Smallest CUDA IPC move this node runs that ends with its copy still running behind "
+          "a fence (when the other node offers --cuda_ipc_fences); smaller ones copy to the "
+          "end before the other node is told.");
 ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_quiet, gpumove::ByteSize{1000ull * 1000 * 1000 * 1000},
           "Bytes per second no CUDA IPC copy into or out of this node's GPUs beats: a fence "
           "of L bytes is not queried before L / this after its acknowledgement came (0: at "
@@ -213,6 +218,7 @@ int main(int argc, char** argv) {
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   options.cuda_ipc_fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
   options.cuda_ipc_fence_quiet = absl::GetFlag(FLAGS_cuda_ipc_fence_quiet).bytes;
+  options.cuda_ipc_fence_min = absl::GetFlag(FLAGS_cuda_ipc_fence_min).bytes;
   // Below a copy's real speed the holding node would not look until after the copy ended
   // (or its deadline passed): a slip of the unit, refused.
   if (options.cuda_ipc_fence_quiet != 0 && options.cuda_ipc_fence_quiet < (1ull << 30)) {

@@ -279,7 +279,8 @@ TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
 }
 
 // Moves ipc-a runs onto and out of ipc-b's GPU memory end behind a fence that b waits for
-// before it acknowledges and hashes: the checksums b returns are of the landed bytes.
+// before it hashes and acknowledges (a checksum was asked): the checksums b returns are of
+// the landed bytes.
 TEST_F(GpuIpcTwoDaemons, FencedMovesLandBeforeTheyAreAcknowledged) {
   const uint64_t size = 256ull << 20;
   auto src = ca_->Allocate(size, v1::DEVICE, 0);
@@ -299,6 +300,53 @@ TEST_F(GpuIpcTwoDaemons, FencedMovesLandBeforeTheyAreAcknowledged) {
   ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
   EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
   EXPECT_TRUE(absl::StrContains(b_->Log(), "fence passed"));  // b waited for a's copies.
+}
+
+// Without a checksum, b acknowledges a's fenced copy at once and a reports the move done
+// when it sees its own fence pass: the bytes are there at SUCCEEDED, and b's range may be
+// released at once (b's Release waits the microseconds until b sees the fence pass too),
+// client memory lent to b included.
+TEST_F(GpuIpcTwoDaemons, AFencedMoveIsDoneWhenItsBytesLandAndItsRangeMayGoAtOnce) {
+  const uint64_t size = 96ull << 20;  // Over --cuda_ipc_fence_min: ends behind a fence.
+  auto src = ca_->Allocate(size, v1::DEVICE, 0);
+  auto back = ca_->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && back.ok());
+  MoveOptions o;
+  o.path = v1::CUDA_IPC;
+  for (int i = 0; i < 6; ++i) {
+    SCOPED_TRACE(i);
+    const std::string data = RandomBytes(size, 300 + i);
+    ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+    if (i % 2 == 0) {
+      // Into b's pool memory and back out of it (a pull), each checked.
+      auto far = cb_->Allocate(size, v1::DEVICE, other_);
+      ASSERT_TRUE(far.ok()) << far.status();
+      auto push = ca_->Move(Ref(src->id()), On("ipc-b", far->id()), o);
+      ASSERT_TRUE(push.ok()) << push.status();
+      ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+      auto pull = ca_->Move(On("ipc-b", far->id()), Ref(back->id()), o);
+      ASSERT_TRUE(pull.ok()) << pull.status();
+      ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+      EXPECT_TRUE(cb_->Release(far->id()).ok());  // At once.
+      EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
+    } else {
+      // Into client memory lent to b: released at once, then read where it lives.
+      ClientMemory mem(other_, RandomBytes(size, 400 + i));
+      v1::ImportRequest req;
+      req.set_cuda_ipc_handle(mem.handle);
+      req.set_size(size);
+      req.set_device_uuid(Uuid(other_));
+      auto lent = cb_->Import(req);
+      ASSERT_TRUE(lent.ok()) << lent.status();
+      auto push = ca_->Move(Ref(src->id()), On("ipc-b", lent->id()), o);
+      ASSERT_TRUE(push.ok()) << push.status();
+      ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+      EXPECT_TRUE(cb_->Release(lent->id()).ok());
+      EXPECT_TRUE(mem.Contents(0, size) == data);
+    }
+  }
+  // b took the early way (not the one a checksum takes).
+  EXPECT_TRUE(absl::StrContains(b_->Log(), "the hold ends when the runner's fence passes"));
 }
 
 TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {

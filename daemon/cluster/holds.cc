@@ -157,12 +157,27 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
             : arrived + absl::Seconds(static_cast<double>(std::min(fence.bytes, u.length())) /
                                       static_cast<double>(staging_.fence_quiet_rate));
     GpuRuntime* gpu = staging_.gpu;
-    absl::Status st =
-        gpu == nullptr || gpu->devices().empty()
-            ? absl::FailedPreconditionError("this node has no GPU to wait for the copy with")
-            : gpu->WaitIpcFence(u.kind() == MemoryKind::kDevice ? u.device()
-                                                                 : gpu->devices().front().index,
-                                fence.handle, absl::Now() + fence_wait, quiet_until);
+    if (gpu == nullptr || gpu->devices().empty()) {
+      return absl::FailedPreconditionError(
+          "waiting for the runner's copy to end: this node has no GPU to wait for it with");
+    }
+    const int device =
+        u.kind() == MemoryKind::kDevice ? u.device() : gpu->devices().front().index;
+    absl::Status st;
+    if (fence.runner_waits && !checksum) {
+      // One look, which also refuses a handle the driver will not open: a copy still
+      // running is acknowledged now (the runner sees it end itself) and its hold ends
+      // when this node sees it end too.
+      st = gpu->WaitIpcFence(device, fence.handle, absl::InfinitePast());
+      if (absl::IsDeadlineExceeded(st)) {
+        entry->use.MarkEnding();
+        EndLater(Ending{std::move(entry), absl::StrCat("transfer ", transfer_id, " from ", from_node),
+                        device, fence.handle, quiet_until, arrived + fence_wait});
+        return 0;
+      }
+    } else {
+      st = gpu->WaitIpcFence(device, fence.handle, absl::Now() + fence_wait, quiet_until);
+    }
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("waiting for the runner's copy to end: ", st.message()));
@@ -200,7 +215,48 @@ int HoldTable::ReleaseFrom(const std::string& node, uint64_t incarnation) {
 
 size_t HoldTable::size() const {
   absl::MutexLock lock(&mu_);
-  return holds_.size();
+  return holds_.size() + ending_.size();
+}
+
+void HoldTable::EndLater(Ending ending) {
+  absl::MutexLock lock(&mu_);
+  ending_.push_back(std::move(ending));
+  if (!ender_.joinable()) ender_ = std::thread([this] { EndLoop(); });
+}
+
+void HoldTable::EndLoop() {
+  while (true) {
+    Ending e;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ending_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (ending_.empty()) return;  // Stopping, every hold ended.
+      // Left in the queue while waited for, so size() counts it.
+      e.fence = ending_.front().fence;
+      e.device = ending_.front().device;
+      e.quiet_until = ending_.front().quiet_until;
+      e.deadline = ending_.front().deadline;
+    }
+    const absl::Status st = staging_.gpu->WaitIpcFence(e.device, e.fence, e.deadline, e.quiet_until);
+    absl::MutexLock lock(&mu_);
+    e = std::move(ending_.front());
+    ending_.pop_front();
+    if (!st.ok()) {
+      // The runner saw its own copy end or fail: this node only lets the range go.
+      LOG(WARNING) << "the hold of " << e.what
+                   << " ends without this node seeing the runner's copy end: " << st;
+    }
+    // e.entry goes when `e` does, after the lock (ending the use takes the registry's).
+  }
+}
+
+HoldTable::~HoldTable() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (ender_.joinable()) ender_.join();
 }
 
 }  // namespace gpumove

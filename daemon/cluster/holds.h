@@ -5,8 +5,10 @@
 #define GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
 
 #include <atomic>
+#include <deque>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +42,10 @@ class HoldTable {
             std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher,
             StagingPolicy staging = {})
       : registry_(registry), hasher_(std::move(hasher)), staging_(staging) {}
+  // Waits for the holds still ending (their fences pass or time out).
+  ~HoldTable();
+  HoldTable(const HoldTable&) = delete;
+  HoldTable& operator=(const HoldTable&) = delete;
 
   struct Held {
     const BufferUse* use = nullptr;
@@ -86,7 +92,11 @@ class HoldTable {
   // `fence_wait`) before the hold ends or is hashed; a fence this node cannot wait for
   // (no GPU, a handle the driver refuses, too slow) is the answer, and the hold ends.
   // The bytes still behind it (0: not known) set how long the driver is left alone first
-  // (StagingPolicy::fence_quiet_rate).
+  // (StagingPolicy::fence_quiet_rate). When the runner waits for its fence too
+  // (fence.runner_waits) and no checksum is asked, a fence that has not passed is not
+  // waited for here: the answer is OK at once, and the hold ends on a thread of the
+  // table's own when it passes (or fails, or `fence_wait` runs out); meanwhile its range
+  // is in an ending use (a Release waits for it) and size() counts it.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
                                     absl::Duration half_wait = absl::Seconds(2),
@@ -94,7 +104,8 @@ class HoldTable {
                                     absl::Duration fence_wait = absl::Seconds(10));
   // Holds of staged ranges made without a ring since start (the pool was busy).
   uint64_t deferred() const { return deferred_.load(); }
-  // Ends every hold of a node's incarnation (it went down or restarted).
+  // Ends every hold of a node's incarnation (it went down or restarted); not those
+  // already ending behind a fence (they end when it passes or times out).
   int ReleaseFrom(const std::string& node, uint64_t incarnation);
   size_t size() const;
 
@@ -114,6 +125,20 @@ class HoldTable {
   mutable absl::Mutex mu_;
   // Key: from_node + '\n' + transfer_id.
   absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
+
+  // Holds acknowledged before their fence passed, ended in order by `ender_`.
+  struct Ending {
+    std::unique_ptr<Entry> entry;
+    std::string what;  // For the log: the transfer and its runner.
+    int device = 0;
+    std::string fence;
+    absl::Time quiet_until, deadline;
+  };
+  void EndLater(Ending ending);
+  void EndLoop();
+  std::deque<Ending> ending_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ender_;  // Started with the first Ending.
 };
 
 }  // namespace gpumove

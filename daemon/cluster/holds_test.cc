@@ -2,17 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace gpumove {
 namespace {
 
 // A host-only runtime that says it has a GPU and records how it was asked to wait for a
-// fence (the wait itself ends at once).
+// fence. The copy behind every fence has ended unless the test says it still runs
+// (CopyRuns); a wait then lasts until EndCopy or its deadline.
 class FenceRecorder : public GpuRuntime {
  public:
   FenceRecorder() : host_(CreateHostOnly("test")) { devices_.push_back(GpuDevice{}); }
@@ -31,18 +35,58 @@ class FenceRecorder : public GpuRuntime {
   }
   absl::Status WaitIpcFence(int, const std::string& handle, absl::Time deadline,
                             absl::Time quiet_until) override {
+    absl::MutexLock lock(&mu_);
     handle_ = handle;
     deadline_ = deadline;
     quiet_until_ = quiet_until;
+    ++waits_;
+    if (handle == "refused") return absl::InvalidArgumentError("not a fence");
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
+    if (deadline == absl::InfinitePast() ? !ended()
+                                         : !mu_.AwaitWithDeadline(absl::Condition(&ended),
+                                                                  deadline)) {
+      return absl::DeadlineExceededError("the copy runs on");
+    }
     return absl::OkStatus();
   }
 
-  std::string handle_;
-  absl::Time deadline_, quiet_until_;
+  void CopyRuns() {
+    absl::MutexLock lock(&mu_);
+    running_ = true;
+  }
+  void EndCopy() {
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+  }
+  std::string handle() {
+    absl::MutexLock lock(&mu_);
+    return handle_;
+  }
+  absl::Time deadline() {
+    absl::MutexLock lock(&mu_);
+    return deadline_;
+  }
+  absl::Time quiet_until() {
+    absl::MutexLock lock(&mu_);
+    return quiet_until_;
+  }
+  int waits() {
+    absl::MutexLock lock(&mu_);
+    return waits_;
+  }
+  void ClearHandle() {
+    absl::MutexLock lock(&mu_);
+    handle_.clear();
+  }
 
  private:
   std::unique_ptr<GpuRuntime> host_;
   std::vector<GpuDevice> devices_;
+  absl::Mutex mu_;
+  std::string handle_ ABSL_GUARDED_BY(mu_);
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_), quiet_until_ ABSL_GUARDED_BY(mu_);
+  int waits_ ABSL_GUARDED_BY(mu_) = 0;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class HoldTableTest : public ::testing::Test {
@@ -85,18 +129,18 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
                                 absl::Seconds(1), AckFence{"fence-handle", behind});
     const absl::Time after = absl::Now();
     ASSERT_TRUE(done.ok()) << done.status();
-    EXPECT_EQ(gpu_.handle_, "fence-handle");
+    EXPECT_EQ(gpu_.handle(), "fence-handle");
     const absl::Duration copy = absl::Seconds(static_cast<double>(counted) / (16ull << 30));
-    EXPECT_GE(gpu_.quiet_until_, before + copy);
-    EXPECT_LE(gpu_.quiet_until_, after + copy);
-    EXPECT_GE(gpu_.deadline_, before + absl::Seconds(10));
+    EXPECT_GE(gpu_.quiet_until(), before + copy);
+    EXPECT_LE(gpu_.quiet_until(), after + copy);
+    EXPECT_GE(gpu_.deadline(), before + absl::Seconds(10));
     EXPECT_EQ(table->size(), 0u);  // The hold ended.
   }
   // A runner that does not say how many bytes are behind its fence: queried at once.
   ASSERT_TRUE(table->Hold("node-a", 1, "t0", "alice", buffer_, 0, 16 << 20).ok());
   ASSERT_TRUE(table->Complete("node-a", "t0", false, true, absl::Seconds(1), AckFence{"h", 0})
                   .ok());
-  EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
+  EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
 }
 
 TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
@@ -105,13 +149,111 @@ TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
   ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1),
                               AckFence{"h", 16 << 20})
                   .ok());
-  EXPECT_EQ(gpu_.quiet_until_, absl::InfinitePast());
+  EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
   // No fence (a move that needed none): the runtime is not asked at all.
-  gpu_.handle_.clear();
+  gpu_.ClearHandle();
   ASSERT_TRUE(table->Hold("node-a", 1, "t3", "alice", buffer_, 0, 4096).ok());
   ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), AckFence{})
                   .ok());
-  EXPECT_TRUE(gpu_.handle_.empty());
+  EXPECT_TRUE(gpu_.handle().empty());
+}
+
+// A runner that sees its fence pass itself (runner_waits) is answered at once, while its
+// copy runs: the range stays held, in an ending use (a Release of the buffer waits for
+// it), until this node sees the fence pass too, on the table's own thread.
+TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
+  auto table = Table(0);
+  gpu_.CopyRuns();
+  ASSERT_TRUE(table->Hold("node-a", 1, "t5", "alice", buffer_, 0, 16 << 20).ok());
+  auto done = table->Complete("node-a", "t5", /*checksum=*/false, /*runner_ok=*/true,
+                              absl::Seconds(1), AckFence{"h5", 16 << 20, /*runner_waits=*/true});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(table->size(), 1u);  // Still held, ending.
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 1u);
+  // A hold for another move stays apart from the ending one.
+  ASSERT_TRUE(table->Hold("node-a", 1, "t6", "alice", buffer_, 0, 4096).ok());
+  EXPECT_EQ(table->size(), 2u);
+  EXPECT_EQ(table->ReleaseFrom("node-a", 1), 1);  // Not the ending one.
+  EXPECT_EQ(table->size(), 1u);
+  std::atomic<bool> released{false};
+  absl::Status release;
+  std::thread releaser([&] {
+    release = registry_->Release("alice", buffer_);
+    released = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(released.load());
+  EXPECT_EQ(table->size(), 1u);
+  gpu_.EndCopy();
+  releaser.join();
+  EXPECT_TRUE(release.ok()) << release;
+  EXPECT_EQ(table->size(), 0u);
+  EXPECT_EQ(gpu_.handle(), "h5");
+}
+
+// A fence this node cannot take is refused at the first look, and the hold ends; one that
+// never passes ends its hold at the deadline; with a checksum, or a runner that does not
+// wait for its fence, the answer waits for the copy as before.
+TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
+  auto table = Table(0);
+  gpu_.CopyRuns();
+  ASSERT_TRUE(table->Hold("node-a", 1, "r", "alice", buffer_, 0, 4096).ok());
+  EXPECT_EQ(table->Complete("node-a", "r", false, true, absl::Seconds(1),
+                            AckFence{"refused", 0, true})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table->size(), 0u);
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
+
+  ASSERT_TRUE(table->Hold("node-a", 1, "d", "alice", buffer_, 0, 4096).ok());
+  ASSERT_TRUE(table->Complete("node-a", "d", false, true, absl::Seconds(1),
+                              AckFence{"hd", 0, true}, /*fence_wait=*/absl::Milliseconds(100))
+                  .ok());
+  EXPECT_EQ(table->size(), 1u);
+  for (int i = 0; i < 200 && table->size() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(table->size(), 0u);  // The copy still "runs": the deadline ended the hold.
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
+
+  for (const auto& [checksum, runner_waits] :
+       std::vector<std::pair<bool, bool>>{{true, true}, {false, false}}) {
+    SCOPED_TRACE(absl::StrCat(checksum, runner_waits));
+    ASSERT_TRUE(table->Hold("node-a", 1, "w", "alice", buffer_, 0, 4096).ok());
+    std::atomic<bool> answered{false};
+    std::thread ender([&] {
+      absl::SleepFor(absl::Milliseconds(50));
+      EXPECT_FALSE(answered.load());
+      gpu_.EndCopy();
+    });
+    auto hash = table->Complete("node-a", "w", checksum, true, absl::Seconds(5),
+                                AckFence{"hw", 0, runner_waits});
+    answered = true;
+    ender.join();
+    ASSERT_TRUE(hash.ok()) << hash.status();
+    EXPECT_EQ(*hash, checksum ? 7u : 0u);
+    EXPECT_EQ(table->size(), 0u);
+    gpu_.CopyRuns();
+  }
+  gpu_.EndCopy();
+}
+
+// The table waits for its ending holds when it goes.
+TEST_F(HoldTableTest, ATableWaitsForItsEndingHoldsWhenItGoes) {
+  auto table = Table(0);
+  gpu_.CopyRuns();
+  ASSERT_TRUE(table->Hold("node-a", 1, "e", "alice", buffer_, 0, 4096).ok());
+  ASSERT_TRUE(table->Complete("node-a", "e", false, true, absl::Seconds(5),
+                              AckFence{"he", 0, true})
+                  .ok());
+  std::thread ender([this] {
+    absl::SleepFor(absl::Milliseconds(100));
+    gpu_.EndCopy();
+  });
+  const absl::Time t0 = absl::Now();
+  table.reset();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(50));
+  ender.join();
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 }
 
 // A staged hold copies pieces between its bounce slots and the range, several to a slot

@@ -218,6 +218,7 @@ void FillComplete(const std::string& self, const RemoteHold& hold, const absl::S
   if (outcome.ok() && !fence.handle.empty()) {
     item->set_fence(fence.handle);
     item->set_fence_bytes(fence.bytes);
+    item->set_runner_waits_fence(fence.runner_waits);
   }
 }
 

@@ -39,17 +39,26 @@ BufferUse& BufferUse::operator=(BufferUse&& other) noexcept {
     data_ = other.data_;
     offset_ = other.offset_;
     length_ = other.length_;
+    ending_ = other.ending_;
     other.registry_ = nullptr;
     other.entry_ = nullptr;
+    other.ending_ = false;
   }
   return *this;
 }
 
 void BufferUse::Reset() {
   if (entry_ == nullptr) return;
-  registry_->EndUse(static_cast<BufferRegistry::Entry*>(entry_.get()));
+  registry_->EndUse(static_cast<BufferRegistry::Entry*>(entry_.get()), ending_);
   entry_.reset();
   registry_ = nullptr;
+  ending_ = false;
+}
+
+void BufferUse::MarkEnding() {
+  if (entry_ == nullptr || ending_) return;
+  registry_->MarkEnding(static_cast<BufferRegistry::Entry*>(entry_.get()));
+  ending_ = true;
 }
 
 MemoryKind BufferUse::kind() const {
@@ -168,12 +177,25 @@ std::shared_ptr<BufferRegistry::Entry> BufferRegistry::FindLocked(const std::str
   return it->second;
 }
 
-absl::Status BufferRegistry::Release(const std::string& owner, const std::string& id) {
+absl::Status BufferRegistry::Release(const std::string& owner, const std::string& id,
+                                     absl::Duration ending_wait) {
   std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
     entry = FindLocked(owner, id);
     if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+    // Uses that are all ending (a peer's last copy, already seen through by the move's
+    // runner) end within moments: a client told the move is done may release at once.
+    const Entry* e = entry.get();
+    auto settled = [e]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return e->info.active_uses == 0 || e->info.active_uses > e->ending_uses;
+    };
+    if (!settled()) {
+      mu_.AwaitWithTimeout(absl::Condition(&settled), ending_wait);
+      if (FindLocked(owner, id) != entry) {
+        return absl::NotFoundError(absl::StrCat("no buffer ", id));  // Released meanwhile.
+      }
+    }
     if (entry->info.active_uses > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "buffer ", id, " is in use by ", entry->info.active_uses, " transfer(s) or stream(s)"));
@@ -246,11 +268,17 @@ absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner,
   return use;
 }
 
-void BufferRegistry::EndUse(Entry* entry) {
+void BufferRegistry::MarkEnding(Entry* entry) {
+  absl::MutexLock lock(&mu_);
+  ++entry->ending_uses;
+}
+
+void BufferRegistry::EndUse(Entry* entry, bool ending) {
   bool free_now = false;
   {
     absl::MutexLock lock(&mu_);
     --entry->info.active_uses;
+    if (ending) --entry->ending_uses;
     free_now = entry->doomed && entry->info.active_uses == 0;
     if (free_now) entry->doomed = false;
   }

@@ -73,6 +73,10 @@ class BufferUse {
 
   // Ends the use now.
   void Reset();
+  // Says the use is ending on its own, soon: what it waits for (a peer's GPU copy into or
+  // out of the range) was queued for good. A Release of the buffer waits for uses that
+  // are all ending instead of refusing.
+  void MarkEnding();
 
   bool valid() const { return entry_ != nullptr; }
   char* data() const { return data_; }  // First byte of the range.
@@ -89,6 +93,7 @@ class BufferUse {
   char* data_ = nullptr;
   uint64_t offset_ = 0;
   uint64_t length_ = 0;
+  bool ending_ = false;
 };
 
 class BufferRegistry {
@@ -106,8 +111,10 @@ class BufferRegistry {
   // Registers memory we did not allocate. INVALID_ARGUMENT (no memory, size 0, negative
   // TTL, an owner process this daemon cannot see).
   absl::StatusOr<BufferInfo> Adopt(AdoptOptions options);
-  // NOT_FOUND, FAILED_PRECONDITION while in use.
-  absl::Status Release(const std::string& owner, const std::string& id);
+  // NOT_FOUND, FAILED_PRECONDITION while in use. Uses that are all ending
+  // (BufferUse::MarkEnding) are waited for, up to `ending_wait`.
+  absl::Status Release(const std::string& owner, const std::string& id,
+                       absl::Duration ending_wait = absl::Seconds(10));
   absl::StatusOr<BufferInfo> Get(const std::string& owner, const std::string& id) const;
   std::vector<BufferInfo> List(const std::string& owner) const;
   // Restarts the lease clock; a zero ttl keeps the current TTL. FAILED_PRECONDITION for a
@@ -135,12 +142,14 @@ class BufferRegistry {
     std::shared_ptr<const void> keepalive;
     uint64_t owner_start = 0;  // The owner process's start time (pid reuse check).
     bool doomed = false;  // Released from the map; free when the last use ends.
+    uint32_t ending_uses = 0;  // Of info.active_uses, those marked ending.
   };
   static void Free(Entry& entry);
   // Gives the entry its id, creation time and lease, and makes it findable.
   BufferInfo Insert(std::shared_ptr<Entry> entry, absl::Duration lease_ttl);
 
-  void EndUse(Entry* entry);
+  void EndUse(Entry* entry, bool ending);
+  void MarkEnding(Entry* entry);
   std::shared_ptr<Entry> FindLocked(const std::string& owner, const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

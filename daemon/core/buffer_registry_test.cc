@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -103,6 +104,69 @@ TEST_F(BufferRegistryTest, BufferInUseIsNotReleased) {
     EXPECT_EQ(registry_->Release("alice", a.id).code(), absl::StatusCode::kFailedPrecondition);
   }
   EXPECT_TRUE(registry_->Release("alice", a.id).ok());
+}
+
+// A use marked ending (a peer's copy already queued for good) makes Release wait for it
+// to end, not refuse; any other use, or one that does not end in time, still refuses.
+TEST_F(BufferRegistryTest, ReleaseWaitsForUsesThatAreAllEnding) {
+  BufferInfo a = Alloc(100);
+  auto use = registry_->Acquire("alice", a.id, 0, 0);
+  ASSERT_TRUE(use.ok());
+  use->MarkEnding();
+  std::atomic<bool> released{false};
+  absl::Status st;
+  std::thread releaser([&] {
+    st = registry_->Release("alice", a.id);
+    released = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(released.load());
+  EXPECT_TRUE(registry_->Get("alice", a.id).ok());
+  use->Reset();
+  releaser.join();
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(registry_->Get("alice", a.id).status().code(), absl::StatusCode::kNotFound);
+
+  // Moved, a use stays ending, and ends once: a plain use after it is refused at once.
+  BufferInfo c = Alloc(100);
+  {
+    auto first = registry_->Acquire("alice", c.id, 0, 0);
+    first->MarkEnding();
+    BufferUse moved = *std::move(first);
+  }
+  {
+    auto plain = registry_->Acquire("alice", c.id, 0, 0);
+    const absl::Time t0 = absl::Now();
+    EXPECT_EQ(registry_->Release("alice", c.id).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  }
+  EXPECT_TRUE(registry_->Release("alice", c.id).ok());
+
+  // An ending use beside one that is not: refused at once.
+  BufferInfo b = Alloc(100);
+  auto ending = registry_->Acquire("alice", b.id, 0, 0);
+  ending->MarkEnding();
+  {
+    auto plain = registry_->Acquire("alice", b.id, 0, 0);
+    const absl::Time t0 = absl::Now();
+    EXPECT_EQ(registry_->Release("alice", b.id).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  }
+  // One that does not end in time: refused after the wait, the buffer kept.
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(registry_->Release("alice", b.id, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(100));
+  EXPECT_TRUE(registry_->Get("alice", b.id).ok());
+  // Ended, its count goes with it: a plain use is refused at once again.
+  ending->Reset();
+  {
+    auto plain = registry_->Acquire("alice", b.id, 0, 0);
+    const absl::Time t1 = absl::Now();
+    EXPECT_EQ(registry_->Release("alice", b.id).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_LT(absl::Now() - t1, absl::Seconds(1));
+  }
+  EXPECT_TRUE(registry_->Release("alice", b.id).ok());
 }
 
 TEST_F(BufferRegistryTest, ExpiredLeaseFreesAndRenewExtends) {

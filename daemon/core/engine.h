@@ -61,7 +61,7 @@ struct RemoteHold {
   // (0: it was not).
   int mpi_tag = 0;
   // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
-  // acknowledgement before it acknowledges.
+  // acknowledgement before it ends its hold.
   bool waits_fences = false;
 };
 
@@ -94,6 +94,10 @@ struct RemoteAsk {
 struct AckFence {
   std::string handle;
   uint64_t bytes = 0;
+  // The runner sees the fence pass itself before it reports the move done: the other
+  // node may acknowledge at once (without checksum) and end its hold when it sees the
+  // fence pass (CompleteRemoteRequest.runner_waits_fence).
+  bool runner_waits = false;
 };
 
 // How the scheduler reaches ranges on other nodes; the cluster layer implements it.
@@ -133,8 +137,8 @@ class RemoteRanges {
   // Complete without making the caller wait for the round trip when others to the same
   // node are in flight: `done` runs exactly once, on this thread before the call returns
   // or later on another thread (acknowledgements that pile up travel together).
-  // `fence`: a CopyFence the remote node waits for first (empty handle: none; only for
-  // holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
+  // `fence`: a CopyFence the remote node waits for before its hold ends (empty handle:
+  // none; only for holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
   // so the acknowledgement should not be sent on its thread.
   virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
                              const AckFence& fence, bool caller_busy, AckCallback done) {
@@ -187,9 +191,9 @@ class MoveControl {
   // daemon's rate limit.
   virtual void Progress(uint64_t bytes_done) = 0;
   // Whether the move may end with its last bytes still being copied, behind a fence that
-  // the other node waits for before it acknowledges (the scheduler's controls, for moves
+  // the other node waits for before it ends its hold (the scheduler's controls, for moves
   // with a remote end). Move then returns OK after handing the fence to KeepRunning; the
-  // move is SUCCEEDED only once the other node has seen the fence pass.
+  // move is SUCCEEDED once the other node acknowledged and this one saw the fence pass.
   virtual bool AcceptsFence() const { return false; }
   virtual void KeepRunning(std::unique_ptr<CopyFence> fence) {}
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks

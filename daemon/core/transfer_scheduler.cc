@@ -549,18 +549,23 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     ++acking_;
   }
   AckFence fence;
-  if (t->fence != nullptr) fence = {t->fence->ipc_handle(), t->fence->pending_bytes()};
+  if (t->fence != nullptr) {
+    fence = {t->fence->ipc_handle(), t->fence->pending_bytes(), /*runner_waits=*/true};
+  }
   remote_->CompleteAsync(
       *t->remote_hold, status, t->checksum, fence, /*caller_busy=*/MovesWaiting(),
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
-        // The other node saw the fence pass before it acknowledged: the copy has ended,
-        // and its fence (stream, event, mapping) is let go after the end is recorded.
-        // Without an acknowledgement the copy may still run, so it is waited for here
-        // before the buffers are let go.
+        // The other node acknowledged the move, maybe before its copy ended (it ends its
+        // hold when it sees the fence pass): the move is done once this node sees the
+        // fence pass too. Without an acknowledgement the copy may still run, so it is
+        // waited for before the buffers are let go. The fence (stream, event, mapping)
+        // is let go after the end is recorded.
         std::unique_ptr<CopyFence> landed;
+        absl::Status copied;
         if (t->fence != nullptr && ack.ok()) {
-          t->bytes_done.store(t->length);
           landed = std::move(t->fence);
+          copied = landed->Wait();
+          if (copied.ok()) t->bytes_done.store(t->length);
         }
         t->fence.reset();
         VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
@@ -569,7 +574,9 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
                 << absl::ToDoubleMicroseconds(absl::Now() - move_end) << " us";
         absl::Status st = status;
         uint64_t src = src_hash, dst = 0;
-        if (st.ok() && !ack.ok()) {
+        if (st.ok() && !copied.ok()) {
+          st = absl::Status(copied.code(), absl::StrCat("the copy failed: ", copied.message()));
+        } else if (st.ok() && !ack.ok()) {
           st = absl::UnavailableError(absl::StrCat("node ", t->remote_hold->node,
                                                    " did not acknowledge the move: ",
                                                    ack.status().message()));

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -448,6 +449,7 @@ class FakeRemote : public RemoteRanges {
     acks_.push_back(std::move(done));
     fences_.push_back(fence.handle);
     fence_bytes_.push_back(fence.bytes);
+    runner_waits_.push_back(fence.runner_waits);
     busy_.push_back(caller_busy);
   }
   void Release(const RemoteHold& hold) override {
@@ -501,6 +503,11 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return fence_bytes_;
   }
+  // Whether each said the runner waits for its fence itself.
+  std::vector<bool> runner_waits() {
+    absl::MutexLock lock(&mu_);
+    return runner_waits_;
+  }
   // Whether each acknowledgement's caller had more moves waiting, in order.
   std::vector<bool> busy() {
     absl::MutexLock lock(&mu_);
@@ -522,6 +529,7 @@ class FakeRemote : public RemoteRanges {
   std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> fences_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> fence_bytes_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> runner_waits_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -542,25 +550,46 @@ class RemoteCopyEngine : public Engine {
     std::memcpy(at(dst), at(src), length);
     moves_.fetch_add(1);
     // Leaves a (pretend) copy running behind a fence when the scheduler takes one.
-    if (control.AcceptsFence()) control.KeepRunning(std::make_unique<Fence>(&fences_ended_));
+    if (control.AcceptsFence()) control.KeepRunning(std::make_unique<Fence>(this));
     return absl::OkStatus();
+  }
+  // The pretend copies end when `copies_end` is notified (null: at once), with `result`.
+  void HoldCopies(absl::Notification* copies_end, absl::Status result) {
+    absl::MutexLock lock(&mu_);
+    copies_end_ = copies_end;
+    copy_result_ = std::move(result);
   }
   std::atomic<int> moves_{0};
   std::atomic<int> fences_ended_{0};
+  std::atomic<int> fences_waited_{0};  // Wait() calls that returned.
 
  private:
   class Fence : public CopyFence {
    public:
-    explicit Fence(std::atomic<int>* ended) : ended_(ended) {}
-    ~Fence() override { ended_->fetch_add(1); }
+    explicit Fence(RemoteCopyEngine* engine) : engine_(engine) {}
+    ~Fence() override { engine_->fences_ended_.fetch_add(1); }
     const std::string& ipc_handle() const override { return handle_; }
-    absl::Status Wait() override { return absl::OkStatus(); }
+    absl::Status Wait() override {
+      absl::Notification* end;
+      absl::Status result;
+      {
+        absl::MutexLock lock(&engine_->mu_);
+        end = engine_->copies_end_;
+        result = engine_->copy_result_;
+      }
+      if (end != nullptr) end->WaitForNotification();
+      engine_->fences_waited_.fetch_add(1);
+      return result;
+    }
     uint64_t pending_bytes() const override { return 3000; }
 
    private:
-    std::atomic<int>* ended_;
+    RemoteCopyEngine* const engine_;
     std::string handle_ = "fence-handle";
   };
+  absl::Mutex mu_;
+  absl::Notification* copies_end_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Status copy_result_ ABSL_GUARDED_BY(mu_);
 };
 
 // A scheduler on node n1 whose other nodes are a FakeRemote.
@@ -717,6 +746,55 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   EXPECT_EQ(ends, (std::multiset<TransferState>{TransferState::kSucceeded,
                                                 TransferState::kFailed}));
   EXPECT_EQ(engine.fences_ended_.load(), 2);
+}
+
+// The other node may acknowledge while the copy still runs (the acknowledgement says the
+// runner waits for its fence): an acknowledged move is SUCCEEDED, its bytes counted, only
+// once the runner sees its own fence pass; a copy that failed behind it fails the move.
+TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
+  TransferScheduler& sched = Start(/*workers=*/2);
+  FakeRemote& remote = remote_;
+  RemoteCopyEngine& engine = engine_;
+  BufferInfo local = Local(64 << 10);
+  remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
+  remote.WaitFences(true);
+  int acks = 0;
+  for (const absl::Status& result :
+       {absl::OkStatus(), absl::InternalError("cudaErrorIllegalAddress")}) {
+    SCOPED_TRACE(result.ToString());
+    absl::Notification copy_ends;
+    engine.HoldCopies(&copy_ends, result);
+    const int waited = engine.fences_waited_.load();
+    TransferSpec s;
+    s.source = {"", local.id, 0, 4096};
+    s.destination = {"n2", "b-dst", 0, 0};
+    auto one = sched.Submit("me", {s}, "");
+    ASSERT_TRUE(one.ok()) << one.status();
+    remote.AwaitAcks(1);
+    EXPECT_EQ(remote.runner_waits().at(acks++), true);
+    std::thread acker([&] { remote.Acknowledge(/*fail_index=*/99); });
+    absl::SleepFor(absl::Milliseconds(50));
+    auto running = sched.Get("me", one->at(0).id);
+    EXPECT_EQ(running->state, TransferState::kRunning);  // Acknowledged, copy still on.
+    EXPECT_EQ(running->bytes_done, 0u);
+    EXPECT_EQ(engine.fences_waited_.load(), waited);
+    copy_ends.Notify();
+    auto end = sched.Wait("me", one->at(0).id, absl::Now() + absl::Seconds(10));
+    acker.join();
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(engine.fences_waited_.load(), waited + 1);
+    if (result.ok()) {
+      EXPECT_EQ(end->state, TransferState::kSucceeded);
+      EXPECT_EQ(end->bytes_done, 4096u);
+    } else {
+      EXPECT_EQ(end->state, TransferState::kFailed);
+      EXPECT_EQ(end->status.code(), absl::StatusCode::kInternal);
+      EXPECT_NE(end->status.message().find("cudaErrorIllegalAddress"), absl::string_view::npos)
+          << end->status;
+      EXPECT_EQ(end->bytes_done, 0u);
+    }
+  }
+  engine.HoldCopies(nullptr, absl::OkStatus());
 }
 
 TEST_F(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {

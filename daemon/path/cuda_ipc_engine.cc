@@ -111,14 +111,13 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   const void* from = push ? static_cast<const void*>(src.data) : far;
   const int to_device = push ? device : dst.device;
   const int from_device = push ? src.device : device;
-  // Only a copy long enough to hide the other node's wait (a thread hand-off and event
-  // polling there) is left running: below that a local wait and an acknowledgement
-  // answered at once are quicker.
-  if (paced || length < kMinFenced || !control.AcceptsFence()) {
+  if (paced || length < min_fenced_ || !control.AcceptsFence()) {
     return gpu_->Copy(to, to_device, from, from_device, length, chunk, progress);
   }
-  // The copy's last chunk runs on while the other node is told: it waits for the fence
-  // itself and acknowledges once the bytes are there, so the round trip overlaps the copy.
+  // The copy's last chunk runs on while the other node is told, so the acknowledgement's
+  // round trip overlaps the copy: that node acknowledges at once and lets its range go
+  // when it sees the fence pass; the scheduler waits for the fence here before the move
+  // is done.
   auto fence = gpu_->CopyFenced(to, to_device, from, from_device, length, chunk, progress);
   if (!fence.ok()) return fence.status();
   control.KeepRunning(std::make_unique<MappedFence>(*mapping, *std::move(fence)));

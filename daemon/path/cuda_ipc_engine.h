@@ -21,9 +21,13 @@ namespace gpumove {
 
 class CudaIpcEngine : public Engine {
  public:
-  // Both must outlive the engine.
-  CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t chunk = 64 << 20)
-      : gpu_(gpu), ipc_(ipc), chunk_(chunk) {}
+  // Both must outlive the engine. Moves of `min_fenced` bytes or more end with their
+  // copy still running behind a fence when the other node can wait for it
+  // (MoveControl::AcceptsFence); smaller ones copy to the end first.
+  CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t min_fenced = kDefaultMinFenced,
+                uint64_t chunk = 64 << 20)
+      : gpu_(gpu), ipc_(ipc), min_fenced_(min_fenced), chunk_(chunk) {}
+  static constexpr uint64_t kDefaultMinFenced = 64ull << 20;
 
   PathKind path() const override { return PathKind::kCudaIpc; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
@@ -42,10 +46,7 @@ class CudaIpcEngine : public Engine {
   GpuRuntime* const gpu_;
   IpcTable* const ipc_;
   static constexpr uint64_t kMaxChunk = 1ull << 30;
-  // ~170 us over NVLink: long enough to hide the other node's wake-up of a thread to wait
-  // for the fence (H200s, A/B in one run: 16 MiB moves 0.51/0.40 of a raw copy with a
-  // fence, 0.66/0.68 without; 64 MiB 0.89/0.91 with, 0.77/0.81 without).
-  static constexpr uint64_t kMinFenced = 64ull << 20;
+  const uint64_t min_fenced_;
   const uint64_t chunk_;
   absl::Mutex mu_;
   // Mappings kept open per peer incarnation ("node#incarnation").

@@ -207,7 +207,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->local_engine_ = std::make_unique<LocalEngine>(gpu);
   std::vector<Engine*> engines = {d->local_engine_.get()};
   if (!d->gpu_->devices().empty()) {
-    d->cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get());
+    d->cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get(),
+                                                          options.cuda_ipc_fence_min);
     engines.push_back(d->cuda_ipc_engine_.get());
   }
 

@@ -108,12 +108,18 @@ grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
                                              v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
   // A fence: the runner's GPU copy into (or out of) the range may still run; this node
-  // sees it end itself before it acknowledges or hashes.
-  auto hash = holds_->Complete(request->from_node(), request->transfer_id(), request->checksum(),
-                               /*runner_ok=*/request->code() == 0, absl::Seconds(2),
-                               AckFence{request->fence(), request->fence_bytes()});
+  // sees it end itself before the hold ends (and before it acknowledges or hashes, unless
+  // the runner waits for it too).
+  auto hash = holds_->Complete(
+      request->from_node(), request->transfer_id(), request->checksum(),
+      /*runner_ok=*/request->code() == 0, absl::Seconds(2),
+      AckFence{request->fence(), request->fence_bytes(), request->runner_waits_fence()});
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0)
-          << " us" << (request->fence().empty() ? "" : " (after the runner's fence passed)");
+          << " us"
+          << (request->fence().empty() ? ""
+              : request->runner_waits_fence() && !request->checksum()
+                  ? " (the hold ends when the runner's fence passes)"
+                  : " (after the runner's fence passed)");
   if (!hash.ok()) return ToGrpcStatus(hash.status());
   response->set_xxh3(*hash);
   return grpc::Status::OK;
