@@ -6,7 +6,6 @@
 //   batch  16 moves in one Submit, bytes / wall time (RPC cost amortized).
 #include <algorithm>
 #include <iostream>
-#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,9 +27,6 @@ ABSL_FLAG(int, reps, 20, "Repetitions per size (medians are printed).");
 ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
 ABSL_FLAG(bool, local, true, "Measure path LOCAL (GPU0 -> GPU1, pinned <-> GPU0).");
 ABSL_FLAG(bool, cuda_ipc, true, "Measure path CUDA_IPC between two daemons.");
-ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
-          "More flags for the daemons, comma-separated (an A/B of a daemon setting in one "
-          "build, e.g. --daemon_flags=--cuda_ipc_fence_min=1MiB).");
 
 namespace gpumove {
 namespace {
@@ -154,15 +150,10 @@ int Main() {
   CHECK_CUDA(cudaGetDeviceCount(&gpus));
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
   const int reps = absl::GetFlag(FLAGS_reps);
-  const std::vector<std::string> extra = absl::GetFlag(FLAGS_daemon_flags);
-  auto with_extra = [&extra](std::vector<std::string> flags) {
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    return flags;
-  };
-  auto daemon = DaemonProcess::Start(with_extra(
+  auto daemon = DaemonProcess::Start(
       {absl::StrFormat("--device_pool_size=%d", 4 * max_size + (256 << 20)),
        absl::StrFormat("--pinned_pool_size=%d", max_size + (64 << 20)), "--host_pool_size=64MiB",
-       "--node=gpu-bench", "--copy_threads=4"}));
+       "--node=gpu-bench", "--copy_threads=4"});
   if (!daemon.ok()) {
     std::cerr << daemon.status() << "\n";
     return 1;
@@ -230,9 +221,9 @@ int Main() {
   // Path CUDA_IPC: a second daemon on this host serving GPU1 only; the first pushes its
   // GPU0 buffer into it, GPU to GPU through the IPC mapping, against the same raw copy.
   if (gpus > 1 && absl::GetFlag(FLAGS_cuda_ipc)) {
-    auto b_daemon = DaemonProcess::Start(with_extra(
+    auto b_daemon = DaemonProcess::Start(
         {absl::StrFormat("--device_pool_size=%d", 4 * max_size + (256 << 20)), "--gpus=1",
-         "--host_pool_size=64MiB", "--node=gpu-bench-b", "--peers=" + (*daemon)->address()}));
+         "--host_pool_size=64MiB", "--node=gpu-bench-b", "--peers=" + (*daemon)->address()});
     if (!b_daemon.ok()) {
       std::cerr << b_daemon.status() << "\n";
       return 1;
