@@ -6,11 +6,11 @@
 namespace gpumove {
 
 absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
-                                               uint64_t from_incarnation,
-                                               const std::string& transfer_id,
-                                               const std::string& owner,
-                                               const std::string& buffer_id, uint64_t offset,
-                                               uint64_t length, bool may_stage) {
+                                                uint64_t from_incarnation,
+                                                const std::string& transfer_id,
+                                                const std::string& owner,
+                                                const std::string& buffer_id, uint64_t offset,
+                                                uint64_t length, bool may_stage) {
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
   auto entry = std::make_unique<Entry>();
@@ -36,7 +36,8 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   absl::MutexLock lock(&mu_);
   auto& slot = holds_[key];
   if (slot != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already holds a range"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("transfer ", transfer_id, " already holds a range"));
   }
   slot = std::move(entry);
   if (slot->stage_later) ++deferred_;
@@ -70,7 +71,8 @@ absl::Status HoldTable::StageChunk(const std::string& from_node, const std::stri
     absl::MutexLock lock(&mu_);
     auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
     if (it == holds_.end()) {
-      return absl::NotFoundError(absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+      return absl::NotFoundError(
+          absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
     }
     entry = it->second.get();
     if (entry->ring.has_value()) taken = &*entry->ring;  // TakeRing sets it under the lock.
@@ -96,7 +98,7 @@ absl::Status HoldTable::StageChunk(const std::string& from_node, const std::stri
 }
 
 absl::Status HoldTable::StartHalf(const std::string& from_node, const std::string& transfer_id,
-                                 const HalfStarter& start) {
+                                  const HalfStarter& start) {
   // Under the lock, so that a concurrent release cannot drop the range meanwhile; starting
   // only posts the first receives.
   absl::MutexLock lock(&mu_);
@@ -128,8 +130,7 @@ absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
                                              bool runner_ok, absl::Duration half_wait,
-                                             const AckFence& fence,
-                                             absl::Duration fence_wait) {
+                                             const AckFence& fence, absl::Duration fence_wait) {
   const absl::Time arrived = absl::Now();
   std::unique_ptr<Entry> entry;
   {
@@ -161,8 +162,7 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
       return absl::FailedPreconditionError(
           "waiting for the runner's copy to end: this node has no GPU to wait for it with");
     }
-    const int device =
-        u.kind() == MemoryKind::kDevice ? u.device() : gpu->devices().front().index;
+    const int device = u.kind() == MemoryKind::kDevice ? u.device() : gpu->devices().front().index;
     absl::Status st;
     if (fence.runner_waits && !checksum) {
       // One look, which also refuses a handle the driver will not open: a copy still
@@ -171,8 +171,9 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
       st = gpu->WaitIpcFence(device, fence.handle, absl::InfinitePast());
       if (absl::IsDeadlineExceeded(st)) {
         entry->use.MarkEnding();
-        EndLater(Ending{std::move(entry), absl::StrCat("transfer ", transfer_id, " from ", from_node),
-                        device, fence.handle, quiet_until, arrived + fence_wait});
+        EndLater(Ending{std::move(entry),
+                        absl::StrCat("transfer ", transfer_id, " from ", from_node), device,
+                        fence.handle, quiet_until, arrived + fence_wait});
         return 0;
       }
     } else {
@@ -229,7 +230,9 @@ void HoldTable::EndLoop() {
     Ending e;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ending_.empty(); };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !ending_.empty();
+      };
       mu_.Await(absl::Condition(&ready));
       if (ending_.empty()) return;  // Stopping, every hold ended.
       // Left in the queue while waited for, so size() counts it.
@@ -238,7 +241,8 @@ void HoldTable::EndLoop() {
       e.quiet_until = ending_.front().quiet_until;
       e.deadline = ending_.front().deadline;
     }
-    const absl::Status st = staging_.gpu->WaitIpcFence(e.device, e.fence, e.deadline, e.quiet_until);
+    const absl::Status st =
+        staging_.gpu->WaitIpcFence(e.device, e.fence, e.deadline, e.quiet_until);
     absl::MutexLock lock(&mu_);
     e = std::move(ending_.front());
     ending_.pop_front();

@@ -39,7 +39,6 @@ class FenceRecorder : public GpuRuntime {
     handle_ = handle;
     deadline_ = deadline;
     quiet_until_ = quiet_until;
-    ++waits_;
     if (handle == "refused") return absl::InvalidArgumentError("not a fence");
     auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
     if (deadline == absl::InfinitePast() ? !ended()
@@ -70,10 +69,6 @@ class FenceRecorder : public GpuRuntime {
     absl::MutexLock lock(&mu_);
     return quiet_until_;
   }
-  int waits() {
-    absl::MutexLock lock(&mu_);
-    return waits_;
-  }
   void ClearHandle() {
     absl::MutexLock lock(&mu_);
     handle_.clear();
@@ -85,7 +80,6 @@ class FenceRecorder : public GpuRuntime {
   absl::Mutex mu_;
   std::string handle_ ABSL_GUARDED_BY(mu_);
   absl::Time deadline_ ABSL_GUARDED_BY(mu_), quiet_until_ ABSL_GUARDED_BY(mu_);
-  int waits_ ABSL_GUARDED_BY(mu_) = 0;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
