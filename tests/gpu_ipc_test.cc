@@ -239,6 +239,17 @@ class GpuIpcTwoDaemons : public ::testing::Test {
     }
     ASSERT_EQ(ca_->ListPeers()->size(), 1u);
   }
+  // ipc-a pushes its buffer `src` into ipc-b's `far` and pulls that back into its `back`.
+  void PushAndPullBack(const std::string& src, const std::string& far, const std::string& back,
+                       const MoveOptions& o) {
+    auto push = ca_->Move(Ref(src), On("ipc-b", far), o);
+    ASSERT_TRUE(push.ok()) << push.status();
+    ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+    auto pull = ca_->Move(On("ipc-b", far), Ref(back), o);
+    ASSERT_TRUE(pull.ok()) << pull.status();
+    ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+  }
+
   std::unique_ptr<DaemonProcess> a_, b_;
   std::unique_ptr<Client> ca_, cb_;
   int other_ = 0;
@@ -292,12 +303,7 @@ TEST_F(GpuIpcTwoDaemons, FencedMovesLandBeforeTheyAreAcknowledged) {
   MoveOptions o;
   o.checksum = true;
   o.path = v1::CUDA_IPC;
-  auto push = ca_->Move(Ref(src->id()), On("ipc-b", far->id()), o);
-  ASSERT_TRUE(push.ok()) << push.status();
-  ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
-  auto pull = ca_->Move(On("ipc-b", far->id()), Ref(back->id()), o);
-  ASSERT_TRUE(pull.ok()) << pull.status();
-  ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+  ASSERT_NO_FATAL_FAILURE(PushAndPullBack(src->id(), far->id(), back->id(), o));
   EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
   EXPECT_TRUE(absl::StrContains(b_->Log(), "fence passed"));  // b waited for a's copies.
 }
@@ -321,12 +327,7 @@ TEST_F(GpuIpcTwoDaemons, AFencedMoveIsDoneWhenItsBytesLandAndItsRangeMayGoAtOnce
       // Into b's pool memory and back out of it (a pull), each checked.
       auto far = cb_->Allocate(size, v1::DEVICE, other_);
       ASSERT_TRUE(far.ok()) << far.status();
-      auto push = ca_->Move(Ref(src->id()), On("ipc-b", far->id()), o);
-      ASSERT_TRUE(push.ok()) << push.status();
-      ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
-      auto pull = ca_->Move(On("ipc-b", far->id()), Ref(back->id()), o);
-      ASSERT_TRUE(pull.ok()) << pull.status();
-      ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+      ASSERT_NO_FATAL_FAILURE(PushAndPullBack(src->id(), far->id(), back->id(), o));
       EXPECT_TRUE(cb_->Release(far->id()).ok());  // At once.
       EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
     } else {
