@@ -188,6 +188,11 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
   return hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
 }
 
+bool HoldTable::AnswersFenceAtOnce(const AckFence& fence, bool checksum) const {
+  return fence.runner_waits && !checksum && staging_.gpu != nullptr &&
+         staging_.gpu->KnowsIpcFence(fence.handle);
+}
+
 bool HoldTable::HasHalf(const std::string& from_node, const std::string& transfer_id) const {
   absl::MutexLock lock(&mu_);
   auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));

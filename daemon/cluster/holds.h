@@ -102,6 +102,10 @@ class HoldTable {
                                     absl::Duration half_wait = absl::Seconds(2),
                                     const AckFence& fence = {},
                                     absl::Duration fence_wait = absl::Seconds(10));
+  // Whether Complete with `fence` answers without waiting: the runner waits for its fence
+  // itself, no checksum is asked, and this node has looked at that fence before (a first
+  // look opens it, which can take the driver milliseconds).
+  bool AnswersFenceAtOnce(const AckFence& fence, bool checksum) const;
   // Holds of staged ranges made without a ring since start (the pool was busy).
   uint64_t deferred() const { return deferred_.load(); }
   // Ends every hold of a node's incarnation (it went down or restarted); not those

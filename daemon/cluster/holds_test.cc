@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -40,6 +41,7 @@ class FenceRecorder : public GpuRuntime {
     deadline_ = deadline;
     quiet_until_ = quiet_until;
     if (handle == "refused") return absl::InvalidArgumentError("not a fence");
+    opened_.insert(handle);
     auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
     if (deadline == absl::InfinitePast() ? !ended()
                                          : !mu_.AwaitWithDeadline(absl::Condition(&ended),
@@ -47,6 +49,11 @@ class FenceRecorder : public GpuRuntime {
       return absl::DeadlineExceededError("the copy runs on");
     }
     return absl::OkStatus();
+  }
+
+  bool KnowsIpcFence(const std::string& handle) override {
+    absl::MutexLock lock(&mu_);
+    return opened_.contains(handle);
   }
 
   void CopyRuns() {
@@ -81,6 +88,7 @@ class FenceRecorder : public GpuRuntime {
   std::string handle_ ABSL_GUARDED_BY(mu_);
   absl::Time deadline_ ABSL_GUARDED_BY(mu_), quiet_until_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<std::string> opened_ ABSL_GUARDED_BY(mu_);  // As the driver would.
 };
 
 class HoldTableTest : public ::testing::Test {
@@ -183,6 +191,22 @@ TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
   EXPECT_TRUE(release.ok()) << release;
   EXPECT_EQ(table->size(), 0u);
   EXPECT_EQ(gpu_.handle(), "h5");
+}
+
+// An acknowledgement with a fence can be answered on a thread that must not wait (the
+// UCX progress thread) only when the runner waits for its fence, no checksum is asked and
+// the fence was opened before (opening one can take the driver milliseconds).
+TEST_F(HoldTableTest, OnlyAKnownFenceTheRunnerWaitsForIsAnsweredAtOnce) {
+  auto table = Table(0);
+  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));  // Never opened.
+  ASSERT_TRUE(table->Hold("node-a", 1, "t7", "alice", buffer_, 0, 4096).ok());
+  ASSERT_TRUE(table->Complete("node-a", "t7", false, true, absl::Seconds(1),
+                              AckFence{"h7", 0, true})
+                  .ok());
+  EXPECT_TRUE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));
+  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, /*checksum=*/true));
+  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, /*runner_waits=*/false}, false));
+  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h8", 0, true}, false));
 }
 
 // A fence this node cannot take is refused at the first look, and the hold ends; one that

@@ -195,6 +195,11 @@ class CudaRuntime : public GpuRuntime {
     return fence;
   }
 
+  bool KnowsIpcFence(const std::string& handle) override {
+    absl::MutexLock lock(&imported_mu_);
+    return imported_.contains(handle);
+  }
+
   absl::Status WaitIpcFence(int device, const std::string& handle, absl::Time deadline,
                             absl::Time quiet_until) override {
     cudaIpcEventHandle_t h;

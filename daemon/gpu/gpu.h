@@ -105,6 +105,9 @@ class GpuRuntime {
                                     absl::Time quiet_until = absl::InfinitePast()) {
     return absl::FailedPreconditionError("waiting for another process's copy needs a GPU");
   }
+  // Whether WaitIpcFence has opened `handle` before: a look at it is then one driver query
+  // (opening one takes the driver much longer).
+  virtual bool KnowsIpcFence(const std::string& handle) { return false; }
 
   // CUDA IPC. The handle (cudaIpcMemHandle_t's 64 bytes) of the allocation starting at
   // `base` on `device`, for other processes on this host to map.

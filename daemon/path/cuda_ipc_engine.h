@@ -27,7 +27,7 @@ class CudaIpcEngine : public Engine {
   CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t min_fenced = kDefaultMinFenced,
                 uint64_t chunk = 64 << 20)
       : gpu_(gpu), ipc_(ipc), min_fenced_(min_fenced), chunk_(chunk) {}
-  static constexpr uint64_t kDefaultMinFenced = 64ull << 20;
+  static constexpr uint64_t kDefaultMinFenced = 4ull << 20;
 
   PathKind path() const override { return PathKind::kCudaIpc; }
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;

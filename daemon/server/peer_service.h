@@ -45,12 +45,17 @@ class PeerServiceImpl final : public v1::PeerService::Service {
                        v1::StopMpiResponse* response) override;
 
   // Whether serving the request cannot block (no MPI half to start or wait for, no
-  // checksum to compute), so a thread that must not wait may serve it.
+  // checksum to compute, no fence to wait for or open), so a thread that must not wait
+  // may serve it.
   bool AnswersAtOnce(const v1::PrepareRemoteRequest& request) const {
     return request.mpi_tag() == 0;
   }
   bool AnswersAtOnce(const v1::CompleteRemoteRequest& request) const {
-    return !request.checksum() && request.fence().empty() &&
+    return !request.checksum() &&
+           (request.fence().empty() ||
+            holds_->AnswersFenceAtOnce(
+                AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()},
+                request.checksum())) &&
            !holds_->HasHalf(request.from_node(), request.transfer_id());
   }
 
