@@ -1,5 +1,6 @@
 #include "daemon/core/transfer_scheduler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -667,10 +668,11 @@ TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBloc
   remote.AwaitAcks(11);
   EXPECT_EQ(engine.moves_.load(), 11);
   // The first moves' workers had more waiting: their acknowledgements are handed over
-  // rather than sent on the worker; the last one's worker had none.
+  // rather than sent on the worker; the last move's worker had none. (Which of the two
+  // workers' last acknowledgements is recorded last is a race, so not the order.)
   const std::vector<bool> busy = remote.busy();
   EXPECT_TRUE(busy.front());
-  EXPECT_FALSE(busy.back());
+  EXPECT_NE(std::find(busy.begin(), busy.end(), false), busy.end());
   for (const TransferSnapshot& t : *submitted) {
     EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning) << t.id;
   }
