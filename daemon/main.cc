@@ -88,6 +88,10 @@ ABSL_FLAG(absl::Duration, peer_call_awake, absl::Milliseconds(-1),
           "the caller poll up to this long after the last activity instead of sleeping (an "
           "acknowledgement waiting for a long copy's end). Negative: 10ms with 16 CPUs or "
           "more, 0 below.");
+ABSL_FLAG(absl::Duration, pool_spin, absl::Milliseconds(-1),
+          "An idle thread of the copy and staging pools looks for its next job this long "
+          "before it sleeps (a staged move hands each piece to pool threads several times). "
+          "Negative: 1ms with 16 CPUs or more, 0 below.");
 ABSL_FLAG(gpumove::ByteSize, ucx_lane_share, gpumove::ByteSize{512 << 10},
           "Smallest share of a move split over UCX lanes.");
 ABSL_FLAG(bool, cuda_ipc_fences, true,
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
   options.ucx_lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   options.peer_call_poll = absl::GetFlag(FLAGS_peer_call_poll);
   options.peer_call_awake = absl::GetFlag(FLAGS_peer_call_awake);
+  options.pool_spin = absl::GetFlag(FLAGS_pool_spin);
   options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   options.mpi = absl::GetFlag(FLAGS_mpi);
   if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {

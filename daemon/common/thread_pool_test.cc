@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace gpumove {
@@ -47,6 +48,31 @@ TEST(ThreadPool, ALimitedPoolQueuesWhatItHasNoThreadFor) {
   done.Wait();
   EXPECT_EQ(ran.load(), 10);
   EXPECT_LE(pool.threads(), 2);
+}
+
+// An idle thread that looks for work before it sleeps (SetPoolIdleSpin) counts as idle:
+// a job posted meanwhile is left to it, not given a new thread, and it runs.
+TEST(ThreadPool, AThreadLookingForWorkTakesTheNextJob) {
+  SetPoolIdleSpin(absl::Seconds(5));
+  EXPECT_EQ(PoolIdleSpin(), absl::Seconds(5));
+  ThreadPool& pool = *new ThreadPool(0);
+  for (int round = 0; round < 10; ++round) {
+    absl::Notification done;
+    pool.Run([&] { done.Notify(); });
+    done.WaitForNotification();
+    // Time for its thread to come back from the job and look for the next.
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(pool.threads(), 1);
+  SetPoolIdleSpin(absl::ZeroDuration());
+  // Its thread still looks (for up to the 5 s it read); a job now ends that at once.
+  absl::Notification last;
+  pool.Run([&] { last.Notify(); });
+  last.WaitForNotification();
+  EXPECT_EQ(pool.threads(), 1);
+  absl::SleepFor(absl::Milliseconds(20));
+  SetPoolIdleSpin(absl::Milliseconds(-3));  // Negative: none.
+  EXPECT_EQ(PoolIdleSpin(), absl::ZeroDuration());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/common/log.h"
+#include "daemon/common/thread_pool.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
@@ -81,6 +82,11 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::unique_ptr<Daemon> d(new Daemon());
+  // On a small machine an idle pool thread sleeps at once: looking for work would take
+  // the CPU from the threads doing it.
+  SetPoolIdleSpin(options.pool_spin >= absl::ZeroDuration() ? options.pool_spin
+                  : std::thread::hardware_concurrency() >= 16 ? absl::Milliseconds(1)
+                                                               : absl::ZeroDuration());
   // MPI first: as a rank, the job decides our name, address and peers.
   std::string mpi_status = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
   if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {

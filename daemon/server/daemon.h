@@ -85,6 +85,8 @@ struct DaemonOptions {
   absl::Duration peer_call_poll = absl::Milliseconds(-1);
   // UcxOptions::call_awake; negative: 10 ms with 16 CPUs or more, 0 below.
   absl::Duration peer_call_awake = absl::Milliseconds(-1);
+  // SetPoolIdleSpin, for the whole process; negative: 1 ms with 16 CPUs or more, 0 below.
+  absl::Duration pool_spin = absl::Milliseconds(-1);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
   // UCX lanes (each its own context, worker, connections and progress thread) that host
