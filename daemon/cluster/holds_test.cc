@@ -111,6 +111,17 @@ class HoldTableTest : public ::testing::Test {
     return std::make_unique<HoldTable>(
         registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, policy);
   }
+  // Holds `length` bytes of the buffer for node-a's transfer `id`, then ends the move with
+  // the runner's OK and `fence`: Complete's answer.
+  absl::StatusOr<uint64_t> HoldAndComplete(HoldTable& table, const std::string& id,
+                                           const AckFence& fence, bool checksum = false,
+                                           absl::Duration fence_wait = absl::Seconds(10),
+                                           uint64_t length = 4096) {
+    auto held = table.Hold("node-a", 1, id, "alice", buffer_, 0, length);
+    if (!held.ok()) return held.status();
+    return table.Complete("node-a", id, checksum, /*runner_ok=*/true, absl::Seconds(1), fence,
+                          fence_wait);
+  }
 
   FenceRecorder gpu_;
   std::unique_ptr<PoolSet> pools_;
@@ -166,9 +177,8 @@ TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
 TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
   auto table = Table(0);
   gpu_.CopyRuns();
-  ASSERT_TRUE(table->Hold("node-a", 1, "t5", "alice", buffer_, 0, 16 << 20).ok());
-  auto done = table->Complete("node-a", "t5", /*checksum=*/false, /*runner_ok=*/true,
-                              absl::Seconds(1), AckFence{"h5", 16 << 20, /*runner_waits=*/true});
+  auto done = HoldAndComplete(*table, "t5", AckFence{"h5", 16 << 20, /*runner_waits=*/true},
+                              /*checksum=*/false, absl::Seconds(10), /*length=*/16 << 20);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(table->size(), 1u);  // Still held, ending.
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 1u);
@@ -199,10 +209,7 @@ TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
 TEST_F(HoldTableTest, OnlyAKnownFenceTheRunnerWaitsForIsAnsweredAtOnce) {
   auto table = Table(0);
   EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));  // Never opened.
-  ASSERT_TRUE(table->Hold("node-a", 1, "t7", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t7", false, true, absl::Seconds(1),
-                              AckFence{"h7", 0, true})
-                  .ok());
+  ASSERT_TRUE(HoldAndComplete(*table, "t7", AckFence{"h7", 0, true}).ok());
   EXPECT_TRUE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));
   EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, /*checksum=*/true));
   EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, /*runner_waits=*/false}, false));
@@ -215,18 +222,13 @@ TEST_F(HoldTableTest, OnlyAKnownFenceTheRunnerWaitsForIsAnsweredAtOnce) {
 TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
   auto table = Table(0);
   gpu_.CopyRuns();
-  ASSERT_TRUE(table->Hold("node-a", 1, "r", "alice", buffer_, 0, 4096).ok());
-  EXPECT_EQ(table->Complete("node-a", "r", false, true, absl::Seconds(1),
-                            AckFence{"refused", 0, true})
-                .status()
-                .code(),
+  EXPECT_EQ(HoldAndComplete(*table, "r", AckFence{"refused", 0, true}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(table->size(), 0u);
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 
-  ASSERT_TRUE(table->Hold("node-a", 1, "d", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "d", false, true, absl::Seconds(1),
-                              AckFence{"hd", 0, true}, /*fence_wait=*/absl::Milliseconds(100))
+  ASSERT_TRUE(HoldAndComplete(*table, "d", AckFence{"hd", 0, true}, /*checksum=*/false,
+                              /*fence_wait=*/absl::Milliseconds(100))
                   .ok());
   EXPECT_EQ(table->size(), 1u);
   for (int i = 0; i < 200 && table->size() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -236,15 +238,13 @@ TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
   for (const auto& [checksum, runner_waits] :
        std::vector<std::pair<bool, bool>>{{true, true}, {false, false}}) {
     SCOPED_TRACE(absl::StrCat(checksum, runner_waits));
-    ASSERT_TRUE(table->Hold("node-a", 1, "w", "alice", buffer_, 0, 4096).ok());
     std::atomic<bool> answered{false};
     std::thread ender([&] {
       absl::SleepFor(absl::Milliseconds(50));
       EXPECT_FALSE(answered.load());
       gpu_.EndCopy();
     });
-    auto hash = table->Complete("node-a", "w", checksum, true, absl::Seconds(5),
-                                AckFence{"hw", 0, runner_waits});
+    auto hash = HoldAndComplete(*table, "w", AckFence{"hw", 0, runner_waits}, checksum);
     answered = true;
     ender.join();
     ASSERT_TRUE(hash.ok()) << hash.status();
@@ -259,10 +259,7 @@ TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
 TEST_F(HoldTableTest, ATableWaitsForItsEndingHoldsWhenItGoes) {
   auto table = Table(0);
   gpu_.CopyRuns();
-  ASSERT_TRUE(table->Hold("node-a", 1, "e", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "e", false, true, absl::Seconds(5),
-                              AckFence{"he", 0, true})
-                  .ok());
+  ASSERT_TRUE(HoldAndComplete(*table, "e", AckFence{"he", 0, true}).ok());
   std::thread ender([this] {
     absl::SleepFor(absl::Milliseconds(100));
     gpu_.EndCopy();

@@ -619,6 +619,18 @@ class SchedulerRemoteTest : public ::testing::Test {
     o.owner = "me";
     return *registry_->Allocate(o);
   }
+  // A 64 KiB local buffer, and n2's 64 KiB "b-dst" for PushPage to push into.
+  BufferInfo WithPushTarget() {
+    remote_.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
+    return Local(64 << 10);
+  }
+  // Page `i` (4 KiB) of `local` onto the same page of n2's "b-dst".
+  static TransferSpec PushPage(const BufferInfo& local, int i) {
+    TransferSpec s;
+    s.source = {"", local.id, i * 4096ull, 4096};
+    s.destination = {"n2", "b-dst", i * 4096ull, 0};
+    return s;
+  }
 
   std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
   std::unique_ptr<PoolSet> pools_;
@@ -702,16 +714,9 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   TransferScheduler& sched = Start(/*workers=*/2);
   FakeRemote& remote = remote_;
   RemoteCopyEngine& engine = engine_;
-  BufferInfo local = Local(64 << 10);
-  remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
-  auto push = [&](int i) {
-    TransferSpec s;
-    s.source = {"", local.id, i * 4096ull, 4096};
-    s.destination = {"n2", "b-dst", i * 4096ull, 0};
-    return s;
-  };
+  const BufferInfo local = WithPushTarget();
   // Holds that do not wait for fences: no fence is taken, none travels.
-  auto plain = sched.Submit("me", {push(0)}, "");
+  auto plain = sched.Submit("me", {PushPage(local, 0)}, "");
   ASSERT_TRUE(plain.ok()) << plain.status();
   remote.AwaitAcks(1);
   remote.Acknowledge(/*fail_index=*/99);
@@ -726,7 +731,7 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   remote.WaitFences(true);
   std::vector<TransferSnapshot> fenced;
   for (int i = 1; i <= 2; ++i) {
-    auto one = sched.Submit("me", {push(i)}, "");
+    auto one = sched.Submit("me", {PushPage(local, i)}, "");
     ASSERT_TRUE(one.ok()) << one.status();
     fenced.push_back(one->at(0));
     remote.AwaitAcks(i);
@@ -757,8 +762,7 @@ TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
   TransferScheduler& sched = Start(/*workers=*/2);
   FakeRemote& remote = remote_;
   RemoteCopyEngine& engine = engine_;
-  BufferInfo local = Local(64 << 10);
-  remote.AddBuffer("n2", "b-dst", std::string(64 << 10, 'x'));
+  const BufferInfo local = WithPushTarget();
   remote.WaitFences(true);
   int acks = 0;
   for (const absl::Status& result :
@@ -767,10 +771,7 @@ TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
     absl::Notification copy_ends;
     engine.HoldCopies(&copy_ends, result);
     const int waited = engine.fences_waited_.load();
-    TransferSpec s;
-    s.source = {"", local.id, 0, 4096};
-    s.destination = {"n2", "b-dst", 0, 0};
-    auto one = sched.Submit("me", {s}, "");
+    auto one = sched.Submit("me", {PushPage(local, 0)}, "");
     ASSERT_TRUE(one.ok()) << one.status();
     remote.AwaitAcks(1);
     EXPECT_EQ(remote.runner_waits().at(acks++), true);
