@@ -172,8 +172,8 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
       if (absl::IsDeadlineExceeded(st)) {
         entry->use.MarkEnding();
         EndLater(Ending{std::move(entry),
-                        absl::StrCat("transfer ", transfer_id, " from ", from_node), device,
-                        fence.handle, quiet_until, arrived + fence_wait});
+                        absl::StrCat("transfer ", transfer_id, " from ", from_node),
+                        FenceWait{device, fence.handle, quiet_until, arrived + fence_wait}});
         return 0;
       }
     } else {
@@ -232,7 +232,7 @@ void HoldTable::EndLater(Ending ending) {
 
 void HoldTable::EndLoop() {
   while (true) {
-    Ending e;
+    FenceWait wait;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -240,14 +240,11 @@ void HoldTable::EndLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (ending_.empty()) return;  // Stopping, every hold ended.
-      // Left in the queue while waited for, so size() counts it.
-      e.fence = ending_.front().fence;
-      e.device = ending_.front().device;
-      e.quiet_until = ending_.front().quiet_until;
-      e.deadline = ending_.front().deadline;
+      wait = ending_.front().wait;  // Left in the queue meanwhile, so size() counts it.
     }
     const absl::Status st =
-        staging_.gpu->WaitIpcFence(e.device, e.fence, e.deadline, e.quiet_until);
+        staging_.gpu->WaitIpcFence(wait.device, wait.fence, wait.deadline, wait.quiet_until);
+    Ending e;
     absl::MutexLock lock(&mu_);
     e = std::move(ending_.front());
     ending_.pop_front();

@@ -130,13 +130,17 @@ class HoldTable {
   // Key: from_node + '\n' + transfer_id.
   absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
 
-  // Holds acknowledged before their fence passed, ended in order by `ender_`.
-  struct Ending {
-    std::unique_ptr<Entry> entry;
-    std::string what;  // For the log: the transfer and its runner.
+  // Holds acknowledged before their fence passed, ended in order by `ender_` once
+  // GpuRuntime::WaitIpcFence(device, fence, deadline, quiet_until) returns.
+  struct FenceWait {
     int device = 0;
     std::string fence;
     absl::Time quiet_until, deadline;
+  };
+  struct Ending {
+    std::unique_ptr<Entry> entry;
+    std::string what;  // For the log: the transfer and its runner.
+    FenceWait wait;
   };
   void EndLater(Ending ending);
   void EndLoop();
