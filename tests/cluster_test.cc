@@ -518,6 +518,40 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   auto small = nodes_[0].client->Move(Ref(a->id(), 0, 1 << 20), On(g, gb->id()));
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->state(), v1::SUCCEEDED) << small->error_message();
+  // The copies into and out of f's bounce slots (pieces of 1 MiB) use streaming stores; a
+  // direct copy of as many bytes between two nodes' host buffers does not.
+  Node m = StartNode("node-m", nodes_[0].process->address(), {"--metrics_listen=127.0.0.1:0"});
+  AwaitMembership({&m}, 5);
+  const uint64_t size = 3 << 20;
+  auto ma = m.client->Allocate(size);
+  auto mb = m.client->Allocate(size);
+  auto fs = f.client->Allocate(size);
+  auto other = nodes_[1].client->Allocate(size);
+  ASSERT_TRUE(ma.ok() && mb.ok() && fs.ok() && other.ok());
+  const std::string data = RandomBytes(size, seed++);
+  ASSERT_TRUE(m.client->Write(Ref(ma->id()), data).ok());
+  auto streamed = [&m] {
+    absl::SleepFor(absl::Milliseconds(1200));  // The counter lags by up to a second.
+    return Counter(m, "host_copy_streamed_bytes_total");
+  };
+  const double before = streamed();
+  ASSERT_GE(before, 0) << "no streamed-bytes counter";
+  for (const auto& [from, to] : {std::pair{On(m, ma->id()), On(nodes_[1], other->id())},
+                                 std::pair{On(m, ma->id()), On(f, fs->id())},
+                                 std::pair{On(f, fs->id()), On(m, mb->id())}}) {
+    auto t = m.client->Move(from, to);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+    if (to.node() == nodes_[1].name) {
+      EXPECT_EQ(streamed(), before) << "a 3 MiB copy between host buffers streamed";
+    }
+  }
+  EXPECT_TRUE(*m.client->Read(Ref(mb->id())) == data);
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_EQ(streamed(), before + 2.0 * size) << "the bounce slots' copies did not stream";
+  }
+#endif
 }
 
 // A Submit's holds are made at once but its moves run a few at a time: a staging node

@@ -1,6 +1,7 @@
 #include "daemon/common/host_copy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -42,10 +43,13 @@ __attribute__((target("avx2"))) void StreamingCopy(char* dst, const char* src, s
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
+std::atomic<uint64_t> streamed_bytes{0};
+
 void CopyPart(char* dst, const char* src, size_t n, bool streaming) {
 #if defined(__x86_64__)
   if (streaming && kHaveAvx2) {
     StreamingCopy(dst, src, n);
+    streamed_bytes.fetch_add(n, std::memory_order_relaxed);
     return;
   }
 #endif
@@ -60,17 +64,17 @@ ThreadPool& CopyPool() {
 
 }  // namespace
 
-void HostCopy(void* dst, const void* src, size_t n) {
-  CopyPart(static_cast<char*>(dst), static_cast<const char*>(src), n, n >= kStreamingCopyMin);
+void HostCopy(void* dst, const void* src, size_t n, size_t streaming_min) {
+  CopyPart(static_cast<char*>(dst), static_cast<const char*>(src), n, n >= streaming_min);
 }
 
-void ParallelHostCopy(void* dst, const void* src, size_t n, int threads) {
+void ParallelHostCopy(void* dst, const void* src, size_t n, int threads, size_t streaming_min) {
   const size_t parts = std::min<size_t>(std::max(threads, 1), n / kParallelCopyPart);
   if (parts <= 1) {
-    HostCopy(dst, src, n);
+    HostCopy(dst, src, n, streaming_min);
     return;
   }
-  const bool streaming = n >= kStreamingCopyMin;
+  const bool streaming = n >= streaming_min;
   // Parts end on 4 KiB boundaries; the last takes the rest.
   const size_t part = (n / parts) & ~size_t{4095};
   auto* d = static_cast<char*>(dst);
@@ -87,5 +91,7 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads) {
   CopyPart(d, s, part, streaming);
   helpers.Wait();
 }
+
+uint64_t StreamedCopyBytes() { return streamed_bytes.load(std::memory_order_relaxed); }
 
 }  // namespace gpumove

@@ -3,6 +3,7 @@
 #define GPUMOVE_DAEMON_COMMON_HOST_COPY_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gpumove {
 
@@ -11,16 +12,21 @@ namespace gpumove {
 // caches and is rarely read back by this CPU soon, and skipping the read-for-ownership
 // of every destination line measured ~1.5x glibc memcpy on the development machine
 // (15-25 vs 8-12 GB/s). Below that (where the bytes may stay in cache, and memcpy wins),
-// or without AVX2, it is memcpy. The stores are fenced before it returns.
-void HostCopy(void* dst, const void* src, size_t n);
-
+// or without AVX2, it is memcpy. The stores are fenced before it returns. A caller whose
+// destination no CPU reads next (a bounce buffer a GPU copy reads) passes a smaller
+// `streaming_min`.
 inline constexpr size_t kStreamingCopyMin = 8 << 20;
+void HostCopy(void* dst, const void* src, size_t n, size_t streaming_min = kStreamingCopyMin);
 
 // HostCopy split over up to `threads` threads (this one and a shared pool of helpers) in
 // parts of at least kParallelCopyPart bytes: one thread cannot fill a big server's memory
 // bandwidth (~6-9 GB/s per core measured on the GPU machine, several times that in all).
 // Streaming stores as for a HostCopy of all n bytes. Returns when every part is done.
-void ParallelHostCopy(void* dst, const void* src, size_t n, int threads);
+void ParallelHostCopy(void* dst, const void* src, size_t n, int threads,
+                      size_t streaming_min = kStreamingCopyMin);
+
+// Bytes this process copied with streaming stores (HostCopy, ParallelHostCopy).
+uint64_t StreamedCopyBytes();
 
 inline constexpr size_t kParallelCopyPart = 512 << 10;
 

@@ -56,5 +56,33 @@ TEST(HostCopy, ParallelCopiesExactlyFromManyCallers) {
   for (auto& t : callers) t.join();
 }
 
+// Streaming stores from the least size a caller gives (a bounce buffer's copy), else from
+// kStreamingCopyMin; the counter counts exactly the bytes copied that way.
+TEST(HostCopy, StreamsFromTheLeastSizeItIsGiven) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no streaming stores without AVX2";
+#else
+  GTEST_SKIP() << "streaming stores are x86-64 only";
+#endif
+  const size_t n = 3 << 20;
+  std::vector<char> src(n + 5), dst(n + 5, 'z');
+  std::mt19937 rng(13);
+  for (auto& c : src) c = static_cast<char>(rng());
+  auto copied = [&](size_t bytes, auto&& copy) {
+    std::fill(dst.begin(), dst.end(), 'z');
+    const uint64_t before = StreamedCopyBytes();
+    copy();
+    EXPECT_EQ(std::memcmp(dst.data() + 1, src.data() + 2, bytes), 0);
+    EXPECT_EQ(dst[1 + bytes], 'z');
+    return StreamedCopyBytes() - before;
+  };
+  EXPECT_EQ(copied(n, [&] { HostCopy(dst.data() + 1, src.data() + 2, n); }), 0u);
+  EXPECT_EQ(copied(n, [&] { HostCopy(dst.data() + 1, src.data() + 2, n, 1 << 20); }), n);
+  EXPECT_EQ(copied(n - 1, [&] { HostCopy(dst.data() + 1, src.data() + 2, n - 1, n); }), 0u);
+  EXPECT_EQ(copied(n, [&] { ParallelHostCopy(dst.data() + 1, src.data() + 2, n, 4); }), 0u);
+  EXPECT_EQ(copied(n, [&] { ParallelHostCopy(dst.data() + 1, src.data() + 2, n, 4, 1 << 20); }),
+            n);
+}
+
 }  // namespace
 }  // namespace gpumove

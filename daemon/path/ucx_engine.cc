@@ -300,6 +300,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     r.rkey = hold.stage_rkey;
     r.address = stage_slots[i / per_slot] + (i % per_slot) * piece;
     r.peer_error_handling = !hold.same_host;
+    r.bounce = true;
     return r;
   };
   auto stage = [&](size_t i, uint64_t offset, uint64_t n, bool to_range) {

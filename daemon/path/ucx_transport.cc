@@ -934,10 +934,11 @@ absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char*
   uint64_t done = 0;
   while (done < length) {
     const uint64_t n = std::min(slice, length - done);
+    const uint64_t streaming_min = remote.bounce ? kBounceStreamingMin : kStreamingCopyMin;
     if (put) {
-      ParallelHostCopy(mapped + done, local + done, n, threads);
+      ParallelHostCopy(mapped + done, local + done, n, threads, streaming_min);
     } else {
-      ParallelHostCopy(local + done, mapped + done, n, threads);
+      ParallelHostCopy(local + done, mapped + done, n, threads, streaming_min);
     }
     done += n;
     impl_->direct_bytes += n;

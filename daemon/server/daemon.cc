@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/common/log.h"
+#include "daemon/common/host_copy.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/server/convert.h"
 
@@ -337,6 +338,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                             "Bytes of UCX moves carried by lanes besides the first.",
                             [engine] { return engine->lane_bytes(); });
     }
+    d->metrics_->AddTotal("host_copy_streamed_bytes_total",
+                          "Bytes copied between host buffers with streaming stores (big "
+                          "copies, and staged pieces' copies to and from bounce slots).",
+                          [] { return StreamedCopyBytes(); });
     HoldTable* holds = d->holds_.get();
     d->metrics_->AddTotal("staging_holds_deferred_total",
                           "Ranges held for staged moves while the pinned pool had no room for "
