@@ -18,8 +18,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "daemon/common/log.h"
 #include "daemon/common/host_copy.h"
+#include "daemon/common/log.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/server/convert.h"
 
