@@ -931,10 +931,10 @@ absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char*
   const uint64_t generation = impl_->Generation(remote.peer_key);
   const int threads = std::max(1, impl_->options.direct_threads);
   const uint64_t slice = std::max<uint64_t>(impl_->options.chunk, 16 << 20) * threads;
+  const uint64_t streaming_min = remote.bounce ? kBounceStreamingMin : kStreamingCopyMin;
   uint64_t done = 0;
   while (done < length) {
     const uint64_t n = std::min(slice, length - done);
-    const uint64_t streaming_min = remote.bounce ? kBounceStreamingMin : kStreamingCopyMin;
     if (put) {
       ParallelHostCopy(mapped + done, local + done, n, threads, streaming_min);
     } else {
