@@ -76,6 +76,9 @@ ABSL_FLAG(absl::Duration, ucx_poll, absl::Milliseconds(1),
 ABSL_FLAG(int, direct_copy_threads, 0,
           "Threads one direct copy with a same-host peer is split over; 0: a quarter of the "
           "CPUs, at most 8.");
+ABSL_FLAG(int, staged_copy_threads, 0,
+          "Threads one such copy in a staged move (into or out of bounce slots, beside the "
+          "move's GPU copies) is split over; 0: a quarter of --direct_copy_threads, at least 1.");
 ABSL_FLAG(int, ucx_lanes, 0,
           "UCX lanes, each with its own context, worker, connections and progress thread: "
           "a host move over the network (not a same-host direct copy) is split over the "
@@ -238,6 +241,7 @@ int main(int argc, char** argv) {
   options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
   options.ucx_poll_window = absl::GetFlag(FLAGS_ucx_poll);
   options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);
+  options.staged_copy_threads = absl::GetFlag(FLAGS_staged_copy_threads);
   options.ucx_lanes = absl::GetFlag(FLAGS_ucx_lanes);
   options.ucx_lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   options.peer_call_poll = absl::GetFlag(FLAGS_peer_call_poll);

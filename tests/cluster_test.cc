@@ -519,8 +519,11 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->state(), v1::SUCCEEDED) << small->error_message();
   // The copies into and out of f's bounce slots (pieces of 1 MiB) use streaming stores; a
-  // direct copy of as many bytes between two nodes' host buffers does not.
-  Node m = StartNode("node-m", nodes_[0].process->address(), {"--metrics_listen=127.0.0.1:0"});
+  // direct copy of as many bytes between two nodes' host buffers does not. The direct
+  // copy is split over 4 threads, the staged copies over their own count (1).
+  Node m = StartNode("node-m", nodes_[0].process->address(),
+                     {"--metrics_listen=127.0.0.1:0", "--direct_copy_threads=4",
+                      "--staged_copy_threads=1"});
   AwaitMembership({&m}, 5);
   const uint64_t size = 3 << 20;
   auto ma = m.client->Allocate(size);
@@ -530,12 +533,16 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   ASSERT_TRUE(ma.ok() && mb.ok() && fs.ok() && other.ok());
   const std::string data = RandomBytes(size, seed++);
   ASSERT_TRUE(m.client->Write(Ref(ma->id()), data).ok());
-  auto streamed = [&m] {
-    absl::SleepFor(absl::Milliseconds(1200));  // The counter lags by up to a second.
+  double helped = 0;  // By helper threads, read with streamed().
+  auto streamed = [&m, &helped] {
+    absl::SleepFor(absl::Milliseconds(1200));  // The counters lag by up to a second.
+    helped = Counter(m, "host_copy_helper_bytes_total");
     return Counter(m, "host_copy_streamed_bytes_total");
   };
   const double before = streamed();
   ASSERT_GE(before, 0) << "no streamed-bytes counter";
+  ASSERT_GE(helped, 0) << "no helper-bytes counter";
+  const double helped_before = helped;
   auto move = [&m](const v1::BufferRef& from, const v1::BufferRef& to) {
     auto t = m.client->Move(from, to);
     ASSERT_TRUE(t.ok()) << t.status();
@@ -544,6 +551,9 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   move(On(m, ma->id()), On(nodes_[1], other->id()));
   if (HasFatalFailure()) return;
   EXPECT_EQ(streamed(), before) << "a 3 MiB copy between host buffers streamed";
+  // Four parts: three of them (all but the first, 768 KiB) copied by helpers.
+  EXPECT_EQ(helped, helped_before + size - (768 << 10));
+  const double helped_direct = helped;
   move(On(m, ma->id()), On(f, fs->id()));  // Push into f's bounce slots.
   move(On(f, fs->id()), On(m, mb->id()));  // Pull out of them.
   if (HasFatalFailure()) return;
@@ -553,6 +563,8 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
     EXPECT_EQ(streamed(), before + 2.0 * size) << "the bounce slots' copies did not stream";
   }
 #endif
+  streamed();
+  EXPECT_EQ(helped, helped_direct) << "the bounce slots' copies were split over threads";
 }
 
 // A Submit's holds are made at once but its moves run a few at a time: a staging node

@@ -100,6 +100,61 @@ TEST_F(GpuStaging, DeviceToDeviceAcrossNodesVerified) {
   }
 }
 
+// The host copies of a staged move that runs two at once (a push from our bounce slots
+// to the other node's memory, the wire step between two nodes' slots) are split over
+// --staged_copy_threads; other direct copies (a pull into our slots, one piece at a time;
+// host to host) over --direct_copy_threads: counted by the helper-bytes metric.
+TEST_F(GpuStaging, StagedCopiesSplitOverTheirOwnThreads) {
+  auto c = DaemonProcess::Start({"--node=gpu-c", "--device_pool_size=256MiB",
+                                 "--host_pool_size=64MiB", "--pinned_pool_size=64MiB",
+                                 "--metrics_listen=127.0.0.1:0", "--direct_copy_threads=4",
+                                 "--staged_copy_threads=1", "--peers=" + a_->address()});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto cc = *Client::Connect((*c)->address());
+  for (int i = 0; i < 200 && cc->ListPeers()->size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(cc->ListPeers()->size(), 2u);
+  auto helped = [&cc] {
+    absl::SleepFor(absl::Milliseconds(1200));  // The counter lags by up to a second.
+    const std::string m = FetchMetrics(cc->GetInfo()->metrics_address());
+    const std::string key = "\ngpumoved_host_copy_helper_bytes_total ";
+    const size_t at = m.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + key.size()));
+  };
+  const uint64_t size = 16 << 20;
+  auto dev = cc->Allocate(size, v1::DEVICE, 0);
+  auto host = cc->Allocate(size);
+  auto a_host = ca_->Allocate(size);
+  auto a_dev = ca_->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(dev.ok() && host.ok() && a_host.ok() && a_dev.ok());
+  const std::string data = RandomBytes(size, 77);
+  ASSERT_TRUE(cc->Write(Ref(dev->id()), data).ok());
+  const double before = helped();
+  ASSERT_GE(before, 0) << "no helper-bytes counter";
+  MoveOptions o;
+  o.checksum = true;
+  o.path = v1::UCX;
+  auto move = [&](const v1::BufferRef& from, const v1::BufferRef& to) {
+    auto t = cc->Move(from, to, o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+  };
+  move(Ref(dev->id()), On("gpu-a", a_host->id()));  // Staged out of our slots.
+  move(Ref(dev->id()), On("gpu-a", a_dev->id()));   // Through both nodes' slots.
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(*ca_->Read(Ref(a_dev->id())) == data);
+  EXPECT_EQ(helped(), before) << "a staged push's host copies were split over threads";
+  // Each of four threads a quarter of every copy, so helpers copy three quarters.
+  move(On("gpu-a", a_host->id()), Ref(dev->id()));  // Staged into our slots.
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(helped(), before + size - size / 4);
+  move(On("gpu-a", a_host->id()), Ref(host->id()));  // Host to host.
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(*cc->Read(Ref(host->id())) == data);
+  EXPECT_EQ(helped(), before + 2 * (size - size / 4));
+}
+
 TEST_F(GpuStaging, LargeStagedPushThroughput) {
   const uint64_t size = 2ull << 30;
   auto dev = ca_->Allocate(size, v1::DEVICE, 0);

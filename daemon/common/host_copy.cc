@@ -44,6 +44,7 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
 std::atomic<uint64_t> streamed_bytes{0};
+std::atomic<uint64_t> helper_bytes{0};
 
 void CopyPart(char* dst, const char* src, size_t n, bool streaming) {
 #if defined(__x86_64__)
@@ -85,6 +86,7 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads, size_t 
     const size_t len = i + 1 == parts ? n - off : part;
     CopyPool().Run([=, &helpers] {
       CopyPart(d + off, s + off, len, streaming);
+      helper_bytes.fetch_add(len, std::memory_order_relaxed);
       helpers.DecrementCount();
     });
   }
@@ -93,5 +95,6 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads, size_t 
 }
 
 uint64_t StreamedCopyBytes() { return streamed_bytes.load(std::memory_order_relaxed); }
+uint64_t HelperCopyBytes() { return helper_bytes.load(std::memory_order_relaxed); }
 
 }  // namespace gpumove

@@ -27,6 +27,9 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads,
 
 // Bytes this process copied with streaming stores (HostCopy, ParallelHostCopy).
 uint64_t StreamedCopyBytes();
+// Bytes of ParallelHostCopy calls that helper threads copied (every part but the
+// calling thread's).
+uint64_t HelperCopyBytes();
 
 inline constexpr size_t kParallelCopyPart = 512 << 10;
 

@@ -84,5 +84,26 @@ TEST(HostCopy, StreamsFromTheLeastSizeItIsGiven) {
             n);
 }
 
+// ParallelHostCopy's helpers copy every part but the first (the caller's), and the counter
+// counts exactly their bytes; one thread, or a copy too small to split, has no helpers.
+TEST(HostCopy, HelpersCopyEveryPartButTheCallers) {
+  const size_t n = (3 << 20) + 100;
+  std::vector<char> src(n), dst(n);
+  std::mt19937 rng(17);
+  for (auto& c : src) c = static_cast<char>(rng());
+  auto helped = [&](size_t bytes, int threads) {
+    std::fill(dst.begin(), dst.end(), 0);
+    const uint64_t before = HelperCopyBytes();
+    ParallelHostCopy(dst.data(), src.data(), bytes, threads);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), bytes), 0);
+    return HelperCopyBytes() - before;
+  };
+  // Four parts: the caller's (n / 4, rounded down to 4 KiB), the helpers' the rest.
+  EXPECT_EQ(helped(n, 4), n - ((n / 4) & ~size_t{4095}));
+  EXPECT_EQ(helped(n, 1), 0u);
+  EXPECT_EQ(helped(kParallelCopyPart, 4), 0u);  // One part.
+  EXPECT_EQ(helped(2 * kParallelCopyPart, 8), kParallelCopyPart);  // Two at most.
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -30,6 +30,10 @@ struct RemoteRange {
   // (a pull, into our bounce slot or buffer): a direct copy to or from it uses streaming
   // stores from kBounceStreamingMin bytes, not only from kStreamingCopyMin.
   bool bounce = false;
+  // The copy is one step of a staging pipeline (a bounce slot on one side at least), run
+  // beside GPU copies into and out of bounce slots: a direct copy takes
+  // UcxOptions::staged_threads threads, not direct_threads.
+  bool staged = false;
 };
 
 // On the H200 machine streaming a staged piece's wire copy from 1 MiB (not 8) took 16 MiB
@@ -61,6 +65,11 @@ struct UcxOptions {
   bool direct = true;
   // Threads one direct copy is split over (ParallelHostCopy); 1: the moving thread alone.
   int direct_threads = 1;
+  // Threads one direct copy in a staging pipeline (RemoteRange::staged) is split over: it
+  // runs beside the pipeline's GPU copies into and out of bounce slots and shares the
+  // host's memory bandwidth with them. 0: a quarter of direct_threads, at least 1 (see
+  // DirectCopyThreads).
+  int staged_threads = 0;
   // After activity the progress thread keeps polling this long before it sleeps, and a
   // caller waits this long for its reply before it blocks: a peer call's answer then
   // needs no thread wake-up on this side. Zero: always sleep (small machines, where
@@ -73,6 +82,14 @@ struct UcxOptions {
   // poll_window.
   absl::Duration call_awake = absl::ZeroDuration();
 };
+
+// Threads a direct copy with `options` is split over: one in a staging pipeline
+// (`staged`) or any other. On the H200 machine (32 CPUs, direct_threads 8) a staged
+// move's wire step with 8 threads per piece (two pieces at once) took memory bandwidth
+// from the GPU copies on both sides: 256 MiB and 1 GiB device-to-device pushes and pulls
+// 29-35 GB/s against 32-47 with 2 threads, though one such copy alone runs 16 GB/s on 2
+// threads and 40-45 on 8.
+int DirectCopyThreads(const UcxOptions& options, bool staged);
 
 class UcxTransport {
  public:

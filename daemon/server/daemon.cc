@@ -145,6 +145,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         options.direct_copy_threads > 0
             ? options.direct_copy_threads
             : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8);
+    ucx_options.staged_threads = options.staged_copy_threads;
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
       ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());
@@ -342,6 +343,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                           "Bytes copied between host buffers with streaming stores (big "
                           "copies, and staged pieces' copies to and from bounce slots).",
                           [] { return StreamedCopyBytes(); });
+    d->metrics_->AddTotal("host_copy_helper_bytes_total",
+                          "Bytes of host copies split over threads that helper threads copied "
+                          "(see --direct_copy_threads, --staged_copy_threads).",
+                          [] { return HelperCopyBytes(); });
     HoldTable* holds = d->holds_.get();
     d->metrics_->AddTotal("staging_holds_deferred_total",
                           "Ranges held for staged moves while the pinned pool had no room for "

@@ -89,6 +89,9 @@ struct DaemonOptions {
   absl::Duration pool_spin = absl::Milliseconds(-1);
   // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
   int direct_copy_threads = 0;
+  // The same for such a copy in a staged move (beside its GPU copies); 0: a quarter of
+  // direct_copy_threads, at least 1.
+  int staged_copy_threads = 0;
   // UCX lanes (each its own context, worker, connections and progress thread) that host
   // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
   int ucx_lanes = 0;
