@@ -66,10 +66,7 @@ void MoveVerified(Node& f, Node& t, Node& runner, uint64_t size, v1::MemoryKind 
 // A counter of a node's /metrics (refreshed every second; the node needs
 // --metrics_listen); -1 when absent.
 double Counter(const Node& n, const std::string& name) {
-  const std::string m = FetchMetrics(n.client->GetInfo()->metrics_address());
-  const std::string key = "\ngpumoved_" + name + " ";
-  const size_t at = m.find(key);
-  return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
+  return MetricValue(n.client->GetInfo()->metrics_address(), name);
 }
 
 // Starts node `name` with `flags` (fast heartbeats added), joining through `join` (an
@@ -533,16 +530,16 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   ASSERT_TRUE(ma.ok() && mb.ok() && fs.ok() && other.ok());
   const std::string data = RandomBytes(size, seed++);
   ASSERT_TRUE(m.client->Write(Ref(ma->id()), data).ok());
-  double helped = 0;  // By helper threads, read with streamed().
-  auto streamed = [&m, &helped] {
-    absl::SleepFor(absl::Milliseconds(1200));  // The counters lag by up to a second.
-    helped = Counter(m, "host_copy_helper_bytes_total");
+  auto settle = [] { absl::SleepFor(absl::Milliseconds(1200)); };  // Counters lag ~1 s.
+  auto streamed = [&] {
+    settle();
     return Counter(m, "host_copy_streamed_bytes_total");
   };
+  auto helped = [&m] { return Counter(m, "host_copy_helper_bytes_total"); };  // After settle.
   const double before = streamed();
   ASSERT_GE(before, 0) << "no streamed-bytes counter";
-  ASSERT_GE(helped, 0) << "no helper-bytes counter";
-  const double helped_before = helped;
+  const double helped_before = helped();
+  ASSERT_GE(helped_before, 0) << "no helper-bytes counter";
   auto move = [&m](const v1::BufferRef& from, const v1::BufferRef& to) {
     auto t = m.client->Move(from, to);
     ASSERT_TRUE(t.ok()) << t.status();
@@ -552,8 +549,8 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
   if (HasFatalFailure()) return;
   EXPECT_EQ(streamed(), before) << "a 3 MiB copy between host buffers streamed";
   // Four parts: three of them (all but the first, 768 KiB) copied by helpers.
-  EXPECT_EQ(helped, helped_before + size - (768 << 10));
-  const double helped_direct = helped;
+  const double helped_direct = helped();
+  EXPECT_EQ(helped_direct, helped_before + size - (768 << 10));
   move(On(m, ma->id()), On(f, fs->id()));  // Push into f's bounce slots.
   move(On(f, fs->id()), On(m, mb->id()));  // Pull out of them.
   if (HasFatalFailure()) return;
@@ -563,8 +560,8 @@ TEST_F(ClusterTest, RemoteStagingCarriesPushesAndPullsVerified) {
     EXPECT_EQ(streamed(), before + 2.0 * size) << "the bounce slots' copies did not stream";
   }
 #endif
-  streamed();
-  EXPECT_EQ(helped, helped_direct) << "the bounce slots' copies were split over threads";
+  settle();
+  EXPECT_EQ(helped(), helped_direct) << "the bounce slots' copies were split over threads";
 }
 
 // A Submit's holds are made at once but its moves run a few at a time: a staging node

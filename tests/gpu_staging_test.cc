@@ -117,10 +117,7 @@ TEST_F(GpuStaging, StagedCopiesSplitOverTheirOwnThreads) {
   ASSERT_EQ(cc->ListPeers()->size(), 2u);
   auto helped = [&cc] {
     absl::SleepFor(absl::Milliseconds(1200));  // The counter lags by up to a second.
-    const std::string m = FetchMetrics(cc->GetInfo()->metrics_address());
-    const std::string key = "\ngpumoved_host_copy_helper_bytes_total ";
-    const size_t at = m.find(key);
-    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + key.size()));
+    return MetricValue(cc->GetInfo()->metrics_address(), "host_copy_helper_bytes_total");
   };
   const uint64_t size = 16 << 20;
   auto dev = cc->Allocate(size, v1::DEVICE, 0);

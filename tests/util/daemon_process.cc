@@ -164,4 +164,11 @@ std::string FetchMetrics(const std::string& address) {
   return body;
 }
 
+double MetricValue(const std::string& address, const std::string& name) {
+  const std::string m = FetchMetrics(address);
+  const std::string key = "\ngpumoved_" + name + " ";
+  const size_t at = m.find(key);
+  return at == std::string::npos ? -1 : std::stod(m.substr(at + key.size()));
+}
+
 }  // namespace gpumove

@@ -29,6 +29,9 @@ std::string ReadFile(const std::string& path);
 // GET http://address/metrics (a daemon's --metrics_listen) with a plain socket: the whole
 // HTTP response, empty when it cannot connect.
 std::string FetchMetrics(const std::string& address);
+// The value of the unlabelled metric gpumoved_<name> at `address`; -1 when it is not
+// served.
+double MetricValue(const std::string& address, const std::string& name);
 
 class DaemonProcess {
  public:
