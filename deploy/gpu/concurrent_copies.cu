@@ -2,9 +2,8 @@
 // GPUs: device->pinned on GPU0, pinned->device on GPU1, and a host-to-host memcpy by CPU
 // threads (the same-host "wire"). Shows what the host keeps up when all three run together,
 // without the daemon. Built and run on the GPU machine (it has nvcc):
-//   nvcc -O2 -std=c++17 -o /tmp/cc deploy/gpu/concurrent_copies.cu && /tmp/cc [MiB] [threads]
-#include <cuda_runtime.h>
-
+//   nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/cc deploy/gpu/concurrent_copies.cu
+//   /tmp/cc [MiB] [threads]      (from the repository's root)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,14 +11,7 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));              \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
+#include "client/bench/cuda_check.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -32,13 +24,13 @@ struct Gpu {
 
 // Copies `reps` times on g's stream (d2h or h2d) and returns GB/s.
 double Run(Gpu& g, bool d2h, size_t bytes, int reps) {
-  CK(cudaSetDevice(g.device));
+  CHECK_CUDA(cudaSetDevice(g.device));
   const auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) {
-    CK(cudaMemcpyAsync(d2h ? g.pinned : g.dev, d2h ? g.dev : g.pinned, bytes,
+    CHECK_CUDA(cudaMemcpyAsync(d2h ? g.pinned : g.dev, d2h ? g.dev : g.pinned, bytes,
                        d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, g.stream));
   }
-  CK(cudaStreamSynchronize(g.stream));
+  CHECK_CUDA(cudaStreamSynchronize(g.stream));
   return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
 }
 
@@ -65,10 +57,10 @@ int main(int argc, char** argv) {
   Gpu g[2];
   for (int d = 0; d < 2; ++d) {
     g[d].device = d;
-    CK(cudaSetDevice(d));
-    CK(cudaStreamCreateWithFlags(&g[d].stream, cudaStreamNonBlocking));
-    CK(cudaMalloc(&g[d].dev, bytes));
-    CK(cudaMallocHost(&g[d].pinned, bytes));
+    CHECK_CUDA(cudaSetDevice(d));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&g[d].stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc(&g[d].dev, bytes));
+    CHECK_CUDA(cudaMallocHost(&g[d].pinned, bytes));
     std::memset(g[d].pinned, d + 1, bytes);
   }
   std::vector<char> a(bytes, 3), b(bytes, 4);

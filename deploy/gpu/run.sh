@@ -66,6 +66,13 @@ fi
 if part staged; then
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
 .gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/gpu_staged_bench.txt"
+# The same pipeline without the daemon (one process, spinning threads, no calls): the
+# ceiling of the staged structure on this host, beside the daemon's figures above.
+if command -v nvcc >/dev/null; then
+  echo "== raw staged pipeline (no daemon), for comparison"
+  nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/gpumove_raw_pipeline deploy/gpu/raw_pipeline.cu &&
+    /tmp/gpumove_raw_pipeline 2>&1 | tee "$OUT/raw_pipeline.txt"
+fi
 fi
 if part host; then
 echo "== host local benchmark"

@@ -1,0 +1,230 @@
+// The staged path's best case, without the daemon: one process moves a buffer from GPU0 to
+// GPU1 through two pinned rings (the two nodes' bounce slots) in pieces, the three steps
+// (device->pinned A, a copy A->B by CPU threads, pinned B->device) pipelined with spinning
+// threads and no calls, and compares the time with each step alone on the whole buffer.
+// What it prints is the ceiling of a staged move between two daemons on this host: the
+// daemon's push / slowest stage cannot beat pipeline / slowest here. Built and run on the
+// GPU machine (it has nvcc):
+//   nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/rp deploy/gpu/raw_pipeline.cu
+//   /tmp/rp [MiB ...]     (from the repository's root; ROUNDS=9 by default; STREAMING=0
+//                         copies with glibc memcpy)
+// deploy/gpu/run.sh builds and runs it after gpu_staged_bench (PARTS=staged).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "client/bench/cuda_check.h"
+#include "daemon/common/streaming_copy.h"
+
+using Clock = std::chrono::steady_clock;
+
+// The wire's copy: the daemon's into a bounce slot (streaming stores), or glibc's memcpy.
+bool g_streaming = true;
+void CopyBytes(char* dst, const char* src, size_t n) {
+  if (g_streaming) {
+    gpumove::StreamingCopy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Buffers {
+  char* src;  // GPU0
+  char* dst;  // GPU1
+  char* a;    // pinned ring of the sending node
+  char* b;    // pinned ring of the receiving node
+  cudaStream_t s0, s1;
+};
+
+// One staged move of `bytes` in pieces of `piece` through rings of `slots` pieces, the
+// wire step on `wire` threads, each piece split into `split` parts. Returns seconds.
+double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, int wire) {
+  const int pieces = static_cast<int>((bytes + piece - 1) / piece);
+  std::vector<std::atomic<int>> parts(pieces);
+  for (auto& p : parts) p = 0;
+  std::atomic<int> filled{0}, carried_in_row{0}, drained{0};
+  std::vector<std::atomic<bool>> carried(pieces);
+  for (auto& c : carried) c = false;
+  auto len = [&](int k) { return std::min(piece, bytes - k * piece); };
+  const auto t0 = Clock::now();
+  std::thread fill([&] {
+    CHECK_CUDA(cudaSetDevice(0));
+    for (int k = 0; k < pieces; ++k) {
+      while (k >= carried_in_row.load() + slots) {}
+      CHECK_CUDA(cudaMemcpyAsync(m.a + (k % slots) * piece, m.src + k * piece, len(k),
+                         cudaMemcpyDeviceToHost, m.s0));
+      CHECK_CUDA(cudaStreamSynchronize(m.s0));
+      filled = k + 1;
+    }
+  });
+  std::thread drain([&] {
+    CHECK_CUDA(cudaSetDevice(1));
+    for (int k = 0; k < pieces; ++k) {
+      while (!carried[k].load()) {}
+      CHECK_CUDA(cudaMemcpyAsync(m.dst + k * piece, m.b + (k % slots) * piece, len(k),
+                         cudaMemcpyHostToDevice, m.s1));
+      CHECK_CUDA(cudaStreamSynchronize(m.s1));
+      drained = k + 1;
+    }
+  });
+  // Wire workers: each piece is `split` parts; `wire` workers take the parts in order
+  // (so up to wire / split pieces are on the wire at once).
+  std::atomic<int> next_task{0};
+  std::vector<std::thread> wires;
+  for (int t = 0; t < wire; ++t) {
+    wires.emplace_back([&] {
+      for (int task; (task = next_task.fetch_add(1)) < pieces * split;) {
+        const int k = task / split, part = task % split;
+        while (filled.load() <= k || k >= drained.load() + slots) {}
+        const size_t n = len(k);
+        const size_t share = (n / split + 4095) & ~size_t{4095};
+        const size_t lo = std::min(n, part * share), hi = std::min(n, lo + share);
+        CopyBytes(m.b + (k % slots) * piece + lo, m.a + (k % slots) * piece + lo, hi - lo);
+        if (parts[k].fetch_add(1) + 1 == split) {
+          carried[k] = true;
+          // Moves the in-row count over every piece carried (never backwards).
+          int row = carried_in_row.load();
+          for (;;) {
+            int to = row;
+            while (to < pieces && carried[to].load()) ++to;
+            if (to == row || carried_in_row.compare_exchange_weak(row, to)) break;
+          }
+        }
+      }
+    });
+  }
+  fill.join();
+  for (auto& w : wires) w.join();
+  drain.join();
+  return Seconds(t0);
+}
+
+double Copy(cudaStream_t s, int device, void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  CHECK_CUDA(cudaSetDevice(device));
+  const auto t0 = Clock::now();
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, n, kind, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return Seconds(t0);
+}
+
+double HostCopy(char* dst, const char* src, size_t n, int threads) {
+  std::vector<std::thread> ts;
+  const size_t share = (n / threads + 4095) & ~size_t{4095};
+  const auto t0 = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([=] {
+      const size_t lo = std::min(n, t * share), hi = std::min(n, lo + share);
+      CopyBytes(dst + lo, src + lo, hi - lo);
+    });
+  }
+  for (auto& t : ts) t.join();
+  return Seconds(t0);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The daemon's piece size (StagePiece): a `div`-th of the move, at least 1 MiB, at most a
+// slot (8 MiB), a multiple of 4 KiB.
+size_t PieceFor(size_t bytes, size_t div) {
+  const size_t part = ((bytes / div) + 4095) & ~size_t{4095};
+  return std::min(std::max(part, size_t{1} << 20), size_t{8} << 20);
+}
+
+int main(int argc, char** argv) {
+  // Sizes in MiB (default 16 64 256 1024); ROUNDS and STREAMING=0 (glibc memcpy) from the
+  // environment.
+  std::vector<size_t> sizes;
+  for (int i = 1; i < argc; ++i) sizes.push_back(size_t(std::atoll(argv[i])) << 20);
+  if (sizes.empty()) sizes = {16 << 20, 64 << 20, 256 << 20, 1024 << 20};
+  const int rounds = std::getenv("ROUNDS") ? std::atoi(std::getenv("ROUNDS")) : 9;
+  g_streaming = !(std::getenv("STREAMING") && std::atoi(std::getenv("STREAMING")) == 0) &&
+                __builtin_cpu_supports("avx2");
+  const size_t most = *std::max_element(sizes.begin(), sizes.end());
+  Buffers m;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s0, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc(&m.src, most));
+  CHECK_CUDA(cudaMallocHost(&m.a, most));
+  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s1, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc(&m.dst, most));
+  CHECK_CUDA(cudaMallocHost(&m.b, most));
+  std::memset(m.a, 1, most);
+  std::memset(m.b, 2, most);
+  // Structures: the daemon's (pieces of an eighth, 32 MiB of slots a side, two pieces on
+  // the wire each split over two threads: --staged_copy_threads=2 on 32 CPUs), and others.
+  struct Config {
+    const char* name;
+    size_t div;
+    int split, wire;
+  };
+  const std::vector<Config> configs = {
+      {"ours: 1/8 pieces, 2 on the wire x 2 threads", 8, 2, 4},
+      {"1/8 pieces, 1 on the wire x 4 threads", 8, 4, 4},
+      {"1/8 pieces, 2 on the wire x 4 threads", 8, 4, 8},
+      {"1/16 pieces, 2 on the wire x 2 threads", 16, 2, 4},
+      {"1/16 pieces, 1 on the wire x 4 threads", 16, 4, 4},
+      {"1/16 pieces, 2 on the wire x 4 threads", 16, 4, 8},
+  };
+  std::printf("raw staged pipeline GPU0 -> pinned -> pinned -> GPU1 in one process (spinning "
+              "threads, no calls), %s copies on the wire, medians of %d rounds, GB/s\n",
+              g_streaming ? "streaming" : "memcpy", rounds);
+  std::printf("%10s %7s %7s %7s  %s\n", "size", "D2H", "H2D", "wire8",
+              "pipeline (/ slowest stage alone)");
+  for (size_t bytes : sizes) {
+    std::vector<std::vector<double>> alone(3), piped(configs.size());
+    for (int r = 0; r < rounds + 1; ++r) {  // Round 0 warms up.
+      const double d2h = Copy(m.s0, 0, m.a, m.src, bytes, cudaMemcpyDeviceToHost);
+      const double h2d = Copy(m.s1, 1, m.dst, m.b, bytes, cudaMemcpyHostToDevice);
+      const double wire = HostCopy(m.b, m.a, bytes, 8);
+      if (r > 0) {
+        alone[0].push_back(d2h);
+        alone[1].push_back(h2d);
+        alone[2].push_back(wire);
+      }
+      for (size_t c = 0; c < configs.size(); ++c) {
+        const size_t piece = PieceFor(bytes, configs[c].div);
+        const int slots = static_cast<int>(std::max<size_t>((32 << 20) / piece, 1));
+        // A fresh value each move, so that a step left out shows as stale bytes.
+        const char value = static_cast<char>(1 + (r * configs.size() + c) % 250);
+        CHECK_CUDA(cudaSetDevice(0));
+        CHECK_CUDA(cudaMemset(m.src, value, bytes));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        const double t = Pipeline(m, bytes, piece, slots, configs[c].split, configs[c].wire);
+        // Every move checked: the pipeline must carry every byte.
+        std::vector<char> back(bytes);
+        CHECK_CUDA(cudaSetDevice(1));
+        CHECK_CUDA(cudaMemcpy(back.data(), m.dst, bytes, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < bytes; i += 4093) {
+          if (back[i] != value) {
+            std::printf("MISMATCH at %zu (%s)\n", i, configs[c].name);
+            return 1;
+          }
+        }
+        if (r > 0) piped[c].push_back(t);
+      }
+    }
+    const double gb = bytes / 1e9;
+    const double d2h = gb / Median(alone[0]), h2d = gb / Median(alone[1]),
+                 wire = gb / Median(alone[2]);
+    const double slowest = std::min({d2h, h2d, wire});
+    std::printf("%7zu MiB %7.1f %7.1f %7.1f\n", bytes >> 20, d2h, h2d, wire);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const double g = gb / Median(piped[c]);
+      std::printf("%34s %-44s %6.1f (%.3f)\n", "", configs[c].name, g, g / slowest);
+    }
+  }
+  return 0;
+}
