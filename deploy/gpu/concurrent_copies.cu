@@ -28,7 +28,7 @@ double Run(Gpu& g, bool d2h, size_t bytes, int reps) {
   const auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) {
     CHECK_CUDA(cudaMemcpyAsync(d2h ? g.pinned : g.dev, d2h ? g.dev : g.pinned, bytes,
-                       d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, g.stream));
+                               d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, g.stream));
   }
   CHECK_CUDA(cudaStreamSynchronize(g.stream));
   return bytes * double(reps) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;

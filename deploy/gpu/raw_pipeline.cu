@@ -2,9 +2,9 @@
 // GPU1 through two pinned rings (the two nodes' bounce slots) in pieces, the three steps
 // (device->pinned A, a copy A->B by CPU threads, pinned B->device) pipelined with spinning
 // threads and no calls, and compares the time with each step alone on the whole buffer.
-// What it prints is the ceiling of a staged move between two daemons on this host: the
-// daemon's push / slowest stage cannot beat pipeline / slowest here. Built and run on the
-// GPU machine (it has nvcc):
+// What it prints is what a staged move between two daemons on this host can reach in each
+// structure (the daemon adds its calls and hand-offs to it). Built and run on the GPU
+// machine (it has nvcc):
 //   nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/rp deploy/gpu/raw_pipeline.cu
 //   /tmp/rp [MiB ...]     (from the repository's root; ROUNDS=9 by default; STREAMING=0
 //                         copies with glibc memcpy)
@@ -55,26 +55,37 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
   std::vector<std::atomic<bool>> carried(pieces);
   for (auto& c : carried) c = false;
   auto len = [&](int k) { return std::min(piece, bytes - k * piece); };
-  const auto t0 = Clock::now();
+  // Every thread is started, and has made its first CUDA call, before the clock starts
+  // (the daemon's pipeline threads are kept in a pool).
+  std::atomic<bool> go{false};
+  std::atomic<int> ready{0};
+  auto start = [&] {
+    ++ready;
+    while (!go.load()) {}
+  };
+  Clock::time_point end;
   std::thread fill([&] {
     CHECK_CUDA(cudaSetDevice(0));
+    start();
     for (int k = 0; k < pieces; ++k) {
       while (k >= carried_in_row.load() + slots) {}
       CHECK_CUDA(cudaMemcpyAsync(m.a + (k % slots) * piece, m.src + k * piece, len(k),
-                         cudaMemcpyDeviceToHost, m.s0));
+                                 cudaMemcpyDeviceToHost, m.s0));
       CHECK_CUDA(cudaStreamSynchronize(m.s0));
       filled = k + 1;
     }
   });
   std::thread drain([&] {
     CHECK_CUDA(cudaSetDevice(1));
+    start();
     for (int k = 0; k < pieces; ++k) {
       while (!carried[k].load()) {}
       CHECK_CUDA(cudaMemcpyAsync(m.dst + k * piece, m.b + (k % slots) * piece, len(k),
-                         cudaMemcpyHostToDevice, m.s1));
+                                 cudaMemcpyHostToDevice, m.s1));
       CHECK_CUDA(cudaStreamSynchronize(m.s1));
       drained = k + 1;
     }
+    end = Clock::now();
   });
   // Wire workers: each piece is `split` parts; `wire` workers take the parts in order
   // (so up to wire / split pieces are on the wire at once).
@@ -82,6 +93,7 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
   std::vector<std::thread> wires;
   for (int t = 0; t < wire; ++t) {
     wires.emplace_back([&] {
+      start();
       for (int task; (task = next_task.fetch_add(1)) < pieces * split;) {
         const int k = task / split, part = task % split;
         while (filled.load() <= k || k >= drained.load() + slots) {}
@@ -102,10 +114,13 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
       }
     });
   }
+  while (ready.load() < wire + 2) {}
+  const auto t0 = Clock::now();
+  go = true;
   fill.join();
   for (auto& w : wires) w.join();
   drain.join();
-  return Seconds(t0);
+  return std::chrono::duration<double>(end - t0).count();
 }
 
 double Copy(cudaStream_t s, int device, void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
@@ -116,18 +131,28 @@ double Copy(cudaStream_t s, int device, void* dst, const void* src, size_t n, cu
   return Seconds(t0);
 }
 
+// The wire alone: `threads` threads (started before the clock, as the daemon's are kept)
+// each copy their share.
 double HostCopy(char* dst, const char* src, size_t n, int threads) {
   std::vector<std::thread> ts;
   const size_t share = (n / threads + 4095) & ~size_t{4095};
-  const auto t0 = Clock::now();
+  std::atomic<bool> go{false};
+  std::atomic<int> ready{0}, left{threads};
+  Clock::time_point end;
   for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([=] {
+    ts.emplace_back([&, t] {
+      ++ready;
+      while (!go.load()) {}
       const size_t lo = std::min(n, t * share), hi = std::min(n, lo + share);
       CopyBytes(dst + lo, src + lo, hi - lo);
+      if (--left == 0) end = Clock::now();
     });
   }
+  while (ready.load() < threads) {}
+  const auto t0 = Clock::now();
+  go = true;
   for (auto& t : ts) t.join();
-  return Seconds(t0);
+  return std::chrono::duration<double>(end - t0).count();
 }
 
 double Median(std::vector<double> v) {
