@@ -45,6 +45,27 @@ struct Buffers {
   cudaStream_t s0, s1;
 };
 
+// Threads are started, and have made their first CUDA call, before the clock starts (the
+// daemon keeps its threads in pools): each calls Wait() once ready, and Release(n) starts
+// the clock once n of them wait.
+class StartLine {
+ public:
+  void Wait() {
+    ++ready_;
+    while (!go_.load()) {}
+  }
+  Clock::time_point Release(int n) {
+    while (ready_.load() < n) {}
+    const auto t0 = Clock::now();
+    go_ = true;
+    return t0;
+  }
+
+ private:
+  std::atomic<bool> go_{false};
+  std::atomic<int> ready_{0};
+};
+
 // One staged move of `bytes` in pieces of `piece` through rings of `slots` pieces, the
 // wire step on `wire` threads, each piece split into `split` parts. Returns seconds.
 double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, int wire) {
@@ -55,18 +76,11 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
   std::vector<std::atomic<bool>> carried(pieces);
   for (auto& c : carried) c = false;
   auto len = [&](int k) { return std::min(piece, bytes - k * piece); };
-  // Every thread is started, and has made its first CUDA call, before the clock starts
-  // (the daemon's pipeline threads are kept in a pool).
-  std::atomic<bool> go{false};
-  std::atomic<int> ready{0};
-  auto start = [&] {
-    ++ready;
-    while (!go.load()) {}
-  };
+  StartLine line;
   Clock::time_point end;
   std::thread fill([&] {
     CHECK_CUDA(cudaSetDevice(0));
-    start();
+    line.Wait();
     for (int k = 0; k < pieces; ++k) {
       while (k >= carried_in_row.load() + slots) {}
       CHECK_CUDA(cudaMemcpyAsync(m.a + (k % slots) * piece, m.src + k * piece, len(k),
@@ -77,7 +91,7 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
   });
   std::thread drain([&] {
     CHECK_CUDA(cudaSetDevice(1));
-    start();
+    line.Wait();
     for (int k = 0; k < pieces; ++k) {
       while (!carried[k].load()) {}
       CHECK_CUDA(cudaMemcpyAsync(m.dst + k * piece, m.b + (k % slots) * piece, len(k),
@@ -93,7 +107,7 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
   std::vector<std::thread> wires;
   for (int t = 0; t < wire; ++t) {
     wires.emplace_back([&] {
-      start();
+      line.Wait();
       for (int task; (task = next_task.fetch_add(1)) < pieces * split;) {
         const int k = task / split, part = task % split;
         while (filled.load() <= k || k >= drained.load() + slots) {}
@@ -114,9 +128,7 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
       }
     });
   }
-  while (ready.load() < wire + 2) {}
-  const auto t0 = Clock::now();
-  go = true;
+  const auto t0 = line.Release(wire + 2);
   fill.join();
   for (auto& w : wires) w.join();
   drain.join();
@@ -131,26 +143,22 @@ double Copy(cudaStream_t s, int device, void* dst, const void* src, size_t n, cu
   return Seconds(t0);
 }
 
-// The wire alone: `threads` threads (started before the clock, as the daemon's are kept)
-// each copy their share.
+// The wire alone: `threads` threads each copy their share.
 double HostCopy(char* dst, const char* src, size_t n, int threads) {
   std::vector<std::thread> ts;
   const size_t share = (n / threads + 4095) & ~size_t{4095};
-  std::atomic<bool> go{false};
-  std::atomic<int> ready{0}, left{threads};
+  StartLine line;
+  std::atomic<int> left{threads};
   Clock::time_point end;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
-      ++ready;
-      while (!go.load()) {}
+      line.Wait();
       const size_t lo = std::min(n, t * share), hi = std::min(n, lo + share);
       CopyBytes(dst + lo, src + lo, hi - lo);
       if (--left == 0) end = Clock::now();
     });
   }
-  while (ready.load() < threads) {}
-  const auto t0 = Clock::now();
-  go = true;
+  const auto t0 = line.Release(threads);
   for (auto& t : ts) t.join();
   return std::chrono::duration<double>(end - t0).count();
 }
