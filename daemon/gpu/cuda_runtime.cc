@@ -336,6 +336,15 @@ class CudaRuntime : public GpuRuntime {
     StreamLease lease(&streams_, *taken);
     CopyStream& s = *lease;
 
+    if (bytes <= chunk && fence == nullptr) {
+      // One chunk: the copy and a wait for its stream, as a bare copy is done (no event
+      // to record and wait on; H200s, LOCAL GPU0 -> GPU1, four rounds in turns: 64 MiB
+      // 0.948-0.997 of the bare copy, median 0.968, against 0.950-0.992, median 0.958).
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.stream));
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+      if (progress) progress(bytes);
+      return absl::OkStatus();
+    }
     // Chunk k+1 is queued before chunk k is waited for, so the copy engine never idles.
     uint64_t issued = 0, landed = 0;
     int slot = 0;

@@ -239,8 +239,8 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
 }
 
 uint64_t StagePiece(uint64_t length, uint64_t slot) {
-  const uint64_t eighth = ((length / 8) + 4095) & ~uint64_t{4095};
-  return std::max<uint64_t>(std::min(std::max(eighth, kMinStagePiece), slot), 1);
+  const uint64_t sixteenth = ((length / 16) + 4095) & ~uint64_t{4095};
+  return std::max<uint64_t>(std::min(std::max(sixteenth, kMinStagePiece), slot), 1);
 }
 
 namespace {

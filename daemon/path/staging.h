@@ -120,8 +120,8 @@ struct ThreeSteps {
 absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size_t b_slots,
                            const ThreeSteps& steps, const StageProgress& progress);
 
-// The piece size for a move of `length` through slots of `slot` bytes: about an eighth of
-// the move, so that filling and draining a pipeline of three steps costs it little, but
+// The piece size for a move of `length` through slots of `slot` bytes: about a sixteenth
+// of the move, so that filling and draining a pipeline of three steps costs it little, but
 // no smaller than kMinStagePiece (each piece is a GPU copy and a call) nor bigger than a
 // slot; a multiple of 4 KiB.
 uint64_t StagePiece(uint64_t length, uint64_t slot);

@@ -417,14 +417,15 @@ TEST_F(StagingTest, OneChunkRunsItsStepsOnTheCallingThread) {
   EXPECT_EQ(ran.size(), 2u);  // No drain after a failed carry.
 }
 
-TEST(StagePieceTest, AnEighthOfTheMoveWithinBounds) {
+TEST(StagePieceTest, ASixteenthOfTheMoveWithinBounds) {
   const uint64_t slot = 8 << 20;
-  EXPECT_EQ(StagePiece(64 << 20, slot), 8u << 20);
+  EXPECT_EQ(StagePiece(64 << 20, slot), 4u << 20);
+  EXPECT_EQ(StagePiece(128 << 20, slot), 8u << 20);
   EXPECT_EQ(StagePiece(1ull << 30, slot), 8u << 20);   // Never past a slot.
-  EXPECT_EQ(StagePiece(16 << 20, slot), 2u << 20);
-  EXPECT_EQ(StagePiece(4 << 20, slot), kMinStagePiece);  // Never under the least piece...
+  EXPECT_EQ(StagePiece(32 << 20, slot), 2u << 20);
+  EXPECT_EQ(StagePiece(8 << 20, slot), kMinStagePiece);  // Never under the least piece...
   EXPECT_EQ(StagePiece(4096, 4096), 4096u);              // ...unless the slot is smaller.
-  EXPECT_EQ(StagePiece((24 << 20) + 40000, slot), (3u << 20) + 8192);  // Whole pages.
+  EXPECT_EQ(StagePiece((48 << 20) + 80000, slot), (3u << 20) + 8192);  // Whole pages.
 }
 
 }  // namespace

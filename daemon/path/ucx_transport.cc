@@ -925,7 +925,7 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
 int DirectCopyThreads(const UcxOptions& options, bool staged) {
   const int direct = std::max(1, options.direct_threads);
   if (!staged) return direct;
-  return options.staged_threads > 0 ? options.staged_threads : std::max(1, direct / 4);
+  return options.staged_threads > 0 ? options.staged_threads : std::max(1, direct / 2);
 }
 
 absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char* mapped,

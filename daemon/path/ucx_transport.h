@@ -67,7 +67,7 @@ struct UcxOptions {
   int direct_threads = 1;
   // Threads one direct copy in a staging pipeline (RemoteRange::staged) is split over: it
   // runs beside the pipeline's GPU copies into and out of bounce slots and shares the
-  // host's memory bandwidth with them. 0: a quarter of direct_threads, at least 1 (see
+  // host's memory bandwidth with them. 0: half of direct_threads, at least 1 (see
   // DirectCopyThreads).
   int staged_threads = 0;
   // After activity the progress thread keeps polling this long before it sleeps, and a

@@ -98,16 +98,16 @@ TEST_F(UcxTransportTest, DeadPeerFailsInBoundedTime) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
-TEST(DirectCopyThreads, StagedCopiesTakeAQuarterOfTheThreadsUnlessSet) {
+TEST(DirectCopyThreads, StagedCopiesTakeHalfTheThreadsUnlessSet) {
   UcxOptions o;
   o.direct_threads = 8;
   EXPECT_EQ(DirectCopyThreads(o, /*staged=*/false), 8);
-  EXPECT_EQ(DirectCopyThreads(o, /*staged=*/true), 2);
-  o.direct_threads = 3;
+  EXPECT_EQ(DirectCopyThreads(o, /*staged=*/true), 4);
+  o.direct_threads = 1;
   EXPECT_EQ(DirectCopyThreads(o, true), 1);  // At least one.
   o.staged_threads = 5;
   EXPECT_EQ(DirectCopyThreads(o, true), 5);
-  EXPECT_EQ(DirectCopyThreads(o, false), 3);
+  EXPECT_EQ(DirectCopyThreads(o, false), 1);
   o.direct_threads = 0;
   EXPECT_EQ(DirectCopyThreads(o, false), 1);
 }

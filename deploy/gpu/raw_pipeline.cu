@@ -7,7 +7,7 @@
 // machine (it has nvcc):
 //   nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/rp deploy/gpu/raw_pipeline.cu
 //   /tmp/rp [MiB ...]     (from the repository's root; ROUNDS=9 by default; STREAMING=0
-//                         copies with glibc memcpy)
+//                         copies with glibc memcpy; CONFIGS picks the structures, below)
 // deploy/gpu/run.sh builds and runs it after gpu_staged_bench (PARTS=staged).
 #include <algorithm>
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 
 // The wire's copy: the daemon's into a bounce slot (streaming stores), or glibc's memcpy.
 bool g_streaming = true;
-void CopyBytes(char* dst, const char* src, size_t n) {
-  if (g_streaming) {
+void CopyBytes(char* dst, const char* src, size_t n, bool streaming = g_streaming) {
+  if (streaming) {
     gpumove::StreamingCopy(dst, src, n);
   } else {
     std::memcpy(dst, src, n);
@@ -68,7 +69,8 @@ class StartLine {
 
 // One staged move of `bytes` in pieces of `piece` through rings of `slots` pieces, the
 // wire step on `wire` threads, each piece split into `split` parts. Returns seconds.
-double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, int wire) {
+double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, int wire,
+                bool streaming = g_streaming) {
   const int pieces = static_cast<int>((bytes + piece - 1) / piece);
   std::vector<std::atomic<int>> parts(pieces);
   for (auto& p : parts) p = 0;
@@ -114,7 +116,8 @@ double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, in
         const size_t n = len(k);
         const size_t share = (n / split + 4095) & ~size_t{4095};
         const size_t lo = std::min(n, part * share), hi = std::min(n, lo + share);
-        CopyBytes(m.b + (k % slots) * piece + lo, m.a + (k % slots) * piece + lo, hi - lo);
+        CopyBytes(m.b + (k % slots) * piece + lo, m.a + (k % slots) * piece + lo, hi - lo,
+                  streaming);
         if (parts[k].fetch_add(1) + 1 == split) {
           carried[k] = true;
           // Moves the in-row count over every piece carried (never backwards).
@@ -196,21 +199,51 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMallocHost(&m.b, most));
   std::memset(m.a, 1, most);
   std::memset(m.b, 2, most);
-  // Structures: the daemon's (pieces of an eighth, 32 MiB of slots a side, two pieces on
-  // the wire each split over two threads: --staged_copy_threads=2 on 32 CPUs), and others.
+  // Structures: the daemon's (pieces of a sixteenth, 32 MiB of slots a side, two pieces on
+  // the wire each split over four threads: --staged_copy_threads=4 on 32 CPUs), and others
+  // (the eighths on two threads each were the daemon's until the sixteenth session).
   struct Config {
-    const char* name;
+    std::string name;
     size_t div;
     int split, wire;
+    size_t piece_kib = 0;  // Fixed piece size instead of div.
+    int slots = 0;         // Ring pieces a side; 0: 32 MiB of them.
+    bool streaming = true;
   };
-  const std::vector<Config> configs = {
-      {"ours: 1/8 pieces, 2 on the wire x 2 threads", 8, 2, 4},
+  std::vector<Config> configs = {
+      {"ours: 1/16 pieces, 2 on the wire x 4 threads", 16, 4, 8},
+      {"1/8 pieces, 2 on the wire x 2 threads", 8, 2, 4},
       {"1/8 pieces, 1 on the wire x 4 threads", 8, 4, 4},
       {"1/8 pieces, 2 on the wire x 4 threads", 8, 4, 8},
       {"1/16 pieces, 2 on the wire x 2 threads", 16, 2, 4},
       {"1/16 pieces, 1 on the wire x 4 threads", 16, 4, 4},
-      {"1/16 pieces, 2 on the wire x 4 threads", 16, 4, 8},
   };
+  // CONFIGS="piece_KiB/slots/split/wire/s|c;..." replaces them: pieces of piece_KiB through
+  // rings of `slots` pieces a side, each piece split over `split` threads of `wire` (so
+  // wire/split pieces on the wire at once), s: streaming stores on the wire, c: memcpy
+  // (cached stores). H200s, 64 MiB (one run, 7 rounds): pieces of 1-2 MiB in rings of
+  // 8-16 MiB lost with either copy (0.31-0.66 of the slowest stage against 0.79 for 4 MiB
+  // x 8 streamed): rings that fit the 300 MiB L3 do not save the memory traffic.
+  if (const char* env = std::getenv("CONFIGS")) {
+    configs.clear();
+    for (const char* p = env; *p;) {
+      Config c{};
+      char mode = 's';
+      int used = 0;
+      if (std::sscanf(p, "%zu/%d/%d/%d/%c%n", &c.piece_kib, &c.slots, &c.split, &c.wire, &mode,
+                      &used) != 5) {
+        std::printf("bad CONFIGS at %s\n", p);
+        return 1;
+      }
+      c.streaming = mode == 's';
+      c.name = std::to_string(c.piece_kib) + " KiB x " + std::to_string(c.slots) + " slots, " +
+               std::to_string(c.wire / c.split) + " on wire x " + std::to_string(c.split) +
+               (c.streaming ? ", streaming" : ", memcpy");
+      configs.push_back(c);
+      p += used;
+      if (*p == ';') ++p;
+    }
+  }
   std::printf("raw staged pipeline GPU0 -> pinned -> pinned -> GPU1 in one process (spinning "
               "threads, no calls), %s copies on the wire, medians of %d rounds, GB/s\n",
               g_streaming ? "streaming" : "memcpy", rounds);
@@ -228,21 +261,25 @@ int main(int argc, char** argv) {
         alone[2].push_back(wire);
       }
       for (size_t c = 0; c < configs.size(); ++c) {
-        const size_t piece = PieceFor(bytes, configs[c].div);
-        const int slots = static_cast<int>(std::max<size_t>((32 << 20) / piece, 1));
+        const size_t piece = configs[c].piece_kib > 0 ? configs[c].piece_kib << 10
+                                                      : PieceFor(bytes, configs[c].div);
+        const int slots = configs[c].slots > 0
+                              ? configs[c].slots
+                              : static_cast<int>(std::max<size_t>((32 << 20) / piece, 1));
         // A fresh value each move, so that a step left out shows as stale bytes.
         const char value = static_cast<char>(1 + (r * configs.size() + c) % 250);
         CHECK_CUDA(cudaSetDevice(0));
         CHECK_CUDA(cudaMemset(m.src, value, bytes));
         CHECK_CUDA(cudaDeviceSynchronize());
-        const double t = Pipeline(m, bytes, piece, slots, configs[c].split, configs[c].wire);
+        const double t = Pipeline(m, bytes, piece, slots, configs[c].split, configs[c].wire,
+                                  configs[c].streaming && g_streaming);
         // Every move checked: the pipeline must carry every byte.
         std::vector<char> back(bytes);
         CHECK_CUDA(cudaSetDevice(1));
         CHECK_CUDA(cudaMemcpy(back.data(), m.dst, bytes, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < bytes; i += 4093) {
           if (back[i] != value) {
-            std::printf("MISMATCH at %zu (%s)\n", i, configs[c].name);
+            std::printf("MISMATCH at %zu (%s)\n", i, configs[c].name.c_str());
             return 1;
           }
         }
@@ -256,7 +293,7 @@ int main(int argc, char** argv) {
     std::printf("%7zu MiB %7.1f %7.1f %7.1f\n", bytes >> 20, d2h, h2d, wire);
     for (size_t c = 0; c < configs.size(); ++c) {
       const double g = gb / Median(piped[c]);
-      std::printf("%34s %-44s %6.1f (%.3f)\n", "", configs[c].name, g, g / slowest);
+      std::printf("%34s %-44s %6.1f (%.3f)\n", "", configs[c].name.c_str(), g, g / slowest);
     }
   }
   return 0;
