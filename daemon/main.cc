@@ -78,7 +78,9 @@ ABSL_FLAG(int, direct_copy_threads, 0,
           "CPUs, at most 8.");
 ABSL_FLAG(int, staged_copy_threads, 0,
           "Threads one such copy in a staged move (into or out of bounce slots, beside the "
-          "move's GPU copies) is split over; 0: half of --direct_copy_threads, at least 1.");
+          "move's GPU copies) is split over; 0: half of --direct_copy_threads for the wire step "
+          "between two nodes' bounce slots, a quarter for a push from ours into another "
+          "node's memory, at least 1.");
 ABSL_FLAG(int, ucx_lanes, 0,
           "UCX lanes, each with its own context, worker, connections and progress thread: "
           "a host move over the network (not a same-host direct copy) is split over the "

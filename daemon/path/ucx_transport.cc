@@ -922,10 +922,11 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   return absl::OkStatus();
 }
 
-int DirectCopyThreads(const UcxOptions& options, bool staged) {
+int DirectCopyThreads(const UcxOptions& options, const RemoteRange& remote) {
   const int direct = std::max(1, options.direct_threads);
-  if (!staged) return direct;
-  return options.staged_threads > 0 ? options.staged_threads : std::max(1, direct / 2);
+  if (!remote.staged) return direct;
+  if (options.staged_threads > 0) return options.staged_threads;
+  return std::max(1, remote.bounce ? direct / 2 : direct / 4);
 }
 
 absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char* mapped,
@@ -935,7 +936,7 @@ absl::Status UcxTransport::CopyDirect(bool put, const RemoteRange& remote, char*
   // progress, rate limits and cancel act between them. The peer sees the bytes once the
   // copy returns (HostCopy fences its streaming stores).
   const uint64_t generation = impl_->Generation(remote.peer_key);
-  const int threads = DirectCopyThreads(impl_->options, remote.staged);
+  const int threads = DirectCopyThreads(impl_->options, remote);
   const uint64_t slice = std::max<uint64_t>(impl_->options.chunk, 16 << 20) * threads;
   const uint64_t streaming_min = remote.bounce ? kBounceStreamingMin : kStreamingCopyMin;
   uint64_t done = 0;

@@ -67,8 +67,8 @@ struct UcxOptions {
   int direct_threads = 1;
   // Threads one direct copy in a staging pipeline (RemoteRange::staged) is split over: it
   // runs beside the pipeline's GPU copies into and out of bounce slots and shares the
-  // host's memory bandwidth with them. 0: half of direct_threads, at least 1 (see
-  // DirectCopyThreads).
+  // host's memory bandwidth with them. 0: half or a quarter of direct_threads, at least 1
+  // (see DirectCopyThreads).
   int staged_threads = 0;
   // After activity the progress thread keeps polling this long before it sleeps, and a
   // caller waits this long for its reply before it blocks: a peer call's answer then
@@ -83,13 +83,17 @@ struct UcxOptions {
   absl::Duration call_awake = absl::ZeroDuration();
 };
 
-// Threads a direct copy with `options` is split over: one in a staging pipeline
-// (`staged`) or any other. On the H200 machine (32 CPUs, direct_threads 8) a staged
-// move's wire step with 8 threads per piece (two pieces at once) took memory bandwidth
-// from the GPU copies on both sides: 256 MiB and 1 GiB device-to-device pushes and pulls
-// 29-35 GB/s against 32-47 with 2 threads, though one such copy alone runs 16 GB/s on 2
-// threads and 40-45 on 8.
-int DirectCopyThreads(const UcxOptions& options, bool staged);
+// Threads a direct copy to or from `remote` is split over: one in a staging pipeline
+// (RemoteRange::staged) or any other. On the H200 machine (32 CPUs, direct_threads 8) a
+// staged move's wire step with 8 threads per piece (two pieces at once) took memory
+// bandwidth from the GPU copies on both sides: 256 MiB and 1 GiB device-to-device pushes
+// and pulls 29-35 GB/s against 32-47 with 2 threads, though one such copy alone runs 16
+// GB/s on 2 threads and 40-45 on 8. Unless staged_threads says otherwise, the wire step
+// between two nodes' bounce slots (RemoteRange::bounce; pieces of a sixteenth) takes half
+// of direct_threads (64 MiB pushes 32-36 GB/s against 24.5-32 with a quarter and eighths),
+// a push from our slots into another node's memory a quarter (two rounds in turns: 1 GiB
+// 46.4-46.7 GB/s against 35.4-39.6 with half, 256 MiB 40.3-41.1 against 37.3-37.7).
+int DirectCopyThreads(const UcxOptions& options, const RemoteRange& remote);
 
 class UcxTransport {
  public:

@@ -98,18 +98,26 @@ TEST_F(UcxTransportTest, DeadPeerFailsInBoundedTime) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
-TEST(DirectCopyThreads, StagedCopiesTakeHalfTheThreadsUnlessSet) {
+TEST(DirectCopyThreads, StagedCopiesTakeHalfOrAQuarterOfTheThreadsUnlessSet) {
   UcxOptions o;
   o.direct_threads = 8;
-  EXPECT_EQ(DirectCopyThreads(o, /*staged=*/false), 8);
-  EXPECT_EQ(DirectCopyThreads(o, /*staged=*/true), 4);
-  o.direct_threads = 1;
-  EXPECT_EQ(DirectCopyThreads(o, true), 1);  // At least one.
+  RemoteRange plain, wire, out;
+  wire.staged = wire.bounce = true;  // Between two nodes' bounce slots.
+  out.staged = true;                 // From our slots into another node's memory.
+  EXPECT_EQ(DirectCopyThreads(o, plain), 8);
+  EXPECT_EQ(DirectCopyThreads(o, wire), 4);
+  EXPECT_EQ(DirectCopyThreads(o, out), 2);
+  plain.bounce = true;  // Not staged: every thread, whatever the range.
+  EXPECT_EQ(DirectCopyThreads(o, plain), 8);
+  o.direct_threads = 3;
+  EXPECT_EQ(DirectCopyThreads(o, wire), 1);
+  EXPECT_EQ(DirectCopyThreads(o, out), 1);  // At least one.
   o.staged_threads = 5;
-  EXPECT_EQ(DirectCopyThreads(o, true), 5);
-  EXPECT_EQ(DirectCopyThreads(o, false), 1);
+  EXPECT_EQ(DirectCopyThreads(o, wire), 5);
+  EXPECT_EQ(DirectCopyThreads(o, out), 5);
+  EXPECT_EQ(DirectCopyThreads(o, plain), 3);
   o.direct_threads = 0;
-  EXPECT_EQ(DirectCopyThreads(o, false), 1);
+  EXPECT_EQ(DirectCopyThreads(o, plain), 1);
 }
 
 TEST(UcxProcessDefaults, TcpSegmentsAreLargeUnlessTheEnvironmentSaysOtherwise) {
