@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 // The wire's copy: the daemon's into a bounce slot (streaming stores), or glibc's memcpy.
 bool g_streaming = true;
-void CopyBytes(char* dst, const char* src, size_t n, bool streaming = g_streaming) {
+void CopyBytes(char* dst, const char* src, size_t n, bool streaming) {
   if (streaming) {
     gpumove::StreamingCopy(dst, src, n);
   } else {
@@ -70,7 +70,7 @@ class StartLine {
 // One staged move of `bytes` in pieces of `piece` through rings of `slots` pieces, the
 // wire step on `wire` threads, each piece split into `split` parts. Returns seconds.
 double Pipeline(Buffers& m, size_t bytes, size_t piece, int slots, int split, int wire,
-                bool streaming = g_streaming) {
+                bool streaming) {
   const int pieces = static_cast<int>((bytes + piece - 1) / piece);
   std::vector<std::atomic<int>> parts(pieces);
   for (auto& p : parts) p = 0;
@@ -157,7 +157,7 @@ double HostCopy(char* dst, const char* src, size_t n, int threads) {
     ts.emplace_back([&, t] {
       line.Wait();
       const size_t lo = std::min(n, t * share), hi = std::min(n, lo + share);
-      CopyBytes(dst + lo, src + lo, hi - lo);
+      CopyBytes(dst + lo, src + lo, hi - lo, g_streaming);
       if (--left == 0) end = Clock::now();
     });
   }
@@ -188,17 +188,6 @@ int main(int argc, char** argv) {
   g_streaming = !(std::getenv("STREAMING") && std::atoi(std::getenv("STREAMING")) == 0) &&
                 __builtin_cpu_supports("avx2");
   const size_t most = *std::max_element(sizes.begin(), sizes.end());
-  Buffers m;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s0, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaMalloc(&m.src, most));
-  CHECK_CUDA(cudaMallocHost(&m.a, most));
-  CHECK_CUDA(cudaSetDevice(1));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s1, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaMalloc(&m.dst, most));
-  CHECK_CUDA(cudaMallocHost(&m.b, most));
-  std::memset(m.a, 1, most);
-  std::memset(m.b, 2, most);
   // Structures: the daemon's (pieces of a sixteenth, 32 MiB of slots a side, two pieces on
   // the wire each split over four threads: --staged_copy_threads=4 on 32 CPUs), and others
   // (the eighths on two threads each were the daemon's until the sixteenth session).
@@ -231,8 +220,11 @@ int main(int argc, char** argv) {
       char mode = 's';
       int used = 0;
       if (std::sscanf(p, "%zu/%d/%d/%d/%c%n", &c.piece_kib, &c.slots, &c.split, &c.wire, &mode,
-                      &used) != 5) {
-        std::printf("bad CONFIGS at %s\n", p);
+                      &used) != 5 ||
+          c.piece_kib == 0 || c.slots < 1 || c.split < 1 || c.wire < c.split ||
+          (mode != 's' && mode != 'c')) {
+        std::printf("bad CONFIGS at %s (piece_KiB > 0, slots >= 1, 1 <= split <= wire, s|c)\n",
+                    p);
         return 1;
       }
       c.streaming = mode == 's';
@@ -244,6 +236,17 @@ int main(int argc, char** argv) {
       if (*p == ';') ++p;
     }
   }
+  Buffers m;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s0, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc(&m.src, most));
+  CHECK_CUDA(cudaMallocHost(&m.a, most));
+  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&m.s1, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc(&m.dst, most));
+  CHECK_CUDA(cudaMallocHost(&m.b, most));
+  std::memset(m.a, 1, most);
+  std::memset(m.b, 2, most);
   std::printf("raw staged pipeline GPU0 -> pinned -> pinned -> GPU1 in one process (spinning "
               "threads, no calls), %s copies on the wire, medians of %d rounds, GB/s\n",
               g_streaming ? "streaming" : "memcpy", rounds);
