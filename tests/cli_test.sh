@@ -52,7 +52,7 @@ ID=$("$CTL" move "$A" "$B" --no-wait)
 "$CTL" cancel "$ID" | grep -q SUCCEEDED || fail "cancel of a finished move changes nothing"
 
 # Errors: the status code and message, non-zero exit, no stack trace.
-expect_code 1 "NOT_FOUND: no buffer b-missing" -- "$CTL" release b-missing
+expect_code 1 "NOT_FOUND: no buffer \"b-missing\"" -- "$CTL" release b-missing
 expect_code 1 "INVALID_ARGUMENT" -- "$CTL" move "$A" "$B@1"
 expect_code 1 "NOT_FOUND: unknown node" -- "$CTL" move "$A" "elsewhere/$B"
 expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device

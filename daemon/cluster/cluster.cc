@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 
@@ -106,8 +107,43 @@ std::shared_ptr<grpc::Channel> Cluster::ChannelTo(const std::string& address) {
   return channel;
 }
 
-void Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
-  if (d.node().empty() || d.node() == node_) return;
+absl::Status CheckDescriptor(const v1::NodeDescriptor& d) {
+  constexpr size_t kMaxName = 253, kMaxAddress = 1024, kMaxPools = 64, kMaxLanes = 64;
+  if (d.node().size() > kMaxName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node name ", Quoted(d.node()), " is longer than ", kMaxName, " bytes"));
+  }
+  if (d.address().size() > kMaxAddress || d.host_id().size() > kMaxAddress ||
+      d.version().size() > kMaxAddress) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", Quoted(d.node()), ": address, host id or version longer than ", kMaxAddress,
+        " bytes"));
+  }
+  if (d.pools_size() > kMaxPools || d.ucx_lanes_size() > kMaxLanes) {
+    return absl::InvalidArgumentError(absl::StrCat("node ", Quoted(d.node()), " has ",
+                                                   d.pools_size(), " pools and ",
+                                                   d.ucx_lanes_size(), " UCX lanes; at most ",
+                                                   kMaxPools, " and ", kMaxLanes));
+  }
+  for (const v1::UcxLane& lane : d.ucx_lanes()) {
+    if (lane.rkeys_size() != d.pools_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node ", Quoted(d.node()), ": a UCX lane with ", lane.rkeys_size(),
+          " pool keys for ", d.pools_size(), " pools"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
+  if (d.node().empty() || d.node() == node_) return absl::OkStatus();
+  if (absl::Status st = CheckDescriptor(d); !st.ok()) return st;
+  if (options_.check) {
+    if (absl::Status st = options_.check(d); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", Quoted(d.node()), " refused: ", st.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
   Peer& p = peers_[d.node()];
   const uint64_t old = p.view.descriptor.incarnation();
@@ -126,10 +162,14 @@ void Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
   if (!via.empty() && std::find(p.addresses.begin(), p.addresses.end(), via) == p.addresses.end()) {
     p.addresses.push_back(via);
   }
+  return absl::OkStatus();
 }
 
-std::vector<std::string> Cluster::OnHello(const v1::NodeDescriptor& from) {
-  Learn(from, from.address());
+absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const v1::NodeDescriptor& from) {
+  if (absl::Status st = Learn(from, from.address()); !st.ok()) {
+    LOG(WARNING) << "a Hello was refused: " << st;
+    return st;
+  }
   std::vector<std::string> known;
   absl::MutexLock lock(&mu_);
   for (const auto& [node, p] : peers_) {
@@ -142,10 +182,10 @@ absl::StatusOr<PeerView> Cluster::Find(const std::string& node) const {
   absl::MutexLock lock(&mu_);
   auto it = peers_.find(node);
   if (it == peers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\""));
+    return absl::NotFoundError(absl::StrCat("unknown node ", Quoted(node)));
   }
   if (!it->second.view.up) {
-    return absl::UnavailableError(absl::StrCat("node \"", node, "\" is down (last seen ",
+    return absl::UnavailableError(absl::StrCat("node ", Quoted(node), " is down (last seen ",
                                                absl::FormatTime(it->second.view.last_seen), ")"));
   }
   PeerView v = it->second.view;
@@ -214,7 +254,10 @@ void Cluster::HeartbeatLoop() {
         gossiped_.erase(std::remove(gossiped_.begin(), gossiped_.end(), address), gossiped_.end());
         continue;
       }
-      Learn(response.node(), address);
+      if (absl::Status st = Learn(response.node(), address); !st.ok()) {
+        LOG(WARNING) << "the answer of " << address << " was refused: " << st;
+        continue;
+      }
       absl::MutexLock lock(&mu_);
       for (const std::string& a : response.known_addresses()) {
         if (std::find(gossiped_.begin(), gossiped_.end(), a) == gossiped_.end()) {

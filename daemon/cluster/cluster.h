@@ -27,6 +27,9 @@ namespace gpumove {
 struct ClusterOptions {
   // host:port, name:port (every address the name resolves to) or unix:/path.
   std::vector<std::string> peers;
+  // Checks what a peer says of itself before it is kept (the parts the cluster does not
+  // read itself, such as UCX addresses and keys): a descriptor it refuses is not learned.
+  std::function<absl::Status(const v1::NodeDescriptor&)> check;
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration peer_timeout = absl::Seconds(3);
   absl::Duration dns_refresh = absl::Seconds(5);
@@ -62,8 +65,9 @@ class Cluster {
   // of an MPI job, learned at start).
   void AddPeers(const std::vector<std::string>& addresses);
   // An incoming Hello: the caller is a peer from now on. Returns the addresses of the
-  // other nodes we know, for the caller to meet.
-  std::vector<std::string> OnHello(const v1::NodeDescriptor& from);
+  // other nodes we know, for the caller to meet. INVALID_ARGUMENT, and nothing learned,
+  // for a descriptor that CheckDescriptor or the options' check refuses.
+  absl::StatusOr<std::vector<std::string>> OnHello(const v1::NodeDescriptor& from);
   // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
   absl::StatusOr<PeerView> Find(const std::string& node) const;
   std::vector<PeerView> List() const;
@@ -78,7 +82,7 @@ class Cluster {
 
   void HeartbeatLoop();
   std::vector<std::string> Targets();
-  void Learn(const v1::NodeDescriptor& d, const std::string& via) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Learn(const v1::NodeDescriptor& d, const std::string& via) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ClusterOptions options_;
   const std::string node_;
@@ -101,6 +105,10 @@ class Cluster {
 // resolved (A and AAAA records). INVALID_ARGUMENT without a port, UNAVAILABLE when the
 // name does not resolve.
 absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec);
+
+// Limits on what a peer says of itself that the cluster reads: a name, an address, the
+// counts of pools and lanes. INVALID_ARGUMENT saying which.
+absl::Status CheckDescriptor(const v1::NodeDescriptor& d);
 
 // Random id for this process's life, and the machine's boot id + host name.
 uint64_t NewIncarnation();

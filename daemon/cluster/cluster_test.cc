@@ -41,7 +41,7 @@ TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
   d.set_node("d");
   d.set_address("127.0.0.1:4");
   d.set_incarnation(1);
-  EXPECT_EQ(c.OnHello(d), std::vector<std::string>{"127.0.0.1:2"});  // d hears of b.
+  EXPECT_EQ(*c.OnHello(d), std::vector<std::string>{"127.0.0.1:2"});  // d hears of b.
   EXPECT_EQ(c.List().size(), 2u);
 }
 

@@ -2,8 +2,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
+namespace {
+
+HoldTable::Slots SlotsOf(const BounceRing& ring) {
+  HoldTable::Slots out;
+  out.slot_size = ring.chunk();
+  for (size_t i = 0; i < ring.slots(); ++i) out.slots.push_back(ring.slot(i));
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                 uint64_t from_incarnation,
@@ -13,7 +24,7 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                 uint64_t length, bool may_stage) {
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
-  auto entry = std::make_unique<Entry>();
+  auto entry = std::make_shared<Entry>();
   entry->incarnation = from_incarnation;
   uint64_t slot_size = 0;
   if (may_stage && (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice))) {
@@ -32,53 +43,58 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
     }
   }
   entry->use = *std::move(use);
+  Held held;
+  held.data = entry->use.data();
+  held.length = entry->use.length();
+  held.kind = entry->use.kind();
+  held.device = entry->use.device();
+  if (entry->ring.has_value()) held.ring = SlotsOf(*entry->ring);
+  held.stage_later = entry->stage_later;
+  held.stage_slot_size = slot_size;
   const std::string key = absl::StrCat(from_node, "\n", transfer_id);
   absl::MutexLock lock(&mu_);
   auto& slot = holds_[key];
   if (slot != nullptr) {
     return absl::AlreadyExistsError(
-        absl::StrCat("transfer ", transfer_id, " already holds a range"));
+        absl::StrCat("transfer ", Quoted(transfer_id), " already holds a range"));
   }
   slot = std::move(entry);
-  if (slot->stage_later) ++deferred_;
-  return Held{&slot->use, slot->ring.has_value() ? &*slot->ring : nullptr, slot->stage_later,
-              slot_size};
+  if (held.stage_later) ++deferred_;
+  return held;
 }
 
-absl::StatusOr<const BounceRing*> HoldTable::TakeRing(const std::string& from_node,
+absl::StatusOr<HoldTable::Slots> HoldTable::TakeRing(const std::string& from_node,
                                                       const std::string& transfer_id) {
   absl::MutexLock lock(&mu_);
   auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
   if (it == holds_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+        absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
   }
   Entry& e = *it->second;
-  if (e.ring.has_value()) return &*e.ring;
+  if (e.ring.has_value()) return SlotsOf(*e.ring);
   if (!e.stage_later) return absl::FailedPreconditionError("this range is not staged");
   auto ring = BounceRing::Take(staging_.pinned, SizedFor(staging_.options, e.use.length()));
   if (!ring.ok()) return ring.status();
   e.ring.emplace(*std::move(ring));
-  return &*e.ring;
+  return SlotsOf(*e.ring);
 }
 
 absl::Status HoldTable::StageChunk(const std::string& from_node, const std::string& transfer_id,
                                    uint32_t slot, uint64_t slot_offset, uint64_t offset,
                                    uint64_t length, bool to_range) {
-  Entry* entry = nullptr;
-  const BounceRing* taken = nullptr;
+  std::shared_ptr<Entry> entry;
+  const BounceRing* taken = nullptr;  // Entry::ring is set once, under the lock.
   {
     absl::MutexLock lock(&mu_);
     auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
     if (it == holds_.end()) {
       return absl::NotFoundError(
-          absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+          absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
     }
-    entry = it->second.get();
-    if (entry->ring.has_value()) taken = &*entry->ring;  // TakeRing sets it under the lock.
+    entry = it->second;
+    if (entry->ring.has_value()) taken = &*entry->ring;
   }
-  // The runner uses one slot at a time per chunk and completes only after its last
-  // StageChunk, so the entry stays while this runs.
   if (taken == nullptr) {
     return absl::FailedPreconditionError(entry->stage_later
                                              ? "no bounce slots taken for this range yet"
@@ -105,10 +121,10 @@ absl::Status HoldTable::StartHalf(const std::string& from_node, const std::strin
   auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
   if (it == holds_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+        absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
   }
   if (it->second->half != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already started"));
+    return absl::AlreadyExistsError(absl::StrCat("transfer ", Quoted(transfer_id), " already started"));
   }
   auto half = start(it->second->use);
   if (!half.ok()) return half.status();
@@ -121,7 +137,7 @@ absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string
   auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
   if (it == holds_.end() || it->second->half == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("no running half for transfer ", transfer_id, " from ", from_node));
+        absl::StrCat("no running half for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
   }
   it->second->half->Stop();
   return absl::OkStatus();
@@ -132,13 +148,13 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              bool runner_ok, absl::Duration half_wait,
                                              const AckFence& fence, absl::Duration fence_wait) {
   const absl::Time arrived = absl::Now();
-  std::unique_ptr<Entry> entry;
+  std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
     auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
     if (it == holds_.end()) {
       return absl::NotFoundError(
-          absl::StrCat("no hold for transfer ", transfer_id, " from ", from_node));
+          absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
     }
     entry = std::move(it->second);
     holds_.erase(it);
@@ -200,7 +216,7 @@ bool HoldTable::HasHalf(const std::string& from_node, const std::string& transfe
 }
 
 int HoldTable::ReleaseFrom(const std::string& node, uint64_t incarnation) {
-  std::vector<std::unique_ptr<Entry>> dropped;
+  std::vector<std::shared_ptr<Entry>> dropped;
   {
     absl::MutexLock lock(&mu_);
     const std::string prefix = absl::StrCat(node, "\n");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -47,9 +48,19 @@ class HoldTable {
   HoldTable(const HoldTable&) = delete;
   HoldTable& operator=(const HoldTable&) = delete;
 
+  // A bounce ring's slots (addresses in this process) and their size, as a peer is told.
+  struct Slots {
+    std::vector<char*> slots;
+    uint64_t slot_size = 0;
+  };
+  // What a new hold is, copied out of the table: another call may end the hold as soon as
+  // Hold returns, so nothing here points into it (the range's bytes stay the registry's).
   struct Held {
-    const BufferUse* use = nullptr;
-    const BounceRing* ring = nullptr;  // Set when this node stages the range.
+    char* data = nullptr;
+    uint64_t length = 0;
+    MemoryKind kind = MemoryKind::kHost;
+    int device = kHostDevice;
+    std::optional<Slots> ring;  // Set when this node stages the range.
     // Staged, but the pinned pool had no room for the ring now: TakeRing when the move
     // runs (its slots will be `stage_slot_size` bytes).
     bool stage_later = false;
@@ -67,10 +78,10 @@ class HoldTable {
   // The bounce ring of a staged hold, taken now if it was left for later. Does not wait:
   // RESOURCE_EXHAUSTED while the pool has no room. NOT_FOUND: no such hold;
   // FAILED_PRECONDITION: the range is not staged.
-  absl::StatusOr<const BounceRing*> TakeRing(const std::string& from_node,
-                                             const std::string& transfer_id);
+  absl::StatusOr<Slots> TakeRing(const std::string& from_node, const std::string& transfer_id);
   // One chunk of a staged move between bounce slot `slot` (from `slot_offset` in it) and
-  // the held range.
+  // the held range. The hold lives until the copy ends even if Complete ends it meanwhile
+  // (a runner never does; a faulty or hostile peer may).
   absl::Status StageChunk(const std::string& from_node, const std::string& transfer_id,
                           uint32_t slot, uint64_t slot_offset, uint64_t offset, uint64_t length,
                           bool to_range);
@@ -128,7 +139,8 @@ class HoldTable {
   std::atomic<uint64_t> deferred_{0};
   mutable absl::Mutex mu_;
   // Key: from_node + '\n' + transfer_id.
-  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
+  // Shared: a StageChunk copying into the range keeps its entry while it runs.
+  absl::flat_hash_map<std::string, std::shared_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
 
   // Holds acknowledged before their fence passed, ended in order by `ender_` once
   // GpuRuntime::WaitIpcFence(device, fence, deadline, quiet_until) returns.
@@ -138,7 +150,7 @@ class HoldTable {
     absl::Time quiet_until, deadline;
   };
   struct Ending {
-    std::unique_ptr<Entry> entry;
+    std::shared_ptr<Entry> entry;
     std::string what;  // For the log: the transfer and its runner.
     FenceWait wait;
   };

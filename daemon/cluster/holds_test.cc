@@ -287,21 +287,21 @@ TEST_F(HoldTableTest, StageChunkCopiesPiecesWithinTheSlots) {
                   policy);
   auto held = table.Hold("node-a", 1, "t4", "alice", buffer_, 0, 4 << 20, /*may_stage=*/true);
   ASSERT_TRUE(held.ok()) << held.status();
-  ASSERT_NE(held->ring, nullptr);
-  const BounceRing& ring = *held->ring;
-  ASSERT_EQ(ring.slots(), 2u);
-  ASSERT_EQ(ring.chunk(), 1u << 20);
-  char* range = held->use->data();
+  ASSERT_TRUE(held->ring.has_value());
+  const std::vector<char*>& slot = held->ring->slots;
+  ASSERT_EQ(slot.size(), 2u);
+  ASSERT_EQ(held->ring->slot_size, 1u << 20);
+  char* range = held->data;
   // Slot 1 holds two 512 KiB pieces: the second goes to range offset 3 MiB.
-  std::memset(ring.slot(1), 'x', 512 << 10);
-  std::memset(ring.slot(1) + (512 << 10), 'y', 512 << 10);
+  std::memset(slot[1], 'x', 512 << 10);
+  std::memset(slot[1] + (512 << 10), 'y', 512 << 10);
   ASSERT_TRUE(table.StageChunk("node-a", "t4", 1, 512 << 10, 3 << 20, 512 << 10, true).ok());
   EXPECT_EQ(range[3 << 20], 'y');
   EXPECT_EQ(range[(3 << 20) + (512 << 10) - 1], 'y');
   // And back out: range bytes into the first half of slot 0.
   std::memset(range + (1 << 20), 'z', 4096);
   ASSERT_TRUE(table.StageChunk("node-a", "t4", 0, 0, 1 << 20, 4096, false).ok());
-  EXPECT_EQ(ring.slot(0)[0], 'z');
+  EXPECT_EQ(slot[0][0], 'z');
   // Past the slot (offset + length over its 1 MiB), a slot it does not have, past the
   // range: INVALID_ARGUMENT, and the range is as it was.
   const std::string before(range, 4 << 20);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/common/log.h"
 #include "daemon/core/range.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {
@@ -183,7 +184,7 @@ absl::Status BufferRegistry::Release(const std::string& owner, const std::string
   {
     absl::MutexLock lock(&mu_);
     entry = FindLocked(owner, id);
-    if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+    if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));
     // Uses that are all ending (a peer's last copy, already seen through by the move's
     // runner) end within moments: a client told the move is done may release at once.
     const Entry* e = entry.get();
@@ -193,7 +194,7 @@ absl::Status BufferRegistry::Release(const std::string& owner, const std::string
     if (!settled()) {
       mu_.AwaitWithTimeout(absl::Condition(&settled), ending_wait);
       if (FindLocked(owner, id) != entry) {
-        return absl::NotFoundError(absl::StrCat("no buffer ", id));  // Released meanwhile.
+        return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));  // Released meanwhile.
       }
     }
     if (entry->info.active_uses > 0) {
@@ -210,7 +211,7 @@ absl::StatusOr<BufferInfo> BufferRegistry::Get(const std::string& owner,
                                                const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto entry = FindLocked(owner, id);
-  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));
   return entry->info;
 }
 
@@ -236,11 +237,11 @@ absl::StatusOr<BufferInfo> BufferRegistry::RenewLease(const std::string& owner,
   }
   absl::MutexLock lock(&mu_);
   auto entry = FindLocked(owner, id);
-  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));
   BufferInfo& info = entry->info;
   if (!info.lease_expire_time.has_value() && ttl == absl::ZeroDuration()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("buffer ", id, " has no lease; give a lease_ttl to start one"));
+        absl::StrCat("buffer ", Quoted(id), " has no lease; give a lease_ttl to start one"));
   }
   if (ttl > absl::ZeroDuration()) info.lease_ttl = ttl;
   info.lease_expire_time = absl::Now() + info.lease_ttl;
@@ -252,11 +253,11 @@ absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner,
                                                   uint64_t length) {
   absl::MutexLock lock(&mu_);
   auto entry = FindLocked(owner, id);
-  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", id));
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));
   auto resolved = ResolveRange(entry->info.size, offset, length);
   if (!resolved.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("buffer ", id, ": ", resolved.status().message()));
+        absl::StrCat("buffer ", Quoted(id), ": ", resolved.status().message()));
   }
   ++entry->info.active_uses;
   BufferUse use;

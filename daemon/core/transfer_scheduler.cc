@@ -11,6 +11,7 @@
 #include "daemon/common/log.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/core/range.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 
@@ -224,7 +225,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     if (remote_ == nullptr) {
       for (const std::string* n : {&d.src_node, &d.dst_node}) {
         if (*n != options_.node && d.error.ok()) {
-          d.error = absl::NotFoundError(absl::StrCat("unknown node \"", *n, "\" (this node is \"",
+          d.error = absl::NotFoundError(absl::StrCat("unknown node ", Quoted(*n), " (this node is \"",
                                                      options_.node, "\" and has no peers)"));
         }
       }
@@ -696,7 +697,7 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::Get(const std::string& owner
                                                         const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto t = FindLocked(owner, id);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
   return SnapshotLocked(*t);
 }
 
@@ -725,7 +726,7 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::Cancel(const std::string& ow
                                                            const std::string& id) {
   absl::MutexLock lock(&mu_);
   auto t = FindLocked(owner, id);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
   if (t->state == TransferState::kQueued) {
     FinishLocked(t, absl::CancelledError("cancelled while queued"));
   } else if (t->state == TransferState::kRunning) {
@@ -739,12 +740,12 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::Wait(const std::string& owne
                                                          absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   auto t = FindLocked(owner, id);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return IsTerminal(t->state) || stop_; };
   mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   if (!IsTerminal(t->state)) {
     return absl::DeadlineExceededError(
-        absl::StrCat("transfer ", id, " is still ", TransferStateName(t->state)));
+        absl::StrCat("transfer ", Quoted(id), " is still ", TransferStateName(t->state)));
   }
   return SnapshotLocked(*t);
 }
@@ -755,7 +756,7 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::WaitForChange(const std::str
                                                                   absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   auto t = FindLocked(owner, id);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", id));
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
   auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return t->version != seen_version || stop_;
   };

@@ -9,6 +9,7 @@
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/forward.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {
@@ -27,7 +28,7 @@ absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::Remo
   if (node.empty() || node == node_) return nullptr;
   if (cluster_ == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("unknown node \"", node, "\" (this node is \"", node_, "\")"));
+        absl::StrCat("unknown node ", Quoted(node), " (this node is \"", node_, "\")"));
   }
   auto peer = cluster_->Find(node);
   if (!peer.ok()) return peer.status();
@@ -241,7 +242,7 @@ grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
   }
   if (device < 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("no GPU \"", request->device_uuid(), "\" on node ", node_));
+                        absl::StrCat("no GPU ", Quoted(request->device_uuid()), " on node ", node_));
   }
   if (request->size() == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "size must be greater than 0");
@@ -283,7 +284,7 @@ grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
   if (!use.ok()) return ToGrpcStatus(use.status());
   if (use->kind() != MemoryKind::kDevice) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("buffer ", request->buffer_id(),
+                        absl::StrCat("buffer ", Quoted(request->buffer_id()),
                                      " is not device memory; only DEVICE buffers export"));
   }
   auto ref = ipc_ != nullptr ? ipc_->Find(use->data(), use->length()) : std::nullopt;

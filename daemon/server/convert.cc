@@ -1,13 +1,15 @@
 #include "daemon/server/convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // absl and gRPC share the canonical code numbering. A message quoting a caller's input
+  // is cut, so that a huge id does not come back whole.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), Bounded(status.message()));
 }
 
 absl::StatusOr<MemoryKind> FromProto(v1::MemoryKind kind) {
@@ -161,7 +163,7 @@ void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
   ToProto(t.end_time, out->mutable_end_time());
   if (!t.status.ok()) {
     out->set_error_code(static_cast<int32_t>(t.status.code()));
-    out->set_error_message(std::string(t.status.message()));
+    out->set_error_message(Bounded(t.status.message()));
   }
   out->set_checksum(t.checksum);
   out->set_source_xxh3(t.source_xxh3);

@@ -21,10 +21,46 @@
 #include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 #include "daemon/common/thread_pool.h"
+#include "daemon/path/ucx_wire_check.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
 namespace {
+
+// The UCX parts of what a peer says of itself, checked before UCX reads them: its worker
+// addresses against this node's own (`shape`), and its pools' keys.
+absl::Status CheckUcxParts(const v1::NodeDescriptor& d, const UcxAddressShape& shape) {
+  auto address = [&](const std::string& a, const std::string& what) -> absl::Status {
+    if (a.empty()) return absl::OkStatus();
+    absl::Status st = CheckUcxWorkerAddress(a, &shape);
+    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
+  };
+  auto rkey = [](const std::string& k, const std::string& what) -> absl::Status {
+    if (k.empty()) return absl::OkStatus();
+    absl::Status st = CheckUcxRkey(k);
+    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
+  };
+  if (absl::Status st = address(d.ucx_worker_address(), "UCX worker address"); !st.ok()) return st;
+  for (int i = 0; i < d.pools_size(); ++i) {
+    if (absl::Status st = rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")); !st.ok()) {
+      return st;
+    }
+  }
+  for (int l = 0; l < d.ucx_lanes_size(); ++l) {
+    const v1::UcxLane& lane = d.ucx_lanes(l);
+    if (absl::Status st = address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1));
+        !st.ok()) {
+      return st;
+    }
+    for (int i = 0; i < lane.rkeys_size(); ++i) {
+      if (absl::Status st = rkey(lane.rkeys(i), absl::StrCat("lane ", l + 1, " pool ", i, " key"));
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string HostName() {
   char name[256] = {};
@@ -288,6 +324,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   ClusterOptions cluster_options;
   cluster_options.peers = options.peers;
+  if (d->ucx_ != nullptr) {
+    // A peer's UCX addresses reach ucp_ep_create, which trusts them: checked when learned.
+    auto shape = std::make_shared<UcxAddressShape>();
+    absl::Status learned = shape->Learn(self.ucx_worker_address());
+    for (const v1::UcxLane& lane : self.ucx_lanes()) {
+      if (learned.ok()) learned = shape->Learn(lane.worker_address());
+    }
+    if (learned.ok()) {
+      cluster_options.check = [shape](const v1::NodeDescriptor& peer) {
+        return CheckUcxParts(peer, *shape);
+      };
+    } else {
+      // A packing this check does not know (UCX_UNIFIED_MODE, a newer UCX): peers' would
+      // not parse either.
+      LOG(WARNING) << "peers' UCX addresses go unchecked: this node's own does not parse ("
+                   << learned.message() << ")";
+    }
+  }
   cluster_options.heartbeat = options.heartbeat;
   cluster_options.peer_timeout = options.peer_timeout;
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);

@@ -4,25 +4,25 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/server/convert.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {
 
 // A bounce ring's slots (addresses in this process) and their size, into a response.
 template <class Response>
-void ListSlots(const BounceRing& ring, Response* response) {
-  for (size_t i = 0; i < ring.slots(); ++i) {
-    response->add_stage_slots(reinterpret_cast<uint64_t>(ring.slot(i)));
-  }
-  response->set_stage_slot_size(ring.chunk());
+void ListSlots(const HoldTable::Slots& ring, Response* response) {
+  for (char* slot : ring.slots) response->add_stage_slots(reinterpret_cast<uint64_t>(slot));
+  response->set_stage_slot_size(ring.slot_size);
 }
 
 }  // namespace
 
 grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest* request,
                                     v1::HelloResponse* response) {
-  for (std::string& a : cluster_->OnHello(request->from()))
-    response->add_known_addresses(std::move(a));
+  auto known = cluster_->OnHello(request->from());
+  if (!known.ok()) return ToGrpcStatus(known.status());
+  for (std::string& a : *known) response->add_known_addresses(std::move(a));
   *response->mutable_node() = cluster_->self();
   return grpc::Status::OK;
 }
@@ -51,7 +51,7 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
   // take them all while the runner sends to one of them at a time. The runner then sends
   // StartMpi when the move runs.
   if (request->mpi_tag() != 0 && mpi_ != nullptr &&
-      !mpi_->StagesRange(Endpoint{held->use->data(), held->use->kind(), held->use->device()})) {
+      !mpi_->StagesRange(Endpoint{held->data, held->kind, held->device})) {
     v1::StartMpiRequest start;
     start.set_transfer_id(request->transfer_id());
     start.set_from_node(request->from_node());
@@ -71,30 +71,30 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
     }
     response->set_mpi_started(true);
   }
-  const BufferUse& u = *held->use;
-  response->set_address(reinterpret_cast<uint64_t>(u.data()));
-  response->set_length(u.length());
-  response->set_kind(ToProto(u.kind()));
-  response->set_device(u.device());
+  const HoldTable::Held& u = *held;
+  response->set_address(reinterpret_cast<uint64_t>(u.data));
+  response->set_length(u.length);
+  response->set_kind(ToProto(u.kind));
+  response->set_device(u.device);
   response->set_pool_index(-1);
   const v1::NodeDescriptor self = cluster_->self();
   response->set_stage_pool_index(-1);
   for (int i = 0; i < self.pools_size(); ++i) {
     const v1::RegisteredPool& p = self.pools(i);
-    if (p.kind() == ToProto(u.kind()) && p.device() == u.device()) response->set_pool_index(i);
+    if (p.kind() == ToProto(u.kind) && p.device() == u.device) response->set_pool_index(i);
     if (p.kind() == v1::PINNED_HOST) response->set_stage_pool_index(i);
   }
-  if (u.kind() == MemoryKind::kDevice && ipc_ != nullptr && gpu_ != nullptr) {
-    if (auto ref = ipc_->Find(u.data(), u.length())) {
+  if (u.kind == MemoryKind::kDevice && ipc_ != nullptr && gpu_ != nullptr) {
+    if (auto ref = ipc_->Find(u.data, u.length)) {
       response->set_cuda_ipc_handle(ref->handle);
       response->set_waits_fences(fences_ && !gpu_->devices().empty());
       response->set_cuda_ipc_offset(ref->offset);
       for (const GpuDevice& d : gpu_->devices()) {
-        if (d.index == u.device()) response->set_device_uuid(d.uuid);
+        if (d.index == u.device) response->set_device_uuid(d.uuid);
       }
     }
   }
-  if (held->ring != nullptr) {
+  if (held->ring.has_value()) {
     ListSlots(*held->ring, response);
   } else if (held->stage_later) {
     response->set_stage_later(true);
@@ -181,7 +181,7 @@ grpc::Status PeerServiceImpl::TakeStageSlots(grpc::ServerContext*,
                                              v1::TakeStageSlotsResponse* response) {
   auto ring = holds_->TakeRing(request->from_node(), request->transfer_id());
   if (!ring.ok()) return ToGrpcStatus(ring.status());
-  ListSlots(**ring, response);
+  ListSlots(*ring, response);
   return grpc::Status::OK;
 }
 
@@ -214,7 +214,7 @@ grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& request, bool
   if (runner->descriptor.mpi_world() != self.mpi_world() ||
       runner->descriptor.mpi_rank() != request.from_rank()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("node ", request.from_node(), " is not rank ",
+                        absl::StrCat("node ", Quoted(request.from_node()), " is not rank ",
                                      request.from_rank(), " of this node's MPI job"));
   }
   return ToGrpcStatus(holds_->StartHalf(

@@ -7,6 +7,7 @@
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/forward.h"
+#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {
@@ -35,7 +36,7 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
     const std::string& node) {
   if (cluster_ == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown node \"", node, "\" (this node is \"", node_,
+    return absl::NotFoundError(absl::StrCat("unknown node ", Quoted(node), " (this node is \"", node_,
                                             "\" and has no peers)"));
   }
   auto peer = cluster_->Find(node);
@@ -68,8 +69,8 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     const std::string here = (src == node_ || dst == node_) ? node_ : src;
     if (!runner.empty() && here != runner) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("the moves of one Submit must run on one node (", runner,
-                                       " and ", here, " here); split the batch"));
+                          absl::StrCat("the moves of one Submit must run on one node (", Quoted(runner),
+                                       " and ", Quoted(here), " here); split the batch"));
     }
     runner = here;
   }

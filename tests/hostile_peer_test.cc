@@ -1,0 +1,232 @@
+// What another node (or anything that speaks the peer protocol) sends is untrusted input:
+// malformed UCX addresses in a Hello, peer calls racing each other on one hold, huge ids.
+// Each case crashed or misled a daemon once; each must now get a clean error and leave
+// the daemon serving.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "proto/gpumove/v1/peer.grpc.pb.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/random_bytes.h"
+
+namespace gpumove {
+namespace {
+
+struct Node {
+  std::string name;
+  std::unique_ptr<DaemonProcess> process;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<v1::PeerService::Stub> peer;
+};
+
+Node Launch(const std::string& name, const std::string& join, std::vector<std::string> flags = {}) {
+  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms",
+                               "--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
+  if (!join.empty()) flags.push_back("--peers=" + join);
+  Node n;
+  n.name = name;
+  auto p = DaemonProcess::Start(flags);
+  EXPECT_TRUE(p.ok()) << p.status();
+  n.process = *std::move(p);
+  n.client = *Client::Connect(n.process->address());
+  n.peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
+  return n;
+}
+
+grpc::Status Hello(Node& to, const v1::NodeDescriptor& from, v1::HelloResponse* out = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::HelloRequest request;
+  *request.mutable_from() = from;
+  v1::HelloResponse response;
+  return to.peer->Hello(&context, request, out != nullptr ? out : &response);
+}
+
+void AwaitPeers(Node& n, size_t want) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (true) {
+    auto peers = n.client->ListPeers();
+    size_t up = 0;
+    if (peers.ok()) {
+      for (const auto& p : *peers) up += p.up();
+    }
+    if (up == want) return;
+    ASSERT_LT(absl::Now(), deadline) << n.name << " sees " << up << " peers up";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+// A verified push of 1 MiB from a's host memory into b's.
+void PushVerified(Node& a, Node& b, uint64_t seed) {
+  auto src = a.client->Allocate(1 << 20, v1::HOST);
+  auto dst = b.client->Allocate(1 << 20, v1::HOST);
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  const std::string data = RandomBytes(1 << 20, seed);
+  ASSERT_TRUE(a.client->Write(Ref(src->id()), data).ok());
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node(b.name);
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = a.client->Move(Ref(src->id()), to, o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*b.client->Read(Ref(dst->id())) == data);
+  EXPECT_TRUE(a.client->Release(src->id()).ok());
+  EXPECT_TRUE(b.client->Release(dst->id()).ok());
+}
+
+// Under b's own name, Hellos carrying broken UCX addresses and keys: a takes none of them
+// (INVALID_ARGUMENT), keeps b's real descriptor, and its next moves to b succeed. Before
+// the check, the first of these made a's next move to b abort the process in
+// ucp_ep_create.
+TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
+  Node a = Launch("node-a", "");
+  Node b = Launch("node-b", a.process->address());
+  AwaitPeers(a, 1);
+  v1::HelloResponse answer;
+  ASSERT_TRUE(Hello(b, v1::NodeDescriptor(), &answer).ok());  // b says who it is.
+  const v1::NodeDescriptor real = answer.node();
+  ASSERT_EQ(real.node(), "node-b");
+  ASSERT_FALSE(real.ucx_worker_address().empty());
+  ASSERT_GT(real.pools_size(), 0);
+
+  std::vector<std::pair<std::string, v1::NodeDescriptor>> spoofed;
+  auto with_address = [&](const std::string& what, std::string address) {
+    v1::NodeDescriptor d = real;
+    d.set_ucx_worker_address(std::move(address));
+    spoofed.emplace_back(what, d);
+  };
+  std::string version = real.ucx_worker_address();
+  version[0] = static_cast<char>((version[0] & 0xf0) | 5);  // UCX asserts on this one.
+  with_address("unknown address version", version);
+  with_address("address cut in half",
+               real.ucx_worker_address().substr(0, real.ucx_worker_address().size() / 2));
+  with_address("random bytes", RandomBytes(200, 3));
+  with_address("bytes appended", real.ucx_worker_address() + "xyz");
+  {
+    v1::NodeDescriptor d = real;
+    d.mutable_pools(0)->set_rkey(std::string(3, '\xff'));
+    spoofed.emplace_back("pool key cut short", d);
+  }
+  {
+    v1::NodeDescriptor d = real;
+    if (d.ucx_lanes_size() > 0) {
+      d.mutable_ucx_lanes(0)->set_worker_address(version);
+      spoofed.emplace_back("lane address of an unknown version", d);
+    }
+  }
+  {
+    v1::NodeDescriptor d = real;
+    d.set_node(std::string(100000, 'n'));
+    spoofed.emplace_back("100000-byte node name", d);
+  }
+  for (const auto& [what, d] : spoofed) {
+    grpc::Status st = Hello(a, d);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_LT(st.error_message().size(), 2048u) << what;
+  }
+  for (uint64_t seed = 1; seed <= 3; ++seed) PushVerified(a, b, seed);
+  auto info = a.client->GetInfo();
+  EXPECT_TRUE(info.ok()) << info.status();
+}
+
+// PrepareRemote, StageChunk, TakeStageSlots and CompleteRemote for one hold, from four
+// threads at once for a second and a half: nothing may crash (a hold once handed out
+// pointers into itself that a concurrent Complete freed), and afterwards the buffer is
+// free again. Staging is forced, so holds take bounce rings and StageChunk copies.
+TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
+  Node a = Launch("node-a", "", {"--ucx_force_staging"});
+  auto buffer = a.client->Allocate(4 << 20, v1::HOST);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::atomic<int> prepared{0}, completed{0}, staged{0};
+  const absl::Time end = absl::Now() + absl::Milliseconds(1500);
+  auto call = [&](int which) {
+    auto channel = grpc::CreateChannel(a.process->address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::PeerService::NewStub(channel);
+    for (int i = 0; i < 100000 && absl::Now() < end; ++i) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      if (which % 2 == 0) {
+        v1::PrepareRemoteRequest r;
+        r.set_transfer_id("t");
+        r.set_from_node("mallory");
+        r.set_from_incarnation(1);
+        r.set_owner("anonymous");
+        r.mutable_range()->set_buffer_id(buffer->id());
+        r.set_write(true);
+        v1::PrepareRemoteResponse response;
+        prepared += stub->PrepareRemote(&context, r, &response).ok();
+      } else if (i % 3 == 0) {
+        v1::StageChunkRequest r;
+        r.set_transfer_id("t");
+        r.set_from_node("mallory");
+        r.set_slot(0);
+        r.set_length(64 << 10);
+        r.set_to_range(true);
+        v1::StageChunkResponse response;
+        staged += stub->StageChunk(&context, r, &response).ok();
+      } else if (i % 3 == 1) {
+        v1::TakeStageSlotsRequest r;
+        r.set_transfer_id("t");
+        r.set_from_node("mallory");
+        v1::TakeStageSlotsResponse response;
+        stub->TakeStageSlots(&context, r, &response);
+      } else {
+        v1::CompleteRemoteRequest r;
+        r.set_transfer_id("t");
+        r.set_from_node("mallory");
+        r.set_checksum(i % 2 == 0);
+        v1::CompleteRemoteResponse response;
+        completed += stub->CompleteRemote(&context, r, &response).ok();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back(call, t);
+  for (auto& t : threads) t.join();
+  EXPECT_GT(prepared.load(), 0);
+  EXPECT_GT(completed.load(), 0);
+  // One last Complete ends a hold still there; then the buffer is free to release.
+  {
+    grpc::ClientContext context;
+    v1::CompleteRemoteRequest r;
+    r.set_transfer_id("t");
+    r.set_from_node("mallory");
+    v1::CompleteRemoteResponse response;
+    a.peer->CompleteRemote(&context, r, &response);
+  }
+  EXPECT_TRUE(a.client->Release(buffer->id()).ok());
+  EXPECT_TRUE(a.client->GetInfo().ok());
+  EXPECT_EQ(a.process->WaitExit(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << "the daemon exited:\n" << a.process->Log();
+}
+
+// A 1 MiB id comes back as a short message, not echoed whole.
+TEST(HostilePeer, HugeIdsAreNotEchoedWhole) {
+  Node a = Launch("node-a", "");
+  const std::string id(1 << 20, 'x');
+  auto buffer = a.client->GetBuffer(id);
+  EXPECT_EQ(buffer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(buffer.status().message().size(), 2048u);
+  auto transfer = a.client->GetTransfer(id);
+  EXPECT_EQ(transfer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(transfer.status().message().size(), 2048u);
+  v1::BufferRef ref = Ref("b-1");
+  ref.set_node(id);
+  auto read = a.client->Read(ref);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(read.status().message().size(), 2048u);
+}
+
+}  // namespace
+}  // namespace gpumove
