@@ -62,7 +62,7 @@ expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
 # CUDA IPC on a node without GPUs: refused with its code, nothing changes.
 HANDLE=$(printf 'ab%.0s' $(seq 64))
 expect_code 1 "FAILED_PRECONDITION: node cli-node has no GPU" -- "$CTL" import "$HANDLE" 1MiB --gpu_uuid GPU-x
-expect_code 1 "FAILED_PRECONDITION: buffer $A is not device memory" -- "$CTL" export "$A"
+expect_code 1 "FAILED_PRECONDITION: buffer \"$A\" is not device memory" -- "$CTL" export "$A"
 expect_code 1 "NOT_FOUND" -- "$CTL" export b-missing
 expect_code 2 "HANDLE_HEX must be" -- "$CTL" import abc 1MiB
 expect_code 2 "bad size" -- "$CTL" alloc lots
