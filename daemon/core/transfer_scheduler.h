@@ -158,6 +158,15 @@ class TransferScheduler {
                  uint64_t dst_hash);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes t wait for the transfers of `earlier` (unfinished, touching the buffer of `in`,
+  // in submission order) that it must follow.
+  void AddDependencies(const std::shared_ptr<Record>& t, const RangeSpec& in,
+                       const std::vector<std::shared_ptr<Record>>& earlier)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // t ended: the transfers waiting for it wait for one fewer (those that ended while
+  // waiting let theirs go in turn).
+  void ReleaseDependentsLocked(const std::shared_ptr<Record>& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
                                        const Endpoint& dst) const;
   std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
