@@ -55,6 +55,10 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(absl::Duration, heartbeat, absl::Milliseconds(500), "Interval of peer heartbeats.");
 ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(3),
           "A peer silent this long is down, and a move stalled this long fails UNAVAILABLE.");
+ABSL_FLAG(absl::Duration, forward_timeout, absl::Seconds(10),
+          "Longest a call forwarded to another node may take unless it waits for a transfer "
+          "(Wait, Watch, a waiting Submit, Read and Write streams end when that node is seen "
+          "down instead).");
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
@@ -224,6 +228,7 @@ int main(int argc, char** argv) {
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
+  options.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);
   options.ucx = absl::GetFlag(FLAGS_ucx);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);

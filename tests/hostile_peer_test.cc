@@ -4,12 +4,16 @@
 // the daemon serving.
 #include <grpcpp/grpcpp.h>
 
+#include <signal.h>
+
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
@@ -226,6 +230,71 @@ TEST(HostilePeer, HugeIdsAreNotEchoedWhole) {
   auto read = a.client->Read(ref);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
   EXPECT_LT(read.status().message().size(), 2048u);
+}
+
+}  // namespace
+}  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// Calls forwarded to a node that stops answering (SIGSTOP) end UNAVAILABLE once it is seen
+// down (--peer_timeout 1.5 s here), even when the caller set no deadline; they used to
+// wait as long as the node was stopped. The node is resumed after 12 s at the latest.
+TEST(HostilePeer, ForwardedCallsToAStoppedNodeEndWithoutAClientDeadline) {
+  Node a = Launch("node-a", "");
+  Node b = Launch("node-b", a.process->address());
+  AwaitPeers(a, 1);
+  auto buffer = b.client->Allocate(4096, v1::HOST);
+  ASSERT_TRUE(buffer.ok());
+  auto stub = v1::TransferService::NewStub(
+      grpc::CreateChannel(a.process->address(), grpc::InsecureChannelCredentials()));
+  auto buffers = v1::BufferService::NewStub(
+      grpc::CreateChannel(a.process->address(), grpc::InsecureChannelCredentials()));
+  b.process->Signal(SIGSTOP);
+  absl::Notification done;
+  std::thread resume([&] {
+    done.WaitForNotificationWithTimeout(absl::Seconds(12));
+    b.process->Signal(SIGCONT);
+  });
+  struct Case {
+    const char* what;
+    std::function<grpc::Status(grpc::ClientContext*)> call;
+  };
+  const std::vector<Case> cases = {
+      {"Get of a transfer", [&](grpc::ClientContext* c) {
+         v1::GetTransferRequest r;
+         r.set_id("t-1.node-b");
+         v1::Transfer t;
+         return stub->Get(c, r, &t);
+       }},
+      {"Wait without a timeout", [&](grpc::ClientContext* c) {
+         v1::WaitRequest r;
+         r.set_id("t-1.node-b");
+         v1::Transfer t;
+         return stub->Wait(c, r, &t);
+       }},
+      {"Get of a buffer", [&](grpc::ClientContext* c) {
+         v1::GetBufferRequest r;
+         r.set_buffer_id(buffer->id());
+         r.set_node("node-b");
+         v1::Buffer out;
+         return buffers->Get(c, r, &out);
+       }},
+  };
+  for (const Case& k : cases) {
+    grpc::ClientContext context;  // No deadline.
+    const absl::Time t0 = absl::Now();
+    grpc::Status st = k.call(&context);
+    const absl::Duration took = absl::Now() - t0;
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << k.what << ": " << st.error_message();
+    EXPECT_LT(took, absl::Seconds(6)) << k.what;
+  }
+  done.Notify();
+  resume.join();
+  AwaitPeers(a, 1);
+  auto got = a.client->GetBuffer(buffer->id(), "node-b");
+  EXPECT_TRUE(got.ok()) << got.status();
 }
 
 }  // namespace

@@ -201,6 +201,28 @@ std::vector<PeerView> Cluster::List() const {
   return out;
 }
 
+uint64_t Cluster::WatchLoss(const std::string& node, std::function<void()> lost) {
+  bool down = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(node);
+    down = it == peers_.end() || !it->second.view.up;
+  }
+  if (down) {
+    lost();
+    return 0;
+  }
+  absl::MutexLock lock(&watch_mu_);
+  const uint64_t id = next_watch_++;
+  watches_.emplace(id, LossWatch{node, std::move(lost)});
+  return id;
+}
+
+void Cluster::Forget(uint64_t id) {
+  absl::MutexLock lock(&watch_mu_);
+  watches_.erase(id);
+}
+
 void Cluster::AddPeers(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
   added_.insert(added_.end(), addresses.begin(), addresses.end());
@@ -285,6 +307,15 @@ void Cluster::HeartbeatLoop() {
     }
     for (const auto& [node, incarnation] : lost) {
       if (on_lost_) on_lost_(node, incarnation);
+      absl::MutexLock lock(&watch_mu_);
+      for (auto it = watches_.begin(); it != watches_.end();) {
+        if (it->second.node == node) {
+          it->second.lost();
+          watches_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
     }
     absl::MutexLock lock(&mu_);
     auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };

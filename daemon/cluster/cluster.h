@@ -33,6 +33,9 @@ struct ClusterOptions {
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration peer_timeout = absl::Seconds(3);
   absl::Duration dns_refresh = absl::Seconds(5);
+  // The longest a call forwarded to another node may take when it does not wait for a
+  // transfer (ForwardedCall).
+  absl::Duration forward_timeout = absl::Seconds(10);
 };
 
 // What the rest of the daemon may know of a peer.
@@ -73,6 +76,14 @@ class Cluster {
   std::vector<PeerView> List() const;
   // A channel to any address (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  absl::Duration forward_timeout() const { return options_.forward_timeout; }
+
+  // Runs `lost` once, on the heartbeat thread, when `node` is seen down or restarted (at
+  // once, on this thread, when it is down now), unless Forget(id) came first. For calls
+  // to a node that must not outlive it.
+  uint64_t WatchLoss(const std::string& node, std::function<void()> lost);
+  // Once it returns, the callback of `id` neither runs nor is running.
+  void Forget(uint64_t id);
 
  private:
   struct Peer {
@@ -99,6 +110,15 @@ class Cluster {
   std::vector<std::pair<std::string, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
+
+  // WatchLoss callbacks; their own lock, held while they run (never with mu_).
+  struct LossWatch {
+    std::string node;
+    std::function<void()> lost;
+  };
+  absl::Mutex watch_mu_;
+  absl::flat_hash_map<uint64_t, LossWatch> watches_ ABSL_GUARDED_BY(watch_mu_);
+  uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
 };
 
 // Expands one --peers entry into addresses: a literal address is itself; a name is

@@ -44,7 +44,8 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
   auto remote = RemoteStub(node);
   if (!remote.ok()) return ToGrpcStatus(remote.status());
   if (*remote == nullptr) return std::nullopt;
-  return ForwardUnary(**remote, method, context, request, response);
+  return ForwardUnary(**remote, method, context, *cluster_, node, request, response,
+                      ForwardTimeout());
 }
 
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
@@ -137,13 +138,13 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
     // Relay the stream to the owning node, message by message.
-    auto client = grpc::ClientContext::FromServerContext(*context);
-    auto writer = (*remote)->Write(client.get(), response);
+    ForwardedCall call(*context, *cluster_, target.node(), absl::InfiniteDuration());
+    auto writer = (*remote)->Write(call.context(), response);
     do {
       if (!writer->Write(message)) break;
     } while (reader->Read(&message));
     writer->WritesDone();
-    return writer->Finish();
+    return call.Finish(writer->Finish());
   }
   // The whole range is checked, and held, before the first byte is written.
   auto use =
@@ -184,16 +185,16 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
   if (auto remote = RemoteStub(request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
-    auto client = grpc::ClientContext::FromServerContext(*context);
-    auto reader = (*remote)->Read(client.get(), *request);
+    ForwardedCall call(*context, *cluster_, request->source().node(), absl::InfiniteDuration());
+    auto reader = (*remote)->Read(call.context(), *request);
     v1::ReadResponse message;
     while (reader->Read(&message)) {
       if (!writer->Write(message)) {
-        client->TryCancel();
+        call.context()->TryCancel();
         break;
       }
     }
-    return reader->Finish();
+    return call.Finish(reader->Finish());
   }
   if (request->chunk_size() > kMaxReadChunk) {
     return grpc::Status(

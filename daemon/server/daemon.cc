@@ -344,6 +344,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   cluster_options.heartbeat = options.heartbeat;
   cluster_options.peer_timeout = options.peer_timeout;
+  cluster_options.forward_timeout = options.forward_timeout;
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
   d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
       d->cluster_.get(), options.peer_timeout, d->peer_calls_.get());

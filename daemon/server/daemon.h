@@ -54,6 +54,8 @@ struct DaemonOptions {
   std::string advertise;
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration peer_timeout = absl::Seconds(3);
+  // Longest a call forwarded to another node takes when it does not wait for a transfer.
+  absl::Duration forward_timeout = absl::Seconds(10);
   // The UCX engine (node-to-node moves). Without it a node still joins a cluster and
   // routes requests.
   bool ucx = true;

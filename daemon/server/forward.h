@@ -1,18 +1,85 @@
-// Forwarding a unary call to the node it belongs to, with the caller's deadline and
-// cancellation carried over.
+// Calls forwarded to the node they belong to: the caller's deadline and cancellation
+// carried over, no longer than the cluster's forward_timeout for calls that do not wait,
+// and ended as UNAVAILABLE when that node is seen down while they run, so that a stopped
+// or cut-off peer never holds a caller longer than --peer_timeout (plus a heartbeat).
 #ifndef GPUMOVE_DAEMON_SERVER_FORWARD_H_
 #define GPUMOVE_DAEMON_SERVER_FORWARD_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/common/quote.h"
+
 namespace gpumove {
 
+class ForwardedCall {
+ public:
+  // `bound`: how long the call may take at most (absl::InfiniteDuration() for one that
+  // waits as long as its caller asks: Wait, Watch, a waiting Submit, byte streams).
+  ForwardedCall(const grpc::ServerContext& server, Cluster& cluster, std::string node,
+                absl::Duration bound)
+      : cluster_(cluster),
+        node_(std::move(node)),
+        client_(grpc::ClientContext::FromServerContext(server)) {
+    if (bound != absl::InfiniteDuration()) {
+      bound_deadline_ = absl::Now() + bound;
+      if (bound_deadline_ < absl::FromChrono(server.deadline())) {
+        client_->set_deadline(absl::ToChronoTime(bound_deadline_));
+      } else {
+        bound_deadline_ = absl::InfiniteFuture();  // The caller's own deadline is earlier.
+      }
+    }
+    grpc::ClientContext* c = client_.get();
+    watch_ = cluster_.WatchLoss(node_, [this, c] {
+      lost_ = true;
+      c->TryCancel();
+    });
+  }
+  ~ForwardedCall() { cluster_.Forget(watch_); }
+  ForwardedCall(const ForwardedCall&) = delete;
+  ForwardedCall& operator=(const ForwardedCall&) = delete;
+
+  grpc::ClientContext* context() { return client_.get(); }
+
+  // The forwarded call's status, with the node's loss or silence told apart.
+  grpc::Status Finish(const grpc::Status& st) const {
+    if (st.ok()) return st;
+    if (lost_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("node ", Quoted(node_), " went down during the call"));
+    }
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() >= bound_deadline_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("node ", Quoted(node_), " did not answer within ",
+                                       absl::FormatDuration(cluster_.forward_timeout())));
+    }
+    return st;
+  }
+
+ private:
+  Cluster& cluster_;
+  const std::string node_;
+  std::unique_ptr<grpc::ClientContext> client_;
+  absl::Time bound_deadline_ = absl::InfiniteFuture();
+  std::atomic<bool> lost_{false};
+  uint64_t watch_ = 0;
+};
+
+// A unary call forwarded to `node` through `stub`, bounded by the cluster's
+// forward_timeout unless `bound` says otherwise.
 template <typename Stub, typename Request, typename Response>
 grpc::Status ForwardUnary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    grpc::ServerContext* context, const Request& request, Response* response) {
-  auto client = grpc::ClientContext::FromServerContext(*context);
-  return (stub.*method)(client.get(), request, response);
+    grpc::ServerContext* context, Cluster& cluster, const std::string& node,
+    const Request& request, Response* response, absl::Duration bound) {
+  ForwardedCall call(*context, cluster, node, bound);
+  return call.Finish((stub.*method)(call.context(), request, response));
 }
 
 }  // namespace gpumove

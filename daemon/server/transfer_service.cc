@@ -49,12 +49,20 @@ std::optional<grpc::Status> TransferServiceImpl::MaybeForward(
     const std::string& id,
     grpc::Status (v1::TransferService::Stub::*method)(grpc::ClientContext*, const Request&,
                                                       Response*),
-    grpc::ServerContext* context, const Request& request, Response* response) {
+    grpc::ServerContext* context, const Request& request, Response* response,
+    absl::Duration bound) {
   const std::string node = NodeOf(id);
   if (node.empty()) return std::nullopt;
   auto stub = StubFor(node);
   if (!stub.ok()) return ToGrpcStatus(stub.status());
-  return ForwardUnary(**stub, method, context, request, response);
+  return ForwardUnary(**stub, method, context, *cluster_, node, request, response, bound);
+}
+
+absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
+                                              const google::protobuf::Duration& timeout) const {
+  if (!has_timeout) return absl::InfiniteDuration();  // As long as the caller waits.
+  auto d = FromProto(timeout);
+  return d.ok() ? *d + ForwardTimeout() : ForwardTimeout();
 }
 
 grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
@@ -82,8 +90,11 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
       if (spec.source().node().empty()) spec.mutable_source()->set_node(node_);
       if (spec.destination().node().empty()) spec.mutable_destination()->set_node(node_);
     }
-    auto client = grpc::ClientContext::FromServerContext(*context);
-    return (*stub)->Submit(client.get(), forwarded, response);
+    ForwardedCall call(*context, *cluster_, runner,
+                       request->wait() ? WaitBound(request->has_wait_timeout(),
+                                                   request->wait_timeout())
+                                       : ForwardTimeout());
+    return call.Finish((*stub)->Submit(call.context(), forwarded, response));
   }
   std::vector<TransferSpec> specs;
   for (int i = 0; i < request->transfers_size(); ++i) {
@@ -125,7 +136,7 @@ grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Get, context,
-                                    *request, response)) {
+                                    *request, response, ForwardTimeout())) {
     return *forwarded;
   }
   auto t = scheduler_->Get(Principal(context), request->id());
@@ -152,8 +163,9 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                        v1::Transfer* response) {
-  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context,
-                                    *request, response)) {
+  if (auto forwarded =
+          MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context, *request,
+                       response, WaitBound(request->has_timeout(), request->timeout()))) {
     return *forwarded;
   }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
@@ -176,16 +188,16 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
   if (const std::string node = NodeOf(request->id()); !node.empty()) {
     auto stub = StubFor(node);
     if (!stub.ok()) return ToGrpcStatus(stub.status());
-    auto client = grpc::ClientContext::FromServerContext(*context);
-    auto reader = (*stub)->Watch(client.get(), *request);
+    ForwardedCall call(*context, *cluster_, node, absl::InfiniteDuration());
+    auto reader = (*stub)->Watch(call.context(), *request);
     v1::TransferEvent event;
     while (reader->Read(&event)) {
       if (!writer->Write(event)) {
-        client->TryCancel();
+        call.context()->TryCancel();
         break;
       }
     }
-    return reader->Finish();
+    return call.Finish(reader->Finish());
   }
   const std::string owner = Principal(context);
   auto t = scheduler_->Get(owner, request->id());
@@ -218,7 +230,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
-                                    *request, response)) {
+                                    *request, response, ForwardTimeout())) {
     return *forwarded;
   }
   auto t = scheduler_->Cancel(Principal(context), request->id());

@@ -46,7 +46,12 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                                            grpc::Status (v1::TransferService::Stub::*method)(
                                                grpc::ClientContext*, const Request&, Response*),
                                            grpc::ServerContext* context, const Request& request,
-                                           Response* response);
+                                           Response* response, absl::Duration bound);
+  absl::Duration ForwardTimeout() const {
+    return cluster_ != nullptr ? cluster_->forward_timeout() : absl::Seconds(10);
+  }
+  // How long a forwarded call that waits `timeout` (none: as long as its caller) may take.
+  absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;
