@@ -59,6 +59,10 @@ ABSL_FLAG(absl::Duration, forward_timeout, absl::Seconds(10),
           "Longest a call forwarded to another node may take unless it waits for a transfer "
           "(Wait, Watch, a waiting Submit, Read and Write streams end when that node is seen "
           "down instead).");
+ABSL_FLAG(std::string, ucx_net_devices, "auto",
+          "UCX_NET_DEVICES for the UCX engine: the network devices it listens and connects on "
+          "(\"auto\": lo when every --listen address is loopback or a unix socket, else "
+          "every device; the environment's UCX_NET_DEVICES wins).");
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
   options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
   options.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);
+  options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx = absl::GetFlag(FLAGS_ucx);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);

@@ -3,13 +3,18 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <random>
+#include <filesystem>
 #include <map>
+#include <random>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
@@ -418,6 +423,48 @@ TEST(Integration, MetricsCountTransfersAndPools) {
   EXPECT_NE(m.find("gpumoved_transfer_seconds_count{path=\"LOCAL\"} 2"), std::string::npos) << m;
   EXPECT_NE(m.find("gpumoved_pool_bytes{device=\"\",kind=\"HOST\",state=\"capacity\"} 536870912"),
             std::string::npos) << m;
+}
+
+// The TCP sockets process `pid` listens on: "address:port" in /proc/net/tcp's hex form
+// (0100007F:1D2E is 127.0.0.1:7470), IPv6 ones prefixed "6/".
+std::vector<std::string> ListeningSockets(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fds = absl::StrCat("/proc/", pid, "/fd");
+  for (const auto& entry : std::filesystem::directory_iterator(fds)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && absl::StartsWith(target, "socket:[")) {
+      inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(ReadFile(table));
+    std::string line;
+    std::getline(in, line);  // Header.
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+      if (f.size() > 9 && f[3] == "0A" && inodes.count(f[9]) > 0) {
+        out.push_back(absl::StrCat(table[13] == '6' ? "6/" : "", f[1]));
+      }
+    }
+  }
+  return out;
+}
+
+// A daemon that serves gRPC on loopback has UCX listen there too (it once listened on
+// every interface while gRPC stayed on 127.0.0.1).
+TEST(Integration, UcxListensOnlyWhereGrpcDoesByDefault) {
+  Daemon d;
+  const std::vector<std::string> sockets = ListeningSockets(d.process->pid());
+  EXPECT_GE(sockets.size(), 2u) << "gRPC's and UCX's listeners";
+  for (const std::string& s : sockets) {
+    const bool loopback = absl::StartsWith(s, "0100007F:") ||
+                          absl::StartsWith(s, "6/00000000000000000000000001000000:") ||
+                          absl::StartsWith(s, "6/0000000000000000FFFF00000100007F:");
+    EXPECT_TRUE(loopback) << s << " is not a loopback address";
+  }
 }
 
 TEST(Integration, HealthServiceReportsServing) {

@@ -658,6 +658,13 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcxError(st, "ucp_config_read");
+  if (!options.net_devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    st = ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(st, absl::StrCat("UCX_NET_DEVICES=", options.net_devices));
+    }
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

@@ -81,6 +81,9 @@ struct UcxOptions {
   // 1 GiB CUDA IPC copy takes 2.7 ms) then wakes no thread on either side. Zero: only
   // poll_window.
   absl::Duration call_awake = absl::ZeroDuration();
+  // UCX_NET_DEVICES for this context (which network devices its transports listen and
+  // connect on, e.g. "lo"); empty: UCX's own (every device), or the environment's.
+  std::string net_devices;
 };
 
 // Threads a direct copy to or from `remote` is split over: one in a staging pipeline

@@ -62,6 +62,18 @@ absl::Status CheckUcxParts(const v1::NodeDescriptor& d, const UcxAddressShape& s
   return absl::OkStatus();
 }
 
+// The network devices UCX may use (UcxOptions::net_devices) for `setting` and the
+// addresses gRPC listens on.
+std::string UcxNetDevices(const std::string& setting, const std::vector<std::string>& listen) {
+  if (setting != "auto") return setting;
+  for (const std::string& a : listen) {
+    const bool local = absl::StartsWith(a, "unix:") || absl::StartsWith(a, "127.") ||
+                       absl::StartsWith(a, "[::1]:") || absl::StartsWith(a, "localhost:");
+    if (!local) return "";
+  }
+  return "lo";
+}
+
 std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -170,6 +182,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (options.ucx) {
     UcxOptions ucx_options;
     ucx_options.chunk = options.ucx_chunk;
+    ucx_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
     ucx_options.poll_window = ucx_poll;
@@ -204,6 +217,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
             : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
     UcxOptions lane_options;
     lane_options.chunk = options.ucx_chunk;
+    lane_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
     lane_options.op_timeout = options.peer_timeout;
     lane_options.direct = false;
     lane_options.poll_window = ucx_poll;

@@ -56,6 +56,9 @@ struct DaemonOptions {
   absl::Duration peer_timeout = absl::Seconds(3);
   // Longest a call forwarded to another node takes when it does not wait for a transfer.
   absl::Duration forward_timeout = absl::Seconds(10);
+  // UCX_NET_DEVICES; "auto": "lo" when every --listen address is on this host (loopback
+  // or a unix socket), so UCX listens where gRPC does; else UCX's default, every device.
+  std::string ucx_net_devices = "auto";
   // The UCX engine (node-to-node moves). Without it a node still joins a cluster and
   // routes requests.
   bool ucx = true;
