@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/common/log.h"
-#include "daemon/core/range.h"
 #include "daemon/common/quote.h"
+#include "daemon/core/range.h"
 
 namespace gpumove {
 namespace {

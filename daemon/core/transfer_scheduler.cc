@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/core/range.h"
-#include "daemon/common/quote.h"
 
 namespace gpumove {
 

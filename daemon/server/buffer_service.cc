@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/forward.h"
-#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {

@@ -3,8 +3,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
-#include "daemon/server/convert.h"
 #include "daemon/common/quote.h"
+#include "daemon/server/convert.h"
 
 namespace gpumove {
 namespace {

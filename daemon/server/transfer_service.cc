@@ -4,10 +4,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/forward.h"
-#include "daemon/common/quote.h"
 
 namespace gpumove {
 namespace {
