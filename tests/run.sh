@@ -22,6 +22,15 @@ mrc=${PIPESTATUS[0]}
 [ "$mrc" = 0 ] || rc=$mrc
 mpich=$(python3 tests/summarize.py "$log" bazel-testlogs)
 echo "MPICH pass: $mpich"
+# The unit, integration, hostile-peer and cluster tests again under AddressSanitizer and
+# UndefinedBehaviorSanitizer (.bazelrc's asan config).
+bazel test --config=asan //daemon/... //tests:integration_test //tests:hostile_peer_test \
+    //tests:cluster_test --test_summary=short "$@" 2>&1 | tee "$log"
+arc=${PIPESTATUS[0]}
+[ "$arc" = 0 ] || rc=$arc
+asan=$(python3 tests/summarize.py "$log" bazel-testlogs)
+echo "ASan+UBSan pass: $asan"
 rm -f "$log"
-echo "$first" "$mpich" | awk '{p += $1 + $5; f += $3 + $7} END {print p " passed, " f " failed"}'
+echo "$first" "$mpich" "$asan" |
+  awk '{p += $1 + $5 + $9; f += $3 + $7 + $11} END {print p " passed, " f " failed"}'
 exit "$rc"
