@@ -31,12 +31,12 @@ TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
   b.set_node("b");
   b.set_address("127.0.0.1:2");
   b.set_incarnation(7);
-  c.OnHello(b);
+  EXPECT_TRUE(c.OnHello(b).ok());
   auto found = c.Find("b");
   ASSERT_TRUE(found.ok());
   EXPECT_TRUE(found->up);
   EXPECT_EQ(found->address, "127.0.0.1:2");
-  c.OnHello(self);  // Our own echo is not a peer.
+  EXPECT_TRUE(c.OnHello(self).ok());  // Our own echo is not a peer.
   v1::NodeDescriptor d;
   d.set_node("d");
   d.set_address("127.0.0.1:4");
@@ -63,9 +63,9 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
   b.set_node("b");
   b.set_address("127.0.0.1:9");  // Nobody answers there.
   b.set_incarnation(7);
-  c.OnHello(b);
+  EXPECT_TRUE(c.OnHello(b).ok());
   b.set_incarnation(8);  // b restarted.
-  c.OnHello(b);
+  EXPECT_TRUE(c.OnHello(b).ok());
   absl::SleepFor(absl::Milliseconds(600));
   EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kUnavailable);
   absl::MutexLock lock(&mu);
