@@ -111,19 +111,15 @@ ABSL_FLAG(bool, cuda_ipc_fences, true,
           "Offer peers that copy into or out of this node's GPU memory over CUDA IPC (moves of "
           "their --cuda_ipc_fence_min or more) to end with the copy still running behind an "
           "interprocess event, so the acknowledgement's round trip overlaps the copy; this "
-          "node holds the range until it sees the event pass (H200s: single 64 MiB moves "
-          "0.89-0.91 of a raw copy with fences, 0.77-0.81 without).");
+          "node holds the range until it sees the event pass.");
 ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_min, gpumove::ByteSize{4ull << 20},
           "Smallest CUDA IPC move this node runs that ends with its copy still running behind "
           "a fence (when the other node offers --cuda_ipc_fences); smaller ones copy to the "
-          "end before the other node is told (H200s, three rounds in turns: 16 MiB moves "
-          "0.85-0.92 of a raw copy from 4MiB, 0.53-0.61 from 64MiB; at 1 MiB fences gain "
-          "nothing).");
+          "end before the other node is told.");
 ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_quiet, gpumove::ByteSize{1000ull * 1000 * 1000 * 1000},
           "Bytes per second no CUDA IPC copy into or out of this node's GPUs beats: a fence "
           "of L bytes is not queried before L / this after its acknowledgement came (0: at "
-          "once). H200s, three rounds, A/B in one run: 64 MiB moves 349 GB/s with 0, 359 "
-          "with 1TB.");
+          "once).");
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");

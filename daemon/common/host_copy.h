@@ -10,8 +10,8 @@ namespace gpumove {
 // Copies n bytes between non-overlapping host ranges. From kStreamingCopyMin bytes up it
 // uses non-temporal (streaming) stores where the CPU has AVX2: such a range outgrows the
 // caches and is rarely read back by this CPU soon, and skipping the read-for-ownership
-// of every destination line measured ~1.5x glibc memcpy on the development machine
-// (15-25 vs 8-12 GB/s). Below that (where the bytes may stay in cache, and memcpy wins),
+// of every destination line beats glibc memcpy there (docs/performance/tuning.md). Below
+// that (where the bytes may stay in cache, and memcpy wins),
 // or without AVX2, it is memcpy. The stores are fenced before it returns. A caller whose
 // destination no CPU reads next (a bounce buffer a GPU copy reads) passes a smaller
 // `streaming_min`.
@@ -20,7 +20,7 @@ void HostCopy(void* dst, const void* src, size_t n, size_t streaming_min = kStre
 
 // HostCopy split over up to `threads` threads (this one and a shared pool of helpers) in
 // parts of at least kParallelCopyPart bytes: one thread cannot fill a big server's memory
-// bandwidth (~6-9 GB/s per core measured on the GPU machine, several times that in all).
+// bandwidth.
 // Streaming stores as for a HostCopy of all n bytes. Returns when every part is done.
 void ParallelHostCopy(void* dst, const void* src, size_t n, int threads,
                       size_t streaming_min = kStreamingCopyMin);

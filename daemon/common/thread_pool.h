@@ -17,11 +17,8 @@ namespace gpumove {
 // How long an idle thread of any pool keeps looking for its next job before it sleeps
 // (0: it sleeps at once). Waking a sleeping thread costs tens of microseconds on a VM, and
 // a staged move hands each of its pieces to pool threads several times (its steps, the
-// helpers of each host copy). Staged GPU-to-GPU moves between two daemons, in turns:
-// two-GPU H200 machine, 0 / 1 ms: 64 MiB 22-25 / 21-30 (median 28.5) GB/s, 256 MiB
-// 27-28 / 28-33; one-GPU H200 machine (16 CPUs), 0 / 300 us / 1 ms / 2 ms: 16 MiB
-// 10-15 / 13-14 / 17 / 14-16, 64 MiB 23-24 / 25-28 / 25-32 / 29-30, 256 MiB 31-33 /
-// 29-34 / 32-36 / 32-37. Set at start; a thread reads it each time it goes idle.
+// helpers of each host copy); figures in docs/performance/tuning.md. Set at start; a
+// thread reads it each time it goes idle.
 void SetPoolIdleSpin(absl::Duration spin);
 absl::Duration PoolIdleSpin();
 

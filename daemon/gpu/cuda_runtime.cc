@@ -337,9 +337,8 @@ class CudaRuntime : public GpuRuntime {
     CopyStream& s = *lease;
 
     if (bytes <= chunk && fence == nullptr) {
-      // One chunk: the copy and a wait for its stream, as a bare copy is done (no event
-      // to record and wait on; H200s, LOCAL GPU0 -> GPU1, four rounds in turns: 64 MiB
-      // 0.948-0.997 of the bare copy, median 0.968, against 0.950-0.992, median 0.958).
+      // One chunk: the copy and a wait for its stream, the same calls as the bare copy the
+      // benchmarks compare with (no event to record and wait on).
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.stream));
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
       if (progress) progress(bytes);

@@ -36,8 +36,7 @@ int CudaIpcEngine::MapDevice(const RemoteHold& remote, const Endpoint& local) co
   }
   if (local.kind != MemoryKind::kDevice) return physical;
   // On the local end's GPU, which issues the copy, when it reaches the remote GPU with
-  // peer copies: chunked copies into a mapping made on the other GPU's context ran 6%
-  // slower on the H200s (ipc_probe: 372 vs 389 GB/s at 1 GiB in 64 MiB chunks).
+  // peer copies: copies into a mapping made on the other GPU's context ran slower.
   if (physical < 0 || physical == local.device) return local.device;
   for (const GpuDevice& d : gpu_->devices()) {
     if (d.index != local.device) continue;
@@ -100,10 +99,9 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
     return !control.cancelled();
   };
   // Progress, cancel and a rate cap act between chunks. Chunk boundaries cost copies into
-  // an IPC mapping more than local ones (H200: 64 MiB chunks of a 256 MiB move ran at 0.92
-  // of one whole copy, LOCAL's at 0.98), so without a cap a move up to 1 GiB is one copy
-  // (2.7 ms over NVLink: a cancel still lands within milliseconds), bigger ones go in
-  // 1 GiB chunks; under a cap, chunk_-sized ones, each paced and none left running.
+  // an IPC mapping more than local ones, so without a cap a move up to 1 GiB is one copy
+  // (milliseconds over NVLink: a cancel still lands soon), bigger ones go in 1 GiB chunks;
+  // under a cap, chunk_-sized ones, each paced and none left running.
   const bool paced = control.rate_limit() > 0;
   const uint64_t chunk =
       paced ? chunk_ : std::clamp<uint64_t>(length, chunk_, std::max<uint64_t>(chunk_, kMaxChunk));

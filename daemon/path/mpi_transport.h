@@ -36,9 +36,7 @@ struct MpiOptions {
   // With CPUs to spare: the MPI thread also polls through poll_window when it has no
   // operation at all (instead of blocking until one is posted), and Wait polls up to
   // 50 us for its operation before it blocks. A small move then wakes no thread on its
-  // way into MPI or back out (H200s: a 4 KiB move's MPI send took 28 us, mostly two
-  // thread wake-ups; A/B in one run, three rounds: 256 KiB streams 0.95-1.02 GB/s
-  // without, 1.13-1.18 with; 4 KiB moves 330 vs 316 us, medians).
+  // way into MPI or back out (docs/performance/tuning.md).
   bool spin = false;
 };
 

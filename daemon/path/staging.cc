@@ -163,8 +163,7 @@ void TellLanded(State& state, uint64_t length, uint64_t chunk, const StageProgre
 }
 
 // The pipelines' helper threads, kept: a new thread per move, and its first CUDA call,
-// delayed a staged move's first chunk by 100-200 us on the H200 machine. No limit: a
-// pipeline's threads wait for each other.
+// delayed a staged move's first chunk. No limit: a pipeline's threads wait for each other.
 ThreadPool& StagePool() {
   static ThreadPool* pool = new ThreadPool(0);
   return *pool;

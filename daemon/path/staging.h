@@ -115,8 +115,8 @@ struct ThreeSteps {
 // while chunk k is carried and k-1 drains; this thread reports progress (the chunks
 // drained in a row) and carries a cancel. A slot is reused once every chunk before it let
 // go of it. The first error stops every step; false from progress stops it with CANCELLED.
-// A move of one chunk runs its steps one after another on this thread (nothing to overlap;
-// on the H200 machine the hand-offs cost a 1 MiB staged move a third of its speed).
+// A move of one chunk runs its steps one after another on this thread (nothing to overlap,
+// and the hand-offs would cost it a third of its speed).
 absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size_t b_slots,
                            const ThreeSteps& steps, const StageProgress& progress);
 

@@ -122,8 +122,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
                                       [&control] { return control.cancelled(); });
   if (!ring.ok()) return ring.status();
   // A push's puts (two at once) take the staged copies' threads; a pull's gets, one at a
-  // time, keep direct_threads (H200, 2 GiB from another node's host memory onto GPU0:
-  // 29 GB/s with 8 threads, 14-15 with 2).
+  // time, keep direct_threads (twice as fast; docs/performance/tuning.md).
   auto at = [&remote, push](uint64_t offset) {
     RemoteRange r = remote;
     r.address += offset;
@@ -288,17 +287,10 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   // three steps: in a push our GPU copy into our slot, the wire into the peer's slot, and
   // the peer's copy onto its GPU (a call); in a pull the peer's copy into its slot (a
   // call), the wire, and ours onto our GPU. The calls are round trips: several run at
-  // once. Two pieces on the wire at once too: on the H200 machine (same-host direct
-  // copies sharing memory bandwidth with both DMA steps) one at a time lost 15-30% at
-  // 16 MiB to 1 GiB against the earlier pipeline (each of three threads a put and its
-  // call); two took 16 MiB pushes from 9-11 to 15-16 GB/s and pulls of 64 MiB-1 GiB from
-  // 26-32 to 29-37, pushes from 64 MiB up as before. A push's GPU copies run two at once
-  // and its calls four (so a call's round trip hides behind the others' copies): with
-  // sixteenth pieces and four threads a wire copy (--staged_copy_threads), H200 pushes
-  // (against eighths, one GPU copy, two calls and two threads; in turns, two runs of three
-  // rounds) went from 24.5-31.7 to 32.4-36.0 GB/s at 64 MiB; one run: 30.5-33.4 to
-  // 38.0-40.6 at 256 MiB, 38.8-41.4 to 40.5-43.3 at 1 GiB. Pulls gained nothing from
-  // more calls at once (64 MiB: 23-33 GB/s either way).
+  // once. Two pieces are on the wire at once too (same-host direct copies share memory
+  // bandwidth with both DMA steps, and one at a time left it idle). A push's GPU copies run
+  // two at once and its calls four, so a call's round trip hides behind the others'
+  // copies; pulls gained nothing from more calls. Figures: docs/performance/tuning.md.
   const uint64_t piece = StagePiece(length, chunk);
   const uint64_t per_slot = std::max<uint64_t>(chunk / piece, 1);
   const size_t far_slots = slots * per_slot;

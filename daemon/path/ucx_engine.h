@@ -35,8 +35,7 @@ class UcxHostMemory : public HostMemorySource {
 
 // Extra UCX lanes: transports of their own (context, worker, connections, progress
 // thread) that carry host moves over the network beside the main one. One connection and
-// one progress thread per side bound a TCP move by one thread's copies (H200 machine,
-// loopback: one ucx_perftest pair 4.0 GB/s, two 6.4, four 16.0).
+// one progress thread per side bound a TCP move by one thread's copies.
 struct UcxLaneOptions {
   std::vector<UcxTransport*> lanes;  // Lane 1 first; lane 0 is the engine's transport.
   // A move is split into shares of at least this many bytes, run at once, one per lane
@@ -91,11 +90,8 @@ class UcxEngine : public Engine {
   // as in use until GiveBackLanes.
   std::vector<size_t> TakeLanes(size_t usable, uint64_t most, bool spread);
   void GiveBackLanes(const std::vector<size_t>& lanes);
-  // Moves with at least this much per lane are spread over all lanes. H200 loopback TCP,
-  // 4 lanes, streams of 16 moves per Submit, GB/s at 1/4/16/64/256 MiB: free lanes only
-  // 8.8/10.5/14.0/9.1/9.1 (big moves piled up on some lanes while others idled); this
-  // threshold 8.4/12.0/14.1/12.0/12.6; every move split from lane 0 up 4.3/8.4/10.4/
-  // 12.8/12.8 (1 MiB moves all on lanes 0 and 1).
+  // Moves with at least this much per lane are spread over all lanes (only free lanes
+  // piled big moves up on some lanes while others idled; docs/performance/tuning.md).
   static constexpr uint64_t kSpreadShare = 8 << 20;
   // Pieces on the wire at once in a move staged by the remote node (see MoveRemoteStaged).
   static constexpr int kWireThreads = 2;

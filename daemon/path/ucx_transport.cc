@@ -259,7 +259,7 @@ struct UcxTransport::Impl {
   }
 
   // Maps every page of a peer segment just attached, on a helper thread: otherwise the
-  // first moves into it fault page by page (measured: 256 MiB at 2 GB/s instead of 17).
+  // first moves into it fault page by page, at a fraction of the speed.
   // The helper holds the mapping in use meanwhile; the destructor waits for it.
   void Prefault(const std::shared_ptr<Direct>& d, char* inside) {
     uintptr_t lo = 0, hi = 0;
@@ -720,9 +720,10 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
 
 void UcxTransport::SetProcessDefaults() {
   // UCX's TCP transport moves 8 KiB segments by default: puts between hosts then run at a
-  // fraction of the link (loopback here: 1.0-1.5 GB/s, iperf3 2.5). 512 KiB segments take
-  // it to 4-5 GB/s. A value already in the environment wins; UCX refuses to start with
-  // receive segments smaller than send segments, so one given alone sets the other too.
+  // fraction of the link; 512 KiB segments take them to several times that
+  // (docs/performance/tuning.md). A value already in the environment wins; UCX refuses to
+  // start with receive segments smaller than send segments, so one given alone sets the
+  // other too.
   const char* tx = std::getenv("UCX_TCP_TX_SEG_SIZE");
   const char* rx = std::getenv("UCX_TCP_RX_SEG_SIZE");
   const std::string value = tx != nullptr ? tx : rx != nullptr ? rx : "512k";

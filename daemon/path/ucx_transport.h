@@ -36,9 +36,8 @@ struct RemoteRange {
   bool staged = false;
 };
 
-// On the H200 machine streaming a staged piece's wire copy from 1 MiB (not 8) took 16 MiB
-// staged pushes from 15.5-16.5 to 17.8-19.5 GB/s and pulls from 13-14 to 15-17; bigger
-// moves, whose pieces are 8 MiB, as before.
+// A staged piece's wire copy into or out of a bounce slot streams from 1 MiB (not 8): the
+// slot is read next by a GPU copy, not by this CPU.
 inline constexpr uint64_t kBounceStreamingMin = 1 << 20;
 
 // A peer as the call channel sees it.
@@ -87,15 +86,11 @@ struct UcxOptions {
 };
 
 // Threads a direct copy to or from `remote` is split over: one in a staging pipeline
-// (RemoteRange::staged) or any other. On the H200 machine (32 CPUs, direct_threads 8) a
-// staged move's wire step with 8 threads per piece (two pieces at once) took memory
-// bandwidth from the GPU copies on both sides: 256 MiB and 1 GiB device-to-device pushes
-// and pulls 29-35 GB/s against 32-47 with 2 threads, though one such copy alone runs 16
-// GB/s on 2 threads and 40-45 on 8. Unless staged_threads says otherwise, the wire step
-// between two nodes' bounce slots (RemoteRange::bounce; pieces of a sixteenth) takes half
-// of direct_threads (64 MiB pushes 32-36 GB/s against 24.5-32 with a quarter and eighths),
-// a push from our slots into another node's memory a quarter (two rounds in turns: 1 GiB
-// 46.4-46.7 GB/s against 35.4-39.6 with half, 256 MiB 40.3-41.1 against 37.3-37.7).
+// (RemoteRange::staged) or any other. A staged move's wire step with every thread takes
+// memory bandwidth from the GPU copies on both sides, so unless staged_threads says
+// otherwise the wire step between two nodes' bounce slots (RemoteRange::bounce) takes half
+// of direct_threads and a push from our slots into another node's memory a quarter
+// (docs/performance/tuning.md).
 int DirectCopyThreads(const UcxOptions& options, const RemoteRange& remote);
 
 class UcxTransport {

@@ -82,8 +82,8 @@ struct DaemonOptions {
   // UCX active messages where both nodes have UCX, not gRPC.
   bool ucx_peer_calls = true;
   // UCX's progress thread polls this long after activity before sleeping, and peer
-  // callers wait this long for a reply before blocking (UcxOptions::poll_window). 1 ms
-  // measured best even on 2 CPUs (node_bench: 4 KiB moves 0.6x the time of 50 us).
+  // callers wait this long for a reply before blocking (UcxOptions::poll_window); 1 ms was
+  // best even on 2 CPUs (docs/performance/tuning.md).
   absl::Duration ucx_poll_window = absl::Milliseconds(1);
   // How long a thread serving peer calls polls for the next one after serving; negative:
   // ucx_poll_window with 16 CPUs or more, a fifth of it below.
