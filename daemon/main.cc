@@ -1,5 +1,5 @@
 // gpumoved: the gpumove daemon. Owns this node's buffer pools and runs transfers; see
-// README.md for the flags in context.
+// docs/operations.md for the flags in context.
 #include <signal.h>
 
 #include <cstdlib>

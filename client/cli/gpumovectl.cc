@@ -78,7 +78,7 @@ Commands:
   wait ID                            wait for a transfer to end
   cancel ID                          cancel a transfer
 
-Sizes take suffixes: 4KiB, 64MiB, 1GiB. See README.md for more.)";
+Sizes take suffixes: 4KiB, 64MiB, 1GiB. See docs/operations.md for more.)";
 
 // Usage errors exit 2; errors from the daemon exit 1.
 struct UsageError {
