@@ -16,17 +16,14 @@
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
+#include "tests/util/test_node.h"
 
 namespace gpumove {
 namespace {
 
 using ::absl::StatusCode;
 
-struct Node {
-  std::string name;
-  std::unique_ptr<DaemonProcess> process;
-  std::unique_ptr<Client> client;
-};
+using Node = TestNode;
 
 // A range of a buffer on node `n`.
 v1::BufferRef On(const Node& n, const std::string& id, uint64_t offset = 0, uint64_t length = 0) {
@@ -69,21 +66,6 @@ double Counter(const Node& n, const std::string& name) {
   return MetricValue(n.client->GetInfo()->metrics_address(), name);
 }
 
-// Starts node `name` with `flags` (fast heartbeats added), joining through `join` (an
-// address; empty for the first node).
-Node LaunchNode(const std::string& name, const std::string& join, std::vector<std::string> flags) {
-  // First, so that `flags` may override them.
-  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms"});
-  if (!join.empty()) flags.push_back("--peers=" + join);
-  Node n;
-  n.name = name;
-  auto p = DaemonProcess::Start(flags);
-  EXPECT_TRUE(p.ok()) << p.status();
-  n.process = *std::move(p);
-  n.client = *Client::Connect(n.process->address());
-  return n;
-}
-
 class ClusterTest : public ::testing::Test {
  protected:
   static Node StartNode(const std::string& name, const std::string& join,
@@ -97,16 +79,9 @@ class ClusterTest : public ::testing::Test {
 
   // Waits until every node sees `want` peers up.
   static void AwaitMembership(std::vector<Node*> nodes, size_t want) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
     for (Node* n : nodes) {
-      while (true) {
-        auto peers = n->client->ListPeers();
-        size_t up = 0;
-        for (const auto& p : *peers) up += p.up();
-        if (up == want) break;
-        ASSERT_LT(absl::Now(), deadline) << n->name << " sees " << up << " peers up";
-        absl::SleepFor(absl::Milliseconds(50));
-      }
+      absl::Status st = AwaitPeersUp(*n, want, /*exactly=*/true);
+      ASSERT_TRUE(st.ok()) << st;
     }
   }
 
@@ -344,17 +319,8 @@ class DataPlaneTest : public ::testing::TestWithParam<DataPlane> {
   }
 
   static void AwaitPeersUp(const Node& n, size_t want) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (true) {
-      auto peers = n.client->ListPeers();
-      size_t up = 0;
-      if (peers.ok()) {
-        for (const auto& p : *peers) up += p.up();
-      }
-      if (up >= want) return;
-      ASSERT_LT(absl::Now(), deadline) << n.name << " sees " << up << " peers up";
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    absl::Status st = gpumove::AwaitPeersUp(n, want);
+    ASSERT_TRUE(st.ok()) << st;
   }
 
   static double DirectBytes(const Node& n) { return Counter(n, "ucx_direct_bytes_total"); }

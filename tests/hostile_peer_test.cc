@@ -20,29 +20,24 @@
 #include "proto/gpumove/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
+#include "tests/util/test_node.h"
 
 namespace gpumove {
 namespace {
 
-struct Node {
-  std::string name;
-  std::unique_ptr<DaemonProcess> process;
-  std::unique_ptr<Client> client;
+// A cluster node with a client of its peer service too, to speak as a peer would.
+struct Node : TestNode {
   std::unique_ptr<v1::PeerService::Stub> peer;
 };
 
 Node Launch(const std::string& name, const std::string& join, std::vector<std::string> flags = {}) {
-  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms",
-                               "--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
-  if (!join.empty()) flags.push_back("--peers=" + join);
+  flags.insert(flags.begin(), {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
   Node n;
-  n.name = name;
-  auto p = DaemonProcess::Start(flags);
-  EXPECT_TRUE(p.ok()) << p.status();
-  n.process = *std::move(p);
-  n.client = *Client::Connect(n.process->address());
-  n.peer = v1::PeerService::NewStub(
-      grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
+  static_cast<TestNode&>(n) = LaunchNode(name, join, flags);
+  if (n.process != nullptr) {
+    n.peer = v1::PeerService::NewStub(
+        grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
+  }
   return n;
 }
 
@@ -56,17 +51,8 @@ grpc::Status Hello(Node& to, const v1::NodeDescriptor& from, v1::HelloResponse* 
 }
 
 void AwaitPeers(Node& n, size_t want) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (true) {
-    auto peers = n.client->ListPeers();
-    size_t up = 0;
-    if (peers.ok()) {
-      for (const auto& p : *peers) up += p.up();
-    }
-    if (up == want) return;
-    ASSERT_LT(absl::Now(), deadline) << n.name << " sees " << up << " peers up";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  absl::Status st = AwaitPeersUp(n, want, /*exactly=*/true);
+  ASSERT_TRUE(st.ok()) << st;
 }
 
 // A verified push of 1 MiB from a's host memory into b's.
@@ -143,6 +129,15 @@ TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
   EXPECT_TRUE(info.ok()) << info.status();
 }
 
+// A peer request about the hold of mallory's transfer "t".
+template <class Request>
+Request OnTheHold() {
+  Request r;
+  r.set_transfer_id("t");
+  r.set_from_node("mallory");
+  return r;
+}
+
 // PrepareRemote, StageChunk, TakeStageSlots and CompleteRemote for one hold, from four
 // threads at once for a second and a half: nothing may crash (a hold once handed out
 // pointers into itself that a concurrent Complete freed), and afterwards the buffer is
@@ -160,9 +155,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
       if (which % 2 == 0) {
-        v1::PrepareRemoteRequest r;
-        r.set_transfer_id("t");
-        r.set_from_node("mallory");
+        auto r = OnTheHold<v1::PrepareRemoteRequest>();
         r.set_from_incarnation(1);
         r.set_owner("anonymous");
         r.mutable_range()->set_buffer_id(buffer->id());
@@ -170,24 +163,18 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
         v1::PrepareRemoteResponse response;
         prepared += stub->PrepareRemote(&context, r, &response).ok();
       } else if (i % 3 == 0) {
-        v1::StageChunkRequest r;
-        r.set_transfer_id("t");
-        r.set_from_node("mallory");
+        auto r = OnTheHold<v1::StageChunkRequest>();
         r.set_slot(0);
         r.set_length(64 << 10);
         r.set_to_range(true);
         v1::StageChunkResponse response;
         staged += stub->StageChunk(&context, r, &response).ok();
       } else if (i % 3 == 1) {
-        v1::TakeStageSlotsRequest r;
-        r.set_transfer_id("t");
-        r.set_from_node("mallory");
+        auto r = OnTheHold<v1::TakeStageSlotsRequest>();
         v1::TakeStageSlotsResponse response;
         stub->TakeStageSlots(&context, r, &response);
       } else {
-        v1::CompleteRemoteRequest r;
-        r.set_transfer_id("t");
-        r.set_from_node("mallory");
+        auto r = OnTheHold<v1::CompleteRemoteRequest>();
         r.set_checksum(i % 2 == 0);
         v1::CompleteRemoteResponse response;
         completed += stub->CompleteRemote(&context, r, &response).ok();
@@ -202,9 +189,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
   // One last Complete ends a hold still there; then the buffer is free to release.
   {
     grpc::ClientContext context;
-    v1::CompleteRemoteRequest r;
-    r.set_transfer_id("t");
-    r.set_from_node("mallory");
+    auto r = OnTheHold<v1::CompleteRemoteRequest>();
     v1::CompleteRemoteResponse response;
     a.peer->CompleteRemote(&context, r, &response);
   }

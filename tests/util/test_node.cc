@@ -1,0 +1,41 @@
+#include "tests/util/test_node.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace gpumove {
+
+TestNode LaunchNode(const std::string& name, const std::string& join,
+                    std::vector<std::string> flags) {
+  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms"});
+  if (!join.empty()) flags.push_back("--peers=" + join);
+  TestNode n;
+  n.name = name;
+  auto p = DaemonProcess::Start(flags);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return n;
+  n.process = *std::move(p);
+  auto c = Client::Connect(n.process->address());
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (c.ok()) n.client = *std::move(c);
+  return n;
+}
+
+absl::Status AwaitPeersUp(const TestNode& n, size_t want, bool exactly) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  size_t up = 0;
+  while (absl::Now() < deadline) {
+    auto peers = n.client->ListPeers();
+    up = 0;
+    if (peers.ok()) {
+      for (const auto& p : *peers) up += p.up();
+    }
+    if (exactly ? up == want : up >= want) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(n.name, " sees ", up, " peers up, not ", exactly ? "" : "at least ", want));
+}
+
+}  // namespace gpumove
