@@ -1,5 +1,7 @@
 #include "daemon/cluster/cluster.h"
 
+#include <atomic>
+
 #include "gtest/gtest.h"
 
 namespace gpumove {
@@ -72,6 +74,62 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
   ASSERT_EQ(lost.size(), 2u);
   EXPECT_EQ(lost[0], std::make_pair(std::string("b"), uint64_t{7}));
   EXPECT_EQ(lost[1], std::make_pair(std::string("b"), uint64_t{8}));
+}
+
+TEST(Cluster, RefusedDescriptorsAreNotLearned) {
+  v1::NodeDescriptor self;
+  self.set_node("a");
+  ClusterOptions options;
+  options.check = [](const v1::NodeDescriptor& d) {
+    return d.version() == "bad" ? absl::InvalidArgumentError("no") : absl::OkStatus();
+  };
+  Cluster c(options, self);
+  v1::NodeDescriptor b;
+  b.set_node("b");
+  b.set_address("127.0.0.1:2");
+  b.set_incarnation(7);
+  std::vector<v1::NodeDescriptor> bad(5, b);
+  bad[0].set_node(std::string(254, 'b'));
+  bad[1].set_address(std::string(2000, '1'));
+  for (int i = 0; i < 65; ++i) bad[2].add_pools();
+  bad[3].add_pools();
+  bad[3].add_ucx_lanes();  // A lane without the pool's key.
+  bad[4].set_version("bad");  // The options' check says no.
+  for (const v1::NodeDescriptor& d : bad) {
+    EXPECT_EQ(c.OnHello(d).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(c.List().empty());
+  ASSERT_TRUE(c.OnHello(b).ok());
+  // A refused descriptor under a known name changes nothing of what was known.
+  v1::NodeDescriptor spoofed = bad[4];
+  spoofed.set_address("127.0.0.1:666");
+  EXPECT_FALSE(c.OnHello(spoofed).ok());
+  EXPECT_EQ(c.Find("b")->address, "127.0.0.1:2");
+}
+
+TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {
+  v1::NodeDescriptor self;
+  self.set_node("a");
+  self.set_address("127.0.0.1:1");
+  ClusterOptions options;
+  options.heartbeat = absl::Milliseconds(20);
+  options.peer_timeout = absl::Milliseconds(200);
+  Cluster c(options, self);
+  c.Start(nullptr);
+  std::atomic<int> unknown{0}, watched{0}, forgotten{0};
+  c.WatchLoss("nobody", [&] { ++unknown; });  // Not a peer: at once.
+  EXPECT_EQ(unknown.load(), 1);
+  v1::NodeDescriptor b;
+  b.set_node("b");
+  b.set_address("127.0.0.1:9");  // Nobody answers there.
+  b.set_incarnation(7);
+  ASSERT_TRUE(c.OnHello(b).ok());
+  c.WatchLoss("b", [&] { ++watched; });
+  c.Forget(c.WatchLoss("b", [&] { ++forgotten; }));
+  EXPECT_EQ(watched.load(), 0);
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_EQ(watched.load(), 1);
+  EXPECT_EQ(forgotten.load(), 0);
 }
 
 }  // namespace
