@@ -1,6 +1,7 @@
 #include "daemon/path/ucx_wire_check.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -177,10 +178,18 @@ bool UcxAddressShape::Knows(uint16_t transport) const {
 }
 
 bool UcxAddressShape::Fits(const UcxAddressEntry& e) const {
-  for (const auto& k : known_) {
-    if (k == std::make_tuple(e.transport, e.device_length, e.iface_length)) return true;
+  // At least the shortest lengths this node writes for the transport: UCX reads as much
+  // as it needs from a device or interface address without looking at its length, and a
+  // peer's may be longer (an IPv6 interface where this node has IPv4 ones).
+  bool known = false;
+  uint8_t device = 255, iface = 255;
+  for (const auto& [transport, d, i] : known_) {
+    if (transport != e.transport) continue;
+    known = true;
+    device = std::min(device, d);
+    iface = std::min(iface, i);
   }
-  return false;
+  return known && e.device_length >= device && e.iface_length >= iface;
 }
 
 absl::Status CheckUcxWorkerAddress(absl::string_view address, const UcxAddressShape* shape) {
@@ -223,6 +232,39 @@ absl::Status CheckUcxRkey(absl::string_view rkey) {
     }
   }
   // What follows (the system device and its distances) is read by UCX with bounds.
+  return absl::OkStatus();
+}
+
+absl::Status CheckUcxDescriptor(const v1::NodeDescriptor& d, const UcxAddressShape& shape) {
+  auto address = [&](const std::string& a, const std::string& what) -> absl::Status {
+    if (a.empty()) return absl::OkStatus();
+    absl::Status st = CheckUcxWorkerAddress(a, &shape);
+    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
+  };
+  auto rkey = [](const std::string& k, const std::string& what) -> absl::Status {
+    if (k.empty()) return absl::OkStatus();
+    absl::Status st = CheckUcxRkey(k);
+    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
+  };
+  if (absl::Status st = address(d.ucx_worker_address(), "UCX worker address"); !st.ok()) return st;
+  for (int i = 0; i < d.pools_size(); ++i) {
+    if (absl::Status st = rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")); !st.ok()) {
+      return st;
+    }
+  }
+  for (int l = 0; l < d.ucx_lanes_size(); ++l) {
+    const v1::UcxLane& lane = d.ucx_lanes(l);
+    if (absl::Status st = address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1));
+        !st.ok()) {
+      return st;
+    }
+    for (int i = 0; i < lane.rkeys_size(); ++i) {
+      if (absl::Status st = rkey(lane.rkeys(i), absl::StrCat("lane ", l + 1, " pool ", i, " key"));
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

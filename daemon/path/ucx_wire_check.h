@@ -7,8 +7,8 @@
 // non-unified mode; remote keys), as UCX 1.13 through 1.19 write them, with every length
 // bounded by the buffer, and refuse anything that does not end exactly at its last byte.
 // UCX's transports read their device and interface addresses without looking at their
-// lengths, so an entry for a transport this node has must also have the lengths this
-// node's own addresses have for it (UcxAddressShape); entries for transports it lacks are
+// lengths, so an entry for a transport this node has must be at least as long as this
+// node's own addresses have it (UcxAddressShape); entries for transports it lacks are
 // never read by UCX. They need no UCX context: a node checks what it learns before it
 // keeps it.
 //
@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/gpumove/v1/peer.pb.h"
 
 namespace gpumove {
 
@@ -45,7 +46,7 @@ struct UcxAddressEntry {
 absl::StatusOr<std::vector<UcxAddressEntry>> ParseUcxWorkerAddress(absl::string_view address);
 
 // What entries this node's own UCX writes: per transport, the device and interface
-// address lengths.
+// address lengths (an entry fits when it has at least the shortest of them).
 class UcxAddressShape {
  public:
   // Adds the entries of one of this node's own worker addresses.
@@ -58,12 +59,16 @@ class UcxAddressShape {
 };
 
 // OK when `address` is well formed and, with `shape`, each of its entries for a transport
-// the shape knows has that transport's lengths and no endpoint addresses.
+// the shape knows fits it and has no endpoint addresses.
 absl::Status CheckUcxWorkerAddress(absl::string_view address,
                                    const UcxAddressShape* shape = nullptr);
 
 // OK when `rkey` is a well-formed ucp_rkey_pack output; INVALID_ARGUMENT otherwise.
 absl::Status CheckUcxRkey(absl::string_view rkey);
+
+// The UCX parts of what a peer says of itself: every worker address (its own and its
+// lanes') against `shape`, and every pool key; INVALID_ARGUMENT naming the first bad one.
+absl::Status CheckUcxDescriptor(const v1::NodeDescriptor& d, const UcxAddressShape& shape);
 
 }  // namespace gpumove
 

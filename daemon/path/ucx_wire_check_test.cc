@@ -124,16 +124,41 @@ TEST_F(UcxWireCheckTest, RandomBytesAreRefused) {
   EXPECT_EQ(passed, 0);
 }
 
-// An entry of a transport this node has, with other lengths than its own: UCX would read
-// past it (a 0-byte device address is dereferenced as a null pointer).
-TEST_F(UcxWireCheckTest, EntriesOfKnownTransportsMustHaveTheirLengths) {
+// An entry of a transport this node has, shorter than its own: UCX would read past it (a
+// 0-byte device address is dereferenced as a null pointer). Longer ones fit (a peer's
+// IPv6 interface where this node has IPv4 ones).
+TEST_F(UcxWireCheckTest, EntriesOfKnownTransportsMustBeAtLeastAsLongAsOurs) {
   auto entries = ParseUcxWorkerAddress(address_);
   ASSERT_TRUE(entries.ok());
-  UcxAddressEntry e = entries->front();
-  EXPECT_TRUE(shape_.Fits(e));
-  ++e.device_length;
-  EXPECT_FALSE(shape_.Fits(e));
-  EXPECT_TRUE(shape_.Knows(e.transport));
+  for (const UcxAddressEntry& own : *entries) {
+    UcxAddressEntry e = own;
+    EXPECT_TRUE(shape_.Fits(e));
+    ++e.device_length;
+    ++e.iface_length;
+    EXPECT_TRUE(shape_.Fits(e));
+    e = own;
+    if (e.device_length > 0) {
+      e.device_length = 0;
+      bool empty_known = false;  // Another entry of the transport may have none.
+      for (const UcxAddressEntry& o : *entries) {
+        empty_known |= o.transport == e.transport && o.device_length == 0;
+      }
+      EXPECT_EQ(shape_.Fits(e), empty_known) << e.transport;
+    }
+    e = own;
+    if (e.iface_length > 0) {
+      --e.iface_length;
+      bool shorter_known = false;  // Another entry of the transport may be that short.
+      for (const UcxAddressEntry& o : *entries) {
+        shorter_known |= o.transport == e.transport && o.iface_length <= e.iface_length;
+      }
+      EXPECT_EQ(shape_.Fits(e), shorter_known) << e.transport;
+    }
+    EXPECT_TRUE(shape_.Knows(e.transport));
+  }
+  UcxAddressEntry unknown;
+  unknown.transport = 0xabcd;
+  EXPECT_FALSE(shape_.Knows(unknown.transport) && shape_.Fits(unknown));
 }
 
 // Addresses with bytes changed that the check still lets through must not crash UCX (it

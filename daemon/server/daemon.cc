@@ -27,41 +27,6 @@
 namespace gpumove {
 namespace {
 
-// The UCX parts of what a peer says of itself, checked before UCX reads them: its worker
-// addresses against this node's own (`shape`), and its pools' keys.
-absl::Status CheckUcxParts(const v1::NodeDescriptor& d, const UcxAddressShape& shape) {
-  auto address = [&](const std::string& a, const std::string& what) -> absl::Status {
-    if (a.empty()) return absl::OkStatus();
-    absl::Status st = CheckUcxWorkerAddress(a, &shape);
-    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
-  };
-  auto rkey = [](const std::string& k, const std::string& what) -> absl::Status {
-    if (k.empty()) return absl::OkStatus();
-    absl::Status st = CheckUcxRkey(k);
-    return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
-  };
-  if (absl::Status st = address(d.ucx_worker_address(), "UCX worker address"); !st.ok()) return st;
-  for (int i = 0; i < d.pools_size(); ++i) {
-    if (absl::Status st = rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")); !st.ok()) {
-      return st;
-    }
-  }
-  for (int l = 0; l < d.ucx_lanes_size(); ++l) {
-    const v1::UcxLane& lane = d.ucx_lanes(l);
-    if (absl::Status st = address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1));
-        !st.ok()) {
-      return st;
-    }
-    for (int i = 0; i < lane.rkeys_size(); ++i) {
-      if (absl::Status st = rkey(lane.rkeys(i), absl::StrCat("lane ", l + 1, " pool ", i, " key"));
-          !st.ok()) {
-        return st;
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The network devices UCX may use (UcxOptions::net_devices) for `setting` and the
 // addresses gRPC listens on.
 std::string UcxNetDevices(const std::string& setting, const std::vector<std::string>& listen) {
@@ -347,7 +312,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     }
     if (learned.ok()) {
       cluster_options.check = [shape](const v1::NodeDescriptor& peer) {
-        return CheckUcxParts(peer, *shape);
+        return CheckUcxDescriptor(peer, *shape);
       };
     } else {
       // A packing this check does not know (UCX_UNIFIED_MODE, a newer UCX): peers' would
@@ -600,5 +565,11 @@ void Daemon::Shutdown(absl::Duration grace) {
 void Daemon::CancelAll() { scheduler_->CancelAll(); }
 
 void Daemon::Wait() { server_->Wait(); }
+
+std::shared_ptr<grpc::Channel> Daemon::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return server_->InProcessChannel(args);
+}
 
 }  // namespace gpumove

@@ -124,6 +124,9 @@ class Daemon {
   // Addresses actually bound (port 0 resolved).
   const std::vector<std::string>& addresses() const { return addresses_; }
   const std::string& node() const { return node_; }
+  // A channel to this daemon's services inside the process (no socket): for in-process
+  // drivers such as the service fuzzer.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
 
   // Drains: health NOT_SERVING and new Submits refused at once; queued and running
   // transfers get until `grace` to finish, then the rest are cancelled; then the server
