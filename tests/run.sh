@@ -31,6 +31,10 @@ arc=${PIPESTATUS[0]}
 asan=$(python3 tests/summarize.py "$log" bazel-testlogs)
 echo "ASan+UBSan pass: $asan"
 rm -f "$log"
-echo "$first" "$mpich" "$asan" |
-  awk '{p += $1 + $5 + $9; f += $3 + $7 + $11} END {print p " passed, " f " failed"}'
+# The fuzz targets with libFuzzer, 60 s each (FUZZ_SECONDS), from their corpora.
+fuzz=$(bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" | tee /dev/stderr | tail -1)
+case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
+echo "fuzz pass: $fuzz"
+echo "$first; $mpich; $asan; $fuzz" | tr ';' '\n' |
+  awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
 exit "$rc"
