@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/bench/echo.grpc.pb.h"
+#include "client/bench/echo_server.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
 #include "daemon/common/host_copy.h"
@@ -55,43 +56,6 @@ Stats Measure(Op op, double budget, int max_reps = 100000) {
     samples.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
   }
   return Summarize(samples);
-}
-
-class EchoService final : public bench::Echo::Service {
-  grpc::Status Echo(grpc::ServerContext*, const bench::EchoMessage* in,
-                    bench::EchoMessage* out) override {
-    *out = *in;
-    return grpc::Status::OK;
-  }
-};
-
-// The echo server runs in a child process, as gpumoved does, so both sides pay the same
-// process boundary. Forked before this process creates any gRPC state.
-pid_t StartEchoServer(const std::string& listen, std::string* address) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    EchoService service;
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    auto server = builder.BuildAndStart();
-    const std::string bound =
-        listen.rfind("unix:", 0) == 0 ? listen : absl::StrCat("127.0.0.1:", port);
-    (void)!write(fds[1], bound.data(), bound.size());
-    close(fds[1]);
-    server->Wait();
-    _exit(0);
-  }
-  close(fds[1]);
-  char buf[256] = {};
-  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
-  close(fds[0]);
-  *address = std::string(buf, n > 0 ? n : 0);
-  return pid;
 }
 
 int Main() {

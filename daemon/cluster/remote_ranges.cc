@@ -1,5 +1,7 @@
 #include "daemon/cluster/remote_ranges.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 
@@ -146,6 +148,15 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
     }
     for (size_t i = first; i < last; ++i) {
       if (!st.ok()) {
+        // The node may still make the hold when it gets the request (stopped or slow now),
+        // and nobody would end it: it is told that the move is over.
+        if (MayStillHold(st)) {
+          RemoteHold h;
+          h.node = node;
+          h.incarnation = peer->descriptor.incarnation();
+          h.transfer_id = asks[i].transfer_id;
+          Linger(h, st);
+        }
         out.push_back(st);
         continue;
       }
@@ -227,6 +238,14 @@ void FillComplete(const std::string& self, const RemoteHold& hold, const absl::S
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
                                                        const absl::Status& outcome, bool checksum,
                                                        const AckFence& fence) {
+  auto hash = CompleteOnce(hold, outcome, checksum, fence);
+  if (!hash.ok() && MayStillHold(hash.status())) Linger(hold, hash.status());
+  return hash;
+}
+
+absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hold,
+                                                           const absl::Status& outcome,
+                                                           bool checksum, const AckFence& fence) {
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
@@ -306,6 +325,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
   std::vector<PendingAck*> sent;
   for (PendingAck& p : batch) {
     if (!peer.ok()) {
+      if (MayStillHold(peer.status())) Linger(p.hold, peer.status());  // Down, not gone.
       p.done(peer.status());
     } else if (peer->descriptor.incarnation() != p.hold.incarnation) {
       p.done(absl::UnavailableError(absl::StrCat("node ", node, " restarted during the move")));
@@ -331,6 +351,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
     }
     for (size_t i = first; i < last; ++i) {
       if (!st.ok()) {
+        if (MayStillHold(st)) Linger(sent[i]->hold, st);
         sent[i]->done(st);
         continue;
       }
@@ -401,22 +422,90 @@ void ClusterRemoteRanges::Release(const RemoteHold& hold) {
   to_release_.push_back(hold);
 }
 
+bool ClusterRemoteRanges::MayStillHold(const absl::Status& st) {
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) || absl::IsCancelled(st);
+}
+
+void ClusterRemoteRanges::Linger(const RemoteHold& hold, const absl::Status& why) {
+  VLOG(1) << "the end of transfer " << hold.transfer_id << "'s hold on " << hold.node
+          << " is told again later: " << why;
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  lingering_.push_back(Lingering{hold, now + absl::Milliseconds(250), now,
+                                 absl::Milliseconds(250)});
+  lingered_ = true;  // The release loop sets its next wake-up anew.
+}
+
+size_t ClusterRemoteRanges::lingering() {
+  absl::MutexLock lock(&mu_);
+  return lingering_.size();
+}
+
+bool ClusterRemoteRanges::RetryLingering(Lingering& l) {
+  auto peer = cluster_->Find(l.hold.node);
+  if (absl::IsNotFound(peer.status())) return true;
+  // Restarted: its holds went with the old process.
+  if (peer.ok() && peer->descriptor.incarnation() != l.hold.incarnation) return true;
+  if (absl::Now() - l.since > kLingerFor) {
+    LOG(WARNING) << "gave up telling " << l.hold.node << " that transfer " << l.hold.transfer_id
+                 << " ended; its hold there stays until it sees this node go";
+    return true;
+  }
+  if (peer.ok()) {
+    auto st = CompleteOnce(l.hold,
+                           absl::UnavailableError("the move ended while this node could not "
+                                                  "reach yours"),
+                           false, AckFence{});
+    VLOG(1) << "told " << l.hold.node << " again that transfer " << l.hold.transfer_id
+            << " ended: " << (st.ok() ? absl::OkStatus() : st.status());
+    if (st.ok() || !MayStillHold(st.status())) return true;  // Told, or no hold there.
+  }
+  l.backoff = std::min(l.backoff * 2, absl::Seconds(1));
+  l.due = absl::Now() + l.backoff;
+  return false;  // Down or silent: try again once it may be back.
+}
+
 void ClusterRemoteRanges::ReleaseLoop() {
   while (true) {
-    RemoteHold hold;
+    std::optional<RemoteHold> hold;
+    std::vector<Lingering> due;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !to_release_.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      if (to_release_.empty()) return;
-      hold = std::move(to_release_.front());
-      to_release_.pop_front();
+      absl::Time next = absl::InfiniteFuture();
+      for (const Lingering& l : lingering_) next = std::min(next, l.due);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || !to_release_.empty() || lingered_;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&ready), next);
+      lingered_ = false;
+      if (stop_ && to_release_.empty()) return;
+      if (!to_release_.empty()) {
+        hold = std::move(to_release_.front());
+        to_release_.pop_front();
+      }
+      const absl::Time now = absl::Now();
+      for (auto it = lingering_.begin(); it != lingering_.end();) {
+        if (it->due <= now) {
+          due.push_back(std::move(*it));
+          it = lingering_.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
-    auto st = Complete(hold, absl::CancelledError("move did not run"), false, AckFence{});
-    if (!st.ok())
-      VLOG(1) << "releasing hold " << hold.transfer_id << " on " << hold.node << ": "
-              << st.status();
+    if (hold.has_value()) {
+      auto st = Complete(*hold, absl::CancelledError("move did not run"), false, AckFence{});
+      if (!st.ok()) {
+        VLOG(1) << "releasing hold " << hold->transfer_id << " on " << hold->node << ": "
+                << st.status();
+      }
+    }
+    for (Lingering& l : due) {
+      if (!RetryLingering(l)) {
+        absl::MutexLock lock(&mu_);
+        lingering_.push_back(std::move(l));
+      }
+    }
   }
 }
 

@@ -63,6 +63,8 @@ class ClusterRemoteRanges : public RemoteRanges {
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
                      const AckFence& fence, bool caller_busy, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
+  // Holds waiting to be told again that their move ended (for tests and metrics).
+  size_t lingering() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
                           uint64_t offset, uint64_t length, bool to_range) override;
   absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) override;
@@ -87,7 +89,24 @@ class ClusterRemoteRanges : public RemoteRanges {
     std::thread drainer;
   };
 
+  // A hold whose end could not be told to its node (down, stopped or cut off then): told
+  // again, with backoff, until the node answers, restarts (its holds went with it) or
+  // kLingerFor passes. Otherwise a node that came back would keep the range held forever.
+  struct Lingering {
+    RemoteHold hold;
+    absl::Time due, since;
+    absl::Duration backoff;
+  };
+  static constexpr absl::Duration kLingerFor = absl::Minutes(10);
+  void Linger(const RemoteHold& hold, const absl::Status& why);
+  // Complete without lingering.
+  absl::StatusOr<uint64_t> CompleteOnce(const RemoteHold& hold, const absl::Status& outcome,
+                                        bool checksum, const AckFence& fence);
+  // Whether a failed call to a hold's node may have left the hold there.
+  static bool MayStillHold(const absl::Status& st);
   void ReleaseLoop();
+  // Tells one lingering hold's node again; true when it is over (told, or gone).
+  bool RetryLingering(Lingering& l);
   Acker* AckerFor(const std::string& node);
   void DrainLoop(const std::string& node, Acker* a);
   // One CompleteRemoteBatch for `batch` (all to `node`); runs every callback.
@@ -114,6 +133,8 @@ class ClusterRemoteRanges : public RemoteRanges {
   PeerCallChannel* const channel_;
   absl::Mutex mu_;
   std::deque<RemoteHold> to_release_ ABSL_GUARDED_BY(mu_);
+  std::vector<Lingering> lingering_ ABSL_GUARDED_BY(mu_);
+  bool lingered_ ABSL_GUARDED_BY(mu_) = false;  // lingering_ grew since the loop looked.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread releaser_;
   absl::Mutex ackers_mu_;
