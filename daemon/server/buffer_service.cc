@@ -45,7 +45,7 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
   if (!remote.ok()) return ToGrpcStatus(remote.status());
   if (*remote == nullptr) return std::nullopt;
   return ForwardUnary(**remote, method, context, *cluster_, node, request, response,
-                      ForwardTimeout());
+                      ForwardTimeout(cluster_));
 }
 
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,

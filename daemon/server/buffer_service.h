@@ -48,9 +48,6 @@ class BufferServiceImpl final : public v1::BufferService::Service {
   absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(const std::string& node);
   // The forwarded call's status when `node` is another node (or cannot be reached);
   // nullopt when the call is this node's to serve.
-  absl::Duration ForwardTimeout() const {
-    return cluster_ != nullptr ? cluster_->forward_timeout() : absl::Seconds(10);
-  }
   template <typename Request, typename Response>
   std::optional<grpc::Status> MaybeForward(const std::string& node,
                                            grpc::Status (v1::BufferService::Stub::*method)(

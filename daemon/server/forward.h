@@ -18,6 +18,11 @@
 
 namespace gpumove {
 
+// The cluster's forward_timeout; 10 s for a node without a cluster.
+inline absl::Duration ForwardTimeout(const Cluster* cluster) {
+  return cluster != nullptr ? cluster->forward_timeout() : absl::Seconds(10);
+}
+
 class ForwardedCall {
  public:
   // `bound`: how long the call may take at most (absl::InfiniteDuration() for one that

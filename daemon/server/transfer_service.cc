@@ -62,7 +62,7 @@ absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
                                               const google::protobuf::Duration& timeout) const {
   if (!has_timeout) return absl::InfiniteDuration();  // As long as the caller waits.
   auto d = FromProto(timeout);
-  return d.ok() ? *d + ForwardTimeout() : ForwardTimeout();
+  return d.ok() ? *d + ForwardTimeout(cluster_) : ForwardTimeout(cluster_);
 }
 
 grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
@@ -93,7 +93,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     ForwardedCall call(*context, *cluster_, runner,
                        request->wait() ? WaitBound(request->has_wait_timeout(),
                                                    request->wait_timeout())
-                                       : ForwardTimeout());
+                                       : ForwardTimeout(cluster_));
     return call.Finish((*stub)->Submit(call.context(), forwarded, response));
   }
   std::vector<TransferSpec> specs;
@@ -136,7 +136,7 @@ grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Get, context,
-                                    *request, response, ForwardTimeout())) {
+                                    *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
   }
   auto t = scheduler_->Get(Principal(context), request->id());
@@ -230,7 +230,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
-                                    *request, response, ForwardTimeout())) {
+                                    *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
   }
   auto t = scheduler_->Cancel(Principal(context), request->id());

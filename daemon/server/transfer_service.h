@@ -47,9 +47,6 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                                                grpc::ClientContext*, const Request&, Response*),
                                            grpc::ServerContext* context, const Request& request,
                                            Response* response, absl::Duration bound);
-  absl::Duration ForwardTimeout() const {
-    return cluster_ != nullptr ? cluster_->forward_timeout() : absl::Seconds(10);
-  }
   // How long a forwarded call that waits `timeout` (none: as long as its caller) may take.
   absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
