@@ -30,11 +30,12 @@ arc=${PIPESTATUS[0]}
 [ "$arc" = 0 ] || rc=$arc
 asan=$(python3 tests/summarize.py "$log" bazel-testlogs)
 echo "ASan+UBSan pass: $asan"
-rm -f "$log"
 # The fuzz targets with libFuzzer, 60 s each (FUZZ_SECONDS), from their corpora.
-fuzz=$(bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" | tee /dev/stderr | tail -1)
+bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
+fuzz=$(tail -1 "$log")
 case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
 echo "fuzz pass: $fuzz"
+rm -f "$log"
 echo "$first; $mpich; $asan; $fuzz" | tr ';' '\n' |
   awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
 exit "$rc"

@@ -445,7 +445,8 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       t->version = ++sequence_;
       const std::string sb = BufferKey(t->source);
       const std::string db = BufferKey(t->destination);
-      auto depend_on_conflicts = [&](const std::string& buffer) {
+      auto depend_on_conflicts = [&](const std::string& buffer)
+                                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         auto it = active_by_buffer_.find(buffer);
         if (it != active_by_buffer_.end()) {
           AddDependencies(t, BufferKey(t->source) == buffer ? t->source : t->destination,
