@@ -30,12 +30,20 @@ arc=${PIPESTATUS[0]}
 [ "$arc" = 0 ] || rc=$arc
 asan=$(python3 tests/summarize.py "$log" bazel-testlogs)
 echo "ASan+UBSan pass: $asan"
+# The unit tests (scheduler, registry, holds, staging, transports, cluster) under
+# ThreadSanitizer: .bazelrc's tsan config, with the system's absl annotated for it
+# (tests/tsan/absl_sync_annotations.cc, proven by tests/tsan:annotations_test).
+bazel test --config=tsan //daemon/... //tests/tsan:all --test_summary=short "$@" 2>&1 | tee "$log"
+trc=${PIPESTATUS[0]}
+[ "$trc" = 0 ] || rc=$trc
+tsan=$(python3 tests/summarize.py "$log" bazel-testlogs)
+echo "TSan pass: $tsan"
 # The fuzz targets with libFuzzer, 60 s each (FUZZ_SECONDS), from their corpora.
 bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
 fuzz=$(tail -1 "$log")
 case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
 echo "fuzz pass: $fuzz"
 rm -f "$log"
-echo "$first; $mpich; $asan; $fuzz" | tr ';' '\n' |
+echo "$first; $mpich; $asan; $tsan; $fuzz" | tr ';' '\n' |
   awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
 exit "$rc"
