@@ -37,6 +37,8 @@ ABSL_FLAG(int, max_clients, 64, "Largest number of concurrent clients (powers of
 ABSL_FLAG(gpumove::ByteSize, size, gpumove::ByteSize{4096}, "Bytes per move.");
 ABSL_FLAG(double, seconds, 2, "Time each point is measured.");
 ABSL_FLAG(int, rounds, 3, "Rounds per point (the median is printed).");
+ABSL_FLAG(int, min_clients, 1, "Smallest number of concurrent clients.");
+ABSL_FLAG(bool, local_only, false, "Measure LOCAL moves only (no echo, no node to node).");
 ABSL_FLAG(std::vector<std::string>, batch, {"1"},
           "Moves per Submit: one table per value (e.g. 1,32).");
 
@@ -172,22 +174,28 @@ int Main() {
       return absl::OkStatus();
     };
     // Warm up every connection and path.
-    Rate(max_clients, echo_call);
+    if (!absl::GetFlag(FLAGS_local_only)) Rate(max_clients, echo_call);
     Rate(max_clients, [&](int c) { return move(c, false); });
-    Rate(max_clients, [&](int c) { return move(c, true); });
+    if (!absl::GetFlag(FLAGS_local_only)) Rate(max_clients, [&](int c) { return move(c, true); });
     std::printf("\n%d move%s per Submit%s\n", batch, batch == 1 ? "" : "s",
                 batch == 1 ? "" : " (echo: one call of as many bytes; /echo: moves per echo call)");
     std::printf("%8s %12s %14s %8s %14s %8s\n", "clients", "echo/s", "LOCAL moves/s", "/echo",
                 "node moves/s", "/echo");
-    for (int n = 1; n <= max_clients; n *= 2) {
-      std::vector<double> e, l, r;
+    const bool all = !absl::GetFlag(FLAGS_local_only);
+    for (int n = absl::GetFlag(FLAGS_min_clients); n <= max_clients; n *= 2) {
+      std::vector<double> e{0}, l, r{0};
       for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-        e.push_back(Rate(n, echo_call));
+        if (all) e.push_back(Rate(n, echo_call));
         l.push_back(Rate(n, [&](int c) { return move(c, false); }, batch));
-        r.push_back(Rate(n, [&](int c) { return move(c, true); }, batch));
+        if (all) r.push_back(Rate(n, [&](int c) { return move(c, true); }, batch));
       }
+      if (all) e.erase(e.begin()), r.erase(r.begin());
       const double em = Median(e), lm = Median(l), rm = Median(r);
-      std::printf("%8d %12.0f %14.0f %8.2f %14.0f %8.2f\n", n, em, lm, lm / em, rm, rm / em);
+      if (all) {
+        std::printf("%8d %12.0f %14.0f %8.2f %14.0f %8.2f\n", n, em, lm, lm / em, rm, rm / em);
+      } else {
+        std::printf("%8d %12s %14.0f\n", n, "-", lm);
+      }
       std::fflush(stdout);
     }
   }

@@ -15,6 +15,9 @@
 
 namespace gpumove {
 
+// The most bytes of one batch's small moves that run on the waiting caller's thread.
+constexpr uint64_t kInlineBatchBytes = 1 << 20;
+
 const char* PathKindName(PathKind path) {
   switch (path) {
     case PathKind::kAuto:
@@ -427,7 +430,8 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
   if (!first_error.ok()) return first_error;  // The cleanup releases what was prepared.
 
   std::vector<TransferSnapshot> out;
-  std::shared_ptr<Record> run_inline;
+  std::vector<std::shared_ptr<Record>> run_inline;
+  uint64_t inline_bytes = 0;
   {
     absl::MutexLock lock(&mu_);
     if (auto r = replay()) return *r;  // A concurrent retry won the race.
@@ -459,15 +463,19 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       if (db != sb) active_by_buffer_[db].push_back(t);
       transfers_.emplace(t->id, t);
       ++active_;
-      if (t->pending == 0 && caller_waits && batch.size() == 1 &&
-          options_.inline_max_bytes > 0 &&
-          (t->length <= options_.inline_max_bytes ||
-           (ready_.empty() && running_ < options_.workers))) {
+      // Inline: a lone move that is small or finds a worker idle; in a batch, its small
+      // moves up to kInlineBatchBytes in all (the rest go to the workers meanwhile).
+      const bool small = t->length <= options_.inline_max_bytes;
+      if (t->pending == 0 && caller_waits && options_.inline_max_bytes > 0 &&
+          (batch.size() == 1
+               ? small || (ready_.empty() && running_ < options_.workers)
+               : small && inline_bytes + t->length <= kInlineBatchBytes)) {
         ++running_;
         t->state = TransferState::kRunning;
         t->start_time = absl::Now();
         t->version = ++sequence_;
-        run_inline = t;
+        inline_bytes += t->length;
+        run_inline.push_back(t);
       } else if (t->pending == 0) {
         ready_.push_back(t);
       }
@@ -477,8 +485,8 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     if (!idem.empty()) idempotency_[idem] = std::move(ids);
     committed = true;
   }
-  if (run_inline != nullptr) {
-    Run(run_inline);
+  for (const std::shared_ptr<Record>& t : run_inline) {
+    Run(t);
     absl::MutexLock lock(&mu_);
     --running_;
   }

@@ -89,7 +89,9 @@ struct SchedulerOptions {
   // A lone move with nothing to wait for, submitted by a caller that will wait for it
   // anyway, runs on the caller's thread (no hand-off to a worker and back) when it has at
   // most this many bytes, or when a worker is idle (it then takes that worker's place).
-  // 0 turns this off.
+  // In a batch for a waiting caller, its moves of at most this many bytes with nothing to
+  // wait for run on the caller's thread one after another, up to 1 MiB in all; the others
+  // go to the workers meanwhile. 0 turns this off.
   uint64_t inline_max_bytes = 64 << 10;
   // Called (under the scheduler's lock: it must not call back) when a transfer ends.
   std::function<void(const TransferSnapshot&)> on_end;

@@ -33,6 +33,7 @@ class FakeEngine : public Engine {
     {
       absl::MutexLock lock(&mu_);
       ++started_;
+      move_threads_.push_back(std::this_thread::get_id());
       mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
     }
     for (uint64_t done = 0; done < length;) {
@@ -56,6 +57,11 @@ class FakeEngine : public Engine {
         +[](std::pair<int*, int>* a) { return *a->first >= a->second; },
         new std::pair<int*, int>(&started_, n)));
   }
+  // Moves that ran on thread `id`.
+  int MovesOn(std::thread::id id) {
+    absl::MutexLock lock(&mu_);
+    return std::count(move_threads_.begin(), move_threads_.end(), id);
+  }
   std::atomic<bool> fail_next_{false};
 
  private:
@@ -64,6 +70,7 @@ class FakeEngine : public Engine {
   absl::Mutex mu_;
   bool open_ = true;
   int started_ = 0;
+  std::vector<std::thread::id> move_threads_;
 };
 
 uint64_t SumHash(const Endpoint& e, uint64_t n) {
@@ -457,6 +464,33 @@ TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
   EXPECT_EQ(Contents(d), std::string(8192, 'c'));
 }
 
+
+TEST_F(SchedulerTest, ABatchForAWaitingCallerRunsItsSmallMovesInline) {
+  Start({.workers = 2, .inline_max_bytes = 4096});
+  std::string a = Buffer(1 << 20, 'a'), b = Buffer(3 << 20, 'b');
+  // 300 small moves to disjoint ranges, a bigger one, and one that overlaps the first: the
+  // first 256 small ones (1 MiB) run on this thread before Submit returns, the rest on the
+  // workers.
+  std::vector<TransferSpec> specs;
+  for (int i = 0; i < 300; ++i) specs.push_back(Move(a, b, 0, i * 4096, 4096));
+  specs.push_back(Move(a, b, 0, (2 << 20), 8192));
+  specs.push_back(Move(a, b, 0, 0, 4096));
+  auto batch = sched_->Submit("me", specs, "", /*caller_waits=*/true);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(engine_.MovesOn(std::this_thread::get_id()), 256);
+  for (int i = 0; i < 256; ++i) {
+    EXPECT_EQ(sched_->Get("me", batch->at(i).id)->state, TransferState::kSucceeded) << i;
+  }
+  for (size_t i = 0; i < batch->size(); ++i) {
+    EXPECT_EQ(WaitDone(batch->at(i).id).state, TransferState::kSucceeded) << i;
+  }
+  EXPECT_EQ(Contents(b).substr(0, 300 * 4096), std::string(300 * 4096, 'a'));
+  // Not waited for: nothing runs here.
+  auto later = sched_->Submit("me", {Move(a, b, 0, 0, 4096), Move(a, b, 0, 4096, 4096)}, "", false);
+  ASSERT_TRUE(later.ok());
+  for (const auto& t : *later) EXPECT_EQ(WaitDone(t.id).state, TransferState::kSucceeded);
+  EXPECT_EQ(engine_.MovesOn(std::this_thread::get_id()), 256);
+}
 
 // Ranges "on other nodes" that live in this process: holds point at real memory, so an
 // engine can copy into them. Records how holds were asked for and keeps acknowledgements
