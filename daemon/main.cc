@@ -268,8 +268,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--mpi_spin must be auto, on or off";
     return 2;
   }
-  options.mpi_spin = mpi_spin == "on" || (mpi_spin == "auto" &&
-                                          std::thread::hardware_concurrency() >= 16);
+  if (mpi_spin != "auto") options.mpi_spin = mpi_spin == "on";
   options.mpi_force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
   options.listen_given = !folded.empty();
   if (options.listen.empty()) {

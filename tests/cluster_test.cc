@@ -1,19 +1,19 @@
 // Three gpumoved nodes on loopback, one cluster: moves in every direction (push, pull and
 // third-party), verified by checksum and by reading back; concurrency; cancel; a node
 // killed mid-move; the killed node restarted and rejoining.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <random>
 #include <string>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/gpumove_client.h"
-#include <grpcpp/grpcpp.h>
-#include "proto/gpumove/v1/peer.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
@@ -248,26 +248,26 @@ TEST_F(ClusterTest, BadRemoteRequestsGetTheirCodes) {
 TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
   auto dst = nodes_[1].client->Allocate(4096);
   ASSERT_TRUE(dst.ok()) << dst.status();
-  auto peer = v1::PeerService::NewStub(
+  auto peer = peer::v1::PeerService::NewStub(
       grpc::CreateChannel(nodes_[1].process->address(), grpc::InsecureChannelCredentials()));
-  v1::PrepareRemoteRequest prepare;
+  peer::v1::PrepareRemoteRequest prepare;
   prepare.set_transfer_id("t-fence");
   prepare.set_from_node("node-a");
   prepare.set_owner("anonymous");
   *prepare.mutable_range() = Ref(dst->id());
   prepare.set_write(true);
-  v1::PrepareRemoteResponse held;
+  peer::v1::PrepareRemoteResponse held;
   {
     grpc::ClientContext ctx;
     ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
   }
   EXPECT_FALSE(held.waits_fences());  // Host memory, and no GPU here.
   EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 1u);
-  v1::CompleteRemoteRequest complete;
+  peer::v1::CompleteRemoteRequest complete;
   complete.set_transfer_id("t-fence");
   complete.set_from_node("node-a");
   complete.set_fence(std::string(64, 'f'));
-  v1::CompleteRemoteResponse acked;
+  peer::v1::CompleteRemoteResponse acked;
   grpc::ClientContext ctx;
   const grpc::Status st = peer->CompleteRemote(&ctx, complete, &acked);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
@@ -592,44 +592,44 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
   AwaitMembership({&h}, 3);
   auto range = h.client->Allocate(16 << 20, v1::HOST);
   ASSERT_TRUE(range.ok()) << range.status();
-  auto peer = v1::PeerService::NewStub(
+  auto peer = peer::v1::PeerService::NewStub(
       grpc::CreateChannel(h.process->address(), grpc::InsecureChannelCredentials()));
   auto prepare = [&](const std::string& id) {
-    v1::PrepareRemoteRequest r;
+    peer::v1::PrepareRemoteRequest r;
     r.set_transfer_id(id);
     r.set_from_node("node-a");
     r.set_owner("anonymous");
     *r.mutable_range() = Ref(range->id(), 0, 16 << 20);  // Two 8 MiB slots: the whole pool.
     r.set_write(true);
-    v1::PrepareRemoteResponse held;
+    peer::v1::PrepareRemoteResponse held;
     grpc::ClientContext ctx;
     EXPECT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
     return held;
   };
-  auto take = [&](const std::string& id, v1::TakeStageSlotsResponse* slots) {
-    v1::TakeStageSlotsRequest r;
+  auto take = [&](const std::string& id, peer::v1::TakeStageSlotsResponse* slots) {
+    peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id(id);
     r.set_from_node("node-a");
     grpc::ClientContext ctx;
     return peer->TakeStageSlots(&ctx, r, slots).error_code();
   };
   auto complete = [&](const std::string& id) {
-    v1::CompleteRemoteRequest r;
+    peer::v1::CompleteRemoteRequest r;
     r.set_transfer_id(id);
     r.set_from_node("node-a");
     r.set_code(static_cast<int>(grpc::StatusCode::CANCELLED));
-    v1::CompleteRemoteResponse done;
+    peer::v1::CompleteRemoteResponse done;
     grpc::ClientContext ctx;
     return peer->CompleteRemote(&ctx, r, &done).error_code();
   };
-  const v1::PrepareRemoteResponse first = prepare("t-first");
+  const peer::v1::PrepareRemoteResponse first = prepare("t-first");
   EXPECT_EQ(first.stage_slots_size(), 2);
   EXPECT_FALSE(first.stage_later());
-  const v1::PrepareRemoteResponse second = prepare("t-second");
+  const peer::v1::PrepareRemoteResponse second = prepare("t-second");
   EXPECT_EQ(second.stage_slots_size(), 0);
   EXPECT_TRUE(second.stage_later());
   EXPECT_EQ(second.stage_slot_size(), 8u << 20);
-  v1::TakeStageSlotsResponse slots;
+  peer::v1::TakeStageSlotsResponse slots;
   EXPECT_EQ(take("t-second", &slots), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(take("t-none", &slots), grpc::StatusCode::NOT_FOUND);
   // The first hold's slots, asked for again: the same ones.
@@ -664,14 +664,14 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
   auto far = h.client->Allocate(size, v1::HOST);
   auto back = nodes_[1].client->Allocate(size);
   ASSERT_TRUE(src.ok() && far.ok() && back.ok());
-  v1::PrepareRemoteRequest r;
+  peer::v1::PrepareRemoteRequest r;
   r.set_transfer_id("t-slots");
   r.set_from_node("node-a");
   r.set_owner("anonymous");
   *r.mutable_range() = Ref(far->id(), 0, size);
   r.set_write(true);
-  v1::PrepareRemoteResponse held;
-  auto peer = v1::PeerService::NewStub(
+  peer::v1::PrepareRemoteResponse held;
+  auto peer = peer::v1::PeerService::NewStub(
       grpc::CreateChannel(h.process->address(), grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
@@ -679,11 +679,11 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
   }
   EXPECT_EQ(held.stage_slots_size(), 3);
   EXPECT_EQ(held.stage_slot_size(), 1u << 20);
-  v1::CompleteRemoteRequest done;
+  peer::v1::CompleteRemoteRequest done;
   done.set_transfer_id("t-slots");
   done.set_from_node("node-a");
   done.set_code(static_cast<int>(grpc::StatusCode::CANCELLED));
-  v1::CompleteRemoteResponse ended;
+  peer::v1::CompleteRemoteResponse ended;
   {
     grpc::ClientContext ctx;
     ASSERT_TRUE(peer->CompleteRemote(&ctx, done, &ended).ok());

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
-#include "proto/gpumove/v1/peer.grpc.pb.h"
 #include "daemon/gpu/gpu.h"
 #include "gtest/gtest.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/mpi_job.h"
 #include "tests/util/random_bytes.h"
@@ -381,13 +381,13 @@ TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {
 TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
   auto dst = cb_->Allocate(1 << 20, v1::DEVICE, other_);
   ASSERT_TRUE(dst.ok()) << dst.status();
-  auto peer = v1::PeerService::NewStub(
+  auto peer = peer::v1::PeerService::NewStub(
       grpc::CreateChannel(b_->address(), grpc::InsecureChannelCredentials()));
   int n = 0;
   for (const std::string& fence : {std::string(64, '\x5a'), std::string(10, 'x')}) {
     SCOPED_TRACE(absl::StrCat(fence.size(), "-byte fence"));
     const std::string id = absl::StrCat("t-bad-fence-", n++);
-    v1::PrepareRemoteRequest prepare;
+    peer::v1::PrepareRemoteRequest prepare;
     prepare.set_transfer_id(id);
     prepare.set_from_node("ipc-a");
     prepare.set_owner("anonymous");
@@ -395,18 +395,18 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
     prepare.set_write(true);
     prepare.set_path(v1::CUDA_IPC);
     prepare.set_runner_device(true);
-    v1::PrepareRemoteResponse held;
+    peer::v1::PrepareRemoteResponse held;
     {
       grpc::ClientContext ctx;
       ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
     }
     EXPECT_TRUE(held.waits_fences());
     EXPECT_FALSE(held.cuda_ipc_handle().empty());
-    v1::CompleteRemoteRequest complete;
+    peer::v1::CompleteRemoteRequest complete;
     complete.set_transfer_id(id);
     complete.set_from_node("ipc-a");
     complete.set_fence(fence);
-    v1::CompleteRemoteResponse acked;
+    peer::v1::CompleteRemoteResponse acked;
     grpc::ClientContext ctx;
     const grpc::Status st = peer->CompleteRemote(&ctx, complete, &acked);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();

@@ -3,7 +3,6 @@
 // Each case crashed or misled a daemon once; each must now get a clean error and leave
 // the daemon serving.
 #include <grpcpp/grpcpp.h>
-
 #include <signal.h>
 
 #include <atomic>
@@ -17,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
-#include "proto/gpumove/v1/peer.grpc.pb.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
@@ -27,7 +26,7 @@ namespace {
 
 // A cluster node with a client of its peer service too, to speak as a peer would.
 struct Node : TestNode {
-  std::unique_ptr<v1::PeerService::Stub> peer;
+  std::unique_ptr<peer::v1::PeerService::Stub> peer;
 };
 
 Node Launch(const std::string& name, const std::string& join, std::vector<std::string> flags = {}) {
@@ -35,18 +34,19 @@ Node Launch(const std::string& name, const std::string& join, std::vector<std::s
   Node n;
   static_cast<TestNode&>(n) = LaunchNode(name, join, flags);
   if (n.process != nullptr) {
-    n.peer = v1::PeerService::NewStub(
+    n.peer = peer::v1::PeerService::NewStub(
         grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
   }
   return n;
 }
 
-grpc::Status Hello(Node& to, const v1::NodeDescriptor& from, v1::HelloResponse* out = nullptr) {
+grpc::Status Hello(Node& to, const peer::v1::NodeDescriptor& from,
+                   peer::v1::HelloResponse* out = nullptr) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  v1::HelloRequest request;
+  peer::v1::HelloRequest request;
   *request.mutable_from() = from;
-  v1::HelloResponse response;
+  peer::v1::HelloResponse response;
   return to.peer->Hello(&context, request, out != nullptr ? out : &response);
 }
 
@@ -82,16 +82,16 @@ TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
   Node a = Launch("node-a", "");
   Node b = Launch("node-b", a.process->address());
   AwaitPeers(a, 1);
-  v1::HelloResponse answer;
-  ASSERT_TRUE(Hello(b, v1::NodeDescriptor(), &answer).ok());  // b says who it is.
-  const v1::NodeDescriptor real = answer.node();
+  peer::v1::HelloResponse answer;
+  ASSERT_TRUE(Hello(b, peer::v1::NodeDescriptor(), &answer).ok());  // b says who it is.
+  const peer::v1::NodeDescriptor real = answer.node();
   ASSERT_EQ(real.node(), "node-b");
   ASSERT_FALSE(real.ucx_worker_address().empty());
   ASSERT_GT(real.pools_size(), 0);
 
-  std::vector<std::pair<std::string, v1::NodeDescriptor>> spoofed;
+  std::vector<std::pair<std::string, peer::v1::NodeDescriptor>> spoofed;
   auto with_address = [&](const std::string& what, std::string address) {
-    v1::NodeDescriptor d = real;
+    peer::v1::NodeDescriptor d = real;
     d.set_ucx_worker_address(std::move(address));
     spoofed.emplace_back(what, d);
   };
@@ -103,19 +103,19 @@ TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
   with_address("random bytes", RandomBytes(200, 3));
   with_address("bytes appended", real.ucx_worker_address() + "xyz");
   {
-    v1::NodeDescriptor d = real;
+    peer::v1::NodeDescriptor d = real;
     d.mutable_pools(0)->set_rkey(std::string(3, '\xff'));
     spoofed.emplace_back("pool key cut short", d);
   }
   {
-    v1::NodeDescriptor d = real;
+    peer::v1::NodeDescriptor d = real;
     if (d.ucx_lanes_size() > 0) {
       d.mutable_ucx_lanes(0)->set_worker_address(version);
       spoofed.emplace_back("lane address of an unknown version", d);
     }
   }
   {
-    v1::NodeDescriptor d = real;
+    peer::v1::NodeDescriptor d = real;
     d.set_node(std::string(100000, 'n'));
     spoofed.emplace_back("100000-byte node name", d);
   }
@@ -150,33 +150,33 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
   const absl::Time end = absl::Now() + absl::Milliseconds(1500);
   auto call = [&](int which) {
     auto channel = grpc::CreateChannel(a.process->address(), grpc::InsecureChannelCredentials());
-    auto stub = v1::PeerService::NewStub(channel);
+    auto stub = peer::v1::PeerService::NewStub(channel);
     for (int i = 0; i < 100000 && absl::Now() < end; ++i) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
       if (which % 2 == 0) {
-        auto r = OnTheHold<v1::PrepareRemoteRequest>();
+        auto r = OnTheHold<peer::v1::PrepareRemoteRequest>();
         r.set_from_incarnation(1);
         r.set_owner("anonymous");
         r.mutable_range()->set_buffer_id(buffer->id());
         r.set_write(true);
-        v1::PrepareRemoteResponse response;
+        peer::v1::PrepareRemoteResponse response;
         prepared += stub->PrepareRemote(&context, r, &response).ok();
       } else if (i % 3 == 0) {
-        auto r = OnTheHold<v1::StageChunkRequest>();
+        auto r = OnTheHold<peer::v1::StageChunkRequest>();
         r.set_slot(0);
         r.set_length(64 << 10);
         r.set_to_range(true);
-        v1::StageChunkResponse response;
+        peer::v1::StageChunkResponse response;
         staged += stub->StageChunk(&context, r, &response).ok();
       } else if (i % 3 == 1) {
-        auto r = OnTheHold<v1::TakeStageSlotsRequest>();
-        v1::TakeStageSlotsResponse response;
+        auto r = OnTheHold<peer::v1::TakeStageSlotsRequest>();
+        peer::v1::TakeStageSlotsResponse response;
         stub->TakeStageSlots(&context, r, &response);
       } else {
-        auto r = OnTheHold<v1::CompleteRemoteRequest>();
+        auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
         r.set_checksum(i % 2 == 0);
-        v1::CompleteRemoteResponse response;
+        peer::v1::CompleteRemoteResponse response;
         completed += stub->CompleteRemote(&context, r, &response).ok();
       }
     }
@@ -189,8 +189,8 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
   // One last Complete ends a hold still there; then the buffer is free to release.
   {
     grpc::ClientContext context;
-    auto r = OnTheHold<v1::CompleteRemoteRequest>();
-    v1::CompleteRemoteResponse response;
+    auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
+    peer::v1::CompleteRemoteResponse response;
     a.peer->CompleteRemote(&context, r, &response);
   }
   EXPECT_TRUE(a.client->Release(buffer->id()).ok());

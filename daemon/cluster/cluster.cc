@@ -66,10 +66,10 @@ std::string HostId() {
   return absl::StrCat(name, "/", absl::StripAsciiWhitespace(boot));
 }
 
-Cluster::Cluster(ClusterOptions options, v1::NodeDescriptor self)
+Cluster::Cluster(ClusterOptions options, peer::v1::NodeDescriptor self)
     : options_(std::move(options)), node_(self.node()), self_(std::move(self)) {}
 
-v1::NodeDescriptor Cluster::self() const {
+peer::v1::NodeDescriptor Cluster::self() const {
   absl::MutexLock lock(&mu_);
   return self_;
 }
@@ -107,7 +107,7 @@ std::shared_ptr<grpc::Channel> Cluster::ChannelTo(const std::string& address) {
   return channel;
 }
 
-absl::Status CheckDescriptor(const v1::NodeDescriptor& d) {
+absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d) {
   constexpr size_t kMaxName = 253, kMaxAddress = 1024, kMaxPools = 64, kMaxLanes = 64;
   if (d.node().size() > kMaxName) {
     return absl::InvalidArgumentError(
@@ -125,7 +125,7 @@ absl::Status CheckDescriptor(const v1::NodeDescriptor& d) {
                                                    d.ucx_lanes_size(), " UCX lanes; at most ",
                                                    kMaxPools, " and ", kMaxLanes));
   }
-  for (const v1::UcxLane& lane : d.ucx_lanes()) {
+  for (const peer::v1::UcxLane& lane : d.ucx_lanes()) {
     if (lane.rkeys_size() != d.pools_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "node ", Quoted(d.node()), ": a UCX lane with ", lane.rkeys_size(),
@@ -135,7 +135,7 @@ absl::Status CheckDescriptor(const v1::NodeDescriptor& d) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via) {
+absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string& via) {
   if (d.node().empty() || d.node() == node_) return absl::OkStatus();
   if (absl::Status st = CheckDescriptor(d); !st.ok()) return st;
   if (options_.check) {
@@ -165,7 +165,7 @@ absl::Status Cluster::Learn(const v1::NodeDescriptor& d, const std::string& via)
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const v1::NodeDescriptor& from) {
+absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const peer::v1::NodeDescriptor& from) {
   if (absl::Status st = Learn(from, from.address()); !st.ok()) {
     LOG(WARNING) << "a Hello was refused: " << st;
     return st;
@@ -262,13 +262,13 @@ std::vector<std::string> Cluster::Targets() {
 void Cluster::HeartbeatLoop() {
   while (true) {
     for (const std::string& address : Targets()) {
-      auto stub = v1::PeerService::NewStub(ChannelTo(address));
+      auto stub = peer::v1::PeerService::NewStub(ChannelTo(address));
       grpc::ClientContext context;
       context.set_deadline(
           absl::ToChronoTime(absl::Now() + std::min(options_.peer_timeout, absl::Seconds(1))));
-      v1::HelloRequest request;
+      peer::v1::HelloRequest request;
       *request.mutable_from() = self();
-      v1::HelloResponse response;
+      peer::v1::HelloResponse response;
       if (!stub->Hello(&context, request, &response).ok()) {
         // A gossiped address that does not answer is forgotten (a peer's old port);
         // configured addresses and known nodes' addresses are kept trying.

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/gpumove/v1/peer.grpc.pb.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 
 namespace gpumove {
 
@@ -29,7 +29,7 @@ struct ClusterOptions {
   std::vector<std::string> peers;
   // Checks what a peer says of itself before it is kept (the parts the cluster does not
   // read itself, such as UCX addresses and keys): a descriptor it refuses is not learned.
-  std::function<absl::Status(const v1::NodeDescriptor&)> check;
+  std::function<absl::Status(const peer::v1::NodeDescriptor&)> check;
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration peer_timeout = absl::Seconds(3);
   absl::Duration dns_refresh = absl::Seconds(5);
@@ -44,7 +44,7 @@ struct PeerView {
   std::string address;
   bool up = false;
   absl::Time last_seen = absl::InfinitePast();
-  v1::NodeDescriptor descriptor;
+  peer::v1::NodeDescriptor descriptor;
   std::shared_ptr<grpc::Channel> channel;
 };
 
@@ -52,7 +52,7 @@ class Cluster {
  public:
   using LostCallback = std::function<void(const std::string& node, uint64_t incarnation)>;
 
-  Cluster(ClusterOptions options, v1::NodeDescriptor self);
+  Cluster(ClusterOptions options, peer::v1::NodeDescriptor self);
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -61,7 +61,7 @@ class Cluster {
   // incarnation that went down or was replaced by a restart.
   void Start(LostCallback on_lost);
 
-  v1::NodeDescriptor self() const;
+  peer::v1::NodeDescriptor self() const;
   // The address peers should use, once the server is bound (before Start).
   void SetAdvertisedAddress(const std::string& address);
   // More peer addresses to keep meeting, as if given in options.peers (the other ranks
@@ -70,7 +70,7 @@ class Cluster {
   // An incoming Hello: the caller is a peer from now on. Returns the addresses of the
   // other nodes we know, for the caller to meet. INVALID_ARGUMENT, and nothing learned,
   // for a descriptor that CheckDescriptor or the options' check refuses.
-  absl::StatusOr<std::vector<std::string>> OnHello(const v1::NodeDescriptor& from);
+  absl::StatusOr<std::vector<std::string>> OnHello(const peer::v1::NodeDescriptor& from);
   // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
   absl::StatusOr<PeerView> Find(const std::string& node) const;
   std::vector<PeerView> List() const;
@@ -93,14 +93,15 @@ class Cluster {
 
   void HeartbeatLoop();
   std::vector<std::string> Targets();
-  absl::Status Learn(const v1::NodeDescriptor& d, const std::string& via) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Learn(const peer::v1::NodeDescriptor& d, const std::string& via)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const ClusterOptions options_;
   const std::string node_;
   LostCallback on_lost_;
 
   mutable absl::Mutex mu_;
-  v1::NodeDescriptor self_ ABSL_GUARDED_BY(mu_);
+  peer::v1::NodeDescriptor self_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // By node.
   std::vector<std::string> resolved_ ABSL_GUARDED_BY(mu_);             // From --peers.
   std::vector<std::string> gossiped_ ABSL_GUARDED_BY(mu_);             // From Hello answers.
@@ -128,7 +129,7 @@ absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec);
 
 // Limits on what a peer says of itself that the cluster reads: a name, an address, the
 // counts of pools and lanes. INVALID_ARGUMENT saying which.
-absl::Status CheckDescriptor(const v1::NodeDescriptor& d);
+absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d);
 
 // Random id for this process's life, and the machine's boot id + host name.
 uint64_t NewIncarnation();

@@ -24,12 +24,12 @@ TEST(ResolvePeer, RejectsMissingPortsAndUnknownNames) {
 }
 
 TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
-  v1::NodeDescriptor self;
+  peer::v1::NodeDescriptor self;
   self.set_node("a");
   self.set_address("127.0.0.1:1");
   Cluster c({}, self);
   EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kNotFound);
-  v1::NodeDescriptor b;
+  peer::v1::NodeDescriptor b;
   b.set_node("b");
   b.set_address("127.0.0.1:2");
   b.set_incarnation(7);
@@ -39,7 +39,7 @@ TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
   EXPECT_TRUE(found->up);
   EXPECT_EQ(found->address, "127.0.0.1:2");
   EXPECT_TRUE(c.OnHello(self).ok());  // Our own echo is not a peer.
-  v1::NodeDescriptor d;
+  peer::v1::NodeDescriptor d;
   d.set_node("d");
   d.set_address("127.0.0.1:4");
   d.set_incarnation(1);
@@ -48,7 +48,7 @@ TEST(Cluster, LearnsFromHelloAndReportsRestarts) {
 }
 
 TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
-  v1::NodeDescriptor self;
+  peer::v1::NodeDescriptor self;
   self.set_node("a");
   self.set_address("127.0.0.1:1");
   ClusterOptions options;
@@ -61,7 +61,7 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
     absl::MutexLock lock(&mu);
     lost.emplace_back(node, inc);
   });
-  v1::NodeDescriptor b;
+  peer::v1::NodeDescriptor b;
   b.set_node("b");
   b.set_address("127.0.0.1:9");  // Nobody answers there.
   b.set_incarnation(7);
@@ -77,38 +77,38 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
 }
 
 TEST(Cluster, RefusedDescriptorsAreNotLearned) {
-  v1::NodeDescriptor self;
+  peer::v1::NodeDescriptor self;
   self.set_node("a");
   ClusterOptions options;
-  options.check = [](const v1::NodeDescriptor& d) {
+  options.check = [](const peer::v1::NodeDescriptor& d) {
     return d.version() == "bad" ? absl::InvalidArgumentError("no") : absl::OkStatus();
   };
   Cluster c(options, self);
-  v1::NodeDescriptor b;
+  peer::v1::NodeDescriptor b;
   b.set_node("b");
   b.set_address("127.0.0.1:2");
   b.set_incarnation(7);
-  std::vector<v1::NodeDescriptor> bad(5, b);
+  std::vector<peer::v1::NodeDescriptor> bad(5, b);
   bad[0].set_node(std::string(254, 'b'));
   bad[1].set_address(std::string(2000, '1'));
   for (int i = 0; i < 65; ++i) bad[2].add_pools();
   bad[3].add_pools();
   bad[3].add_ucx_lanes();  // A lane without the pool's key.
   bad[4].set_version("bad");  // The options' check says no.
-  for (const v1::NodeDescriptor& d : bad) {
+  for (const peer::v1::NodeDescriptor& d : bad) {
     EXPECT_EQ(c.OnHello(d).status().code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(c.List().empty());
   ASSERT_TRUE(c.OnHello(b).ok());
   // A refused descriptor under a known name changes nothing of what was known.
-  v1::NodeDescriptor spoofed = bad[4];
+  peer::v1::NodeDescriptor spoofed = bad[4];
   spoofed.set_address("127.0.0.1:666");
   EXPECT_FALSE(c.OnHello(spoofed).ok());
   EXPECT_EQ(c.Find("b")->address, "127.0.0.1:2");
 }
 
 TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {
-  v1::NodeDescriptor self;
+  peer::v1::NodeDescriptor self;
   self.set_node("a");
   self.set_address("127.0.0.1:1");
   ClusterOptions options;
@@ -119,7 +119,7 @@ TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {
   std::atomic<int> unknown{0}, watched{0}, forgotten{0};
   c.WatchLoss("nobody", [&] { ++unknown; });  // Not a peer: at once.
   EXPECT_EQ(unknown.load(), 1);
-  v1::NodeDescriptor b;
+  peer::v1::NodeDescriptor b;
   b.set_node("b");
   b.set_address("127.0.0.1:9");  // Nobody answers there.
   b.set_incarnation(7);

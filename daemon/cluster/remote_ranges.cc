@@ -23,12 +23,9 @@ MemoryKind FromProtoKind(v1::MemoryKind k) {
                                 : MemoryKind::kHost;
 }
 
-// Items per PrepareRemoteBatch / CompleteRemoteBatch (the peer's limit).
-constexpr size_t kMaxPeerBatchItems = 4096;
-
-RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
-                    const v1::NodeDescriptor& self, const std::string& transfer_id, bool write,
-                    int mpi_tag, const v1::PrepareRemoteResponse& response) {
+RemoteHold HoldFrom(const std::string& node, const peer::v1::NodeDescriptor& peer,
+                    const peer::v1::NodeDescriptor& self, const std::string& transfer_id,
+                    bool write, int mpi_tag, const peer::v1::PrepareRemoteResponse& response) {
   RemoteHold hold;
   hold.node = node;
   hold.incarnation = peer.incarnation();
@@ -45,7 +42,7 @@ RemoteHold HoldFrom(const std::string& node, const v1::NodeDescriptor& peer,
   }
   if (response.pool_index() >= 0 && response.pool_index() < peer.pools_size()) {
     hold.ucx_rkey = peer.pools(response.pool_index()).rkey();
-    for (const v1::UcxLane& lane : peer.ucx_lanes()) {
+    for (const peer::v1::UcxLane& lane : peer.ucx_lanes()) {
       if (response.pool_index() >= lane.rkeys_size()) break;
       hold.ucx_lanes.push_back({lane.worker_address(), lane.rkeys(response.pool_index())});
     }
@@ -104,13 +101,13 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
     out.assign(asks.size(), peer.status());
     return out;
   }
-  const v1::NodeDescriptor self = cluster_->self();
-  for (size_t first = 0; first < asks.size(); first += kMaxPeerBatchItems) {
-    const size_t last = std::min(asks.size(), first + kMaxPeerBatchItems);
-    v1::PrepareRemoteBatchRequest request;
+  const peer::v1::NodeDescriptor self = cluster_->self();
+  for (size_t first = 0; first < asks.size(); first += kMaxPeerBatch) {
+    const size_t last = std::min(asks.size(), first + kMaxPeerBatch);
+    peer::v1::PrepareRemoteBatchRequest request;
     for (size_t i = first; i < last; ++i) {
       const RemoteAsk& a = asks[i];
-      v1::PrepareRemoteRequest* item = request.add_items();
+      peer::v1::PrepareRemoteRequest* item = request.add_items();
       item->set_transfer_id(a.transfer_id);
       item->set_from_node(self.node());
       item->set_from_incarnation(self.incarnation());
@@ -127,10 +124,10 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
         item->set_mpi_chunk(a.mpi_chunk);
       }
     }
-    v1::PrepareRemoteBatchResponse response;
+    peer::v1::PrepareRemoteBatchResponse response;
     const absl::Time t0 = absl::Now();
     absl::Status st = Invoke(*peer, PeerMethod::kPrepareRemoteBatch, request, &response,
-                             &v1::PeerService::Stub::PrepareRemoteBatch);
+                             &peer::v1::PeerService::Stub::PrepareRemoteBatch);
     VLOG(2) << "PrepareRemoteBatch of " << request.items_size() << " to " << node << ": "
             << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
     if (st.ok() && response.results_size() != request.items_size()) {
@@ -160,7 +157,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
         out.push_back(st);
         continue;
       }
-      const v1::PrepareRemoteResult& r = response.results(static_cast<int>(i - first));
+      const peer::v1::PrepareRemoteResult& r = response.results(static_cast<int>(i - first));
       if (r.code() != 0) {
         out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()),
                                    absl::StrCat(r.message(), " (node ", node, ")")));
@@ -183,9 +180,10 @@ absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
 }
 
 template <class Request, class Response>
-absl::Status ClusterRemoteRanges::Invoke(
-    const PeerView& peer, PeerMethod method, const Request& request, Response* response,
-    grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*)) {
+absl::Status ClusterRemoteRanges::Invoke(const PeerView& peer, PeerMethod method,
+                                         const Request& request, Response* response,
+                                         grpc::Status (peer::v1::PeerService::Stub::*rpc)(
+                                             grpc::ClientContext*, const Request&, Response*)) {
   if (channel_ != nullptr && channel_->Reaches(peer.descriptor)) {
     auto body =
         channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
@@ -198,8 +196,8 @@ absl::Status ClusterRemoteRanges::Invoke(
     }
     return absl::OkStatus();
   }
-  auto stub = v1::PeerService::NewStub(peer.channel != nullptr ? peer.channel
-                                                               : cluster_->ChannelTo(peer.address));
+  auto stub = peer::v1::PeerService::NewStub(
+      peer.channel != nullptr ? peer.channel : cluster_->ChannelTo(peer.address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   return FromGrpc((stub.get()->*rpc)(&context, request, response), peer.node);
@@ -208,7 +206,8 @@ absl::Status ClusterRemoteRanges::Invoke(
 template <class Request, class Response>
 absl::Status ClusterRemoteRanges::InvokeOnHold(
     const RemoteHold& hold, PeerMethod method, Request& request, Response* response,
-    grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*)) {
+    grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                     Response*)) {
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
   request.set_transfer_id(hold.transfer_id);
@@ -220,7 +219,7 @@ namespace {
 
 // The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
 void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
-                  bool checksum, const AckFence& fence, v1::CompleteRemoteRequest* item) {
+                  bool checksum, const AckFence& fence, peer::v1::CompleteRemoteRequest* item) {
   item->set_transfer_id(hold.transfer_id);
   item->set_from_node(self);
   item->set_code(static_cast<int32_t>(outcome.code()));
@@ -249,11 +248,11 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hol
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
-  v1::CompleteRemoteRequest request;
+  peer::v1::CompleteRemoteRequest request;
   FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
-  v1::CompleteRemoteResponse response;
+  peer::v1::CompleteRemoteResponse response;
   absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
-                           &v1::PeerService::Stub::CompleteRemote);
+                           &peer::v1::PeerService::Stub::CompleteRemote);
   VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
@@ -334,16 +333,16 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
     }
   }
   const std::string self = cluster_->self().node();
-  for (size_t first = 0; first < sent.size(); first += kMaxPeerBatchItems) {
-    const size_t last = std::min(sent.size(), first + kMaxPeerBatchItems);
-    v1::CompleteRemoteBatchRequest part;
+  for (size_t first = 0; first < sent.size(); first += kMaxPeerBatch) {
+    const size_t last = std::min(sent.size(), first + kMaxPeerBatch);
+    peer::v1::CompleteRemoteBatchRequest part;
     for (size_t i = first; i < last; ++i) {
       const PendingAck& p = *sent[i];
       FillComplete(self, p.hold, p.outcome, p.checksum, p.fence, part.add_items());
     }
-    v1::CompleteRemoteBatchResponse response;
+    peer::v1::CompleteRemoteBatchResponse response;
     absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
-                             &v1::PeerService::Stub::CompleteRemoteBatch);
+                             &peer::v1::PeerService::Stub::CompleteRemoteBatch);
     if (st.ok() && response.results_size() != part.items_size()) {
       st = absl::UnavailableError(absl::StrCat("node ", node, " answered ",
                                                response.results_size(), " of ",
@@ -355,7 +354,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
         sent[i]->done(st);
         continue;
       }
-      const v1::CompleteRemoteResult& r = response.results(static_cast<int>(i - first));
+      const peer::v1::CompleteRemoteResult& r = response.results(static_cast<int>(i - first));
       if (r.code() != 0) {
         sent[i]->done(absl::Status(static_cast<absl::StatusCode>(r.code()),
                                    absl::StrCat(r.message(), " (node ", node, ")")));
@@ -370,10 +369,10 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
 
 absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
     const RemoteHold& hold) {
-  v1::TakeStageSlotsRequest request;
-  v1::TakeStageSlotsResponse response;
+  peer::v1::TakeStageSlotsRequest request;
+  peer::v1::TakeStageSlotsResponse response;
   absl::Status st = InvokeOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
-                                 &v1::PeerService::Stub::TakeStageSlots);
+                                 &peer::v1::PeerService::Stub::TakeStageSlots);
   if (!st.ok()) return st;
   if (response.stage_slots().empty() || response.stage_slot_size() != hold.stage_slot_size) {
     return absl::InternalError(absl::StrCat("node ", hold.node, " gave ",
@@ -387,34 +386,34 @@ absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
                                              uint64_t slot_offset, uint64_t offset,
                                              uint64_t length, bool to_range) {
-  v1::StageChunkRequest request;
+  peer::v1::StageChunkRequest request;
   request.set_slot(slot);
   request.set_slot_offset(slot_offset);
   request.set_offset(offset);
   request.set_length(length);
   request.set_to_range(to_range);
-  v1::StageChunkResponse response;
+  peer::v1::StageChunkResponse response;
   return InvokeOnHold(hold, PeerMethod::kStageChunk, request, &response,
-                      &v1::PeerService::Stub::StageChunk);
+                      &peer::v1::PeerService::Stub::StageChunk);
 }
 
 absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint64_t chunk,
                                            bool send) {
-  v1::StartMpiRequest request;
+  peer::v1::StartMpiRequest request;
   request.set_from_rank(cluster_->self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
-  v1::StartMpiResponse response;
+  peer::v1::StartMpiResponse response;
   return InvokeOnHold(hold, PeerMethod::kStartMpi, request, &response,
-                      &v1::PeerService::Stub::StartMpi);
+                      &peer::v1::PeerService::Stub::StartMpi);
 }
 
 absl::Status ClusterRemoteRanges::StopMpi(const RemoteHold& hold) {
-  v1::StopMpiRequest request;
-  v1::StopMpiResponse response;
+  peer::v1::StopMpiRequest request;
+  peer::v1::StopMpiResponse response;
   return InvokeOnHold(hold, PeerMethod::kStopMpi, request, &response,
-                      &v1::PeerService::Stub::StopMpi);
+                      &peer::v1::PeerService::Stub::StopMpi);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

@@ -16,6 +16,10 @@
 
 namespace gpumove {
 
+// Items in one PrepareRemoteBatch / CompleteRemoteBatch: what a node serves, and so what
+// the moving side sends in one call.
+inline constexpr size_t kMaxPeerBatch = 4096;
+
 // The PeerService calls the moving side makes, by number, for channels other than gRPC.
 enum class PeerMethod : uint32_t {
   kPrepareRemoteBatch = 1,
@@ -33,10 +37,10 @@ class PeerCallChannel {
  public:
   virtual ~PeerCallChannel() = default;
   // Whether `peer` (and this node) serve calls this way.
-  virtual bool Reaches(const v1::NodeDescriptor& peer) const = 0;
+  virtual bool Reaches(const peer::v1::NodeDescriptor& peer) const = 0;
   // The serialized response, or the handler's error; UNAVAILABLE when the peer cannot be
   // reached or does not answer within `timeout`.
-  virtual absl::StatusOr<std::string> Call(const v1::NodeDescriptor& peer, PeerMethod method,
+  virtual absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
                                            std::string request, absl::Duration timeout) = 0;
 };
 
@@ -117,16 +121,16 @@ class ClusterRemoteRanges : public RemoteRanges {
   template <class Request, class Response>
   absl::Status Invoke(const PeerView& peer, PeerMethod method, const Request& request,
                       Response* response,
-                      grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                 const Request&, Response*));
+                      grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
+                                                                       const Request&, Response*));
   // Invoke on the hold's node (PeerFor), the request addressed to the hold (its transfer
   // id, this node as the runner).
   template <class Request, class Response>
   absl::Status InvokeOnHold(const RemoteHold& hold, PeerMethod method, Request& request,
                             Response* response,
-                            grpc::Status (v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                       const Request&,
-                                                                       Response*));
+                            grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
+                                                                             const Request&,
+                                                                             Response*));
 
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/memory/pool.h"
 
@@ -20,11 +21,25 @@ enum class PathKind { kAuto, kLocal, kCudaIpc, kUcx, kMpi };
 
 const char* PathKindName(PathKind path);
 
+// One run of a node: its name and incarnation (a node that restarts is a new peer).
+struct PeerId {
+  std::string node;
+  uint64_t incarnation = 0;
+  // "node#incarnation": what transports cache a peer's endpoints and mappings under.
+  std::string Key() const { return absl::StrCat(node, "#", incarnation); }
+  bool operator==(const PeerId&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const PeerId& p) {
+    return H::combine(std::move(h), p.node, p.incarnation);
+  }
+};
+
 // A range on another node, checked and held in use there for one transfer (see
 // RemoteRanges). Enough for an engine to reach it.
 struct RemoteHold {
   std::string node;
   uint64_t incarnation = 0;
+  PeerId peer() const { return {node, incarnation}; }
   std::string transfer_id;
   uint64_t address = 0;  // In the remote node's address space.
   uint64_t length = 0;
@@ -190,6 +205,13 @@ class MoveControl {
   // Bytes known to have landed in the destination so far. May block briefly to hold the
   // daemon's rate limit.
   virtual void Progress(uint64_t bytes_done) = 0;
+  // Progress(bytes_done), then whether to go on: the callback copy loops take.
+  std::function<bool(uint64_t)> Reporter() {
+    return [this](uint64_t bytes_done) {
+      Progress(bytes_done);
+      return !cancelled();
+    };
+  }
   // Whether the move may end with its last bytes still being copied, behind a fence that
   // the other node waits for before it ends its hold (the scheduler's controls, for moves
   // with a remote end). Move then returns OK after handing the fence to KeepRunning; the

@@ -156,10 +156,13 @@ TransferScheduler::~TransferScheduler() {
     mu_.Await(absl::Condition(&acked));
   }
   // Whatever is left (queued behind a cancelled one) never started: end it.
-  absl::MutexLock lock(&mu_);
-  for (auto& t : UnfinishedLocked()) {
-    FinishLocked(t, absl::CancelledError("daemon stopped"));
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& t : UnfinishedLocked()) {
+      FinishLocked(t, absl::CancelledError("daemon stopped"));
+    }
   }
+  ReleaseUnrunHolds();
 }
 
 std::vector<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::UnfinishedLocked()
@@ -603,6 +606,15 @@ void TransferScheduler::ReleaseUnrun(const RemoteHold& hold) {
   remote_->Release(hold);
 }
 
+void TransferScheduler::ReleaseUnrunHolds() {
+  std::vector<RemoteHold> holds;
+  {
+    absl::MutexLock lock(&mu_);
+    holds.swap(unrun_);
+  }
+  for (const RemoteHold& h : holds) ReleaseUnrun(h);
+}
+
 void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
                                   uint64_t src_hash, uint64_t dst_hash) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
@@ -620,10 +632,13 @@ void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     LOG(WARNING) << "transfer " << t->id << " failed: " << status;
   }
-  absl::MutexLock lock(&mu_);
-  t->source_xxh3 = src_hash;
-  t->destination_xxh3 = dst_hash;
-  FinishLocked(t, status);
+  {
+    absl::MutexLock lock(&mu_);
+    t->source_xxh3 = src_hash;
+    t->destination_xxh3 = dst_hash;
+    FinishLocked(t, status);
+  }
+  ReleaseUnrunHolds();
 }
 
 namespace {
@@ -741,7 +756,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
   t->src_use.Reset();
   t->dst_use.Reset();
-  if (t->remote_hold.has_value() && !t->remote_completed) ReleaseUnrun(*t->remote_hold);
+  if (t->remote_hold.has_value() && !t->remote_completed) unrun_.push_back(*t->remote_hold);
   for (const std::string& b : {BufferKey(t->source), BufferKey(t->destination)}) {
     auto it = active_by_buffer_.find(b);
     if (it == active_by_buffer_.end()) continue;
@@ -831,15 +846,20 @@ std::vector<TransferSnapshot> TransferScheduler::List(const std::string& owner,
 
 absl::StatusOr<TransferSnapshot> TransferScheduler::Cancel(const std::string& owner,
                                                            const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  auto t = FindLocked(owner, id);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
-  if (t->state == TransferState::kQueued) {
-    FinishLocked(t, absl::CancelledError("cancelled while queued"));
-  } else if (t->state == TransferState::kRunning) {
-    t->cancel_requested = true;
+  TransferSnapshot out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto t = FindLocked(owner, id);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("no transfer ", Quoted(id)));
+    if (t->state == TransferState::kQueued) {
+      FinishLocked(t, absl::CancelledError("cancelled while queued"));
+    } else if (t->state == TransferState::kRunning) {
+      t->cancel_requested = true;
+    }
+    out = SnapshotLocked(*t);
   }
-  return SnapshotLocked(*t);
+  ReleaseUnrunHolds();  // Before the caller hears it ended.
+  return out;
 }
 
 absl::StatusOr<TransferSnapshot> TransferScheduler::Wait(const std::string& owner,
@@ -884,14 +904,17 @@ bool TransferScheduler::Drain(absl::Time deadline) {
 }
 
 void TransferScheduler::CancelAll() {
-  absl::MutexLock lock(&mu_);
-  for (auto& t : UnfinishedLocked()) {
-    if (t->state == TransferState::kQueued) {
-      FinishLocked(t, absl::CancelledError("cancelled: daemon shutting down"));
-    } else if (t->state == TransferState::kRunning) {
-      t->cancel_requested = true;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& t : UnfinishedLocked()) {
+      if (t->state == TransferState::kQueued) {
+        FinishLocked(t, absl::CancelledError("cancelled: daemon shutting down"));
+      } else if (t->state == TransferState::kRunning) {
+        t->cancel_requested = true;
+      }
     }
   }
+  ReleaseUnrunHolds();
 }
 
 size_t TransferScheduler::active() const {

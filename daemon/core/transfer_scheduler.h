@@ -154,7 +154,11 @@ class TransferScheduler {
   // Whether moves are queued for a worker (the one running now has more to do after it).
   bool MovesWaiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Lets go of a hold whose move never ran (engines first undo what they started there).
+  // It may call the other node and wait (an MPI engine's Abandon does), so never under mu_:
+  // FinishLocked leaves such holds in unrun_ for ReleaseUnrunHolds, which the callers of
+  // FinishLocked run once they have let go of the lock.
   void ReleaseUnrun(const RemoteHold& hold);
+  void ReleaseUnrunHolds() ABSL_LOCKS_EXCLUDED(mu_);
   // The end of a move once its bytes are in (acknowledged when remote): checksums, state.
   void AfterMove(const std::shared_ptr<Record>& t, absl::Status status, uint64_t src_hash,
                  uint64_t dst_hash);
@@ -195,6 +199,8 @@ class TransferScheduler {
   // Moves executing now, on workers or inline.
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int acking_ ABSL_GUARDED_BY(mu_) = 0;  // Acknowledgements not yet back.
+  // Holds of transfers that ended before their move ran, to be let go outside the lock.
+  std::vector<RemoteHold> unrun_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -542,8 +542,25 @@ class FakeRemote : public RemoteRanges {
     busy_.push_back(caller_busy);
   }
   void Release(const RemoteHold& hold) override {
+    absl::Notification* gate;
+    {
+      absl::MutexLock lock(&mu_);
+      ++releases_entered_;
+      gate = release_gate_;
+    }
+    if (gate != nullptr) gate->WaitForNotification();  // As a release that calls the node.
     absl::MutexLock lock(&mu_);
     --holds_;
+  }
+  // Releases wait for `gate` (null: they do not).
+  void GateReleases(absl::Notification* gate) {
+    absl::MutexLock lock(&mu_);
+    release_gate_ = gate;
+  }
+  void AwaitReleaseEntered(int n) {
+    absl::MutexLock lock(&mu_);
+    auto entered = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_entered_ >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&entered), absl::Seconds(10));
   }
   absl::Status StageChunk(const RemoteHold&, uint32_t, uint64_t, uint64_t, uint64_t,
                           bool) override {
@@ -622,6 +639,8 @@ class FakeRemote : public RemoteRanges {
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification* release_gate_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int releases_entered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Copies between local memory and FakeRemote holds.
@@ -886,6 +905,45 @@ TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
     }
   }
   engine.HoldCopies(nullptr, absl::OkStatus());
+}
+
+TEST_F(SchedulerRemoteTest, ReleasingTheHoldOfACancelledMoveDoesNotBlockTheScheduler) {
+  TransferScheduler& sched = Start(/*workers=*/1);
+  FakeRemote& remote = remote_;
+  BufferInfo local = WithPushTarget();
+  // The first push runs and waits for its acknowledgement; the second, to the same page,
+  // waits for the first, queued, holding its range on n2.
+  auto first = sched.Submit("me", {PushPage(local, 0)}, "");
+  ASSERT_TRUE(first.ok()) << first.status();
+  remote.AwaitAcks(1);
+  auto second = sched.Submit("me", {PushPage(local, 0)}, "");
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(sched.Get("me", second->at(0).id)->state, TransferState::kQueued);
+  ASSERT_EQ(remote.holds(), 2);
+  // Cancelling it lets its hold go with a call to n2 that takes its time.
+  absl::Notification gate;
+  remote.GateReleases(&gate);
+  std::thread canceller([&] {
+    auto c = sched.Cancel("me", second->at(0).id);
+    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->state, TransferState::kCancelled);
+  });
+  remote.AwaitReleaseEntered(1);
+  // Meanwhile the scheduler answers (its lock is not held across the call).
+  absl::Notification answered;
+  std::thread getter([&] {
+    EXPECT_TRUE(sched.Get("me", first->at(0).id).ok());
+    answered.Notify();
+  });
+  EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  gate.Notify();
+  canceller.join();
+  getter.join();
+  remote.GateReleases(nullptr);
+  remote.Acknowledge(/*fail_index=*/99);
+  EXPECT_EQ(sched.Wait("me", first->at(0).id, absl::Now() + absl::Seconds(10))->state,
+            TransferState::kSucceeded);
+  EXPECT_EQ(remote.holds(), 0);
 }
 
 TEST_F(SchedulerRemoteTest, ARefusedHoldRefusesTheSubmitAndLetsTheOthersGo) {

@@ -7,10 +7,6 @@
 namespace gpumove {
 namespace {
 
-std::string PeerKey(const std::string& node, uint64_t incarnation) {
-  return absl::StrCat(node, "#", incarnation);
-}
-
 // A fence that keeps the mapping its copy writes through open until the copy has ended
 // (the peer may be forgotten meanwhile).
 class MappedFence : public CopyFence {
@@ -90,14 +86,11 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   {
     // Kept for the peer's life: opening costs milliseconds.
     absl::MutexLock lock(&mu_);
-    auto& held = held_[PeerKey(remote.node, remote.incarnation)];
+    auto& held = held_[remote.peer()];
     if (std::find(held.begin(), held.end(), *mapping) == held.end()) held.push_back(*mapping);
   }
   char* far = (*mapping)->base + remote.cuda_ipc_offset;
-  auto progress = [&control](uint64_t done) {
-    control.Progress(done);
-    return !control.cancelled();
-  };
+  auto progress = control.Reporter();
   // Progress, cancel and a rate cap act between chunks. Chunk boundaries cost copies into
   // an IPC mapping more than local ones, so without a cap a move up to 1 GiB is one copy
   // (milliseconds over NVLink: a cancel still lands soon), bigger ones go in 1 GiB chunks;
@@ -125,7 +118,7 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
 void CudaIpcEngine::Forget(const std::string& node, uint64_t incarnation) {
   std::vector<std::shared_ptr<const IpcTable::Mapping>> dropped;
   absl::MutexLock lock(&mu_);
-  auto it = held_.find(PeerKey(node, incarnation));
+  auto it = held_.find(PeerId{node, incarnation});
   if (it == held_.end()) return;
   dropped = std::move(it->second);
   held_.erase(it);

@@ -49,8 +49,8 @@ class CudaIpcEngine : public Engine {
   const uint64_t min_fenced_;
   const uint64_t chunk_;
   absl::Mutex mu_;
-  // Mappings kept open per peer incarnation ("node#incarnation").
-  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<const IpcTable::Mapping>>> held_
+  // Mappings kept open per peer incarnation.
+  absl::flat_hash_map<PeerId, std::vector<std::shared_ptr<const IpcTable::Mapping>>> held_
       ABSL_GUARDED_BY(mu_);
 };
 

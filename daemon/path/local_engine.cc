@@ -43,10 +43,7 @@ absl::Status LocalEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_
   const int dst_device = dst.kind == MemoryKind::kDevice ? dst.device : kHostDevice;
   if (control.cancelled()) return absl::CancelledError("cancelled");
   return gpu_->Copy(dst.data, dst_device, src.data, src_device, length,
-                    device ? kDeviceChunk : kHostChunk, [&control](uint64_t done) {
-                      control.Progress(done);
-                      return !control.cancelled();
-                    });
+                    device ? kDeviceChunk : kHostChunk, control.Reporter());
 }
 
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {

@@ -127,10 +127,7 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // they are about to fill.
   side.wake = started;
   side.chunk = options_.chunk;
-  side.progress = [&control](uint64_t done) {
-    control.Progress(done);
-    return !control.cancelled();
-  };
+  side.progress = control.Reporter();
   // Our bounce ring first, waiting while other moves use the pool, and only then the
   // other node's half (which takes its own ring as it starts): a runner never has more
   // halves waiting on the other node than it has rings to feed them.

@@ -48,10 +48,6 @@ class StageTrace {
 
 }  // namespace
 
-std::string UcxEngine::PeerKey(const std::string& node, uint64_t incarnation) {
-  return absl::StrCat(node, "#", incarnation);
-}
-
 absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const {
   if ((src.remote == nullptr) == (dst.remote == nullptr)) {
     return absl::FailedPreconditionError("UCX moves need exactly one end on another node");
@@ -82,15 +78,12 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   RemoteRange remote;
-  remote.peer_key = PeerKey(hold.node, hold.incarnation);
+  remote.peer_key = hold.peer().Key();
   remote.worker_address = hold.ucx_worker_address;
   remote.rkey = hold.ucx_rkey;
   remote.address = hold.address;
   remote.peer_error_handling = !hold.same_host;
-  auto progress = [&control](uint64_t done) {
-    control.Progress(done);
-    return !control.cancelled();
-  };
+  auto progress = control.Reporter();
   if (control.cancelled()) return absl::CancelledError("cancelled");
   if (hold.staged()) return MoveRemoteStaged(src, dst, length, control, progress);
   const Endpoint& local = push ? src : dst;
@@ -193,10 +186,7 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
                 : t->Get(range(lane, offset), local + offset, n, progress);
   };
   if (shares == 1) {
-    absl::Status st = rma(use[0], 0, length, [&control](uint64_t done) {
-      control.Progress(done);
-      return !control.cancelled();
-    });
+    absl::Status st = rma(use[0], 0, length, control.Reporter());
     if (st.ok() && use[0] > 0) lane_bytes_ += length;
     return st;
   }
@@ -297,7 +287,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   const size_t near_slots = ours.has_value() ? ours->slots() * per_slot : far_slots;
   auto far = [&](size_t i) {
     RemoteRange r;
-    r.peer_key = PeerKey(hold.node, hold.incarnation);
+    r.peer_key = hold.peer().Key();
     r.worker_address = hold.ucx_worker_address;
     r.rkey = hold.stage_rkey;
     r.address = stage_slots[i / per_slot] + (i % per_slot) * piece;

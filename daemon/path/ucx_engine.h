@@ -74,9 +74,6 @@ class UcxEngine : public Engine {
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
 
-  // The key under which the transport caches a peer incarnation's endpoint.
-  static std::string PeerKey(const std::string& node, uint64_t incarnation);
-
   // Bytes that extra lanes carried (shares and whole moves on lanes 1 and up).
   uint64_t lane_bytes() const { return lane_bytes_.load(); }
 

@@ -235,7 +235,7 @@ absl::Status CheckUcxRkey(absl::string_view rkey) {
   return absl::OkStatus();
 }
 
-absl::Status CheckUcxDescriptor(const v1::NodeDescriptor& d, const UcxAddressShape& shape) {
+absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddressShape& shape) {
   auto address = [&](const std::string& a, const std::string& what) -> absl::Status {
     if (a.empty()) return absl::OkStatus();
     absl::Status st = CheckUcxWorkerAddress(a, &shape);
@@ -253,7 +253,7 @@ absl::Status CheckUcxDescriptor(const v1::NodeDescriptor& d, const UcxAddressSha
     }
   }
   for (int l = 0; l < d.ucx_lanes_size(); ++l) {
-    const v1::UcxLane& lane = d.ucx_lanes(l);
+    const peer::v1::UcxLane& lane = d.ucx_lanes(l);
     if (absl::Status st = address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1));
         !st.ok()) {
       return st;

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/gpumove/v1/peer.pb.h"
+#include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
 
@@ -68,7 +68,7 @@ absl::Status CheckUcxRkey(absl::string_view rkey);
 
 // The UCX parts of what a peer says of itself: every worker address (its own and its
 // lanes') against `shape`, and every pool key; INVALID_ARGUMENT naming the first bad one.
-absl::Status CheckUcxDescriptor(const v1::NodeDescriptor& d, const UcxAddressShape& shape);
+absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddressShape& shape);
 
 }  // namespace gpumove
 

@@ -26,13 +26,7 @@ int CopyDevice(const BufferUse& use) {
 absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::RemoteStub(
     const std::string& node) {
   if (node.empty() || node == node_) return nullptr;
-  if (cluster_ == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown node ", Quoted(node), " (this node is \"", node_, "\")"));
-  }
-  auto peer = cluster_->Find(node);
-  if (!peer.ok()) return peer.status();
-  return v1::BufferService::NewStub(cluster_->ChannelTo(peer->address));
+  return StubOn<v1::BufferService>(cluster_, node_, node);
 }
 
 template <typename Request, typename Response>

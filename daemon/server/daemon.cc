@@ -94,20 +94,38 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
   return out;
 }
 
+DaemonOptions WithMachineDefaults(DaemonOptions o, unsigned cpus) {
+  // A large machine (16 CPUs or more) has CPUs to spare for polling; on a small one a
+  // thread that polls takes the CPU from the threads doing the work.
+  const bool large = cpus >= 16;
+  const int n = static_cast<int>(std::max(1u, cpus));
+  const absl::Duration zero = absl::ZeroDuration();
+  // An idle pool thread looks for its next piece this long before it sleeps.
+  if (o.pool_spin < zero) o.pool_spin = large ? absl::Milliseconds(1) : zero;
+  o.ucx_poll_window = std::max(o.ucx_poll_window, zero);
+  // Threads serving peer calls poll a fifth as long on a small machine: long enough for
+  // the acknowledgement of a small move to find one awake, short enough not to take the
+  // CPU from a long move (TCP on 2 CPUs lost half its speed at 1 ms).
+  if (o.peer_call_poll < zero) o.peer_call_poll = large ? o.ucx_poll_window : o.ucx_poll_window / 5;
+  if (o.peer_call_awake < zero) o.peer_call_awake = large ? absl::Milliseconds(10) : zero;
+  if (o.direct_copy_threads <= 0) o.direct_copy_threads = std::clamp(n / 4, 1, 8);
+  // Lanes carry host moves over the wire only: direct copies stay with the first.
+  if (o.ucx_lanes <= 0) o.ucx_lanes = std::clamp(n / 8, 1, 4);
+  if (!o.mpi_spin.has_value()) o.mpi_spin = large;
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  options = WithMachineDefaults(std::move(options), std::thread::hardware_concurrency());
   std::unique_ptr<Daemon> d(new Daemon());
-  // On a small machine an idle pool thread sleeps at once: looking for work would take
-  // the CPU from the threads doing it.
-  SetPoolIdleSpin(options.pool_spin >= absl::ZeroDuration() ? options.pool_spin
-                  : std::thread::hardware_concurrency() >= 16 ? absl::Milliseconds(1)
-                                                               : absl::ZeroDuration());
+  SetPoolIdleSpin(options.pool_spin);
   // MPI first: as a rank, the job decides our name, address and peers.
   std::string mpi_status = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
   if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {
     MpiOptions mpi_options;
     mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
     mpi_options.poll_window = options.mpi_poll_window;
-    mpi_options.spin = options.mpi_spin;
+    mpi_options.spin = *options.mpi_spin;
     auto mpi = MpiTransport::Start(mpi_options);
     if (!mpi.ok()) {
       if (options.mpi == "on") return mpi.status();
@@ -127,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                 " (", w.library, "); device memory: ",
                                 w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
                                 " (", w.cuda_awareness, ")",
-                                options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)"
+                                *options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)"
                                                  : "");
       LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
                 << " on this host): " << w.library << "; " << w.cuda_awareness;
@@ -143,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
   // this host move between them with one memcpy.
   std::string ucx_status = "disabled (--noucx)";
-  const absl::Duration ucx_poll = std::max(options.ucx_poll_window, absl::ZeroDuration());
+  const absl::Duration ucx_poll = options.ucx_poll_window;
   if (options.ucx) {
     UcxOptions ucx_options;
     ucx_options.chunk = options.ucx_chunk;
@@ -151,14 +169,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ucx_options.op_timeout = options.peer_timeout;
     ucx_options.direct = options.ucx_direct;
     ucx_options.poll_window = ucx_poll;
-    ucx_options.call_awake = options.peer_call_awake >= absl::ZeroDuration()
-                                 ? options.peer_call_awake
-                             : std::thread::hardware_concurrency() >= 16 ? absl::Milliseconds(10)
-                                                                         : absl::ZeroDuration();
-    ucx_options.direct_threads =
-        options.direct_copy_threads > 0
-            ? options.direct_copy_threads
-            : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8);
+    ucx_options.call_awake = options.peer_call_awake;
+    ucx_options.direct_threads = options.direct_copy_threads;
     ucx_options.staged_threads = options.staged_copy_threads;
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
@@ -175,11 +187,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (!pools.ok()) return pools.status();
   d->pools_ = *std::move(pools);
   if (d->ucx_ != nullptr) {
-    // Lanes carry host moves over the wire only: direct copies stay with the first.
-    const int lanes =
-        options.ucx_lanes > 0
-            ? options.ucx_lanes
-            : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
+    const int lanes = options.ucx_lanes;
     UcxOptions lane_options;
     lane_options.chunk = options.ucx_chunk;
     lane_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
@@ -236,7 +244,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
 
   // Who we are to peers: UCX worker address and the pools it can reach.
-  v1::NodeDescriptor self;
+  peer::v1::NodeDescriptor self;
   self.set_node(d->node_);
   self.set_host_id(HostId());
   self.set_incarnation(NewIncarnation());
@@ -255,7 +263,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         if (pool->kind() == MemoryKind::kDevice && !d->ucx_->cuda_aware()) continue;
         auto rkey = d->ucx_->Register(pool->base(), pool->capacity());
         if (!rkey.ok()) return rkey.status();
-        v1::RegisteredPool* p = self.add_pools();
+        peer::v1::RegisteredPool* p = self.add_pools();
         p->set_kind(ToProto(pool->kind()));
         p->set_device(pool->device());
         p->set_base(reinterpret_cast<uint64_t>(pool->base()));
@@ -264,9 +272,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       }
       // Each lane registers the same pools in its own context, in the same order.
       for (const auto& lane : d->ucx_lanes_) {
-        v1::UcxLane* l = self.add_ucx_lanes();
+        peer::v1::UcxLane* l = self.add_ucx_lanes();
         l->set_worker_address(lane->worker_address());
-        for (const v1::RegisteredPool& p : self.pools()) {
+        for (const peer::v1::RegisteredPool& p : self.pools()) {
           auto rkey = lane->Register(reinterpret_cast<void*>(p.base()), p.size());
           if (!rkey.ok()) return rkey.status();
           l->add_rkeys(*rkey);
@@ -288,16 +296,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                     : "; peer calls over gRPC");
       if (options.ucx_peer_calls) {
         self.set_ucx_peer_calls(true);
-        // On a small machine its serving threads poll a fifth as long: long enough for
-        // the acknowledgement of a small move to find one awake, short enough not to take
-        // the CPU from a long move (TCP on 2 CPUs lost half its speed at 1 ms). With 16
-        // CPUs or more, as long: the next move's acknowledgement then finds one awake too.
-        const absl::Duration serve_poll =
-            options.peer_call_poll >= absl::ZeroDuration() ? options.peer_call_poll
-            : std::thread::hardware_concurrency() >= 16    ? ucx_poll
-                                                           : ucx_poll / 5;
         d->peer_calls_ = std::make_unique<UcxPeerCalls>(d->ucx_.get(), self, /*threads=*/8,
-                                                        serve_poll);
+                                                        options.peer_call_poll);
       }
     }
   }
@@ -307,11 +307,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     // A peer's UCX addresses reach ucp_ep_create, which trusts them: checked when learned.
     auto shape = std::make_shared<UcxAddressShape>();
     absl::Status learned = shape->Learn(self.ucx_worker_address());
-    for (const v1::UcxLane& lane : self.ucx_lanes()) {
+    for (const peer::v1::UcxLane& lane : self.ucx_lanes()) {
       if (learned.ok()) learned = shape->Learn(lane.worker_address());
     }
     if (learned.ok()) {
-      cluster_options.check = [shape](const v1::NodeDescriptor& peer) {
+      cluster_options.check = [shape](const peer::v1::NodeDescriptor& peer) {
         return CheckUcxDescriptor(peer, *shape);
       };
     } else {
@@ -524,7 +524,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       if (mpi_nodes[r] == node) mpi_transport->FailPeer(r, absl::StrCat("node ", node, " is down"));
     }
     holds->ReleaseFrom(node, incarnation);
-    for (UcxTransport* t : ucx_transports) t->Forget(UcxEngine::PeerKey(node, incarnation));
+    for (UcxTransport* t : ucx_transports) t->Forget(PeerId{node, incarnation}.Key());
   });
   d->server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "gpumoved " << kVersion << " serving node " << d->node_ << " on "

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,10 +112,16 @@ struct DaemonOptions {
   uint64_t mpi_chunk = 4 << 20;
   // The MPI thread polls this long after activity before it naps (MpiOptions).
   absl::Duration mpi_poll_window = absl::Milliseconds(2);
-  bool mpi_spin = false;  // MpiOptions::spin.
+  // MpiOptions::spin; unset: on with 16 CPUs or more.
+  std::optional<bool> mpi_spin;
   bool mpi_force_staging = false;
   bool listen_given = true;
 };
+
+// `options` with every machine-dependent default made this machine's (`cpus` CPUs): the
+// negative durations and 0 counts above that say "depends on the machine". The one place
+// where the number of CPUs picks a default.
+DaemonOptions WithMachineDefaults(DaemonOptions options, unsigned cpus);
 
 class Daemon {
  public:

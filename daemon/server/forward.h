@@ -78,6 +78,21 @@ class ForwardedCall {
 
 // A unary call forwarded to `node` through `stub`, bounded by the cluster's
 // forward_timeout unless `bound` says otherwise.
+// A stub of `Service` on `node`, a peer of node `self`; NOT_FOUND saying why when this
+// node knows no such peer.
+template <typename Service>
+absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(Cluster* cluster,
+                                                              const std::string& self,
+                                                              const std::string& node) {
+  if (cluster == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown node ", Quoted(node), " (this node is ",
+                                            Quoted(self), " and has no peers)"));
+  }
+  auto peer = cluster->Find(node);
+  if (!peer.ok()) return peer.status();
+  return Service::NewStub(cluster->ChannelTo(peer->address));
+}
+
 template <typename Stub, typename Request, typename Response>
 grpc::Status ForwardUnary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),

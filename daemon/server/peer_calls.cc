@@ -42,8 +42,8 @@ bool EveryItemAtOnce(const PeerServiceImpl* service, const std::string& body) {
 
 }  // namespace
 
-UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads,
-                           absl::Duration poll_window)
+UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescriptor& self,
+                           int threads, absl::Duration poll_window)
     : transport_(transport),
       self_(self),
       threads_(std::max(1, threads)),
@@ -58,7 +58,7 @@ void UcxPeerCalls::Serve(PeerServiceImpl* service) {
   }
   for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
   // Runs on the transport's progress thread: queue the call for a serving thread.
-  transport_->ServeCalls(UcxEngine::PeerKey(self_.node(), self_.incarnation()),
+  transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(),
                          [this](uint32_t method, std::string body, UcxReply reply) {
                            PeerServiceImpl* s = nullptr;
                            {
@@ -88,7 +88,7 @@ void UcxPeerCalls::StopServing() {
     stop_ = true;
   }
   // Calls still arriving are answered by the transport (UNAVAILABLE); queued ones run.
-  transport_->ServeCalls(UcxEngine::PeerKey(self_.node(), self_.incarnation()), nullptr);
+  transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(), nullptr);
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   absl::MutexLock lock(&mu_);
@@ -157,11 +157,11 @@ bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
                           const std::string& body) const {
   switch (static_cast<PeerMethod>(method)) {
     case PeerMethod::kPrepareRemoteBatch:
-      return EveryItemAtOnce<v1::PrepareRemoteBatchRequest>(service, body);
+      return EveryItemAtOnce<peer::v1::PrepareRemoteBatchRequest>(service, body);
     case PeerMethod::kCompleteRemoteBatch:
-      return EveryItemAtOnce<v1::CompleteRemoteBatchRequest>(service, body);
+      return EveryItemAtOnce<peer::v1::CompleteRemoteBatchRequest>(service, body);
     case PeerMethod::kCompleteRemote: {
-      v1::CompleteRemoteRequest r;
+      peer::v1::CompleteRemoteRequest r;
       return r.ParseFromString(body) && service->AnswersAtOnce(r);
     }
     case PeerMethod::kTakeStageSlots:
@@ -171,13 +171,14 @@ bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
   }
 }
 
-bool UcxPeerCalls::Reaches(const v1::NodeDescriptor& peer) const {
+bool UcxPeerCalls::Reaches(const peer::v1::NodeDescriptor& peer) const {
   return peer.ucx_peer_calls() && !peer.ucx_worker_address().empty();
 }
 
-absl::StatusOr<std::string> UcxPeerCalls::Call(const v1::NodeDescriptor& peer, PeerMethod method,
-                                               std::string request, absl::Duration timeout) {
-  UcxPeer to{UcxEngine::PeerKey(peer.node(), peer.incarnation()), peer.ucx_worker_address(),
+absl::StatusOr<std::string> UcxPeerCalls::Call(const peer::v1::NodeDescriptor& peer,
+                                               PeerMethod method, std::string request,
+                                               absl::Duration timeout) {
+  UcxPeer to{PeerId{peer.node(), peer.incarnation()}.Key(), peer.ucx_worker_address(),
              /*error_handling=*/peer.host_id() != self_.host_id()};
   return transport_->Call(to, static_cast<uint32_t>(method), std::move(request), timeout);
 }

@@ -26,7 +26,7 @@ class UcxPeerCalls : public PeerCallChannel {
   // host). Calls arriving are served by `threads` threads; after a call one of them keeps
   // looking for the next for `poll_window` before it sleeps (no wake-up for a call that
   // follows closely, as acknowledgements follow holds).
-  UcxPeerCalls(UcxTransport* transport, const v1::NodeDescriptor& self, int threads = 8,
+  UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescriptor& self, int threads = 8,
                absl::Duration poll_window = absl::ZeroDuration());
   ~UcxPeerCalls() override;
 
@@ -38,8 +38,8 @@ class UcxPeerCalls : public PeerCallChannel {
   // Calls served since start.
   uint64_t served() const { return served_; }
 
-  bool Reaches(const v1::NodeDescriptor& peer) const override;
-  absl::StatusOr<std::string> Call(const v1::NodeDescriptor& peer, PeerMethod method,
+  bool Reaches(const peer::v1::NodeDescriptor& peer) const override;
+  absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
                                    std::string request, absl::Duration timeout) override;
 
  private:
@@ -52,7 +52,7 @@ class UcxPeerCalls : public PeerCallChannel {
   void Handle(uint32_t method, const std::string& body, const UcxReply& reply);
 
   UcxTransport* const transport_;
-  const v1::NodeDescriptor self_;
+  const peer::v1::NodeDescriptor self_;
   const int threads_;
   const absl::Duration poll_window_;
   std::atomic<bool> polling_{false};  // A serving thread is polling for the next call.

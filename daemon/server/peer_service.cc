@@ -18,8 +18,8 @@ void ListSlots(const HoldTable::Slots& ring, Response* response) {
 
 }  // namespace
 
-grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest* request,
-                                    v1::HelloResponse* response) {
+grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const peer::v1::HelloRequest* request,
+                                    peer::v1::HelloResponse* response) {
   auto known = cluster_->OnHello(request->from());
   if (!known.ok()) return ToGrpcStatus(known.status());
   for (std::string& a : *known) response->add_known_addresses(std::move(a));
@@ -28,8 +28,8 @@ grpc::Status PeerServiceImpl::Hello(grpc::ServerContext*, const v1::HelloRequest
 }
 
 grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
-                                            const v1::PrepareRemoteRequest* request,
-                                            v1::PrepareRemoteResponse* response) {
+                                            const peer::v1::PrepareRemoteRequest* request,
+                                            peer::v1::PrepareRemoteResponse* response) {
   if (request->from_node().empty() || request->transfer_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "from_node and transfer_id are required");
@@ -52,7 +52,7 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
   // StartMpi when the move runs.
   if (request->mpi_tag() != 0 && mpi_ != nullptr &&
       !mpi_->StagesRange(Endpoint{held->data, held->kind, held->device})) {
-    v1::StartMpiRequest start;
+    peer::v1::StartMpiRequest start;
     start.set_transfer_id(request->transfer_id());
     start.set_from_node(request->from_node());
     start.set_from_rank(request->mpi_from_rank());
@@ -77,10 +77,10 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
   response->set_kind(ToProto(u.kind));
   response->set_device(u.device);
   response->set_pool_index(-1);
-  const v1::NodeDescriptor self = cluster_->self();
+  const peer::v1::NodeDescriptor self = cluster_->self();
   response->set_stage_pool_index(-1);
   for (int i = 0; i < self.pools_size(); ++i) {
-    const v1::RegisteredPool& p = self.pools(i);
+    const peer::v1::RegisteredPool& p = self.pools(i);
     if (p.kind() == ToProto(u.kind) && p.device() == u.device) response->set_pool_index(i);
     if (p.kind() == v1::PINNED_HOST) response->set_stage_pool_index(i);
   }
@@ -104,8 +104,8 @@ grpc::Status PeerServiceImpl::PrepareRemote(grpc::ServerContext*,
 }
 
 grpc::Status PeerServiceImpl::CompleteRemote(grpc::ServerContext*,
-                                             const v1::CompleteRemoteRequest* request,
-                                             v1::CompleteRemoteResponse* response) {
+                                             const peer::v1::CompleteRemoteRequest* request,
+                                             peer::v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
   // A fence: the runner's GPU copy into (or out of) the range may still run; this node
   // sees it end itself before the hold ends (and before it acknowledges or hashes, unless
@@ -129,7 +129,7 @@ namespace {
 
 grpc::Status CheckBatchSize(int n) {
   if (n == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no items in the batch");
-  if (n > kMaxPeerBatch) {
+  if (static_cast<size_t>(n) > kMaxPeerBatch) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat(n, " items in one batch; at most ", kMaxPeerBatch));
   }
@@ -139,16 +139,16 @@ grpc::Status CheckBatchSize(int n) {
 }  // namespace
 
 grpc::Status PeerServiceImpl::PrepareRemoteBatch(grpc::ServerContext* context,
-                                                 const v1::PrepareRemoteBatchRequest* request,
-                                                 v1::PrepareRemoteBatchResponse* response) {
+                                                 const peer::v1::PrepareRemoteBatchRequest* request,
+                                                 peer::v1::PrepareRemoteBatchResponse* response) {
   if (grpc::Status st = CheckBatchSize(request->items_size()); !st.ok()) return st;
   const absl::Time t0 = absl::Now();
   absl::Cleanup log = [&] {
     VLOG(2) << "PrepareRemoteBatch of " << request->items_size() << " handled in "
             << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   };
-  for (const v1::PrepareRemoteRequest& item : request->items()) {
-    v1::PrepareRemoteResult* r = response->add_results();
+  for (const peer::v1::PrepareRemoteRequest& item : request->items()) {
+    peer::v1::PrepareRemoteResult* r = response->add_results();
     grpc::Status st = PrepareRemote(context, &item, r->mutable_response());
     r->set_code(st.error_code());
     r->set_message(st.error_message());
@@ -157,13 +157,13 @@ grpc::Status PeerServiceImpl::PrepareRemoteBatch(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::CompleteRemoteBatch(grpc::ServerContext* context,
-                                                  const v1::CompleteRemoteBatchRequest* request,
-                                                  v1::CompleteRemoteBatchResponse* response) {
+grpc::Status PeerServiceImpl::CompleteRemoteBatch(
+    grpc::ServerContext* context, const peer::v1::CompleteRemoteBatchRequest* request,
+    peer::v1::CompleteRemoteBatchResponse* response) {
   if (grpc::Status st = CheckBatchSize(request->items_size()); !st.ok()) return st;
-  for (const v1::CompleteRemoteRequest& item : request->items()) {
-    v1::CompleteRemoteResult* r = response->add_results();
-    v1::CompleteRemoteResponse one;
+  for (const peer::v1::CompleteRemoteRequest& item : request->items()) {
+    peer::v1::CompleteRemoteResult* r = response->add_results();
+    peer::v1::CompleteRemoteResponse one;
     grpc::Status st = CompleteRemote(context, &item, &one);
     r->set_code(st.error_code());
     r->set_message(st.error_message());
@@ -177,16 +177,17 @@ grpc::Status PeerServiceImpl::CompleteRemoteBatch(grpc::ServerContext* context,
 namespace gpumove {
 
 grpc::Status PeerServiceImpl::TakeStageSlots(grpc::ServerContext*,
-                                             const v1::TakeStageSlotsRequest* request,
-                                             v1::TakeStageSlotsResponse* response) {
+                                             const peer::v1::TakeStageSlotsRequest* request,
+                                             peer::v1::TakeStageSlotsResponse* response) {
   auto ring = holds_->TakeRing(request->from_node(), request->transfer_id());
   if (!ring.ok()) return ToGrpcStatus(ring.status());
   ListSlots(*ring, response);
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageChunkRequest* request,
-                                         v1::StageChunkResponse*) {
+grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*,
+                                         const peer::v1::StageChunkRequest* request,
+                                         peer::v1::StageChunkResponse*) {
   return ToGrpcStatus(holds_->StageChunk(request->from_node(), request->transfer_id(),
                                          request->slot(), request->slot_offset(),
                                          request->offset(), request->length(),
@@ -197,12 +198,13 @@ grpc::Status PeerServiceImpl::StageChunk(grpc::ServerContext*, const v1::StageCh
 
 namespace gpumove {
 
-grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*, const v1::StartMpiRequest* request,
-                                       v1::StartMpiResponse*) {
+grpc::Status PeerServiceImpl::StartMpi(grpc::ServerContext*,
+                                       const peer::v1::StartMpiRequest* request,
+                                       peer::v1::StartMpiResponse*) {
   return StartHalf(*request, /*patient=*/false);
 }
 
-grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& request, bool patient) {
+grpc::Status PeerServiceImpl::StartHalf(const peer::v1::StartMpiRequest& request, bool patient) {
   if (mpi_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node ", cluster_->self().node(), " is not an MPI rank"));
@@ -210,7 +212,7 @@ grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& request, bool
   // The rank must be the one the runner's node announced in this job.
   auto runner = cluster_->Find(request.from_node());
   if (!runner.ok()) return ToGrpcStatus(runner.status());
-  const v1::NodeDescriptor self = cluster_->self();
+  const peer::v1::NodeDescriptor self = cluster_->self();
   if (runner->descriptor.mpi_world() != self.mpi_world() ||
       runner->descriptor.mpi_rank() != request.from_rank()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -225,8 +227,8 @@ grpc::Status PeerServiceImpl::StartHalf(const v1::StartMpiRequest& request, bool
       }));
 }
 
-grpc::Status PeerServiceImpl::StopMpi(grpc::ServerContext*, const v1::StopMpiRequest* request,
-                                      v1::StopMpiResponse*) {
+grpc::Status PeerServiceImpl::StopMpi(grpc::ServerContext*, const peer::v1::StopMpiRequest* request,
+                                      peer::v1::StopMpiResponse*) {
   return ToGrpcStatus(holds_->StopHalf(request->from_node(), request->transfer_id()));
 }
 

@@ -1,19 +1,17 @@
-// gpumove.v1.PeerService: membership Hello and the receiving side of node-to-node moves.
+// gpumove.peer.v1.PeerService: membership Hello and the receiving side of node-to-node moves.
 #ifndef GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
 #define GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
+#include "daemon/cluster/remote_ranges.h"
 #include "daemon/gpu/ipc.h"
 #include "daemon/path/mpi_engine.h"
-#include "proto/gpumove/v1/peer.grpc.pb.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 
 namespace gpumove {
 
-// Items in one PrepareRemoteBatch / CompleteRemoteBatch.
-inline constexpr int kMaxPeerBatch = 4096;
-
-class PeerServiceImpl final : public v1::PeerService::Service {
+class PeerServiceImpl final : public peer::v1::PeerService::Service {
  public:
   // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC). `fences`:
   // offer CUDA IPC runners to wait for their copies' fences here.
@@ -21,36 +19,37 @@ class PeerServiceImpl final : public v1::PeerService::Service {
                   IpcTable* ipc = nullptr, GpuRuntime* gpu = nullptr, bool fences = false)
       : cluster_(cluster), holds_(holds), mpi_(mpi), ipc_(ipc), gpu_(gpu), fences_(fences) {}
 
-  grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
-                     v1::HelloResponse* response) override;
-  grpc::Status PrepareRemote(grpc::ServerContext* context, const v1::PrepareRemoteRequest* request,
-                             v1::PrepareRemoteResponse* response) override;
+  grpc::Status Hello(grpc::ServerContext* context, const peer::v1::HelloRequest* request,
+                     peer::v1::HelloResponse* response) override;
+  grpc::Status PrepareRemote(grpc::ServerContext* context,
+                             const peer::v1::PrepareRemoteRequest* request,
+                             peer::v1::PrepareRemoteResponse* response) override;
   grpc::Status CompleteRemote(grpc::ServerContext* context,
-                              const v1::CompleteRemoteRequest* request,
-                              v1::CompleteRemoteResponse* response) override;
+                              const peer::v1::CompleteRemoteRequest* request,
+                              peer::v1::CompleteRemoteResponse* response) override;
   grpc::Status PrepareRemoteBatch(grpc::ServerContext* context,
-                                  const v1::PrepareRemoteBatchRequest* request,
-                                  v1::PrepareRemoteBatchResponse* response) override;
+                                  const peer::v1::PrepareRemoteBatchRequest* request,
+                                  peer::v1::PrepareRemoteBatchResponse* response) override;
   grpc::Status CompleteRemoteBatch(grpc::ServerContext* context,
-                                   const v1::CompleteRemoteBatchRequest* request,
-                                   v1::CompleteRemoteBatchResponse* response) override;
-  grpc::Status StageChunk(grpc::ServerContext* context, const v1::StageChunkRequest* request,
-                          v1::StageChunkResponse* response) override;
+                                   const peer::v1::CompleteRemoteBatchRequest* request,
+                                   peer::v1::CompleteRemoteBatchResponse* response) override;
+  grpc::Status StageChunk(grpc::ServerContext* context, const peer::v1::StageChunkRequest* request,
+                          peer::v1::StageChunkResponse* response) override;
   grpc::Status TakeStageSlots(grpc::ServerContext* context,
-                              const v1::TakeStageSlotsRequest* request,
-                              v1::TakeStageSlotsResponse* response) override;
-  grpc::Status StartMpi(grpc::ServerContext* context, const v1::StartMpiRequest* request,
-                        v1::StartMpiResponse* response) override;
-  grpc::Status StopMpi(grpc::ServerContext* context, const v1::StopMpiRequest* request,
-                       v1::StopMpiResponse* response) override;
+                              const peer::v1::TakeStageSlotsRequest* request,
+                              peer::v1::TakeStageSlotsResponse* response) override;
+  grpc::Status StartMpi(grpc::ServerContext* context, const peer::v1::StartMpiRequest* request,
+                        peer::v1::StartMpiResponse* response) override;
+  grpc::Status StopMpi(grpc::ServerContext* context, const peer::v1::StopMpiRequest* request,
+                       peer::v1::StopMpiResponse* response) override;
 
   // Whether serving the request cannot block (no MPI half to start or wait for, no
   // checksum to compute, no fence to wait for or open), so a thread that must not wait
   // may serve it.
-  bool AnswersAtOnce(const v1::PrepareRemoteRequest& request) const {
+  bool AnswersAtOnce(const peer::v1::PrepareRemoteRequest& request) const {
     return request.mpi_tag() == 0;
   }
-  bool AnswersAtOnce(const v1::CompleteRemoteRequest& request) const {
+  bool AnswersAtOnce(const peer::v1::CompleteRemoteRequest& request) const {
     return !request.checksum() &&
            (request.fence().empty() ||
             holds_->AnswersFenceAtOnce(
@@ -61,7 +60,7 @@ class PeerServiceImpl final : public v1::PeerService::Service {
 
  private:
   // Starts this node's MPI half of a held range (StartMpi, or with the hold).
-  grpc::Status StartHalf(const v1::StartMpiRequest& request, bool patient);
+  grpc::Status StartHalf(const peer::v1::StartMpiRequest& request, bool patient);
 
   Cluster* const cluster_;
   HoldTable* const holds_;

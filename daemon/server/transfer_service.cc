@@ -35,13 +35,7 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
     const std::string& node) {
-  if (cluster_ == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown node ", Quoted(node), " (this node is \"", node_,
-                                            "\" and has no peers)"));
-  }
-  auto peer = cluster_->Find(node);
-  if (!peer.ok()) return peer.status();
-  return v1::TransferService::NewStub(cluster_->ChannelTo(peer->address));
+  return StubOn<v1::TransferService>(cluster_, node_, node);
 }
 
 template <typename Request, typename Response>

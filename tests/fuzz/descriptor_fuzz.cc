@@ -7,7 +7,7 @@
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/path/ucx_wire_check.h"
-#include "proto/gpumove/v1/peer.pb.h"
+#include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
 namespace {
@@ -17,14 +17,14 @@ Cluster& TheCluster() {
   static std::unique_ptr<Cluster> cluster;
   static int uses = 0;
   if (cluster == nullptr || ++uses % 10000 == 0) {
-    v1::NodeDescriptor self;
+    peer::v1::NodeDescriptor self;
     self.set_node("fuzz-self");
     self.set_address("127.0.0.1:1");
     ClusterOptions options;
     // The daemon's own check, against the shape of a typical address (a worker with no
     // transports: any entry of the input is of a transport it lacks).
     static UcxAddressShape shape;
-    options.check = [](const v1::NodeDescriptor& d) { return CheckUcxDescriptor(d, shape); };
+    options.check = [](const peer::v1::NodeDescriptor& d) { return CheckUcxDescriptor(d, shape); };
     // Not started: no heartbeats dial what it learns.
     cluster = std::make_unique<Cluster>(options, self);
   }
@@ -35,7 +35,7 @@ Cluster& TheCluster() {
 }  // namespace gpumove
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  gpumove::v1::NodeDescriptor d;
+  gpumove::peer::v1::NodeDescriptor d;
   if (!d.ParseFromArray(data, static_cast<int>(size))) return 0;
   gpumove::Cluster& c = gpumove::TheCluster();
   auto before = c.Find(d.node());

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "proto/gpumove/peer/v1/peer.pb.h"
 #include "proto/gpumove/v1/gpumove.pb.h"
-#include "proto/gpumove/v1/peer.pb.h"
 
 namespace {
 
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   }
   dir = argv[1];
   namespace v1 = gpumove::v1;
+  namespace peer = gpumove::peer;
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
   Write("ref_fuzz", "node_id_offset", "node-b/b-1@4KiB");
   Write("ref_fuzz", "offset", "b-2@1048576");
 
-  v1::NodeDescriptor d;
+  peer::v1::NodeDescriptor d;
   d.set_node("node-b");
   d.set_address("127.0.0.1:7471");
   d.set_host_id("vm/4f1c");
@@ -75,13 +76,13 @@ int main(int argc, char** argv) {
   d.set_ucx_worker_address(worker_address);
   d.set_version("0.1");
   d.set_mpi_rank(-1);
-  v1::RegisteredPool* pool = d.add_pools();
+  peer::v1::RegisteredPool* pool = d.add_pools();
   pool->set_kind(v1::HOST);
   pool->set_device(-1);
   pool->set_base(0x7f0000000000);
   pool->set_size(1 << 30);
   pool->set_rkey(rkey);
-  v1::UcxLane* lane = d.add_ucx_lanes();
+  peer::v1::UcxLane* lane = d.add_ucx_lanes();
   lane->set_worker_address(worker_address);
   lane->add_rkeys(rkey);
   Write("descriptor_fuzz", "node", d.SerializeAsString());
@@ -130,12 +131,12 @@ int main(int argc, char** argv) {
   }
   Call(12, "info", v1::GetInfoRequest());
   {
-    v1::HelloRequest r;
+    peer::v1::HelloRequest r;
     *r.mutable_from() = d;
     Call(14, "hello", r);
   }
   {
-    v1::PrepareRemoteRequest r;
+    peer::v1::PrepareRemoteRequest r;
     r.set_transfer_id("t");
     r.set_from_node("node-b");
     r.set_from_incarnation(77);
@@ -143,28 +144,28 @@ int main(int argc, char** argv) {
     r.mutable_range()->set_length(8192);
     r.set_write(true);
     Call(15, "prepare", r);
-    v1::PrepareRemoteBatchRequest b;
+    peer::v1::PrepareRemoteBatchRequest b;
     *b.add_items() = r;
     r.set_transfer_id("u");
     *b.add_items() = r;
     Call(16, "prepare_batch", b);
   }
   {
-    v1::CompleteRemoteRequest r;
+    peer::v1::CompleteRemoteRequest r;
     r.set_transfer_id("t");
     r.set_from_node("node-b");
     r.set_checksum(true);
     Call(17, "complete", r);
-    v1::CompleteRemoteBatchRequest b;
+    peer::v1::CompleteRemoteBatchRequest b;
     *b.add_items() = r;
     Call(18, "complete_batch", b);
   }
   {
-    v1::TakeStageSlotsRequest r;
+    peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id("t");
     r.set_from_node("node-b");
     Call(19, "take_slots", r);
-    v1::StageChunkRequest s;
+    peer::v1::StageChunkRequest s;
     s.set_transfer_id("t");
     s.set_from_node("node-b");
     s.set_slot(1);

@@ -17,8 +17,8 @@
 
 #include "absl/time/clock.h"
 #include "daemon/server/daemon.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
-#include "proto/gpumove/v1/peer.grpc.pb.h"
 
 namespace gpumove {
 namespace {
@@ -31,7 +31,7 @@ struct Env {
   std::unique_ptr<v1::BufferService::Stub> buffers;
   std::unique_ptr<v1::TransferService::Stub> transfers;
   std::unique_ptr<v1::NodeService::Stub> node;
-  std::unique_ptr<v1::PeerService::Stub> peer;
+  std::unique_ptr<peer::v1::PeerService::Stub> peer;
   std::vector<std::string> buffer_ids;    // Made at start, never released by the fuzzer's
   std::vector<std::string> transfer_ids;  // own cleanup; transfers of the last Submits.
   uint64_t runs = 0;
@@ -67,7 +67,7 @@ Env* TheEnv() {
     e->buffers = v1::BufferService::NewStub(channel);
     e->transfers = v1::TransferService::NewStub(channel);
     e->node = v1::NodeService::NewStub(channel);
-    e->peer = v1::PeerService::NewStub(channel);
+    e->peer = peer::v1::PeerService::NewStub(channel);
     for (v1::MemoryKind kind : {v1::HOST, v1::HOST, v1::PINNED_HOST, v1::HOST}) {
       grpc::ClientContext c;
       v1::AllocateRequest r;
@@ -169,7 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
   using BS = v1::BufferService::Stub;
   using TS = v1::TransferService::Stub;
-  using PS = v1::PeerService::Stub;
+  using PS = peer::v1::PeerService::Stub;
   switch (op % 24) {
     case 0: Unary(*env.buffers, &BS::Allocate, data, size, env); break;
     case 1: Unary(*env.buffers, &BS::Release, data, size, env); break;
