@@ -632,13 +632,15 @@ void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     LOG(WARNING) << "transfer " << t->id << " failed: " << status;
   }
+  bool unrun = false;
   {
     absl::MutexLock lock(&mu_);
     t->source_xxh3 = src_hash;
     t->destination_xxh3 = dst_hash;
     FinishLocked(t, status);
+    unrun = !unrun_.empty();
   }
-  ReleaseUnrunHolds();
+  if (unrun) ReleaseUnrunHolds();
 }
 
 namespace {
