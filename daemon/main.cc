@@ -137,8 +137,8 @@ ABSL_FLAG(absl::Duration, mpi_poll, absl::Milliseconds(2),
           "naps: MPI moves bytes only while polled.");
 ABSL_FLAG(std::string, mpi_spin, "auto",
           "on: the MPI thread polls through --mpi_poll even with nothing posted, and a thread "
-          "waiting for an MPI operation polls 50us before it blocks (small moves wake no "
-          "thread); off: they block; auto: on with 16 CPUs or more.");
+          "waiting for an MPI operation polls 50 microseconds before it blocks (small moves "
+          "wake no thread); off: they block; auto: on with 16 CPUs or more.");
 ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per MPI message of a move; four are kept in flight per move.");
 ABSL_FLAG(bool, mpi_force_staging, false,

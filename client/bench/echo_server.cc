@@ -1,6 +1,8 @@
 #include "client/bench/echo_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +46,11 @@ pid_t StartEchoServer(const std::string& listen, std::string* address) {
   close(fds[0]);
   *address = std::string(buf, n > 0 ? n : 0);
   return pid;
+}
+
+void StopEchoServer(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
 }
 
 }  // namespace gpumove

@@ -13,6 +13,9 @@ namespace gpumove {
 // gets the bound address. Call before this process creates any gRPC state. -1 on error.
 pid_t StartEchoServer(const std::string& listen, std::string* address);
 
+// Kills the echo server `pid` and reaps it.
+void StopEchoServer(pid_t pid);
+
 }  // namespace gpumove
 
 #endif  // GPUMOVE_CLIENT_BENCH_ECHO_SERVER_H_

@@ -5,7 +5,6 @@
 //
 //   bazel run //client/bench:local_bench -- [--max_size=256MiB] [--channel=tcp|unix]
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +72,7 @@ int Main() {
   auto daemon = DaemonProcess::Start(flags);
   if (!daemon.ok()) {
     std::cerr << daemon.status() << "\n";
-    kill(echo, SIGKILL);
+    StopEchoServer(echo);
     return 1;
   }
   auto client = Client::Connect((*daemon)->address());
@@ -158,8 +157,7 @@ int Main() {
   std::cout << absl::StrFormat("  move, Submit then Wait  %8.1fus  (%.1f-%.1f)  = %.2f echo round trips\n",
                                two_rpc.median * 1e6, two_rpc.p10 * 1e6, two_rpc.p90 * 1e6,
                                two_rpc.median / echo_rtt.median);
-  kill(echo, SIGKILL);
-  waitpid(echo, nullptr, 0);
+  StopEchoServer(echo);
   return 0;
 }
 

@@ -11,8 +11,6 @@
 //   bazel run -c opt //client/bench:small_moves_bench -- [--max_clients=64] [--size=4KiB]
 //       [--batch=1,32]
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -199,8 +197,7 @@ int Main() {
       std::fflush(stdout);
     }
   }
-  kill(echo, SIGTERM);
-  waitpid(echo, nullptr, 0);
+  StopEchoServer(echo);
   return 0;
 }
 

@@ -35,7 +35,7 @@ struct MpiOptions {
   absl::Duration poll_window = absl::Milliseconds(2);
   // With CPUs to spare: the MPI thread also polls through poll_window when it has no
   // operation at all (instead of blocking until one is posted), and Wait polls up to
-  // 50 us for its operation before it blocks. A small move then wakes no thread on its
+  // 50 microseconds for its operation before it blocks. A small move then wakes no thread on its
   // way into MPI or back out (docs/performance/tuning.md).
   bool spin = false;
 };

@@ -26,9 +26,9 @@ struct StagingOptions {
 };
 
 // Runs `attempt` until it answers anything but RESOURCE_EXHAUSTED (room that others hold
-// for now), pausing between tries from 100 µs, doubling up to 5 ms; at `deadline` the last
-// RESOURCE_EXHAUSTED is the answer, and CANCELLED as soon as `stop` says so. For bounce
-// buffers: ours (BounceRing::TakeWaiting) and another node's (TakeStageSlots).
+// for now), the pause between tries doubling from a tenth of a millisecond to five; at
+// `deadline` the last RESOURCE_EXHAUSTED is the answer, and CANCELLED as soon as `stop`
+// says so. For bounce buffers: ours (BounceRing::TakeWaiting) and another node's (TakeStageSlots).
 template <class T>
 absl::StatusOr<T> RetryWhileBusy(absl::Time deadline, const std::function<bool()>& stop,
                                  const std::function<absl::StatusOr<T>()>& attempt) {
