@@ -190,13 +190,15 @@ struct UcxTransport::Impl {
     });
     done.WaitForNotification();
   }
+  // The wake-up is written under the lock: the job cannot run (and a reply it sends cannot
+  // let the owner destroy the transport) before the poster is done with the eventfd.
   void Post(std::function<void()> job) {
-    {
-      absl::MutexLock lock(&mu);
-      jobs.push_back(std::move(job));
+    absl::MutexLock lock(&mu);
+    jobs.push_back(std::move(job));
+    if (jobs_fd >= 0) {
+      const uint64_t one = 1;
+      (void)!write(jobs_fd, &one, sizeof(one));
     }
-    const uint64_t one = 1;
-    (void)!write(jobs_fd, &one, sizeof(one));
   }
 
   // Blocks until the worker or the job queue has something, or `timeout_ms` passes.
@@ -282,7 +284,7 @@ struct UcxTransport::Impl {
   void ReleaseDirect(const std::shared_ptr<Direct>& d) {
     absl::MutexLock lock(&direct_mu);
     if (--d->users == 0 && d->dead) {
-      Post([this, d] { ucp_rkey_destroy(d->rkey); });
+      Post([d] { ucp_rkey_destroy(d->rkey); });
     }
   }
 
@@ -753,7 +755,11 @@ UcxTransport::~UcxTransport() {
   }
   impl_->Post([] {});
   impl_->thread.join();
-  close(impl_->jobs_fd);
+  {
+    absl::MutexLock lock(&impl_->mu);
+    close(impl_->jobs_fd);
+    impl_->jobs_fd = -1;
+  }
   for (ucp_mem_h memh : impl_->registrations) ucp_mem_unmap(impl_->context, memh);
   ucp_worker_destroy(impl_->worker);
   ucp_cleanup(impl_->context);
