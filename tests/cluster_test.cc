@@ -623,19 +623,19 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
     return peer->CompleteRemote(&ctx, r, &done).error_code();
   };
   const peer::v1::PrepareRemoteResponse first = prepare("t-first");
-  EXPECT_EQ(first.stage_slots_size(), 2);
-  EXPECT_FALSE(first.stage_later());
+  EXPECT_EQ(first.stage().slots_size(), 2);
+  EXPECT_FALSE(first.stage().later());
   const peer::v1::PrepareRemoteResponse second = prepare("t-second");
-  EXPECT_EQ(second.stage_slots_size(), 0);
-  EXPECT_TRUE(second.stage_later());
-  EXPECT_EQ(second.stage_slot_size(), 8u << 20);
+  EXPECT_EQ(second.stage().slots_size(), 0);
+  EXPECT_TRUE(second.stage().later());
+  EXPECT_EQ(second.stage().slot_size(), 8u << 20);
   peer::v1::TakeStageSlotsResponse slots;
   EXPECT_EQ(take("t-second", &slots), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(take("t-none", &slots), grpc::StatusCode::NOT_FOUND);
   // The first hold's slots, asked for again: the same ones.
   EXPECT_EQ(take("t-first", &slots), grpc::StatusCode::OK);
   EXPECT_TRUE(std::equal(slots.stage_slots().begin(), slots.stage_slots().end(),
-                         first.stage_slots().begin(), first.stage_slots().end()));
+                         first.stage().slots().begin(), first.stage().slots().end()));
   EXPECT_EQ(complete("t-first"), grpc::StatusCode::OK);  // Its slots go back to the pool.
   slots.Clear();
   EXPECT_EQ(take("t-second", &slots), grpc::StatusCode::OK);
@@ -677,8 +677,8 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
   }
-  EXPECT_EQ(held.stage_slots_size(), 3);
-  EXPECT_EQ(held.stage_slot_size(), 1u << 20);
+  EXPECT_EQ(held.stage().slots_size(), 3);
+  EXPECT_EQ(held.stage().slot_size(), 1u << 20);
   peer::v1::CompleteRemoteRequest done;
   done.set_transfer_id("t-slots");
   done.set_from_node("node-a");

@@ -401,7 +401,7 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
       ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
     }
     EXPECT_TRUE(held.waits_fences());
-    EXPECT_FALSE(held.cuda_ipc_handle().empty());
+    EXPECT_FALSE(held.cuda_ipc().handle().empty());
     peer::v1::CompleteRemoteRequest complete;
     complete.set_transfer_id(id);
     complete.set_from_node("ipc-a");

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/cluster/kinds.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -17,55 +18,12 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& node) {
   return absl::Status(code, absl::StrCat(s.error_message(), " (node ", node, ")"));
 }
 
-MemoryKind FromProtoKind(v1::MemoryKind k) {
-  return k == v1::DEVICE        ? MemoryKind::kDevice
-         : k == v1::PINNED_HOST ? MemoryKind::kPinnedHost
-                                : MemoryKind::kHost;
-}
-
-RemoteHold HoldFrom(const std::string& node, const peer::v1::NodeDescriptor& peer,
-                    const peer::v1::NodeDescriptor& self, const std::string& transfer_id,
-                    bool write, int mpi_tag, const peer::v1::PrepareRemoteResponse& response) {
-  RemoteHold hold;
-  hold.node = node;
-  hold.incarnation = peer.incarnation();
-  hold.transfer_id = transfer_id;
-  hold.address = response.address();
-  hold.length = response.length();
-  hold.kind = FromProtoKind(response.kind());
-  hold.device = response.device();
-  hold.write = write;
-  hold.ucx_worker_address = peer.ucx_worker_address();
-  hold.same_host = peer.host_id() == self.host_id();
-  if (self.mpi_world() != 0 && peer.mpi_world() == self.mpi_world()) {
-    hold.mpi_rank = peer.mpi_rank();
-  }
-  if (response.pool_index() >= 0 && response.pool_index() < peer.pools_size()) {
-    hold.ucx_rkey = peer.pools(response.pool_index()).rkey();
-    for (const peer::v1::UcxLane& lane : peer.ucx_lanes()) {
-      if (response.pool_index() >= lane.rkeys_size()) break;
-      hold.ucx_lanes.push_back({lane.worker_address(), lane.rkeys(response.pool_index())});
-    }
-  }
-  hold.cuda_ipc_handle = response.cuda_ipc_handle();
-  hold.cuda_ipc_offset = response.cuda_ipc_offset();
-  hold.device_uuid = response.device_uuid();
-  hold.stage_slots.assign(response.stage_slots().begin(), response.stage_slots().end());
-  hold.stage_slot_size = response.stage_slot_size();
-  hold.stage_later = response.stage_later();
-  if (response.stage_pool_index() >= 0 && response.stage_pool_index() < peer.pools_size()) {
-    hold.stage_rkey = peer.pools(response.stage_pool_index()).rkey();
-  }
-  if (response.mpi_started()) hold.mpi_tag = mpi_tag;
-  hold.waits_fences = response.waits_fences();
-  return hold;
-}
-
 }  // namespace
 
 ClusterRemoteRanges::ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout,
-                                         PeerCallChannel* channel)
-    : cluster_(cluster), rpc_timeout_(rpc_timeout), channel_(channel) {
+                                         PeerCallChannel* channel,
+                                         std::vector<const PathCodec*> codecs)
+    : cluster_(cluster), rpc_timeout_(rpc_timeout), channel_(channel), codecs_(std::move(codecs)) {
   releaser_ = std::thread([this] { ReleaseLoop(); });
 }
 
@@ -116,12 +74,10 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
       item->mutable_range()->set_offset(a.offset);
       item->mutable_range()->set_length(a.length);
       item->set_write(a.write);
-      item->set_path(static_cast<v1::Path>(a.path));
+      item->set_path(ToProto(a.path));
       item->set_runner_device(a.local_device);
-      if (a.mpi_tag != 0) {
-        item->set_mpi_from_rank(self.mpi_rank());
-        item->set_mpi_tag(a.mpi_tag);
-        item->set_mpi_chunk(a.mpi_chunk);
+      if (a.path_ask != nullptr) {
+        for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, item);
       }
     }
     peer::v1::PrepareRemoteBatchResponse response;
@@ -163,11 +119,37 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
                                    absl::StrCat(r.message(), " (node ", node, ")")));
         continue;
       }
-      out.push_back(HoldFrom(node, peer->descriptor, self, asks[i].transfer_id, asks[i].write,
-                             asks[i].mpi_tag, r.response()));
+      auto hold = HoldFrom(node, peer->descriptor, self, asks[i], r.response());
+      if (!hold.ok())
+        Release(RemoteHold{node, peer->descriptor.incarnation(), asks[i].transfer_id});
+      out.push_back(std::move(hold));
     }
   }
   return out;
+}
+
+absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
+    const std::string& node, const peer::v1::NodeDescriptor& peer,
+    const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+    const peer::v1::PrepareRemoteResponse& response) const {
+  auto kind = FromProto(response.kind());
+  if (!kind.ok()) {
+    return absl::InternalError(
+        absl::StrCat("node ", node, " held a range of ", kind.status().message()));
+  }
+  RemoteHold hold;
+  hold.node = node;
+  hold.incarnation = peer.incarnation();
+  hold.transfer_id = ask.transfer_id;
+  hold.address = response.address();
+  hold.length = response.length();
+  hold.kind = *kind;
+  hold.device = response.device();
+  hold.write = ask.write;
+  hold.same_host = peer.host_id() == self.host_id();
+  hold.waits_fences = response.waits_fences();
+  for (const PathCodec* c : codecs_) c->DecodeOffer(peer, self, ask, response, &hold);
+  return hold;
 }
 
 absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
@@ -367,20 +349,15 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
           << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
 }
 
-absl::StatusOr<std::vector<uint64_t>> ClusterRemoteRanges::TakeStageSlots(
+absl::StatusOr<RemoteRanges::StageSlots> ClusterRemoteRanges::TakeStageSlots(
     const RemoteHold& hold) {
   peer::v1::TakeStageSlotsRequest request;
   peer::v1::TakeStageSlotsResponse response;
   absl::Status st = InvokeOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
                                  &peer::v1::PeerService::Stub::TakeStageSlots);
   if (!st.ok()) return st;
-  if (response.stage_slots().empty() || response.stage_slot_size() != hold.stage_slot_size) {
-    return absl::InternalError(absl::StrCat("node ", hold.node, " gave ",
-                                            response.stage_slots_size(), " bounce slots of ",
-                                            response.stage_slot_size(), " bytes, not ",
-                                            hold.stage_slot_size));
-  }
-  return std::vector<uint64_t>(response.stage_slots().begin(), response.stage_slots().end());
+  return StageSlots{{response.stage_slots().begin(), response.stage_slots().end()},
+                    response.stage_slot_size()};
 }
 
 absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,

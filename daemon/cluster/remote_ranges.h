@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/cluster/path_codec.h"
 #include "daemon/core/engine.h"
 
 namespace gpumove {
@@ -46,10 +47,13 @@ class PeerCallChannel {
 
 class ClusterRemoteRanges : public RemoteRanges {
  public:
-  // `cluster` (and `channel`, when given) must outlive this. Calls to peers give up after
+  // `cluster` (and `channel` and `codecs`) must outlive this. Calls to peers give up after
   // `rpc_timeout`. Peers `channel` reaches are called through it, the others over gRPC.
+  // `codecs`: one per path this node runs, which write the paths' asks and read their
+  // offers.
   ClusterRemoteRanges(Cluster* cluster, absl::Duration rpc_timeout,
-                      PeerCallChannel* channel = nullptr);
+                      PeerCallChannel* channel = nullptr,
+                      std::vector<const PathCodec*> codecs = {});
   ~ClusterRemoteRanges() override;
 
   absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
@@ -71,7 +75,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   size_t lingering() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
                           uint64_t offset, uint64_t length, bool to_range) override;
-  absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) override;
+  absl::StatusOr<StageSlots> TakeStageSlots(const RemoteHold& hold) override;
   absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) override;
   absl::Status StopMpi(const RemoteHold& hold) override;
 
@@ -115,6 +119,10 @@ class ClusterRemoteRanges : public RemoteRanges {
   void DrainLoop(const std::string& node, Acker* a);
   // One CompleteRemoteBatch for `batch` (all to `node`); runs every callback.
   void SendAcks(const std::string& node, std::vector<PendingAck>& batch);
+  // The hold made for `ask` on `node` (`peer`): the common fields, and every path's offer.
+  absl::StatusOr<RemoteHold> HoldFrom(const std::string& node, const peer::v1::NodeDescriptor& peer,
+                                      const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+                                      const peer::v1::PrepareRemoteResponse& response) const;
   // The hold's node, as long as it is the incarnation the hold was made with.
   absl::StatusOr<PeerView> PeerFor(const RemoteHold& hold);
   // Calls `method` on `peer` through the fast channel when it reaches the peer, else `rpc`.
@@ -135,6 +143,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;
   PeerCallChannel* const channel_;
+  const std::vector<const PathCodec*> codecs_;
   absl::Mutex mu_;
   std::deque<RemoteHold> to_release_ ABSL_GUARDED_BY(mu_);
   std::vector<Lingering> lingering_ ABSL_GUARDED_BY(mu_);

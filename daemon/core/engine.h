@@ -34,8 +34,23 @@ struct PeerId {
   }
 };
 
+// What one path needs to reach a range held on another node (a UCX rkey, a CUDA IPC
+// handle, bounce slots): made from the holder's answer by that path's codec and read by
+// that path's engine only. The scheduler and the cluster pass it along unread.
+class PathOffer {
+ public:
+  virtual ~PathOffer() = default;
+};
+
+// What a path asks of the holder with a hold (path MPI: start the receiving half then),
+// written into the hold request by that path's codec.
+class PathAsk {
+ public:
+  virtual ~PathAsk() = default;
+};
+
 // A range on another node, checked and held in use there for one transfer (see
-// RemoteRanges). Enough for an engine to reach it.
+// RemoteRanges): what every path knows of it, and each path's offer.
 struct RemoteHold {
   std::string node;
   uint64_t incarnation = 0;
@@ -45,39 +60,21 @@ struct RemoteHold {
   uint64_t length = 0;
   MemoryKind kind = MemoryKind::kHost;
   int device = kHostDevice;
-  bool write = false;  // The remote range is the destination.
-  std::string ucx_worker_address;
-  std::string ucx_rkey;  // Empty: the remote pool is not registered with UCX.
-  // The remote node's extra UCX lanes that reach the range (worker address, packed rkey
-  // of its pool in that lane), lane 1 first.
-  struct UcxLane {
-    std::string worker_address;
-    std::string rkey;
-  };
-  std::vector<UcxLane> ucx_lanes;
+  bool write = false;      // The remote range is the destination.
   bool same_host = false;  // The remote node runs on this machine.
-  // Set when the remote node stages its range: its bounce slots (addresses in its space),
-  // their size and the packed rkey of the pool holding them.
-  std::vector<uint64_t> stage_slots;
-  uint64_t stage_slot_size = 0;
-  std::string stage_rkey;
-  // Staged, but the slots are to be taken when the move runs (RemoteRanges::TakeStageSlots):
-  // the remote node's pinned pool was busy when it was held. stage_slots is then empty.
-  bool stage_later = false;
-  bool staged() const { return !stage_slots.empty() || stage_later; }
-  // The remote node's MPI rank when both nodes are ranks of one MPI job; -1 otherwise.
-  int mpi_rank = -1;
-  // Device ranges the remote node shares over CUDA IPC: its allocation's handle, the
-  // range's offset in it and the GPU's UUID (empty handle: not shared).
-  std::string cuda_ipc_handle;
-  uint64_t cuda_ipc_offset = 0;
-  std::string device_uuid;
-  // Path MPI: the remote node's receiving half started with the hold, under this tag
-  // (0: it was not).
-  int mpi_tag = 0;
   // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
   // acknowledgement before it ends its hold.
   bool waits_fences = false;
+  // One per path that can reach the range (none of a kind: that path cannot).
+  std::vector<std::shared_ptr<const PathOffer>> offers;
+  // The offer of type T (a path's own), or null.
+  template <class T>
+  const T* offer() const {
+    for (const auto& o : offers) {
+      if (const T* t = dynamic_cast<const T*>(o.get())) return t;
+    }
+    return nullptr;
+  }
 };
 
 // One side of a move, already checked and held in use: local memory (data), or a range
@@ -98,9 +95,8 @@ struct RemoteAsk {
   bool write = false;
   PathKind path = PathKind::kAuto;
   bool local_device = false;
-  // Path MPI push: the other node starts receiving with the hold, under this tag (0: no).
-  int mpi_tag = 0;
-  uint64_t mpi_chunk = 0;
+  // What the move's path asks of the holder with the hold (Engine::PrepareAsk); null: nothing.
+  std::shared_ptr<const PathAsk> path_ask;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement
@@ -166,10 +162,14 @@ class RemoteRanges {
   // else before a get from it).
   virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
                                   uint64_t offset, uint64_t length, bool to_range) = 0;
-  // For a hold that says stage_later: the remote node's bounce slots for the move, taken
-  // now (addresses in its space, hold.stage_slot_size bytes each). RESOURCE_EXHAUSTED
-  // while its pinned pool has no room: try again later.
-  virtual absl::StatusOr<std::vector<uint64_t>> TakeStageSlots(const RemoteHold& hold) {
+  // For a staged hold whose slots are to be taken when the move runs: the remote node's
+  // bounce slots for the move, taken now (addresses in its space, of the offered size).
+  // RESOURCE_EXHAUSTED while its pinned pool has no room: try again later.
+  struct StageSlots {
+    std::vector<uint64_t> slots;
+    uint64_t slot_size = 0;
+  };
+  virtual absl::StatusOr<StageSlots> TakeStageSlots(const RemoteHold& hold) {
     return absl::UnimplementedError("this node cannot take remote bounce slots");
   }
   // Path MPI (two-sided): has the remote node start its half of the move, sending the held

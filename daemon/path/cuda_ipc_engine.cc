@@ -24,7 +24,7 @@ class MappedFence : public CopyFence {
 
 }  // namespace
 
-int CudaIpcEngine::MapDevice(const RemoteHold& remote, const Endpoint& local) const {
+int CudaIpcEngine::MapDevice(const CudaIpcOffer& remote, const Endpoint& local) const {
   // The remote range's GPU, as this process numbers it (when it sees that GPU).
   int physical = -1;
   for (const GpuDevice& d : gpu_->devices()) {
@@ -56,11 +56,12 @@ absl::Status CudaIpcEngine::CanServe(const Endpoint& src, const Endpoint& dst) c
   if (remote.kind != MemoryKind::kDevice || local.kind != MemoryKind::kDevice) {
     return absl::FailedPreconditionError("CUDA IPC moves device memory to device memory");
   }
-  if (remote.cuda_ipc_handle.empty()) {
+  const CudaIpcOffer* offer = remote.offer<CudaIpcOffer>();
+  if (offer == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", remote.node, " does not share this range over CUDA IPC"));
   }
-  if (MapDevice(remote, local) < 0) {
+  if (MapDevice(*offer, local) < 0) {
     return absl::FailedPreconditionError("no GPU of this node can map the remote range");
   }
   return absl::OkStatus();
@@ -72,15 +73,16 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   const bool push = dst.remote != nullptr;
   const RemoteHold& remote = push ? *dst.remote : *src.remote;
   const Endpoint& local = push ? src : dst;
-  const int device = MapDevice(remote, local);
-  auto mapping = ipc_->Open(device, remote.cuda_ipc_handle);
+  const CudaIpcOffer* offer = remote.offer<CudaIpcOffer>();
+  if (offer == nullptr) return CanServe(src, dst);
+  const int device = MapDevice(*offer, local);
+  auto mapping = ipc_->Open(device, offer->handle);
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(),
                         absl::StrCat("mapping node ", remote.node, "'s memory: ",
                                      mapping.status().message()));
   }
-  if (remote.cuda_ipc_offset > (*mapping)->size ||
-      length > (*mapping)->size - remote.cuda_ipc_offset) {
+  if (offer->offset > (*mapping)->size || length > (*mapping)->size - offer->offset) {
     return absl::InternalError("the remote range runs past the allocation it is in");
   }
   {
@@ -89,7 +91,7 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
     auto& held = held_[remote.peer()];
     if (std::find(held.begin(), held.end(), *mapping) == held.end()) held.push_back(*mapping);
   }
-  char* far = (*mapping)->base + remote.cuda_ipc_offset;
+  char* far = (*mapping)->base + offer->offset;
   auto progress = control.Reporter();
   // Progress, cancel and a rate cap act between chunks. Chunk boundaries cost copies into
   // an IPC mapping more than local ones, so without a cap a move up to 1 GiB is one copy

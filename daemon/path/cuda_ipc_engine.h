@@ -16,6 +16,7 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
+#include "daemon/path/cuda_ipc_protocol.h"
 
 namespace gpumove {
 
@@ -41,7 +42,7 @@ class CudaIpcEngine : public Engine {
   // The GPU of ours on which to map the remote range: the local end's GPU (which issues
   // the copy) when it is that GPU or reaches it with peer copies, else the remote range's
   // own GPU when we see it; -1 when neither.
-  int MapDevice(const RemoteHold& remote, const Endpoint& local) const;
+  int MapDevice(const CudaIpcOffer& remote, const Endpoint& local) const;
 
   GpuRuntime* const gpu_;
   IpcTable* const ipc_;

@@ -98,7 +98,7 @@ absl::Status MpiEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
     return absl::FailedPreconditionError("MPI moves need exactly one end on another node");
   }
   const RemoteHold& remote = src.remote != nullptr ? *src.remote : *dst.remote;
-  if (remote.mpi_rank < 0) {
+  if (remote.offer<MpiOffer>() == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", remote.node, " is not a rank of this node's MPI job"));
   }
@@ -116,13 +116,15 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   if (control.cancelled()) return absl::CancelledError("cancelled");
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
+  const MpiOffer* offer = hold.offer<MpiOffer>();
+  if (offer == nullptr) return CanServe(src, dst);
   Side side;
   side.local = push ? src : dst;
   side.length = length;
-  side.peer = hold.mpi_rank;
+  side.peer = offer->rank;
   // A push whose receiver started with the hold uses the hold's tag and chunk.
-  const bool started = push && hold.mpi_tag != 0;
-  side.tag = started ? hold.mpi_tag : NextTag();
+  const bool started = push && offer->started_tag != 0;
+  side.tag = started ? offer->started_tag : NextTag();
   // Receives posted with the hold are patient (the other node naps over them): tell it
   // they are about to fill.
   side.wake = started;
@@ -159,15 +161,18 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
 
 void MpiEngine::PrepareAsk(RemoteAsk& ask) {
   if (!ask.write) return;  // Pulls start the sender once our receives are posted.
-  ask.mpi_tag = NextTag();
-  ask.mpi_chunk = options_.chunk;
+  auto mpi = std::make_shared<MpiAsk>();
+  mpi->tag = NextTag();
+  mpi->chunk = options_.chunk;
+  ask.path_ask = std::move(mpi);
 }
 
 void MpiEngine::Abandon(const RemoteHold& hold) {
-  if (hold.mpi_tag == 0 || !hold.write || hold.mpi_rank < 0) return;
-  auto r = mpi_->Wait(mpi_->Isend(nullptr, 0, hold.mpi_rank, hold.mpi_tag));
+  const MpiOffer* offer = hold.offer<MpiOffer>();
+  if (offer == nullptr || offer->started_tag == 0 || !hold.write) return;
+  auto r = mpi_->Wait(mpi_->Isend(nullptr, 0, offer->rank, offer->started_tag));
   if (!r.ok()) {
-    LOG(WARNING) << "telling rank " << hold.mpi_rank << " that transfer " << hold.transfer_id
+    LOG(WARNING) << "telling rank " << offer->rank << " that transfer " << hold.transfer_id
                  << " will not run: " << r.status();
   }
 }

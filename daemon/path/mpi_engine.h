@@ -24,6 +24,7 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
+#include "daemon/path/mpi_protocol.h"
 #include "daemon/path/mpi_transport.h"
 #include "daemon/path/staging.h"
 

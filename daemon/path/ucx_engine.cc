@@ -53,15 +53,16 @@ absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
     return absl::FailedPreconditionError("UCX moves need exactly one end on another node");
   }
   const RemoteHold& remote = src.remote != nullptr ? *src.remote : *dst.remote;
-  if (remote.ucx_worker_address.empty()) {
+  const UcxOffer* offer = remote.offer<UcxOffer>();
+  if (offer == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("node ", remote.node, " has no UCX engine"));
   }
-  if (remote.staged()) {
-    if (remote.stage_rkey.empty() || remote.stage_slot_size == 0) {
+  if (offer->stage.has_value()) {
+    if (offer->stage->rkey.empty() || offer->stage->slot_size == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", remote.node, " stages this range but its bounce pool is not registered"));
     }
-  } else if (remote.ucx_rkey.empty()) {
+  } else if (offer->rkey.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the remote buffer's pool on ", remote.node, " is not registered with UCX"));
   }
@@ -77,21 +78,24 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
                              MoveControl& control) {
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
+  const UcxOffer* offer = hold.offer<UcxOffer>();
+  if (offer == nullptr) return CanServe(src, dst);
   RemoteRange remote;
   remote.peer_key = hold.peer().Key();
-  remote.worker_address = hold.ucx_worker_address;
-  remote.rkey = hold.ucx_rkey;
+  remote.worker_address = offer->worker_address;
+  remote.rkey = offer->rkey;
   remote.address = hold.address;
   remote.peer_error_handling = !hold.same_host;
   auto progress = control.Reporter();
   if (control.cancelled()) return absl::CancelledError("cancelled");
-  if (hold.staged()) return MoveRemoteStaged(src, dst, length, control, progress);
+  if (offer->stage.has_value()) {
+    return MoveRemoteStaged(src, dst, hold, *offer, length, control, progress);
+  }
   const Endpoint& local = push ? src : dst;
   if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
     // Host memory over the wire goes over every lane both nodes have.
-    const size_t lanes = local.kind == MemoryKind::kDevice
-                             ? 0
-                             : std::min(lanes_.lanes.size(), hold.ucx_lanes.size());
+    const size_t lanes =
+        local.kind == MemoryKind::kDevice ? 0 : std::min(lanes_.lanes.size(), offer->lanes.size());
     if (lanes > 0 && !transport_->Direct(remote)) {
       // A rate cap is held by Progress on the moving thread: a capped move runs whole.
       const uint64_t share = std::max<uint64_t>(lanes_.min_share, 64 << 10);
@@ -101,7 +105,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       // a thread per share, which a stream of small moves does not need).
       const bool spread = length / (lanes + 1) >= kSpreadShare;
       const std::vector<size_t> use = TakeLanes(lanes + 1, most, spread);
-      absl::Status st = MoveOverLanes(push, remote, hold, local.data, length, control, use);
+      absl::Status st = MoveOverLanes(push, remote, *offer, local.data, length, control, use);
       GiveBackLanes(use);
       return st;
     }
@@ -163,9 +167,9 @@ void UcxEngine::GiveBackLanes(const std::vector<size_t>& lanes) {
   for (size_t l : lanes) --lane_busy_[l];
 }
 
-absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
-                                      const RemoteHold& hold, char* local, uint64_t length,
-                                      MoveControl& control, const std::vector<size_t>& use) {
+absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote, const UcxOffer& offer,
+                                      char* local, uint64_t length, MoveControl& control,
+                                      const std::vector<size_t>& use) {
   const size_t shares = use.size();
   auto transport = [this](size_t lane) {
     return lane == 0 ? transport_ : lanes_.lanes[lane - 1];
@@ -173,8 +177,8 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
   auto range = [&](size_t lane, uint64_t offset) {
     RemoteRange r = remote;
     if (lane > 0) {
-      r.worker_address = hold.ucx_lanes[lane - 1].worker_address;
-      r.rkey = hold.ucx_lanes[lane - 1].rkey;
+      r.worker_address = offer.lanes[lane - 1].worker_address;
+      r.rkey = offer.lanes[lane - 1].rkey;
     }
     r.address += offset;
     return r;
@@ -246,23 +250,29 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote,
 }
 
 absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,
+                                         const RemoteHold& hold, const UcxOffer& offer,
                                          uint64_t length, MoveControl& control,
                                          const std::function<bool(uint64_t)>& progress) {
   const bool push = dst.remote != nullptr;
-  const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const Endpoint& local = push ? src : dst;
-  const uint64_t chunk = hold.stage_slot_size;
+  const UcxOffer::Stage& offered = *offer.stage;
+  const uint64_t chunk = offered.slot_size;
   const absl::Time deadline = absl::Now() + BounceRing::kWait;
   StageTrace trace(length);
   auto cancelled = [&control] { return control.cancelled(); };
-  std::vector<uint64_t> stage_slots = hold.stage_slots;
+  std::vector<uint64_t> stage_slots = offered.slots;
   if (stage_slots.empty()) {
     // Held while the remote node's pinned pool was busy: its slots are taken now, once
     // there is room (it answers at once; we try again, a little later each time).
-    auto taken = RetryWhileBusy<std::vector<uint64_t>>(
+    auto taken = RetryWhileBusy<RemoteRanges::StageSlots>(
         deadline, cancelled, [&] { return remote_->TakeStageSlots(hold); });
     if (!taken.ok()) return taken.status();
-    stage_slots = *std::move(taken);
+    if (taken->slots.empty() || taken->slot_size != chunk) {
+      return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
+                                              " bounce slots of ", taken->slot_size, " bytes, not ",
+                                              chunk));
+    }
+    stage_slots = std::move(taken->slots);
   }
   const size_t slots = stage_slots.size();
   // Our own device memory goes through bounce slots of ours, as many and as big.
@@ -288,8 +298,8 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   auto far = [&](size_t i) {
     RemoteRange r;
     r.peer_key = hold.peer().Key();
-    r.worker_address = hold.ucx_worker_address;
-    r.rkey = hold.stage_rkey;
+    r.worker_address = offer.worker_address;
+    r.rkey = offered.rkey;
     r.address = stage_slots[i / per_slot] + (i % per_slot) * piece;
     r.peer_error_handling = !hold.same_host;
     r.bounce = true;

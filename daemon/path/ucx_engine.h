@@ -15,6 +15,7 @@
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/staging.h"
+#include "daemon/path/ucx_protocol.h"
 #include "daemon/path/ucx_transport.h"
 
 namespace gpumove {
@@ -69,7 +70,8 @@ class UcxEngine : public Engine {
     const Endpoint& local = src.remote != nullptr ? dst : src;
     const RemoteHold* remote = src.remote != nullptr ? src.remote : dst.remote;
     return (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) ||
-           (remote != nullptr && remote->staged());
+           (remote != nullptr && remote->offer<UcxOffer>() != nullptr &&
+            remote->offer<UcxOffer>()->stage.has_value());
   }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
@@ -80,7 +82,7 @@ class UcxEngine : public Engine {
  private:
   // A host move over the wire (not direct, not staged), split into one share per lane
   // of `use` (lane 0: the main transport), run at once.
-  absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const RemoteHold& hold,
+  absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const UcxOffer& offer,
                              char* local, uint64_t length, MoveControl& control,
                              const std::vector<size_t>& use);
   // ChooseLanes among lanes 0 .. usable-1 for this node's moves; the lanes are counted
@@ -94,8 +96,8 @@ class UcxEngine : public Engine {
   static constexpr int kWireThreads = 2;
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
-  absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, uint64_t length,
-                                MoveControl& control,
+  absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, const RemoteHold& hold,
+                                const UcxOffer& offer, uint64_t length, MoveControl& control,
                                 const std::function<bool(uint64_t)>& progress);
 
   UcxTransport* const transport_;

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/kinds.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "proto/gpumove/v1/gpumove.pb.h"
@@ -15,10 +16,6 @@ namespace gpumove {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-absl::StatusOr<MemoryKind> FromProto(v1::MemoryKind kind);
-v1::MemoryKind ToProto(MemoryKind kind);
-absl::StatusOr<PathKind> FromProto(v1::Path path);
-v1::Path ToProto(PathKind path);
 v1::TransferState ToProto(TransferState state);
 absl::StatusOr<TransferState> FromProto(v1::TransferState state);
 

@@ -325,8 +325,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   cluster_options.peer_timeout = options.peer_timeout;
   cluster_options.forward_timeout = options.forward_timeout;
   d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
+  // Each path's part of the hold handshake (stateless, so shared by every daemon).
+  static const UcxCodec ucx_codec;
+  static const CudaIpcCodec cuda_ipc_codec;
+  static const MpiCodec mpi_codec;
   d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
-      d->cluster_.get(), options.peer_timeout, d->peer_calls_.get());
+      d->cluster_.get(), options.peer_timeout, d->peer_calls_.get(),
+      std::vector<const PathCodec*>{&ucx_codec, &cuda_ipc_codec, &mpi_codec});
   // This node stages its own device ranges for peers when UCX cannot take them (every
   // range with --ucx_force_staging).
   StagingPolicy staging;
@@ -411,11 +416,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                                            d->cluster_.get(), d->ipc_.get());
   d->transfer_service_ =
       std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
-  d->peer_service_ = std::make_unique<PeerServiceImpl>(
-      d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(), d->ipc_.get(), gpu,
-      options.cuda_ipc_fences);
+  d->peer_handler_ =
+      std::make_unique<PeerHandler>(d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(),
+                                    d->ipc_.get(), gpu, options.cuda_ipc_fences);
+  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->peer_handler_.get());
   // Before the gRPC server starts: a peer that hears of us may call at once.
-  if (d->peer_calls_ != nullptr) d->peer_calls_->Serve(d->peer_service_.get());
+  if (d->peer_calls_ != nullptr) d->peer_calls_->Serve(d->peer_handler_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -175,6 +175,8 @@ class Daemon {
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;
+  // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
+  std::unique_ptr<PeerHandler> peer_handler_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 #include "daemon/path/ucx_engine.h"
 
 namespace gpumove {
@@ -9,10 +10,8 @@ namespace {
 
 // Parses the request, runs the handler, serializes the response.
 template <class Request, class Response>
-void RunCall(PeerServiceImpl* service,
-           grpc::Status (PeerServiceImpl::*handler)(grpc::ServerContext*, const Request*,
-                                                    Response*),
-           const std::string& body, const UcxReply& reply) {
+void RunCall(PeerHandler* handler, absl::Status (PeerHandler::*method)(const Request&, Response*),
+             const std::string& body, const UcxReply& reply) {
   Request request;
   if (!request.ParseFromString(body)) {
     reply(absl::InvalidArgumentError(
@@ -21,9 +20,9 @@ void RunCall(PeerServiceImpl* service,
     return;
   }
   Response response;
-  const grpc::Status st = (service->*handler)(nullptr, &request, &response);
+  const absl::Status st = (handler->*method)(request, &response);
   if (!st.ok()) {
-    reply(absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message()), {});
+    reply(absl::Status(st.code(), Bounded(st.message())), {});
     return;
   }
   reply(absl::OkStatus(), response.SerializeAsString());
@@ -31,7 +30,7 @@ void RunCall(PeerServiceImpl* service,
 
 // Whether every item of a batch request can be served without blocking.
 template <class Batch>
-bool EveryItemAtOnce(const PeerServiceImpl* service, const std::string& body) {
+bool EveryItemAtOnce(const PeerHandler* service, const std::string& body) {
   Batch batch;
   if (!batch.ParseFromString(body)) return false;
   for (const auto& item : batch.items()) {
@@ -51,7 +50,7 @@ UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescript
 
 UcxPeerCalls::~UcxPeerCalls() { StopServing(); }
 
-void UcxPeerCalls::Serve(PeerServiceImpl* service) {
+void UcxPeerCalls::Serve(PeerHandler* service) {
   {
     absl::MutexLock lock(&mu_);
     service_ = service;
@@ -60,7 +59,7 @@ void UcxPeerCalls::Serve(PeerServiceImpl* service) {
   // Runs on the transport's progress thread: queue the call for a serving thread.
   transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(),
                          [this](uint32_t method, std::string body, UcxReply reply) {
-                           PeerServiceImpl* s = nullptr;
+                           PeerHandler* s = nullptr;
                            {
                              absl::MutexLock lock(&mu_);
                              if (stop_) {
@@ -124,7 +123,7 @@ void UcxPeerCalls::Work() {
 }
 
 void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxReply& reply) {
-  PeerServiceImpl* s = nullptr;
+  PeerHandler* s = nullptr;
   {
     absl::MutexLock lock(&mu_);
     s = service_;
@@ -136,25 +135,24 @@ void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxRep
   ++served_;
   switch (static_cast<PeerMethod>(method)) {
     case PeerMethod::kPrepareRemoteBatch:
-      return RunCall(s, &PeerServiceImpl::PrepareRemoteBatch, body, reply);
+      return RunCall(s, &PeerHandler::PrepareRemoteBatch, body, reply);
     case PeerMethod::kCompleteRemoteBatch:
-      return RunCall(s, &PeerServiceImpl::CompleteRemoteBatch, body, reply);
+      return RunCall(s, &PeerHandler::CompleteRemoteBatch, body, reply);
     case PeerMethod::kCompleteRemote:
-      return RunCall(s, &PeerServiceImpl::CompleteRemote, body, reply);
+      return RunCall(s, &PeerHandler::CompleteRemote, body, reply);
     case PeerMethod::kStageChunk:
-      return RunCall(s, &PeerServiceImpl::StageChunk, body, reply);
+      return RunCall(s, &PeerHandler::StageChunk, body, reply);
     case PeerMethod::kStartMpi:
-      return RunCall(s, &PeerServiceImpl::StartMpi, body, reply);
+      return RunCall(s, &PeerHandler::StartMpi, body, reply);
     case PeerMethod::kStopMpi:
-      return RunCall(s, &PeerServiceImpl::StopMpi, body, reply);
+      return RunCall(s, &PeerHandler::StopMpi, body, reply);
     case PeerMethod::kTakeStageSlots:
-      return RunCall(s, &PeerServiceImpl::TakeStageSlots, body, reply);
+      return RunCall(s, &PeerHandler::TakeStageSlots, body, reply);
   }
   reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
 }
 
-bool UcxPeerCalls::AtOnce(PeerServiceImpl* service, uint32_t method,
-                          const std::string& body) const {
+bool UcxPeerCalls::AtOnce(PeerHandler* service, uint32_t method, const std::string& body) const {
   switch (static_cast<PeerMethod>(method)) {
     case PeerMethod::kPrepareRemoteBatch:
       return EveryItemAtOnce<peer::v1::PrepareRemoteBatchRequest>(service, body);

@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/remote_ranges.h"
 #include "daemon/path/ucx_transport.h"
-#include "daemon/server/peer_service.h"
+#include "daemon/server/peer_handler.h"
 
 namespace gpumove {
 
@@ -30,8 +30,8 @@ class UcxPeerCalls : public PeerCallChannel {
                absl::Duration poll_window = absl::ZeroDuration());
   ~UcxPeerCalls() override;
 
-  // Serves the calls that arrive with `service` (which must stay until StopServing).
-  void Serve(PeerServiceImpl* service);
+  // Serves the calls that arrive with `handler` (which must stay until StopServing).
+  void Serve(PeerHandler* service);
   // Calls arriving from now on are refused (UNAVAILABLE); those running finish. Idempotent.
   void StopServing();
 
@@ -47,7 +47,7 @@ class UcxPeerCalls : public PeerCallChannel {
   // Whether `body` for `method` can be served on the transport's progress thread itself
   // (saving the hand-off to a serving thread and back): holds and acknowledgements that
   // cannot block.
-  bool AtOnce(PeerServiceImpl* service, uint32_t method, const std::string& body) const;
+  bool AtOnce(PeerHandler* service, uint32_t method, const std::string& body) const;
   // Runs one call on a serving thread.
   void Handle(uint32_t method, const std::string& body, const UcxReply& reply);
 
@@ -57,7 +57,7 @@ class UcxPeerCalls : public PeerCallChannel {
   const absl::Duration poll_window_;
   std::atomic<bool> polling_{false};  // A serving thread is polling for the next call.
   absl::Mutex mu_;
-  PeerServiceImpl* service_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PeerHandler* service_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;

@@ -1,0 +1,31 @@
+// How a path's own part of the hold handshake travels: the moving side writes what its
+// path asks of the holder into the hold request, and reads its path's offer from the
+// holder's answer. One codec per path, in the path's module; the cluster calls every
+// codec and reads none of their fields.
+#ifndef GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_
+#define GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_
+
+#include <memory>
+
+#include "daemon/core/engine.h"
+#include "proto/gpumove/peer/v1/peer.pb.h"
+
+namespace gpumove {
+
+class PathCodec {
+ public:
+  virtual ~PathCodec() = default;
+  // Writes `ask` into `request` when it is this path's (a move asks for one path only).
+  virtual void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                         peer::v1::PrepareRemoteRequest* request) const {}
+  // Adds this path's offer in a hold's answer from `holder` to `hold` (whose common fields
+  // are set), when it made one; `ask` is what the hold was asked for.
+  virtual void DecodeOffer(const peer::v1::NodeDescriptor& holder,
+                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+                           const peer::v1::PrepareRemoteResponse& response,
+                           RemoteHold* hold) const = 0;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_

@@ -1,0 +1,27 @@
+#include "daemon/path/cuda_ipc_protocol.h"
+
+#include <memory>
+
+namespace gpumove {
+
+void CudaIpcCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
+                               const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+                               const peer::v1::PrepareRemoteResponse& response,
+                               RemoteHold* hold) const {
+  if (!response.has_cuda_ipc() || response.cuda_ipc().handle().empty()) return;
+  auto offer = std::make_shared<CudaIpcOffer>();
+  offer->handle = response.cuda_ipc().handle();
+  offer->offset = response.cuda_ipc().offset();
+  offer->device_uuid = response.cuda_ipc().device_uuid();
+  hold->offers.push_back(std::move(offer));
+}
+
+void OfferCudaIpc(const std::string& handle, uint64_t offset, const std::string& device_uuid,
+                  peer::v1::PrepareRemoteResponse* response) {
+  peer::v1::CudaIpcOffer* offer = response->mutable_cuda_ipc();
+  offer->set_handle(handle);
+  offer->set_offset(offset);
+  offer->set_device_uuid(device_uuid);
+}
+
+}  // namespace gpumove

@@ -1,0 +1,31 @@
+#include "daemon/path/mpi_protocol.h"
+
+#include <memory>
+
+namespace gpumove {
+
+void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                         peer::v1::PrepareRemoteRequest* request) const {
+  const auto* mpi = dynamic_cast<const MpiAsk*>(&ask);
+  if (mpi == nullptr || mpi->tag == 0) return;
+  peer::v1::MpiAsk* out = request->mutable_mpi();
+  out->set_from_rank(self.mpi_rank());
+  out->set_tag(mpi->tag);
+  out->set_chunk(mpi->chunk);
+}
+
+void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
+                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+                           const peer::v1::PrepareRemoteResponse& response,
+                           RemoteHold* hold) const {
+  if (self.mpi_world() == 0 || holder.mpi_world() != self.mpi_world()) return;
+  auto offer = std::make_shared<MpiOffer>();
+  offer->rank = holder.mpi_rank();
+  const auto* asked = dynamic_cast<const MpiAsk*>(ask.path_ask.get());
+  if (asked != nullptr && response.has_mpi() && response.mpi().started()) {
+    offer->started_tag = asked->tag;
+  }
+  hold->offers.push_back(std::move(offer));
+}
+
+}  // namespace gpumove

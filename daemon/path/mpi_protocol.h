@@ -1,0 +1,39 @@
+// Path MPI's part of the hold handshake: a push may ask the holder to start its receiving
+// half with the hold (saving the runner a round trip), and the runner learns the holder's
+// rank in the MPI job both nodes are ranks of.
+#ifndef GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_
+#define GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_
+
+#include <cstdint>
+
+#include "daemon/cluster/path_codec.h"
+
+namespace gpumove {
+
+// A push's ask: the receiver starts its half with the hold, under `tag`, in `chunk`-byte
+// messages.
+struct MpiAsk : PathAsk {
+  int tag = 0;
+  uint64_t chunk = 0;
+};
+
+// How the runner reaches the holder over MPI.
+struct MpiOffer : PathOffer {
+  int rank = -1;  // The holder's rank in the job both nodes are ranks of.
+  // The tag the holder's receiving half started under with the hold (0: it did not).
+  int started_tag = 0;
+};
+
+// Offers path MPI when both nodes are ranks of one MPI job.
+class MpiCodec : public PathCodec {
+ public:
+  void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                 peer::v1::PrepareRemoteRequest* request) const override;
+  void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
+                   const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
+                   RemoteHold* hold) const override;
+};
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_

@@ -1,0 +1,59 @@
+#include "daemon/path/ucx_protocol.h"
+
+#include <memory>
+
+#include "daemon/cluster/kinds.h"
+
+namespace gpumove {
+
+void UcxCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
+                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+                           const peer::v1::PrepareRemoteResponse& response,
+                           RemoteHold* hold) const {
+  if (holder.ucx_worker_address().empty()) return;  // The holder has no UCX engine.
+  auto offer = std::make_shared<UcxOffer>();
+  offer->worker_address = holder.ucx_worker_address();
+  const int pool = response.has_ucx() ? response.ucx().pool_index() : -1;
+  if (pool >= 0 && pool < holder.pools_size()) {
+    offer->rkey = holder.pools(pool).rkey();
+    for (const peer::v1::UcxLane& lane : holder.ucx_lanes()) {
+      if (pool >= lane.rkeys_size()) break;
+      offer->lanes.push_back({lane.worker_address(), lane.rkeys(pool)});
+    }
+  }
+  if (response.has_stage() && (response.stage().slots_size() > 0 || response.stage().later())) {
+    const peer::v1::StageOffer& s = response.stage();
+    UcxOffer::Stage& stage = offer->stage.emplace();
+    stage.slots.assign(s.slots().begin(), s.slots().end());
+    stage.slot_size = s.slot_size();
+    stage.later = s.later() && s.slots().empty();
+    if (s.pool_index() >= 0 && s.pool_index() < holder.pools_size()) {
+      stage.rkey = holder.pools(s.pool_index()).rkey();
+    }
+  }
+  hold->offers.push_back(std::move(offer));
+}
+
+void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
+              peer::v1::PrepareRemoteResponse* response) {
+  for (int i = 0; i < self.pools_size(); ++i) {
+    const peer::v1::RegisteredPool& p = self.pools(i);
+    if (p.kind() == ToProto(kind) && p.device() == device) {
+      response->mutable_ucx()->set_pool_index(i);
+    }
+  }
+}
+
+void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
+                uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response) {
+  peer::v1::StageOffer* stage = response->mutable_stage();
+  for (char* slot : slots) stage->add_slots(reinterpret_cast<uint64_t>(slot));
+  stage->set_slot_size(slot_size);
+  stage->set_later(later);
+  stage->set_pool_index(-1);
+  for (int i = 0; i < self.pools_size(); ++i) {
+    if (self.pools(i).kind() == v1::PINNED_HOST) stage->set_pool_index(i);
+  }
+}
+
+}  // namespace gpumove

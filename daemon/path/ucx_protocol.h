@@ -1,0 +1,58 @@
+// Path UCX's part of the hold handshake: what a holder offers (the registered pool that
+// holds the range, or bounce slots when it stages the range) and what the runner makes of
+// it (the remote keys and worker addresses its RMA needs).
+#ifndef GPUMOVE_DAEMON_PATH_UCX_PROTOCOL_H_
+#define GPUMOVE_DAEMON_PATH_UCX_PROTOCOL_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/cluster/path_codec.h"
+#include "daemon/memory/pool.h"
+
+namespace gpumove {
+
+// How the runner reaches a held range over UCX.
+struct UcxOffer : PathOffer {
+  std::string worker_address;
+  std::string rkey;  // Empty: the remote pool is not registered with UCX.
+  // The holder's extra UCX lanes that reach the range (worker address, packed rkey of its
+  // pool in that lane), lane 1 first.
+  struct Lane {
+    std::string worker_address;
+    std::string rkey;
+  };
+  std::vector<Lane> lanes;
+  // Set when the holder stages the range: its bounce slots (addresses in its space), their
+  // size and the packed rkey of the pool holding them. `later`: the slots are to be taken
+  // when the move runs (RemoteRanges::TakeStageSlots), the holder's pinned pool being busy
+  // when it was held; `slots` is then empty.
+  struct Stage {
+    std::vector<uint64_t> slots;
+    uint64_t slot_size = 0;
+    std::string rkey;
+    bool later = false;
+  };
+  std::optional<Stage> stage;
+};
+
+class UcxCodec : public PathCodec {
+ public:
+  void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
+                   const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
+                   RemoteHold* hold) const override;
+};
+
+// Holding side: the offer for a range of `kind` on `device` held on this node (`self`):
+// the registered pool that holds it, when there is one.
+void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
+              peer::v1::PrepareRemoteResponse* response);
+// Holding side, for a range this node stages: its bounce slots (addresses here), their
+// size, and `later` when they are to be taken when the move runs.
+void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
+                uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_PATH_UCX_PROTOCOL_H_
