@@ -119,8 +119,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   options = WithMachineDefaults(std::move(options), std::thread::hardware_concurrency());
   std::unique_ptr<Daemon> d(new Daemon());
   SetPoolIdleSpin(options.pool_spin);
-  // MPI first: as a rank, the job decides our name, address and peers.
-  std::string mpi_status = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
+  // Each step makes one part from its options and the parts made before it.
+  if (absl::Status st = d->JoinMpiJob(options); !st.ok()) return st;  // May name this node.
+  for (auto step :
+       {&Daemon::FindGpus, &Daemon::StartUcx, &Daemon::MakePools, &Daemon::ShareDevicePools,
+        &Daemon::MakeRegistry, &Daemon::DescribeSelf, &Daemon::JoinCluster, &Daemon::MakeEngines,
+        &Daemon::StartMetrics, &Daemon::MakeScheduler, &Daemon::MakeServices, &Daemon::Serve,
+        &Daemon::Advertise}) {
+    if (absl::Status st = (d.get()->*step)(options); !st.ok()) return st;
+  }
+  return d;
+}
+
+// MPI first: as a rank, the job decides our name, address and peers.
+absl::Status Daemon::JoinMpiJob(DaemonOptions& options) {
+  summary_.mpi = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
   if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {
     MpiOptions mpi_options;
     mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
@@ -129,11 +142,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     auto mpi = MpiTransport::Start(mpi_options);
     if (!mpi.ok()) {
       if (options.mpi == "on") return mpi.status();
-      mpi_status = absl::StrCat("MPI did not start: ", mpi.status().message());
-      LOG(WARNING) << mpi_status;
+      summary_.mpi = absl::StrCat("MPI did not start: ", mpi.status().message());
+      LOG(WARNING) << summary_.mpi;
     } else {
-      d->mpi_ = *std::move(mpi);
-      const MpiWorld& w = d->mpi_->world();
+      mpi_ = *std::move(mpi);
+      const MpiWorld& w = mpi_->world();
       const std::string rank = absl::StrCat(w.rank);
       options.node = options.node.empty() ? absl::StrCat("rank", rank)
                                           : absl::StrReplaceAll(options.node, {{"%r", rank}});
@@ -141,26 +154,34 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       if (!options.listen_given) {
         options.listen = {absl::StrCat("127.0.0.1:", 7470 + w.local_rank)};
       }
-      mpi_status = absl::StrCat("two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size,
-                                " (", w.library, "); device memory: ",
-                                w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
-                                " (", w.cuda_awareness, ")",
-                                *options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)"
-                                                 : "");
+      summary_.mpi = absl::StrCat(
+          "two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size, " (", w.library,
+          "); device memory: ", w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
+          " (", w.cuda_awareness, ")",
+          *options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)" : "");
       LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
                 << " on this host): " << w.library << "; " << w.cuda_awareness;
     }
   } else if (options.mpi == "off") {
-    mpi_status = "disabled (--mpi=off)";
+    summary_.mpi = "disabled (--mpi=off)";
   }
-  d->node_ = options.node.empty() ? HostName() : options.node;
-  d->gpu_ = GpuRuntime::Create();
-  LOG(INFO) << "node " << d->node_ << ": " << d->gpu_->status();
-  auto gpus = SelectGpus(options.gpus, d->gpu_->devices());
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::FindGpus(const DaemonOptions& options) {
+  node_ = options.node.empty() ? HostName() : options.node;
+  gpu_ = GpuRuntime::Create();
+  LOG(INFO) << "node " << node_ << ": " << gpu_->status();
+  auto gpus = SelectGpus(options.gpus, gpu_->devices());
   if (!gpus.ok()) return gpus.status();
+  gpus_ = *std::move(gpus);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartUcx(const DaemonOptions& options) {
   // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
   // this host move between them with one memcpy.
-  std::string ucx_status = "disabled (--noucx)";
+  summary_.ucx = "disabled (--noucx)";
   const absl::Duration ucx_poll = options.ucx_poll_window;
   if (options.ucx) {
     UcxOptions ucx_options;
@@ -174,96 +195,102 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ucx_options.staged_threads = options.staged_copy_threads;
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
-      ucx_status = absl::StrCat("UCX did not start: ", ucx.status().message());
-      LOG(WARNING) << ucx_status;
+      summary_.ucx = absl::StrCat("UCX did not start: ", ucx.status().message());
+      LOG(WARNING) << summary_.ucx;
     } else {
-      d->ucx_ = *std::move(ucx);
+      ucx_ = *std::move(ucx);
       if (options.ucx_shared_pools) {
-        d->ucx_memory_ = std::make_unique<UcxHostMemory>(d->ucx_.get());
+        ucx_memory_ = std::make_unique<UcxHostMemory>(ucx_.get());
       }
     }
   }
-  auto pools = PoolSet::Create(options.pools, *gpus, d->gpu_.get(), d->ucx_memory_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::MakePools(const DaemonOptions& options) {
+  auto pools = PoolSet::Create(options.pools, gpus_, gpu_.get(), ucx_memory_.get());
   if (!pools.ok()) return pools.status();
-  d->pools_ = *std::move(pools);
-  if (d->ucx_ != nullptr) {
+  pools_ = *std::move(pools);
+  if (ucx_ != nullptr) {
     const int lanes = options.ucx_lanes;
     UcxOptions lane_options;
     lane_options.chunk = options.ucx_chunk;
     lane_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
     lane_options.op_timeout = options.peer_timeout;
     lane_options.direct = false;
-    lane_options.poll_window = ucx_poll;
+    lane_options.poll_window = options.ucx_poll_window;
     for (int i = 1; i < lanes; ++i) {
       auto lane = UcxTransport::Create(lane_options);
       if (!lane.ok()) {
         LOG(WARNING) << "UCX lane " << i << " did not start: " << lane.status();
         break;
       }
-      d->ucx_lanes_.push_back(*std::move(lane));
+      ucx_lanes_.push_back(*std::move(lane));
     }
   }
-  for (const auto& pool : d->pools_->pools()) {
+  for (const auto& pool : pools_->pools()) {
     const PoolStats s = pool->Stats();
     LOG(INFO) << "pool " << MemoryKindName(s.kind)
               << (s.device >= 0 ? absl::StrCat(" GPU ", s.device) : "") << ": " << s.capacity
               << " bytes"
               << (s.kind == MemoryKind::kPinnedHost && !s.locked ? " (not locked)" : "");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ShareDevicePools(const DaemonOptions& options) {
   // CUDA IPC: device pools are offered to other processes on this host (clients mapping
   // exported buffers, peer daemons moving GPU to GPU).
-  d->ipc_ = std::make_unique<IpcTable>(d->gpu_.get());
-  std::string ipc_status = "no GPU on this node";
-  if (!d->gpu_->devices().empty()) {
+  ipc_ = std::make_unique<IpcTable>(gpu_.get());
+  summary_.ipc = "no GPU on this node";
+  if (!gpu_->devices().empty()) {
     int exported = 0;
-    ipc_status.clear();
-    for (const auto& pool : d->pools_->pools()) {
+    std::string failed;
+    for (const auto& pool : pools_->pools()) {
       if (pool->kind() != MemoryKind::kDevice) continue;
-      absl::Status st = d->ipc_->Export(pool->device(), pool->base(), pool->capacity());
+      absl::Status st = ipc_->Export(pool->device(), pool->base(), pool->capacity());
       if (st.ok()) {
         ++exported;
       } else {
         LOG(WARNING) << "GPU " << pool->device() << " pool not shared over CUDA IPC: " << st;
-        ipc_status = absl::StrCat(" (", st.message(), ")");
+        failed = absl::StrCat(" (", st.message(), ")");
       }
     }
-    ipc_status = absl::StrCat(
-        "GPU to GPU with daemons on this host; ", exported,
-        " device pool(s) shared; client memory import/export", ipc_status);
+    summary_.ipc = absl::StrCat("GPU to GPU with daemons on this host; ", exported,
+                                " device pool(s) shared; client memory import/export", failed);
   }
-  d->registry_ = std::make_unique<BufferRegistry>(d->pools_.get(), options.default_lease);
-  d->registry_->StartLeaseReaper(absl::Milliseconds(100));
-  GpuRuntime* gpu = d->gpu_.get();
-  RangeHasher hasher = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
-  d->local_engine_ = std::make_unique<LocalEngine>(gpu);
-  std::vector<Engine*> engines = {d->local_engine_.get()};
-  if (!d->gpu_->devices().empty()) {
-    d->cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, d->ipc_.get(),
-                                                          options.cuda_ipc_fence_min);
-    engines.push_back(d->cuda_ipc_engine_.get());
-  }
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::MakeRegistry(const DaemonOptions& options) {
+  registry_ = std::make_unique<BufferRegistry>(pools_.get(), options.default_lease);
+  registry_->StartLeaseReaper(absl::Milliseconds(100));
+  GpuRuntime* gpu = gpu_.get();
+  hasher_ = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
   // Who we are to peers: UCX worker address and the pools it can reach.
-  peer::v1::NodeDescriptor self;
-  self.set_node(d->node_);
-  self.set_host_id(HostId());
-  self.set_incarnation(NewIncarnation());
-  self.set_version(kVersion);
-  self.set_mpi_rank(-1);
-  if (d->mpi_ != nullptr) {
-    self.set_mpi_rank(d->mpi_->world().rank);
-    self.set_mpi_world(d->mpi_->world().world_id);
+  self_.set_node(node_);
+  self_.set_host_id(HostId());
+  self_.set_incarnation(NewIncarnation());
+  self_.set_version(kVersion);
+  self_.set_mpi_rank(-1);
+  if (mpi_ != nullptr) {
+    self_.set_mpi_rank(mpi_->world().rank);
+    self_.set_mpi_world(mpi_->world().world_id);
   }
-  if (d->ucx_ != nullptr) {
+  if (ucx_ != nullptr) {
     {
-      self.set_ucx_worker_address(d->ucx_->worker_address());
-      self.set_ucx_cuda_aware(d->ucx_->cuda_aware());
-      for (const auto& pool : d->pools_->pools()) {
+      self_.set_ucx_worker_address(ucx_->worker_address());
+      self_.set_ucx_cuda_aware(ucx_->cuda_aware());
+      for (const auto& pool : pools_->pools()) {
         // Device memory is only registered with a UCX that takes it.
-        if (pool->kind() == MemoryKind::kDevice && !d->ucx_->cuda_aware()) continue;
-        auto rkey = d->ucx_->Register(pool->base(), pool->capacity());
+        if (pool->kind() == MemoryKind::kDevice && !ucx_->cuda_aware()) continue;
+        auto rkey = ucx_->Register(pool->base(), pool->capacity());
         if (!rkey.ok()) return rkey.status();
-        peer::v1::RegisteredPool* p = self.add_pools();
+        peer::v1::RegisteredPool* p = self_.add_pools();
         p->set_kind(ToProto(pool->kind()));
         p->set_device(pool->device());
         p->set_base(reinterpret_cast<uint64_t>(pool->base()));
@@ -271,43 +298,43 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         p->set_rkey(*rkey);
       }
       // Each lane registers the same pools in its own context, in the same order.
-      for (const auto& lane : d->ucx_lanes_) {
-        peer::v1::UcxLane* l = self.add_ucx_lanes();
+      for (const auto& lane : ucx_lanes_) {
+        peer::v1::UcxLane* l = self_.add_ucx_lanes();
         l->set_worker_address(lane->worker_address());
-        for (const peer::v1::RegisteredPool& p : self.pools()) {
+        for (const peer::v1::RegisteredPool& p : self_.pools()) {
           auto rkey = lane->Register(reinterpret_cast<void*>(p.base()), p.size());
           if (!rkey.ok()) return rkey.status();
           l->add_rkeys(*rkey);
         }
       }
-      ucx_status = absl::StrCat("RMA put/get over UCX (UCX_TLS=", d->ucx_->transports(), "), ",
-                                self.pools_size(), " pool(s) registered, host pools in ",
-                                d->ucx_->allocation_kind(),
-                                options.ucx_direct ? " (peers on this host: direct copies)" : "",
-                                d->ucx_lanes_.empty()
-                                    ? ""
-                                    : absl::StrCat(", ", d->ucx_lanes_.size() + 1,
-                                                   " lanes over the network"),
-                                "; device memory: ",
-                                d->ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
-                                                      : "staged through pinned bounce buffers",
-                                options.ucx_peer_calls
-                                    ? "; peer calls as UCX active messages"
-                                    : "; peer calls over gRPC");
+      summary_.ucx = absl::StrCat(
+          "RMA put/get over UCX (UCX_TLS=", ucx_->transports(), "), ", self_.pools_size(),
+          " pool(s) registered, host pools in ", ucx_->allocation_kind(),
+          options.ucx_direct ? " (peers on this host: direct copies)" : "",
+          ucx_lanes_.empty() ? ""
+                             : absl::StrCat(", ", ucx_lanes_.size() + 1, " lanes over the network"),
+          "; device memory: ",
+          ucx_->cuda_aware() ? "direct (CUDA-aware UCX)" : "staged through pinned bounce buffers",
+          options.ucx_peer_calls ? "; peer calls as UCX active messages"
+                                 : "; peer calls over gRPC");
       if (options.ucx_peer_calls) {
-        self.set_ucx_peer_calls(true);
-        d->peer_calls_ = std::make_unique<UcxPeerCalls>(d->ucx_.get(), self, /*threads=*/8,
-                                                        options.peer_call_poll);
+        self_.set_ucx_peer_calls(true);
+        peer_calls_ = std::make_unique<UcxPeerCalls>(ucx_.get(), self_, /*threads=*/8,
+                                                     options.peer_call_poll);
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
   ClusterOptions cluster_options;
   cluster_options.peers = options.peers;
-  if (d->ucx_ != nullptr) {
+  if (ucx_ != nullptr) {
     // A peer's UCX addresses reach ucp_ep_create, which trusts them: checked when learned.
     auto shape = std::make_shared<UcxAddressShape>();
-    absl::Status learned = shape->Learn(self.ucx_worker_address());
-    for (const peer::v1::UcxLane& lane : self.ucx_lanes()) {
+    absl::Status learned = shape->Learn(self_.ucx_worker_address());
+    for (const peer::v1::UcxLane& lane : self_.ucx_lanes()) {
       if (learned.ok()) learned = shape->Learn(lane.worker_address());
     }
     if (learned.ok()) {
@@ -324,105 +351,128 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   cluster_options.heartbeat = options.heartbeat;
   cluster_options.peer_timeout = options.peer_timeout;
   cluster_options.forward_timeout = options.forward_timeout;
-  d->cluster_ = std::make_unique<Cluster>(cluster_options, self);
+  cluster_ = std::make_unique<Cluster>(cluster_options, self_);
   // Each path's part of the hold handshake (stateless, so shared by every daemon).
   static const UcxCodec ucx_codec;
   static const CudaIpcCodec cuda_ipc_codec;
   static const MpiCodec mpi_codec;
-  d->remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
-      d->cluster_.get(), options.peer_timeout, d->peer_calls_.get(),
+  remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
+      cluster_.get(), options.peer_timeout, peer_calls_.get(),
       std::vector<const PathCodec*>{&ucx_codec, &cuda_ipc_codec, &mpi_codec});
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
   // This node stages its own device ranges for peers when UCX cannot take them (every
   // range with --ucx_force_staging).
+  GpuRuntime* gpu = gpu_.get();
+  local_engine_ = std::make_unique<LocalEngine>(gpu);
+  engines_ = {local_engine_.get()};
+  if (!gpu_->devices().empty()) {
+    cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, ipc_.get(), options.cuda_ipc_fence_min);
+    engines_.push_back(cuda_ipc_engine_.get());
+  }
   StagingPolicy staging;
   staging.gpu = gpu;  // Also for CUDA IPC fences, with or without UCX.
   staging.fence_quiet_rate = options.cuda_ipc_fence_quiet;
-  if (d->ucx_ != nullptr) {
-    Pool* pinned = d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
+  if (ucx_ != nullptr) {
+    Pool* pinned = pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     UcxLaneOptions lanes;
-    for (const auto& lane : d->ucx_lanes_) lanes.lanes.push_back(lane.get());
+    for (const auto& lane : ucx_lanes_) lanes.lanes.push_back(lane.get());
     lanes.min_share = options.ucx_lane_share;
-    d->ucx_engine_ = std::make_unique<UcxEngine>(d->ucx_.get(), gpu, pinned,
-                                                 d->remote_ranges_.get(), options.staging,
-                                                 std::move(lanes));
-    engines.push_back(d->ucx_engine_.get());
-    staging.device = !d->ucx_->cuda_aware();
+    ucx_engine_ = std::make_unique<UcxEngine>(ucx_.get(), gpu, pinned, remote_ranges_.get(),
+                                              options.staging, std::move(lanes));
+    engines_.push_back(ucx_engine_.get());
+    staging.device = !ucx_->cuda_aware();
     staging.all = options.ucx_force_staging;
     staging.pinned = pinned;
     staging.options = options.staging;
   }
-  if (d->mpi_ != nullptr) {
+  if (mpi_ != nullptr) {
     MpiEngineOptions mpi_options;
     mpi_options.chunk = options.mpi_chunk;
     mpi_options.force_staging = options.mpi_force_staging;
-    d->mpi_engine_ = std::make_unique<MpiEngine>(
-        d->mpi_.get(), gpu, d->pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
-        d->remote_ranges_.get(), mpi_options);
-    engines.push_back(d->mpi_engine_.get());
+    mpi_engine_ = std::make_unique<MpiEngine>(mpi_.get(), gpu,
+                                              pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
+                                              remote_ranges_.get(), mpi_options);
+    engines_.push_back(mpi_engine_.get());
   }
-  d->holds_ = std::make_unique<HoldTable>(d->registry_.get(), hasher, staging);
+  holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_, staging);
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
   if (!options.metrics_listen.empty()) {
-    auto metrics = Metrics::Start(options.metrics_listen, d->pools_.get(), d->cluster_.get());
+    auto metrics = Metrics::Start(options.metrics_listen, pools_.get(), cluster_.get());
     if (!metrics.ok()) return metrics.status();
-    d->metrics_ = *std::move(metrics);
-    LOG(INFO) << "metrics on http://" << d->metrics_->address() << "/metrics";
-    if (d->ucx_ != nullptr) {
-      UcxTransport* ucx = d->ucx_.get();
-      d->metrics_->AddTotal("ucx_direct_bytes_total",
-                            "Bytes of UCX moves copied directly through shared memory with "
-                            "daemons on this host.",
-                            [ucx] { return ucx->direct_bytes(); });
-      UcxEngine* engine = d->ucx_engine_.get();
-      d->metrics_->AddTotal("ucx_lane_bytes_total",
-                            "Bytes of UCX moves carried by lanes besides the first.",
-                            [engine] { return engine->lane_bytes(); });
+    metrics_ = *std::move(metrics);
+    LOG(INFO) << "metrics on http://" << metrics_->address() << "/metrics";
+    if (ucx_ != nullptr) {
+      UcxTransport* ucx = ucx_.get();
+      metrics_->AddTotal("ucx_direct_bytes_total",
+                         "Bytes of UCX moves copied directly through shared memory with "
+                         "daemons on this host.",
+                         [ucx] { return ucx->direct_bytes(); });
+      UcxEngine* engine = ucx_engine_.get();
+      metrics_->AddTotal("ucx_lane_bytes_total",
+                         "Bytes of UCX moves carried by lanes besides the first.",
+                         [engine] { return engine->lane_bytes(); });
     }
-    d->metrics_->AddTotal("host_copy_streamed_bytes_total",
-                          "Bytes copied between host buffers with streaming stores (big "
-                          "copies, and staged pieces' copies to and from bounce slots).",
-                          [] { return StreamedCopyBytes(); });
-    d->metrics_->AddTotal("host_copy_helper_bytes_total",
-                          "Bytes of host copies split over threads that helper threads copied "
-                          "(see --direct_copy_threads, --staged_copy_threads).",
-                          [] { return HelperCopyBytes(); });
-    HoldTable* holds = d->holds_.get();
-    d->metrics_->AddTotal("staging_holds_deferred_total",
-                          "Ranges held for staged moves while the pinned pool had no room for "
-                          "their bounce slots (taken when the move ran): a pinned pool small "
-                          "for the load.",
-                          [holds] { return holds->deferred(); });
-    if (d->peer_calls_ != nullptr) {
-      UcxPeerCalls* calls = d->peer_calls_.get();
-      d->metrics_->AddTotal("ucx_peer_calls_served_total",
-                            "Peer calls (holds, acknowledgements, staging and MPI steps) this "
-                            "node served as UCX active messages.",
-                            [calls] { return calls->served(); });
+    metrics_->AddTotal("host_copy_streamed_bytes_total",
+                       "Bytes copied between host buffers with streaming stores (big "
+                       "copies, and staged pieces' copies to and from bounce slots).",
+                       [] { return StreamedCopyBytes(); });
+    metrics_->AddTotal("host_copy_helper_bytes_total",
+                       "Bytes of host copies split over threads that helper threads copied "
+                       "(see --direct_copy_threads, --staged_copy_threads).",
+                       [] { return HelperCopyBytes(); });
+    HoldTable* holds = holds_.get();
+    metrics_->AddTotal("staging_holds_deferred_total",
+                       "Ranges held for staged moves while the pinned pool had no room for "
+                       "their bounce slots (taken when the move ran): a pinned pool small "
+                       "for the load.",
+                       [holds] { return holds->deferred(); });
+    if (peer_calls_ != nullptr) {
+      UcxPeerCalls* calls = peer_calls_.get();
+      metrics_->AddTotal("ucx_peer_calls_served_total",
+                         "Peer calls (holds, acknowledgements, staging and MPI steps) this "
+                         "node served as UCX active messages.",
+                         [calls] { return calls->served(); });
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   SchedulerOptions sched;
-  sched.node = d->node_;
-  if (d->metrics_ != nullptr) {
-    Metrics* metrics = d->metrics_.get();
+  sched.node = node_;
+  if (metrics_ != nullptr) {
+    Metrics* metrics = metrics_.get();
     sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };
   }
   sched.workers = options.copy_threads;
   sched.max_active = options.max_active;
   sched.rate_limit = options.rate_limit;
   sched.inline_max_bytes = options.inline_max_bytes;
-  d->scheduler_ = std::make_unique<TransferScheduler>(sched, d->registry_.get(), engines, hasher,
-                                                      d->remote_ranges_.get());
-  d->buffer_service_ = std::make_unique<BufferServiceImpl>(d->registry_.get(), gpu, d->node_,
-                                                           d->cluster_.get(), d->ipc_.get());
-  d->transfer_service_ =
-      std::make_unique<TransferServiceImpl>(d->scheduler_.get(), d->cluster_.get(), d->node_);
-  d->peer_handler_ =
-      std::make_unique<PeerHandler>(d->cluster_.get(), d->holds_.get(), d->mpi_engine_.get(),
-                                    d->ipc_.get(), gpu, options.cuda_ipc_fences);
-  d->peer_service_ = std::make_unique<PeerServiceImpl>(d->peer_handler_.get());
-  // Before the gRPC server starts: a peer that hears of us may call at once.
-  if (d->peer_calls_ != nullptr) d->peer_calls_->Serve(d->peer_handler_.get());
+  scheduler_ = std::make_unique<TransferScheduler>(sched, registry_.get(), engines_, hasher_,
+                                                   remote_ranges_.get());
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::MakeServices(const DaemonOptions& options) {
+  buffer_service_ = std::make_unique<BufferServiceImpl>(registry_.get(), gpu_.get(), node_,
+                                                        cluster_.get(), ipc_.get());
+  transfer_service_ =
+      std::make_unique<TransferServiceImpl>(scheduler_.get(), cluster_.get(), node_);
+  peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), mpi_engine_.get(),
+                                                ipc_.get(), gpu_.get(), options.cuda_ipc_fences);
+  peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get());
+  // Before the gRPC server starts: a peer that hears of us may call at once.
+  if (peer_calls_ != nullptr) peer_calls_->Serve(peer_handler_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Serve(const DaemonOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::channelz::experimental::InitChannelzService();
@@ -436,57 +486,61 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     ports.push_back(std::make_unique<int>(0));
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), ports.back().get());
   }
-  NodeFacts facts{d->node_,
+  NodeFacts facts{node_,
                   HostName(),
                   {},
                   absl::Now(),
-                  gpu,
-                  d->pools_.get(),
-                  d->scheduler_.get(),
-                  engines,
-                  d->cluster_.get(),
-                  ucx_status,
-                  d->ucx_ != nullptr && d->ucx_->cuda_aware(),
+                  gpu_.get(),
+                  pools_.get(),
+                  scheduler_.get(),
+                  engines_,
+                  cluster_.get(),
+                  summary_.ucx,
+                  ucx_ != nullptr && ucx_->cuda_aware(),
                   {},
-                  mpi_status,
-                  d->mpi_ != nullptr && d->mpi_->world().cuda_aware,
-                  ipc_status,
-                  *gpus};
+                  summary_.mpi,
+                  mpi_ != nullptr && mpi_->world().cuda_aware,
+                  summary_.ipc,
+                  gpus_};
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
-  builder.RegisterService(d->buffer_service_.get());
-  builder.RegisterService(d->transfer_service_.get());
-  builder.RegisterService(d->peer_service_.get());
-  d->node_service_ = std::make_unique<NodeServiceImpl>(facts);
-  builder.RegisterService(d->node_service_.get());
-  d->server_ = builder.BuildAndStart();
-  if (d->server_ == nullptr) {
+  builder.RegisterService(buffer_service_.get());
+  builder.RegisterService(transfer_service_.get());
+  builder.RegisterService(peer_service_.get());
+  node_service_ = std::make_unique<NodeServiceImpl>(facts);
+  builder.RegisterService(node_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", absl::StrJoin(options.listen, ", ")));
   }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
     if (absl::StartsWith(address, "unix:")) {
-      d->addresses_.push_back(address);
+      addresses_.push_back(address);
       continue;
     }
     if (*ports[i] == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
     }
     const size_t colon = address.rfind(':');
-    d->addresses_.push_back(absl::StrCat(address.substr(0, colon), ":", *ports[i]));
+    addresses_.push_back(absl::StrCat(address.substr(0, colon), ":", *ports[i]));
   }
-  facts.listen = d->addresses_;
-  if (d->metrics_ != nullptr) facts.metrics_address = d->metrics_->address();
-  d->node_service_->UpdateFacts(facts);
+  facts.listen = addresses_;
+  if (metrics_ != nullptr) facts.metrics_address = metrics_->address();
+  node_service_->UpdateFacts(facts);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Advertise(const DaemonOptions& options) {
   std::string advertise = options.advertise;
   if (advertise.empty()) {
-    for (const std::string& a : d->addresses_) {
+    for (const std::string& a : addresses_) {
       if (!absl::StartsWith(a, "unix:")) {
         advertise = a;
         break;
       }
     }
-    if (advertise.empty()) advertise = d->addresses_.front();
+    if (advertise.empty()) advertise = addresses_.front();
     // A wildcard listen is advertised by host name.
     for (const char* any : {"0.0.0.0:", "[::]:"}) {
       if (absl::StartsWith(advertise, any)) {
@@ -494,36 +548,36 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       }
     }
   }
-  d->cluster_->SetAdvertisedAddress(advertise);
+  cluster_->SetAdvertisedAddress(advertise);
   // As an MPI rank: every rank's name and address, gathered once; the others are our peers.
   std::vector<std::string> mpi_nodes;
-  if (d->mpi_ != nullptr) {
-    auto all = d->mpi_->Allgather(absl::StrCat(d->node_, "\n", advertise));
+  if (mpi_ != nullptr) {
+    auto all = mpi_->Allgather(absl::StrCat(node_, "\n", advertise));
     if (!all.ok()) return all.status();
     std::vector<std::string> peers;
     for (int r = 0; r < static_cast<int>(all->size()); ++r) {
       std::pair<std::string, std::string> entry = absl::StrSplit((*all)[r], '\n');
-      if (r != d->mpi_->world().rank) {
-        if (entry.first == d->node_) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("ranks ", r, " and ", d->mpi_->world().rank, " are both named ",
-                           d->node_, " (use %r in --node)"));
+      if (r != mpi_->world().rank) {
+        if (entry.first == node_) {
+          return absl::InvalidArgumentError(absl::StrCat("ranks ", r, " and ", mpi_->world().rank,
+                                                         " are both named ", node_,
+                                                         " (use %r in --node)"));
         }
         peers.push_back(entry.second);
       }
       mpi_nodes.push_back(entry.first);
     }
-    d->cluster_->AddPeers(peers);
+    cluster_->AddPeers(peers);
     LOG(INFO) << "MPI job: " << absl::StrJoin(mpi_nodes, ", ");
   }
-  HoldTable* holds = d->holds_.get();
+  HoldTable* holds = holds_.get();
   std::vector<UcxTransport*> ucx_transports;
-  if (d->ucx_ != nullptr) ucx_transports.push_back(d->ucx_.get());
-  for (const auto& lane : d->ucx_lanes_) ucx_transports.push_back(lane.get());
-  MpiTransport* mpi_transport = d->mpi_.get();
-  CudaIpcEngine* cuda_ipc = d->cuda_ipc_engine_.get();
-  d->cluster_->Start([holds, ucx_transports, mpi_transport, mpi_nodes, cuda_ipc](
-                         const std::string& node, uint64_t incarnation) {
+  if (ucx_ != nullptr) ucx_transports.push_back(ucx_.get());
+  for (const auto& lane : ucx_lanes_) ucx_transports.push_back(lane.get());
+  MpiTransport* mpi_transport = mpi_.get();
+  CudaIpcEngine* cuda_ipc = cuda_ipc_engine_.get();
+  cluster_->Start([holds, ucx_transports, mpi_transport, mpi_nodes, cuda_ipc](
+                      const std::string& node, uint64_t incarnation) {
     if (cuda_ipc != nullptr) cuda_ipc->Forget(node, incarnation);
     // Wake this node's MPI operations with that rank before dropping what they use.
     for (int r = 0; r < static_cast<int>(mpi_nodes.size()); ++r) {
@@ -532,15 +586,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     holds->ReleaseFrom(node, incarnation);
     for (UcxTransport* t : ucx_transports) t->Forget(PeerId{node, incarnation}.Key());
   });
-  d->server_->GetHealthCheckService()->SetServingStatus(true);
-  LOG(INFO) << "gpumoved " << kVersion << " serving node " << d->node_ << " on "
-            << absl::StrJoin(d->addresses_, ", ");
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  LOG(INFO) << "gpumoved " << kVersion << " serving node " << node_ << " on "
+            << absl::StrJoin(addresses_, ", ");
   if (!options.port_file.empty()) {
-    if (auto st = WriteFileAtomically(options.port_file, d->addresses_.front()); !st.ok()) {
-      return st;
-    }
+    return WriteFileAtomically(options.port_file, addresses_.front());
   }
-  return d;
+  return absl::OkStatus();
 }
 
 Daemon::~Daemon() {

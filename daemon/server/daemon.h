@@ -147,6 +147,35 @@ class Daemon {
  private:
   Daemon() = default;
 
+  // The steps of Start, in order: each makes one part of the daemon from its options and
+  // the parts made before it.
+  absl::Status JoinMpiJob(DaemonOptions& options);  // As a rank: names, address, peers.
+  absl::Status FindGpus(const DaemonOptions& options);
+  absl::Status StartUcx(const DaemonOptions& options);          // Before the pools it allocates.
+  absl::Status MakePools(const DaemonOptions& options);         // And the extra UCX lanes.
+  absl::Status ShareDevicePools(const DaemonOptions& options);  // Over CUDA IPC.
+  absl::Status MakeRegistry(const DaemonOptions& options);
+  // This node's descriptor for peers (pools registered with UCX, lanes, peer calls).
+  absl::Status DescribeSelf(const DaemonOptions& options);
+  absl::Status JoinCluster(const DaemonOptions& options);  // Membership, remote ranges.
+  absl::Status MakeEngines(const DaemonOptions& options);  // And the hold table.
+  absl::Status StartMetrics(const DaemonOptions& options);
+  absl::Status MakeScheduler(const DaemonOptions& options);
+  absl::Status MakeServices(const DaemonOptions& options);  // Public API and peer protocol.
+  absl::Status Serve(const DaemonOptions& options);         // The gRPC server.
+  // The address peers use, the MPI job's other ranks, the cluster's heartbeats, health.
+  absl::Status Advertise(const DaemonOptions& options);
+
+  // What Start's steps hand on: the GPUs used, the engines, how ranges are hashed, this
+  // node's descriptor, and one line per data plane for Info.
+  std::vector<int> gpus_;
+  std::vector<Engine*> engines_;
+  RangeHasher hasher_;
+  peer::v1::NodeDescriptor self_;
+  struct {
+    std::string mpi, ucx, ipc;
+  } summary_;
+
   std::string node_;
   std::vector<std::string> addresses_;
   std::unique_ptr<GpuRuntime> gpu_;
