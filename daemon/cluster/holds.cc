@@ -5,13 +5,31 @@
 #include "daemon/common/quote.h"
 
 namespace gpumove {
+
+struct HoldTable::Entry {
+  uint64_t incarnation = 0;
+  BufferUse use;
+  // After `use`: a part may use the range (an MPI half receiving into it), so it goes first.
+  std::vector<std::unique_ptr<HoldPart>> parts;
+};
+
+const BufferUse& HoldTable::Ref::range() const { return entry_->use; }
+
+std::vector<HoldPart*> HoldTable::Ref::parts() const {
+  std::vector<HoldPart*> out;
+  for (const auto& p : entry_->parts) out.push_back(p.get());
+  return out;
+}
+
 namespace {
 
-HoldTable::Slots SlotsOf(const BounceRing& ring) {
-  HoldTable::Slots out;
-  out.slot_size = ring.chunk();
-  for (size_t i = 0; i < ring.slots(); ++i) out.slots.push_back(ring.slot(i));
-  return out;
+std::string Key(const std::string& from_node, const std::string& transfer_id) {
+  return absl::StrCat(from_node, "\n", transfer_id);
+}
+
+absl::Status NoHold(const std::string& from_node, const std::string& transfer_id) {
+  return absl::NotFoundError(
+      absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
 }
 
 }  // namespace
@@ -21,159 +39,77 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                 const std::string& transfer_id,
                                                 const std::string& owner,
                                                 const std::string& buffer_id, uint64_t offset,
-                                                uint64_t length, bool may_stage) {
+                                                uint64_t length, const PartMaker& make) {
+  {
+    // A repeat is refused before its parts are made (they may start an MPI half).
+    absl::MutexLock lock(&mu_);
+    if (holds_.contains(Key(from_node, transfer_id))) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("transfer ", Quoted(transfer_id), " already holds a range"));
+    }
+  }
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
   auto entry = std::make_shared<Entry>();
   entry->incarnation = from_incarnation;
-  uint64_t slot_size = 0;
-  if (may_stage && (staging_.all || (staging_.device && use->kind() == MemoryKind::kDevice))) {
-    const StagingOptions sized = SizedFor(staging_.options, use->length());
-    auto ring = BounceRing::Take(staging_.pinned, sized);
-    if (ring.ok()) {
-      entry->ring.emplace(*std::move(ring));
-    } else if (absl::IsResourceExhausted(ring.status()) &&
-               BounceRing::CouldFit(staging_.pinned, sized)) {
-      // Busy, not too small: the runner takes the ring when the move runs (holds for a
-      // whole Submit are made at once, but its moves run a few at a time).
-      entry->stage_later = true;
-      slot_size = sized.chunk;
-    } else {
-      return ring.status();
-    }
-  }
   entry->use = *std::move(use);
-  Held held;
-  held.data = entry->use.data();
-  held.length = entry->use.length();
-  held.kind = entry->use.kind();
-  held.device = entry->use.device();
-  if (entry->ring.has_value()) held.ring = SlotsOf(*entry->ring);
-  held.stage_later = entry->stage_later;
-  held.stage_slot_size = slot_size;
-  const std::string key = absl::StrCat(from_node, "\n", transfer_id);
+  if (make != nullptr) {
+    if (absl::Status st = make(entry->use, &entry->parts); !st.ok()) return st;
+  }
+  const Held held{entry->use.data(), entry->use.length(), entry->use.kind(), entry->use.device()};
   absl::MutexLock lock(&mu_);
-  auto& slot = holds_[key];
+  auto& slot = holds_[Key(from_node, transfer_id)];
   if (slot != nullptr) {
     return absl::AlreadyExistsError(
         absl::StrCat("transfer ", Quoted(transfer_id), " already holds a range"));
   }
   slot = std::move(entry);
-  if (held.stage_later) ++deferred_;
   return held;
 }
 
-absl::StatusOr<HoldTable::Slots> HoldTable::TakeRing(const std::string& from_node,
-                                                      const std::string& transfer_id) {
+absl::StatusOr<HoldTable::Ref> HoldTable::Find(const std::string& from_node,
+                                               const std::string& transfer_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-  if (it == holds_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
-  }
-  Entry& e = *it->second;
-  if (e.ring.has_value()) return SlotsOf(*e.ring);
-  if (!e.stage_later) return absl::FailedPreconditionError("this range is not staged");
-  auto ring = BounceRing::Take(staging_.pinned, SizedFor(staging_.options, e.use.length()));
-  if (!ring.ok()) return ring.status();
-  e.ring.emplace(*std::move(ring));
-  return SlotsOf(*e.ring);
+  auto it = holds_.find(Key(from_node, transfer_id));
+  if (it == holds_.end()) return NoHold(from_node, transfer_id);
+  return Ref(it->second);
 }
 
-absl::Status HoldTable::StageChunk(const std::string& from_node, const std::string& transfer_id,
-                                   uint32_t slot, uint64_t slot_offset, uint64_t offset,
-                                   uint64_t length, bool to_range) {
-  std::shared_ptr<Entry> entry;
-  const BounceRing* taken = nullptr;  // Entry::ring is set once, under the lock.
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-    if (it == holds_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
-    }
-    entry = it->second;
-    if (entry->ring.has_value()) taken = &*entry->ring;
-  }
-  if (taken == nullptr) {
-    return absl::FailedPreconditionError(entry->stage_later
-                                             ? "no bounce slots taken for this range yet"
-                                             : "this range is not staged");
-  }
-  const BounceRing& ring = *taken;
-  uint64_t end = 0;
-  if (slot >= ring.slots() || slot_offset > ring.chunk() || length > ring.chunk() - slot_offset ||
-      __builtin_add_overflow(offset, length, &end) || end > entry->use.length()) {
-    return absl::InvalidArgumentError("stage chunk outside the slot or the held range");
-  }
-  char* bounce = ring.slot(slot) + slot_offset;
-  const int device = entry->use.kind() == MemoryKind::kDevice ? entry->use.device() : kHostDevice;
-  char* range = entry->use.data() + offset;
-  return to_range ? staging_.gpu->Copy(range, device, bounce, kHostDevice, length, length, nullptr)
-                  : staging_.gpu->Copy(bounce, kHostDevice, range, device, length, length, nullptr);
-}
-
-absl::Status HoldTable::StartHalf(const std::string& from_node, const std::string& transfer_id,
-                                  const HalfStarter& start) {
-  // Under the lock, so that a concurrent release cannot drop the range meanwhile; starting
-  // only posts the first receives.
+bool HoldTable::EndBlocks(const std::string& from_node, const std::string& transfer_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-  if (it == holds_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
+  auto it = holds_.find(Key(from_node, transfer_id));
+  if (it == holds_.end()) return false;
+  for (const auto& p : it->second->parts) {
+    if (p->EndBlocks()) return true;
   }
-  if (it->second->half != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("transfer ", Quoted(transfer_id), " already started"));
-  }
-  auto half = start(it->second->use);
-  if (!half.ok()) return half.status();
-  it->second->half = *std::move(half);
-  return absl::OkStatus();
-}
-
-absl::Status HoldTable::StopHalf(const std::string& from_node, const std::string& transfer_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-  if (it == holds_.end() || it->second->half == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no running half for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
-  }
-  it->second->half->Stop();
-  return absl::OkStatus();
+  return false;
 }
 
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
-                                             bool runner_ok, absl::Duration half_wait,
-                                             const AckFence& fence, absl::Duration fence_wait) {
+                                             bool runner_ok, const AckFence& fence,
+                                             absl::Duration fence_wait) {
   const absl::Time arrived = absl::Now();
   std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
-    auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-    if (it == holds_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no hold for transfer ", Quoted(transfer_id), " from ", Quoted(from_node)));
-    }
+    auto it = holds_.find(Key(from_node, transfer_id));
+    if (it == holds_.end()) return NoHold(from_node, transfer_id);
     entry = std::move(it->second);
     holds_.erase(it);
   }
-  if (entry->half != nullptr) {
-    if (!runner_ok) entry->half->Stop();
-    absl::Status st = entry->half->Wait(absl::Now() + half_wait);
-    if (!st.ok() && runner_ok) {
-      return absl::Status(st.code(), absl::StrCat("this node's half of the move: ", st.message()));
-    }
+  for (const auto& part : entry->parts) {
+    absl::Status st = part->End(runner_ok);
+    if (!st.ok() && runner_ok) return st;
   }
   const BufferUse& u = entry->use;
   if (runner_ok && !fence.handle.empty()) {
     const absl::Time quiet_until =
-        staging_.fence_quiet_rate == 0 || fence.bytes == 0
+        fences_.quiet_rate == 0 || fence.bytes == 0
             ? absl::InfinitePast()
             : arrived + absl::Seconds(static_cast<double>(std::min(fence.bytes, u.length())) /
-                                      static_cast<double>(staging_.fence_quiet_rate));
-    GpuRuntime* gpu = staging_.gpu;
+                                      static_cast<double>(fences_.quiet_rate));
+    GpuRuntime* gpu = fences_.gpu;
     if (gpu == nullptr || gpu->devices().empty()) {
       return absl::FailedPreconditionError(
           "waiting for the runner's copy to end: this node has no GPU to wait for it with");
@@ -205,14 +141,8 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
 }
 
 bool HoldTable::AnswersFenceAtOnce(const AckFence& fence, bool checksum) const {
-  return fence.runner_waits && !checksum && staging_.gpu != nullptr &&
-         staging_.gpu->KnowsIpcFence(fence.handle);
-}
-
-bool HoldTable::HasHalf(const std::string& from_node, const std::string& transfer_id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = holds_.find(absl::StrCat(from_node, "\n", transfer_id));
-  return it != holds_.end() && it->second->half != nullptr;
+  return fence.runner_waits && !checksum && fences_.gpu != nullptr &&
+         fences_.gpu->KnowsIpcFence(fence.handle);
 }
 
 int HoldTable::ReleaseFrom(const std::string& node, uint64_t incarnation) {
@@ -259,7 +189,7 @@ void HoldTable::EndLoop() {
       wait = ending_.front().wait;  // Left in the queue meanwhile, so size() counts it.
     }
     const absl::Status st =
-        staging_.gpu->WaitIpcFence(wait.device, wait.fence, wait.deadline, wait.quiet_until);
+        fences_.gpu->WaitIpcFence(wait.device, wait.fence, wait.deadline, wait.quiet_until);
     Ending e;
     absl::MutexLock lock(&mu_);
     e = std::move(ending_.front());

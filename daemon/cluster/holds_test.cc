@@ -105,11 +105,9 @@ class HoldTableTest : public ::testing::Test {
     buffer_ = registry_->Allocate(o)->id;
   }
   std::unique_ptr<HoldTable> Table(uint64_t quiet_rate) {
-    StagingPolicy policy;
-    policy.gpu = &gpu_;
-    policy.fence_quiet_rate = quiet_rate;
     return std::make_unique<HoldTable>(
-        registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, policy);
+        registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
+        FencePolicy{&gpu_, quiet_rate});
   }
   // Holds `length` bytes of the buffer for node-a's transfer `id`, then ends the move with
   // the runner's OK and `fence`: Complete's answer.
@@ -119,8 +117,7 @@ class HoldTableTest : public ::testing::Test {
                                            uint64_t length = 4096) {
     auto held = table.Hold("node-a", 1, id, "alice", buffer_, 0, length);
     if (!held.ok()) return held.status();
-    return table.Complete("node-a", id, checksum, /*runner_ok=*/true, absl::Seconds(1), fence,
-                          fence_wait);
+    return table.Complete("node-a", id, checksum, /*runner_ok=*/true, fence, fence_wait);
   }
 
   FenceRecorder gpu_;
@@ -139,7 +136,7 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
     ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
     const absl::Time before = absl::Now();
     auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
-                                absl::Seconds(1), AckFence{"fence-handle", behind});
+                                AckFence{"fence-handle", behind});
     const absl::Time after = absl::Now();
     ASSERT_TRUE(done.ok()) << done.status();
     EXPECT_EQ(gpu_.handle(), "fence-handle");
@@ -151,23 +148,19 @@ TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes)
   }
   // A runner that does not say how many bytes are behind its fence: queried at once.
   ASSERT_TRUE(table->Hold("node-a", 1, "t0", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, absl::Seconds(1), AckFence{"h", 0})
-                  .ok());
+  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, AckFence{"h", 0}).ok());
   EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
 }
 
 TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
   auto table = Table(0);
   ASSERT_TRUE(table->Hold("node-a", 1, "t2", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, absl::Seconds(1),
-                              AckFence{"h", 16 << 20})
-                  .ok());
+  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, AckFence{"h", 16 << 20}).ok());
   EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
   // No fence (a move that needed none): the runtime is not asked at all.
   gpu_.ClearHandle();
   ASSERT_TRUE(table->Hold("node-a", 1, "t3", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, absl::Seconds(1), AckFence{})
-                  .ok());
+  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, AckFence{}).ok());
   EXPECT_TRUE(gpu_.handle().empty());
 }
 
@@ -271,52 +264,95 @@ TEST_F(HoldTableTest, ATableWaitsForItsEndingHoldsWhenItGoes) {
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 }
 
-// A staged hold copies pieces between its bounce slots and the range, several to a slot
-// (from slot_offset); a piece that runs past its slot or the range is refused and copies
-// nothing.
-TEST_F(HoldTableTest, StageChunkCopiesPiecesWithinTheSlots) {
-  // Bounce slots in plain host memory (a runtime without GPUs pins nothing).
-  auto host = GpuRuntime::CreateHostOnly("test");
-  auto pinned = *Pool::Create(MemoryKind::kPinnedHost, kHostDevice, 8 << 20, host.get());
-  StagingPolicy policy;
-  policy.all = true;
-  policy.gpu = &gpu_;
-  policy.pinned = pinned.get();
-  policy.options = {.chunk = 1 << 20, .slots = 2};
-  HoldTable table(registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
-                  policy);
-  auto held = table.Hold("node-a", 1, "t4", "alice", buffer_, 0, 4 << 20, /*may_stage=*/true);
-  ASSERT_TRUE(held.ok()) << held.status();
-  ASSERT_TRUE(held->ring.has_value());
-  const std::vector<char*>& slot = held->ring->slots;
-  ASSERT_EQ(slot.size(), 2u);
-  ASSERT_EQ(held->ring->slot_size, 1u << 20);
-  char* range = held->data;
-  // Slot 1 holds two 512 KiB pieces: the second goes to range offset 3 MiB.
-  std::memset(slot[1], 'x', 512 << 10);
-  std::memset(slot[1] + (512 << 10), 'y', 512 << 10);
-  ASSERT_TRUE(table.StageChunk("node-a", "t4", 1, 512 << 10, 3 << 20, 512 << 10, true).ok());
-  EXPECT_EQ(range[3 << 20], 'y');
-  EXPECT_EQ(range[(3 << 20) + (512 << 10) - 1], 'y');
-  // And back out: range bytes into the first half of slot 0.
-  std::memset(range + (1 << 20), 'z', 4096);
-  ASSERT_TRUE(table.StageChunk("node-a", "t4", 0, 0, 1 << 20, 4096, false).ok());
-  EXPECT_EQ(slot[0][0], 'z');
-  // Past the slot (offset + length over its 1 MiB), a slot it does not have, past the
-  // range: INVALID_ARGUMENT, and the range is as it was.
-  const std::string before(range, 4 << 20);
-  for (const auto& [slot, slot_offset, offset, length] :
-       std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint64_t>>{
-           {1, 768 << 10, 0, 512 << 10},
-           {1, 2 << 20, 0, 1},
-           {1, ~uint64_t{0}, 0, 2},
-           {2, 0, 0, 4096},
-           {0, 0, (4 << 20) - 100, 4096}}) {
-    EXPECT_EQ(table.StageChunk("node-a", "t4", slot, slot_offset, offset, length, true).code(),
-              absl::StatusCode::kInvalidArgument)
-        << slot << " " << slot_offset << " " << offset << " " << length;
+// A path's part ends with its hold, before the range is let go; a part that fails when the
+// runner says OK is the answer; one the runner failed anyway ends quietly. A part maker that
+// fails refuses the hold and leaves the buffer as it was.
+class RecordingPart : public HoldPart {
+ public:
+  RecordingPart(std::vector<std::string>* log, BufferRegistry* registry, std::string buffer,
+                absl::Status end)
+      : log_(log), registry_(registry), buffer_(std::move(buffer)), end_(std::move(end)) {}
+  ~RecordingPart() override {
+    log_->push_back(
+        absl::StrCat("gone with ", registry_->Get("alice", buffer_)->active_uses, " use(s)"));
   }
-  EXPECT_TRUE(std::string(range, 4 << 20) == before);
+  absl::Status End(bool runner_ok) override {
+    log_->push_back(runner_ok ? "end ok" : "end failed");
+    return end_;
+  }
+  bool EndBlocks() const override { return true; }
+
+ private:
+  std::vector<std::string>* const log_;
+  BufferRegistry* const registry_;
+  const std::string buffer_;
+  const absl::Status end_;
+};
+
+TEST_F(HoldTableTest, PartsEndWithTheirHoldBeforeItsRangeIsLetGo) {
+  auto table = Table(0);
+  std::vector<std::string> log;
+  auto make = [&](absl::Status end) {
+    return [&, end](const BufferUse&, std::vector<std::unique_ptr<HoldPart>>* parts) {
+      parts->push_back(std::make_unique<RecordingPart>(&log, registry_.get(), buffer_, end));
+      return absl::OkStatus();
+    };
+  };
+  ASSERT_TRUE(table
+                  ->Hold("node-a", 1, "p1", "alice", buffer_, 0, 4096,
+                         make(absl::DataLossError("half short")))
+                  .ok());
+  EXPECT_TRUE(table->EndBlocks("node-a", "p1"));
+  EXPECT_FALSE(table->EndBlocks("node-a", "none"));
+  auto done = table->Complete("node-a", "p1", false, /*runner_ok=*/true);
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(log, (std::vector<std::string>{"end ok", "gone with 1 use(s)"}));
+  log.clear();
+  ASSERT_TRUE(table
+                  ->Hold("node-a", 1, "p2", "alice", buffer_, 0, 4096,
+                         make(absl::DataLossError("half short")))
+                  .ok());
+  EXPECT_TRUE(table->Complete("node-a", "p2", false, /*runner_ok=*/false).ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"end failed", "gone with 1 use(s)"}));
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
+  // Refused by its maker: nothing held, the part made so far gone.
+  log.clear();
+  auto refused =
+      table->Hold("node-a", 1, "p3", "alice", buffer_, 0, 4096,
+                  [&](const BufferUse& range, std::vector<std::unique_ptr<HoldPart>>* parts) {
+                    EXPECT_EQ(range.length(), 4096u);
+                    parts->push_back(std::make_unique<RecordingPart>(&log, registry_.get(), buffer_,
+                                                                     absl::OkStatus()));
+                    return absl::ResourceExhaustedError("no slots");
+                  });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(log, (std::vector<std::string>{"gone with 1 use(s)"}));
+  EXPECT_EQ(table->size(), 0u);
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
+}
+
+// A call using a hold (Ref) keeps its range in use after the hold ended, and a repeat of a
+// hold is refused before its parts are made.
+TEST_F(HoldTableTest, AHoldInUseOutlivesItsEndAndRepeatsMakeNoParts) {
+  auto table = Table(0);
+  ASSERT_TRUE(table->Hold("node-a", 1, "r1", "alice", buffer_, 0, 4096).ok());
+  int made = 0;
+  auto repeat = table->Hold("node-a", 1, "r1", "alice", buffer_, 0, 4096,
+                            [&](const BufferUse&, std::vector<std::unique_ptr<HoldPart>>*) {
+                              ++made;
+                              return absl::OkStatus();
+                            });
+  EXPECT_EQ(repeat.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(made, 0);
+  auto ref = table->Find("node-a", "r1");
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->part<RecordingPart>(), nullptr);
+  ASSERT_TRUE(table->Complete("node-a", "r1", false).ok());
+  EXPECT_EQ(table->Find("node-a", "r1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 1u);  // The Ref's.
+  EXPECT_EQ(ref->range().length(), 4096u);
+  ref = absl::NotFoundError("dropped");
+  EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 }
 
 }  // namespace

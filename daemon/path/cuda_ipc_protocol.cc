@@ -16,6 +16,20 @@ void CudaIpcCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   hold->offers.push_back(std::move(offer));
 }
 
+absl::StatusOr<std::unique_ptr<HoldPart>> CudaIpcHolder::Offer(
+    const HoldContext& context, const BufferUse& range, peer::v1::PrepareRemoteResponse* response) {
+  if (range.kind() != MemoryKind::kDevice) return nullptr;
+  auto ref = ipc_->Find(range.data(), range.length());
+  if (!ref.has_value()) return nullptr;
+  std::string uuid;
+  for (const GpuDevice& d : gpu_->devices()) {
+    if (d.index == range.device()) uuid = d.uuid;
+  }
+  OfferCudaIpc(ref->handle, ref->offset, uuid, response);
+  response->set_waits_fences(fences_ && !gpu_->devices().empty());
+  return nullptr;
+}
+
 void OfferCudaIpc(const std::string& handle, uint64_t offset, const std::string& device_uuid,
                   peer::v1::PrepareRemoteResponse* response) {
   peer::v1::CudaIpcOffer* offer = response->mutable_cuda_ipc();

@@ -7,6 +7,9 @@
 #include <string>
 
 #include "daemon/cluster/path_codec.h"
+#include "daemon/cluster/path_holder.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/gpu/ipc.h"
 
 namespace gpumove {
 
@@ -22,6 +25,24 @@ class CudaIpcCodec : public PathCodec {
   void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
                    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
+};
+
+// Holding side: offers device ranges this node can share over CUDA IPC (its device pools,
+// memory imported from clients), and, with `fences`, to wait for the fences runners'
+// acknowledgements name (their copies may still run when they acknowledge).
+class CudaIpcHolder : public PathHolder {
+ public:
+  // `ipc` and `gpu` must outlive this.
+  CudaIpcHolder(IpcTable* ipc, GpuRuntime* gpu, bool fences)
+      : ipc_(ipc), gpu_(gpu), fences_(fences) {}
+  absl::StatusOr<std::unique_ptr<HoldPart>> Offer(
+      const HoldContext& context, const BufferUse& range,
+      peer::v1::PrepareRemoteResponse* response) override;
+
+ private:
+  IpcTable* const ipc_;
+  GpuRuntime* const gpu_;
+  const bool fences_;
 };
 
 // Holding side: offers a device range over CUDA IPC.

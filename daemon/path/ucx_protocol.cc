@@ -34,6 +34,12 @@ void UcxCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   hold->offers.push_back(std::move(offer));
 }
 
+absl::StatusOr<std::unique_ptr<HoldPart>> UcxHolder::Offer(
+    const HoldContext& context, const BufferUse& range, peer::v1::PrepareRemoteResponse* response) {
+  OfferUcx(cluster_->self(), range.kind(), range.device(), response);
+  return nullptr;
+}
+
 void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
               peer::v1::PrepareRemoteResponse* response) {
   for (int i = 0; i < self.pools_size(); ++i) {

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/cluster/path_codec.h"
+#include "daemon/cluster/path_holder.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
@@ -42,6 +44,19 @@ class UcxCodec : public PathCodec {
   void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
                    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
+};
+
+// Holding side: offers the registered pool holding each range (its rkey travels in Hello).
+class UcxHolder : public PathHolder {
+ public:
+  // `cluster` (this node's descriptor) must outlive this.
+  explicit UcxHolder(const Cluster* cluster) : cluster_(cluster) {}
+  absl::StatusOr<std::unique_ptr<HoldPart>> Offer(
+      const HoldContext& context, const BufferUse& range,
+      peer::v1::PrepareRemoteResponse* response) override;
+
+ private:
+  const Cluster* const cluster_;
 };
 
 // Holding side: the offer for a range of `kind` on `device` held on this node (`self`):

@@ -363,8 +363,6 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
 }
 
 absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
-  // This node stages its own device ranges for peers when UCX cannot take them (every
-  // range with --ucx_force_staging).
   GpuRuntime* gpu = gpu_.get();
   local_engine_ = std::make_unique<LocalEngine>(gpu);
   engines_ = {local_engine_.get()};
@@ -372,9 +370,9 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, ipc_.get(), options.cuda_ipc_fence_min);
     engines_.push_back(cuda_ipc_engine_.get());
   }
-  StagingPolicy staging;
-  staging.gpu = gpu;  // Also for CUDA IPC fences, with or without UCX.
-  staging.fence_quiet_rate = options.cuda_ipc_fence_quiet;
+  // Each path's holding side, asked for its offer on every hold peers make here.
+  cuda_ipc_holder_ = std::make_unique<CudaIpcHolder>(ipc_.get(), gpu, options.cuda_ipc_fences);
+  holders_ = {cuda_ipc_holder_.get()};
   if (ucx_ != nullptr) {
     Pool* pinned = pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     UcxLaneOptions lanes;
@@ -383,10 +381,18 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     ucx_engine_ = std::make_unique<UcxEngine>(ucx_.get(), gpu, pinned, remote_ranges_.get(),
                                               options.staging, std::move(lanes));
     engines_.push_back(ucx_engine_.get());
-    staging.device = !ucx_->cuda_aware();
-    staging.all = options.ucx_force_staging;
-    staging.pinned = pinned;
-    staging.options = options.staging;
+    ucx_holder_ = std::make_unique<UcxHolder>(cluster_.get());
+    // This node stages its own device ranges for peers when UCX cannot take them (every
+    // range with --ucx_force_staging).
+    StageHolderOptions stage;
+    stage.device = !ucx_->cuda_aware();
+    stage.all = options.ucx_force_staging;
+    stage.gpu = gpu;
+    stage.pinned = pinned;
+    stage.staging = options.staging;
+    stage_holder_ = std::make_unique<StageHolder>(cluster_.get(), stage);
+    holders_.push_back(ucx_holder_.get());
+    holders_.push_back(stage_holder_.get());
   }
   if (mpi_ != nullptr) {
     MpiEngineOptions mpi_options;
@@ -396,8 +402,12 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
                                               pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
                                               remote_ranges_.get(), mpi_options);
     engines_.push_back(mpi_engine_.get());
+    mpi_holder_ = std::make_unique<MpiHolder>(cluster_.get(), mpi_engine_.get());
+    holders_.push_back(mpi_holder_.get());
   }
-  holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_, staging);
+  // Fences: CUDA IPC runners' copies, waited for with or without UCX.
+  holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_,
+                                       FencePolicy{gpu, options.cuda_ipc_fence_quiet});
   return absl::OkStatus();
 }
 
@@ -426,12 +436,12 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
                        "Bytes of host copies split over threads that helper threads copied "
                        "(see --direct_copy_threads, --staged_copy_threads).",
                        [] { return HelperCopyBytes(); });
-    HoldTable* holds = holds_.get();
+    StageHolder* stage = stage_holder_.get();
     metrics_->AddTotal("staging_holds_deferred_total",
                        "Ranges held for staged moves while the pinned pool had no room for "
                        "their bounce slots (taken when the move ran): a pinned pool small "
                        "for the load.",
-                       [holds] { return holds->deferred(); });
+                       [stage] { return stage != nullptr ? stage->deferred() : 0; });
     if (peer_calls_ != nullptr) {
       UcxPeerCalls* calls = peer_calls_.get();
       metrics_->AddTotal("ucx_peer_calls_served_total",
@@ -464,8 +474,8 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
                                                         cluster_.get(), ipc_.get());
   transfer_service_ =
       std::make_unique<TransferServiceImpl>(scheduler_.get(), cluster_.get(), node_);
-  peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), mpi_engine_.get(),
-                                                ipc_.get(), gpu_.get(), options.cuda_ipc_fences);
+  peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
+                                                stage_holder_.get(), mpi_holder_.get());
   peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get());
   // Before the gRPC server starts: a peer that hears of us may call at once.
   if (peer_calls_ != nullptr) peer_calls_->Serve(peer_handler_.get());

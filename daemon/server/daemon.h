@@ -192,6 +192,12 @@ class Daemon {
   std::unique_ptr<MpiTransport> mpi_;
   std::unique_ptr<MpiEngine> mpi_engine_;
   std::unique_ptr<HoldTable> holds_;
+  // The paths' holding sides (those this node runs), for the peer handler.
+  std::unique_ptr<CudaIpcHolder> cuda_ipc_holder_;
+  std::unique_ptr<UcxHolder> ucx_holder_;
+  std::unique_ptr<StageHolder> stage_holder_;
+  std::unique_ptr<MpiHolder> mpi_holder_;
+  std::vector<PathHolder*> holders_;
   std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
   std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;

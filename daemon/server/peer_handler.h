@@ -7,20 +7,22 @@
 #include "absl/status/status.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
+#include "daemon/cluster/path_holder.h"
 #include "daemon/cluster/remote_ranges.h"
-#include "daemon/gpu/ipc.h"
-#include "daemon/path/mpi_engine.h"
+#include "daemon/path/mpi_holder.h"
+#include "daemon/path/stage_holder.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
 
 class PeerHandler {
  public:
-  // `mpi` may be null (not an MPI rank); `ipc` and `gpu` too (no CUDA IPC). `fences`:
-  // offer CUDA IPC runners to wait for their copies' fences here.
-  PeerHandler(Cluster* cluster, HoldTable* holds, MpiEngine* mpi = nullptr, IpcTable* ipc = nullptr,
-              GpuRuntime* gpu = nullptr, bool fences = false)
-      : cluster_(cluster), holds_(holds), mpi_(mpi), ipc_(ipc), gpu_(gpu), fences_(fences) {}
+  // All must outlive the handler. `holders`: every path's holding side, asked in order
+  // for its offer on each new hold; `stage` and `mpi` (null: none here) also serve their
+  // paths' own calls.
+  PeerHandler(Cluster* cluster, HoldTable* holds, std::vector<PathHolder*> holders,
+              StageHolder* stage = nullptr, MpiHolder* mpi = nullptr)
+      : cluster_(cluster), holds_(holds), holders_(std::move(holders)), stage_(stage), mpi_(mpi) {}
 
   absl::Status Hello(const peer::v1::HelloRequest& request, peer::v1::HelloResponse* response);
   absl::Status PrepareRemote(const peer::v1::PrepareRemoteRequest& request,
@@ -44,7 +46,10 @@ class PeerHandler {
   // checksum to compute, no fence to wait for or open), so a thread that must not wait
   // may serve it.
   bool AnswersAtOnce(const peer::v1::PrepareRemoteRequest& request) const {
-    return request.mpi().tag() == 0;
+    for (const PathHolder* h : holders_) {
+      if (h->OfferBlocks(request)) return false;
+    }
+    return true;
   }
   bool AnswersAtOnce(const peer::v1::CompleteRemoteRequest& request) const {
     return !request.checksum() &&
@@ -52,19 +57,19 @@ class PeerHandler {
             holds_->AnswersFenceAtOnce(
                 AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()},
                 request.checksum())) &&
-           !holds_->HasHalf(request.from_node(), request.transfer_id());
+           !holds_->EndBlocks(request.from_node(), request.transfer_id());
   }
 
  private:
-  // Starts this node's MPI half of a held range (StartMpi, or with the hold).
-  absl::Status StartHalf(const peer::v1::StartMpiRequest& request, bool patient);
+  // FAILED_PRECONDITION for a staging call on a hold that is not staged; NOT_FOUND when
+  // there is no such hold.
+  absl::Status NotStaged(const std::string& from_node, const std::string& transfer_id) const;
 
   Cluster* const cluster_;
   HoldTable* const holds_;
-  MpiEngine* const mpi_;
-  IpcTable* const ipc_;
-  GpuRuntime* const gpu_;
-  const bool fences_;
+  const std::vector<PathHolder*> holders_;
+  StageHolder* const stage_;
+  MpiHolder* const mpi_;
 };
 
 }  // namespace gpumove

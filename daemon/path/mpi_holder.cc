@@ -1,0 +1,107 @@
+#include "daemon/path/mpi_holder.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/quote.h"
+
+namespace gpumove {
+
+absl::Status MpiPart::End(bool runner_ok) {
+  std::unique_ptr<PassiveHalf> half;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;  // A StartMpi arriving now finds no hold to start.
+    half = std::move(half_);
+  }
+  if (half == nullptr) return absl::OkStatus();
+  if (!runner_ok) half->Stop();
+  absl::Status st = half->Wait(absl::Now() + wait_);
+  if (!st.ok() && runner_ok) {
+    return absl::Status(st.code(), absl::StrCat("this node's half of the move: ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+bool MpiPart::EndBlocks() const {
+  absl::MutexLock lock(&mu_);
+  return half_ != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
+    const HoldContext& context, const BufferUse& range, peer::v1::PrepareRemoteResponse* response) {
+  auto part = std::make_unique<MpiPart>(half_wait_);
+  const peer::v1::PrepareRemoteRequest& r = context.request;
+  if (r.mpi().tag() == 0 ||
+      engine_->StagesRange(Endpoint{range.data(), range.kind(), range.device()})) {
+    return part;
+  }
+  if (!r.write()) {
+    return absl::InvalidArgumentError("an MPI half starts with the hold only for a push");
+  }
+  peer::v1::StartMpiRequest start;
+  start.set_transfer_id(r.transfer_id());
+  start.set_from_node(r.from_node());
+  start.set_from_rank(r.mpi().from_rank());
+  start.set_tag(r.mpi().tag());
+  start.set_chunk(r.mpi().chunk());
+  start.set_send(false);
+  // Patient: the runner's move may sit in its queue for a while before it sends.
+  if (absl::Status st = StartOn(*part, range, start, /*patient=*/true); !st.ok()) return st;
+  response->mutable_mpi()->set_started(true);
+  return part;
+}
+
+absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
+                                const peer::v1::StartMpiRequest& request, bool patient) {
+  // The rank must be the one the runner's node announced in this job.
+  auto runner = cluster_->Find(request.from_node());
+  if (!runner.ok()) return runner.status();
+  const peer::v1::NodeDescriptor self = cluster_->self();
+  if (runner->descriptor.mpi_world() != self.mpi_world() ||
+      runner->descriptor.mpi_rank() != request.from_rank()) {
+    return absl::FailedPreconditionError(absl::StrCat("node ", Quoted(request.from_node()),
+                                                      " is not rank ", request.from_rank(),
+                                                      " of this node's MPI job"));
+  }
+  // Under the part's lock, so that the hold's end cannot pass between the check and the
+  // start; starting only posts the first receives.
+  absl::MutexLock lock(&part.mu_);
+  if (part.ended_) {
+    return absl::NotFoundError(
+        absl::StrCat("the hold of transfer ", Quoted(request.transfer_id()), " has ended"));
+  }
+  if (part.half_ != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("transfer ", Quoted(request.transfer_id()), " already started"));
+  }
+  auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
+                                    range.length(), request.from_rank(), request.tag(),
+                                    request.chunk(), request.send(), patient);
+  if (!half.ok()) return half.status();
+  part.half_ = *std::move(half);
+  return absl::OkStatus();
+}
+
+absl::Status MpiHolder::Start(const HoldTable& holds, const peer::v1::StartMpiRequest& request) {
+  auto hold = holds.Find(request.from_node(), request.transfer_id());
+  if (!hold.ok()) return hold.status();
+  MpiPart* part = hold->part<MpiPart>();
+  if (part == nullptr) return absl::FailedPreconditionError("this hold has no MPI half");
+  return StartOn(*part, hold->range(), request, /*patient=*/false);
+}
+
+absl::Status MpiHolder::Stop(const HoldTable& holds, const peer::v1::StopMpiRequest& request) {
+  auto hold = holds.Find(request.from_node(), request.transfer_id());
+  MpiPart* part = hold.ok() ? hold->part<MpiPart>() : nullptr;
+  if (part != nullptr) {
+    absl::MutexLock lock(&part->mu_);
+    if (part->half_ != nullptr) {
+      part->half_->Stop();
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no running half for transfer ",
+                                          Quoted(request.transfer_id()), " from ",
+                                          Quoted(request.from_node())));
+}
+
+}  // namespace gpumove

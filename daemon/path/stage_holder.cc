@@ -1,0 +1,97 @@
+#include "daemon/path/stage_holder.h"
+
+#include "daemon/path/ucx_protocol.h"
+
+namespace gpumove {
+
+const BounceRing* StagePart::ring() const {
+  absl::MutexLock lock(&mu_);
+  return ring_.has_value() ? &*ring_ : nullptr;
+}
+
+namespace {
+
+StageHolder::Slots SlotsOf(const BounceRing& ring) {
+  StageHolder::Slots out;
+  out.slot_size = ring.chunk();
+  for (size_t i = 0; i < ring.slots(); ++i) out.slots.push_back(ring.slot(i));
+  return out;
+}
+
+}  // namespace
+
+bool StageHolder::Stages(const HoldContext& context, const BufferUse& range) const {
+  const peer::v1::PrepareRemoteRequest& r = context.request;
+  if (r.path() != v1::PATH_AUTO && r.path() != v1::UCX) return false;
+  if (!options_.all && !(options_.device && range.kind() == MemoryKind::kDevice)) return false;
+  // GPU to GPU between daemons on this host goes over CUDA IPC when AUTO.
+  return !(r.path() == v1::PATH_AUTO && r.runner_device() && context.runner_same_host &&
+           context.runner_same_host());
+}
+
+absl::StatusOr<std::unique_ptr<HoldPart>> StageHolder::Offer(
+    const HoldContext& context, const BufferUse& range, peer::v1::PrepareRemoteResponse* response) {
+  if (!Stages(context, range)) return nullptr;
+  const StagingOptions sized = SizedFor(options_.staging, range.length());
+  auto ring = BounceRing::Take(options_.pinned, sized);
+  std::unique_ptr<StagePart> part;
+  if (ring.ok()) {
+    part = std::make_unique<StagePart>(*std::move(ring), sized.chunk);
+    OfferStage(cluster_->self(), SlotsOf(*part->ring()).slots, sized.chunk, false, response);
+  } else if (absl::IsResourceExhausted(ring.status()) &&
+             BounceRing::CouldFit(options_.pinned, sized)) {
+    // Busy, not too small: the runner takes the ring when the move runs (holds for a
+    // whole Submit are made at once, but its moves run a few at a time).
+    part = std::make_unique<StagePart>(std::nullopt, sized.chunk);
+    OfferStage(cluster_->self(), {}, sized.chunk, true, response);
+    ++deferred_;
+  } else {
+    return ring.status();
+  }
+  return part;
+}
+
+absl::StatusOr<StageHolder::Slots> StageHolder::TakeRing(const HoldTable& holds,
+                                                         const std::string& from_node,
+                                                         const std::string& transfer_id) {
+  auto hold = holds.Find(from_node, transfer_id);
+  if (!hold.ok()) return hold.status();
+  StagePart* part = hold->part<StagePart>();
+  if (part == nullptr) return absl::FailedPreconditionError("this range is not staged");
+  absl::MutexLock lock(&part->mu_);
+  if (!part->ring_.has_value()) {
+    auto ring =
+        BounceRing::Take(options_.pinned, SizedFor(options_.staging, hold->range().length()));
+    if (!ring.ok()) return ring.status();
+    part->ring_.emplace(*std::move(ring));
+  }
+  return SlotsOf(*part->ring_);
+}
+
+absl::Status StageHolder::StageChunk(const HoldTable& holds, const std::string& from_node,
+                                     const std::string& transfer_id, uint32_t slot,
+                                     uint64_t slot_offset, uint64_t offset, uint64_t length,
+                                     bool to_range) {
+  auto hold = holds.Find(from_node, transfer_id);  // Kept until the copy ends.
+  if (!hold.ok()) return hold.status();
+  const StagePart* part = hold->part<StagePart>();
+  if (part == nullptr) return absl::FailedPreconditionError("this range is not staged");
+  const BounceRing* ring = part->ring();  // Set once, kept with the hold.
+  if (ring == nullptr) {
+    return absl::FailedPreconditionError("no bounce slots taken for this range yet");
+  }
+  const BufferUse& use = hold->range();
+  uint64_t end = 0;
+  if (slot >= ring->slots() || slot_offset > ring->chunk() ||
+      length > ring->chunk() - slot_offset || __builtin_add_overflow(offset, length, &end) ||
+      end > use.length()) {
+    return absl::InvalidArgumentError("stage chunk outside the slot or the held range");
+  }
+  char* bounce = ring->slot(slot) + slot_offset;
+  const int device = use.kind() == MemoryKind::kDevice ? use.device() : kHostDevice;
+  char* data = use.data() + offset;
+  return to_range ? options_.gpu->Copy(data, device, bounce, kHostDevice, length, length, nullptr)
+                  : options_.gpu->Copy(bounce, kHostDevice, data, device, length, length, nullptr);
+}
+
+}  // namespace gpumove
