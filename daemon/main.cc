@@ -14,8 +14,8 @@
 #include "daemon/common/bytes.h"
 #include "daemon/common/cpus.h"
 #include "daemon/common/log.h"
-#include "daemon/path/mpi_transport.h"
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/mpi/mpi_transport.h"
+#include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/daemon.h"
 
 ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:7470"},

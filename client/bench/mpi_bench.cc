@@ -24,7 +24,7 @@
 #include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
-#include "daemon/path/mpi_transport.h"
+#include "daemon/path/mpi/mpi_transport.h"
 #include "tests/util/mpi_job.h"
 
 ABSL_FLAG(std::string, mca, "default",

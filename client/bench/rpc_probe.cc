@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/bench/echo.grpc.pb.h"
 #include "client/bench/stream.h"
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/ucx/ucx_transport.h"
 
 namespace gpumove {
 namespace {

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "daemon/cluster/kinds.h"
-#include "daemon/path/cuda_ipc_protocol.h"
-#include "daemon/path/mpi_protocol.h"
-#include "daemon/path/ucx_protocol.h"
+#include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"
+#include "daemon/path/mpi/mpi_protocol.h"
+#include "daemon/path/ucx/ucx_protocol.h"
 
 namespace gpumove {
 namespace {

@@ -21,7 +21,7 @@
 #include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 #include "daemon/common/thread_pool.h"
-#include "daemon/path/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
-#include "daemon/path/ucx_engine.h"
+#include "daemon/path/ucx/ucx_engine.h"
 
 namespace gpumove {
 namespace {

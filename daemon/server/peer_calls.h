@@ -15,7 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/remote_ranges.h"
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/peer_handler.h"
 
 namespace gpumove {

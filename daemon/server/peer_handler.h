@@ -9,8 +9,8 @@
 #include "daemon/cluster/holds.h"
 #include "daemon/cluster/path_holder.h"
 #include "daemon/cluster/remote_ranges.h"
-#include "daemon/path/mpi_holder.h"
-#include "daemon/path/stage_holder.h"
+#include "daemon/path/mpi/mpi_holder.h"
+#include "daemon/path/ucx/stage_holder.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {

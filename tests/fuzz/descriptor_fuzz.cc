@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "daemon/cluster/cluster.h"
-#include "daemon/path/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {

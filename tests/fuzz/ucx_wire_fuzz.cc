@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "daemon/path/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);

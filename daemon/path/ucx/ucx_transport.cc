@@ -1,4 +1,4 @@
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/ucx/ucx_transport.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <deque>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -539,8 +539,8 @@ struct UcxTransport::Impl {
     SendAm(peer, kCallReplyAm, std::move(out));
   }
 
-  static ucs_status_t OnCallRequest(void* arg, const void* header, size_t header_length,
-                                    void* data, size_t length, const ucp_am_recv_param_t* param) {
+  static ucs_status_t OnCallRequest(void* arg, const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
     auto* impl = static_cast<Impl*>(arg);
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_ERR_UNSUPPORTED;  // Eager only.
     CallRequestHeader h;
@@ -556,7 +556,8 @@ struct UcxTransport::Impl {
                    std::string(extra + h.key_length, h.address_length), h.error_handling != 0};
     const uint64_t id = h.call_id;
     if (impl->handler == nullptr) {
-      impl->SendReply(caller, id, absl::UnavailableError("this node does not serve peer calls"), {});
+      impl->SendReply(caller, id, absl::UnavailableError("this node does not serve peer calls"),
+                      {});
       return UCS_OK;
     }
     const absl::Time received = impl->trace_calls ? absl::Now() : absl::InfinitePast();

@@ -1,4 +1,4 @@
-#include "daemon/path/cuda_ipc_engine.h"
+#include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
 
 #include <algorithm>
 
@@ -78,9 +78,9 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   const int device = MapDevice(*offer, local);
   auto mapping = ipc_->Open(device, offer->handle);
   if (!mapping.ok()) {
-    return absl::Status(mapping.status().code(),
-                        absl::StrCat("mapping node ", remote.node, "'s memory: ",
-                                     mapping.status().message()));
+    return absl::Status(
+        mapping.status().code(),
+        absl::StrCat("mapping node ", remote.node, "'s memory: ", mapping.status().message()));
   }
   if (offer->offset > (*mapping)->size || length > (*mapping)->size - offer->offset) {
     return absl::InternalError("the remote range runs past the allocation it is in");

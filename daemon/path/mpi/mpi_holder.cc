@@ -1,4 +1,4 @@
-#include "daemon/path/mpi_holder.h"
+#include "daemon/path/mpi/mpi_holder.h"
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/quote.h"

@@ -1,4 +1,4 @@
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/ucx/ucx_transport.h"
 
 #include <algorithm>
 #include <cstdlib>

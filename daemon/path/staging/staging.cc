@@ -1,4 +1,4 @@
-#include "daemon/path/staging.h"
+#include "daemon/path/staging/staging.h"
 
 #include <algorithm>
 #include <vector>
@@ -33,9 +33,8 @@ absl::StatusOr<BounceRing> BounceRing::Take(Pool* pinned, StagingOptions options
   }
   const size_t least = std::min(2, std::max(options.slots, 1));
   if (ring.slots_.size() < least) {
-    return absl::ResourceExhaustedError(absl::StrCat("the pinned pool has no room for ", least,
-                                                     " ", options.chunk,
-                                                     "-byte staging buffer(s)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the pinned pool has no room for ", least, " ",
+                                                     options.chunk, "-byte staging buffer(s)"));
   }
   return ring;
 }
@@ -140,7 +139,7 @@ class Pipeline : public PipelineEnd {
   const size_t slots_;
   uint64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t drained_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;          // Next chunk to claim.
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;                   // Next chunk to claim.
   absl::flat_hash_set<uint64_t> done_ ABSL_GUARDED_BY(mu_);  // Drained out of order.
 };
 
@@ -211,8 +210,8 @@ absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const Stag
   }
   // Several consumers (never more than the slots can keep busy); this thread reports
   // progress and cancels.
-  const int n_consumers = static_cast<int>(std::min<uint64_t>(
-      {static_cast<uint64_t>(consumers), static_cast<uint64_t>(slots), chunks}));
+  const int n_consumers = static_cast<int>(
+      std::min<uint64_t>({static_cast<uint64_t>(consumers), static_cast<uint64_t>(slots), chunks}));
   absl::BlockingCounter drained(n_consumers);
   for (int i = 0; i < n_consumers; ++i) {
     StagePool().Run([&] {
@@ -361,8 +360,8 @@ absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size
 }
 
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
-                      const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress, int senders) {
+                      const BounceRing& ring, const StageSend& send, const StageProgress& progress,
+                      int senders) {
   return RunStaged(
       length, ring.chunk(), ring.slots(),
       [&](size_t slot, uint64_t offset, uint64_t n) {

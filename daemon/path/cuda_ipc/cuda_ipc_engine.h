@@ -16,7 +16,7 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
-#include "daemon/path/cuda_ipc_protocol.h"
+#include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"
 
 namespace gpumove {
 

@@ -10,7 +10,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
 #include "daemon/cluster/path_holder.h"
-#include "daemon/path/mpi_engine.h"
+#include "daemon/path/mpi/mpi_engine.h"
 
 namespace gpumove {
 

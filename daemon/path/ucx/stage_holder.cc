@@ -1,6 +1,6 @@
-#include "daemon/path/stage_holder.h"
+#include "daemon/path/ucx/stage_holder.h"
 
-#include "daemon/path/ucx_protocol.h"
+#include "daemon/path/ucx/ucx_protocol.h"
 
 namespace gpumove {
 

@@ -14,9 +14,9 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
-#include "daemon/path/staging.h"
-#include "daemon/path/ucx_protocol.h"
-#include "daemon/path/ucx_transport.h"
+#include "daemon/path/staging/staging.h"
+#include "daemon/path/ucx/ucx_protocol.h"
+#include "daemon/path/ucx/ucx_transport.h"
 
 namespace gpumove {
 
@@ -25,9 +25,7 @@ namespace gpumove {
 class UcxHostMemory : public HostMemorySource {
  public:
   explicit UcxHostMemory(UcxTransport* transport) : transport_(transport) {}
-  absl::StatusOr<void*> Allocate(uint64_t length) override {
-    return transport_->Allocate(length);
-  }
+  absl::StatusOr<void*> Allocate(uint64_t length) override { return transport_->Allocate(length); }
   void Free(void* base) override { transport_->Free(base); }
 
  private:

@@ -1,4 +1,4 @@
-#include "daemon/path/local_engine.h"
+#include "daemon/path/local/local_engine.h"
 
 #include <memory>
 

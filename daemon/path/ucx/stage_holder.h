@@ -14,7 +14,7 @@
 #include "daemon/cluster/holds.h"
 #include "daemon/cluster/path_holder.h"
 #include "daemon/gpu/gpu.h"
-#include "daemon/path/staging.h"
+#include "daemon/path/staging/staging.h"
 
 namespace gpumove {
 

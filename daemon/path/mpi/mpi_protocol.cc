@@ -1,4 +1,4 @@
-#include "daemon/path/mpi_protocol.h"
+#include "daemon/path/mpi/mpi_protocol.h"
 
 #include <memory>
 

@@ -1,7 +1,7 @@
-#include "daemon/path/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -11,11 +11,10 @@ namespace {
 
 // The constants of UCX's src/ucp/wireup/address.c and ucp_rkey.c (not installed headers).
 constexpr uint8_t kVersionV1 = 0, kVersionV2 = 1;
-constexpr uint8_t kHeaderDebugInfo = 1 << 0, kHeaderWorkerUuid = 1 << 1,
-                  kHeaderClientId = 1 << 2;
+constexpr uint8_t kHeaderDebugInfo = 1 << 0, kHeaderWorkerUuid = 1 << 1, kHeaderClientId = 1 << 2;
 constexpr uint8_t kNullResource = 0xff;
-constexpr uint8_t kFlagLast = 0x80, kFlagHasEpAddr = 0x40;       // Iface length byte.
-constexpr uint8_t kFlagNumPaths = 0x40, kFlagSysDevice = 0x20;   // Device length byte.
+constexpr uint8_t kFlagLast = 0x80, kFlagHasEpAddr = 0x40;      // Iface length byte.
+constexpr uint8_t kFlagNumPaths = 0x40, kFlagSysDevice = 0x20;  // Device length byte.
 constexpr uint8_t kMdEmptyDev = 0x80;
 constexpr uint8_t kMdMaskV1 = 0x1f, kMdMaskV2 = 0x7f;
 constexpr uint8_t kDeviceLenMask = 0x1f;
@@ -200,8 +199,8 @@ absl::Status CheckUcxWorkerAddress(absl::string_view address, const UcxAddressSh
     if (!shape->Knows(e.transport)) continue;  // UCX finds no local transport for it.
     if (!shape->Fits(e) || e.endpoints != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "malformed UCX worker address: transport ", e.transport, " with a ",
-          e.device_length, "-byte device and a ", e.iface_length, "-byte interface address",
+          "malformed UCX worker address: transport ", e.transport, " with a ", e.device_length,
+          "-byte device and a ", e.iface_length, "-byte interface address",
           e.endpoints != 0 ? " and endpoint addresses" : "", ", not as this node's UCX writes it"));
     }
   }

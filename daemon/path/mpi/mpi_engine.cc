@@ -1,4 +1,4 @@
-#include "daemon/path/mpi_engine.h"
+#include "daemon/path/mpi/mpi_engine.h"
 
 #include <deque>
 #include <optional>
@@ -67,8 +67,8 @@ class PostedReceive : public PassiveHalf {
       } else if (*r == 0) {
         status_ = stop_ ? absl::CancelledError("cancelled") : absl::AbortedError(kSenderStopped);
       } else if (*r != n) {
-        status_ = absl::DataLossError(absl::StrCat("chunk ", next_ - 1, ": ", *r,
-                                                   " bytes came, ", n, " expected"));
+        status_ = absl::DataLossError(
+            absl::StrCat("chunk ", next_ - 1, ": ", *r, " bytes came, ", n, " expected"));
       }
     }
     return status_;
@@ -135,9 +135,8 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // halves waiting on the other node than it has rings to feed them.
   std::optional<BounceRing> ring;
   if (Staged(side.local)) {
-    auto taken =
-        BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
-                                [&control] { return control.cancelled(); });
+    auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
+                                         [&control] { return control.cancelled(); });
     if (!taken.ok()) return taken.status();
     side.ring = &ring.emplace(*std::move(taken));
   }
@@ -153,8 +152,8 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       side, [&] { return remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/true); },
       [&] { remote_->StopMpi(hold).IgnoreError(); });
   if (IsSenderStopped(st)) {
-    return absl::AbortedError(absl::StrCat("node ", hold.node,
-                                           " stopped sending before the end (see its log)"));
+    return absl::AbortedError(
+        absl::StrCat("node ", hold.node, " stopped sending before the end (see its log)"));
   }
   return st;
 }
@@ -286,9 +285,9 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
     auto post = [&] {
       while (next < side.length && in_flight.size() < static_cast<size_t>(options_.window)) {
         const uint64_t n = std::min(side.chunk, side.length - next);
-        in_flight.emplace_back(mpi_->Irecv(side.local.data + next, n, side.peer, side.tag,
-                                           side.patient && done == 0),
-                               n);
+        in_flight.emplace_back(
+            mpi_->Irecv(side.local.data + next, n, side.peer, side.tag, side.patient && done == 0),
+            n);
         next += n;
       }
     };
@@ -332,8 +331,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
                                                                      int runner_rank, int tag,
                                                                      uint64_t chunk, bool send,
                                                                      bool patient) {
-  if (runner_rank < 0 || runner_rank >= mpi_->world().size ||
-      runner_rank == mpi_->world().rank) {
+  if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
   if (tag <= 0 || tag >= mpi_->wake_tag() || chunk == 0 || chunk > (1ull << 30)) {
@@ -347,8 +345,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
     auto posted = std::make_unique<PostedReceive>(mpi_);
     for (uint64_t offset = 0; offset < length; offset += chunk) {
       const uint64_t n = std::min(chunk, length - offset);
-      posted->ops_.emplace_back(
-          mpi_->Irecv(range.data + offset, n, runner_rank, tag, patient), n);
+      posted->ops_.emplace_back(mpi_->Irecv(range.data + offset, n, runner_rank, tag, patient), n);
     }
     return posted;
   }

@@ -1,4 +1,4 @@
-#include "daemon/path/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 
 #include <ucp/api/ucp.h>
 
@@ -67,8 +67,8 @@ class UcxWireCheckTest : public ::testing::Test {
       close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       close.flags = UCP_EP_CLOSE_FLAG_FORCE;
       void* req = ucp_ep_close_nbx(h, &close);
-      for (int i = 0; i < 100000 && UCS_PTR_IS_PTR(req) &&
-                      ucp_request_check_status(req) == UCS_INPROGRESS;
+      for (int i = 0;
+           i < 100000 && UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS;
            ++i) {
         ucp_worker_progress(worker_);
       }

@@ -1,4 +1,4 @@
-#include "daemon/path/ucx_protocol.h"
+#include "daemon/path/ucx/ucx_protocol.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "daemon/path/ucx_engine.h"
+#include "daemon/path/ucx/ucx_engine.h"
 
 #include <algorithm>
 #include <numeric>
@@ -23,8 +23,8 @@ class StageTrace {
   ~StageTrace() {
     if (!on_) return;
     absl::MutexLock lock(&mu_);
-    VLOG(2) << "staged move of " << length_ << " bytes, per chunk (us from start): "
-            << absl::StrJoin(events_, " ");
+    VLOG(2) << "staged move of " << length_
+            << " bytes, per chunk (us from start): " << absl::StrJoin(events_, " ");
   }
   // Marks `step` of the chunk at `offset` as ended now; passes its status on.
   absl::Status Marked(uint64_t offset, const char* step, absl::Status status) {
@@ -114,9 +114,9 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   }
   // Device memory and a UCX that cannot take it: through pinned bounce buffers (waiting
   // for room while other moves use the pool).
-  auto ring = BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length),
-                                      absl::Now() + BounceRing::kWait,
-                                      [&control] { return control.cancelled(); });
+  auto ring =
+      BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length), absl::Now() + BounceRing::kWait,
+                              [&control] { return control.cancelled(); });
   if (!ring.ok()) return ring.status();
   // A push's puts (two at once) take the staged copies' threads; a pull's gets, one at a
   // time, keep direct_threads (twice as fast; docs/performance/tuning.md).
@@ -171,9 +171,7 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote, cons
                                       char* local, uint64_t length, MoveControl& control,
                                       const std::vector<size_t>& use) {
   const size_t shares = use.size();
-  auto transport = [this](size_t lane) {
-    return lane == 0 ? transport_ : lanes_.lanes[lane - 1];
-  };
+  auto transport = [this](size_t lane) { return lane == 0 ? transport_ : lanes_.lanes[lane - 1]; };
   auto range = [&](size_t lane, uint64_t offset) {
     RemoteRange r = remote;
     if (lane > 0) {
@@ -278,8 +276,8 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   // Our own device memory goes through bounce slots of ours, as many and as big.
   std::optional<BounceRing> ours;
   if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    auto ring = BounceRing::TakeWaiting(
-        pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)}, deadline, cancelled);
+    auto ring = BounceRing::TakeWaiting(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)},
+                                        deadline, cancelled);
     if (!ring.ok()) return ring.status();
     ours.emplace(*std::move(ring));
   }
@@ -320,9 +318,9 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   if (push) {
     steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
-      return trace.Marked(offset, "d2h",
-                          gpu_->Copy(near(a, offset), kHostDevice, src.data + offset,
-                                     src.device, n, n, nullptr));
+      return trace.Marked(
+          offset, "d2h",
+          gpu_->Copy(near(a, offset), kHostDevice, src.data + offset, src.device, n, n, nullptr));
     };
     steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
       return trace.Marked(offset, "put", transport_->Put(far(b), near(a, offset), n, nullptr));
@@ -343,9 +341,9 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   };
   steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
     if (!ours.has_value()) return absl::OkStatus();
-    return trace.Marked(offset, "h2d",
-                        gpu_->Copy(dst.data + offset, dst.device, near(b, offset), kHostDevice,
-                                   n, n, nullptr));
+    return trace.Marked(
+        offset, "h2d",
+        gpu_->Copy(dst.data + offset, dst.device, near(b, offset), kHostDevice, n, n, nullptr));
   };
   steps.fill_threads = 2;
   steps.carry_threads = kWireThreads;

@@ -24,9 +24,9 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
-#include "daemon/path/mpi_protocol.h"
-#include "daemon/path/mpi_transport.h"
-#include "daemon/path/staging.h"
+#include "daemon/path/mpi/mpi_protocol.h"
+#include "daemon/path/mpi/mpi_transport.h"
+#include "daemon/path/staging/staging.h"
 
 namespace gpumove {
 
@@ -67,9 +67,9 @@ class MpiEngine : public Engine {
   // receives into it. Returns once the first receives are posted. A `patient` receiver
   // (started with the hold, before the runner's move may run) does not time out before
   // the first bytes come.
-  absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range,
-                                                            uint64_t length, int runner_rank,
-                                                            int tag, uint64_t chunk, bool send,
+  absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range, uint64_t length,
+                                                            int runner_rank, int tag,
+                                                            uint64_t chunk, bool send,
                                                             bool patient = false);
 
   // One side of a move; `progress(done)` false asks to stop.
@@ -111,8 +111,7 @@ class MpiEngine : public Engine {
 
  private:
   bool Staged(const Endpoint& e) const {
-    return options_.force_staging ||
-           (e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware);
+    return options_.force_staging || (e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware);
   }
   int NextTag();
 

@@ -1,4 +1,4 @@
-#include "daemon/path/mpi_transport.h"
+#include "daemon/path/mpi/mpi_transport.h"
 
 #include <algorithm>
 #include <atomic>
@@ -43,9 +43,9 @@ struct MpiTransport::Op {
   absl::Time posted;
   absl::Duration timeout;
   // Written under mu_ by the MPI thread.
-  bool done = false;      // Waiters may return: status/count are final.
+  bool done = false;               // Waiters may return: status/count are final.
   std::atomic<bool> ready{false};  // done, for a waiter polling without the lock.
-  bool finished = false;  // MPI is done with the buffer.
+  bool finished = false;           // MPI is done with the buffer.
   bool cancel_asked = false;
   absl::Status status;
   uint64_t count = 0;
@@ -130,8 +130,8 @@ absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions opt
     MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w.size);
     MPI_Comm local;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL,
-                            &local) == MPI_SUCCESS) {
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local) ==
+        MPI_SUCCESS) {
       MPI_Comm_rank(local, &w.local_rank);
       MPI_Comm_size(local, &w.local_size);
       MPI_Comm_free(&local);
@@ -208,8 +208,8 @@ void MpiTransport::Loop() {
   // Wakes that came before their receives were posted here (rank, tag), latest last.
   std::deque<std::pair<int, int>> early_wakes;
   auto post_wake = [&] {
-    if (MPI_Irecv(&wake_buf, sizeof(wake_buf), MPI_BYTE, MPI_ANY_SOURCE, wake_tag(),
-                  MPI_COMM_WORLD, &wake) != MPI_SUCCESS) {
+    if (MPI_Irecv(&wake_buf, sizeof(wake_buf), MPI_BYTE, MPI_ANY_SOURCE, wake_tag(), MPI_COMM_WORLD,
+                  &wake) != MPI_SUCCESS) {
       wake = MPI_REQUEST_NULL;
     }
   };
@@ -234,8 +234,8 @@ void MpiTransport::Loop() {
           ++found;
         }
       }
-      VLOG(2) << "MPI: rank " << s.MPI_SOURCE << " starts sending tag " << wake_buf << " ("
-              << found << " receive(s) here)";
+      VLOG(2) << "MPI: rank " << s.MPI_SOURCE << " starts sending tag " << wake_buf << " (" << found
+              << " receive(s) here)";
       if (found == 0) {
         early_wakes.emplace_back(s.MPI_SOURCE, wake_buf);
         if (early_wakes.size() > 256) early_wakes.pop_front();
@@ -266,8 +266,7 @@ void MpiTransport::Loop() {
     {
       absl::MutexLock lock(&mu_);
       // Nothing in MPI's hands: wait for work, unless polling (see MpiOptions::spin).
-      if (ops.empty() &&
-          !(options_.spin && absl::Now() - last_activity < options_.poll_window)) {
+      if (ops.empty() && !(options_.spin && absl::Now() - last_activity < options_.poll_window)) {
         mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
       }
       post.swap(to_post_);
@@ -279,8 +278,7 @@ void MpiTransport::Loop() {
           if (!op->send) cancel.push_back(op);
         }
       }
-      if (stop_ && tasks.empty() && post.empty() &&
-          (ops.empty() || absl::Now() > stop_deadline)) {
+      if (stop_ && tasks.empty() && post.empty() && (ops.empty() || absl::Now() > stop_deadline)) {
         for (auto& op : ops) finish(*op, absl::UnavailableError("daemon stopping"), 0);
         for (auto& op : post) finish(*op, absl::UnavailableError("daemon stopping"), 0);
         stop_wakes();
@@ -292,8 +290,9 @@ void MpiTransport::Loop() {
     for (auto& op : post) {
       MPI_Request r = MPI_REQUEST_NULL;
       const int count = static_cast<int>(op->n);
-      int rc = op->send ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
-                        : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      int rc = op->send
+                   ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
+                   : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
       if (rc != MPI_SUCCESS) {
         absl::MutexLock lock(&mu_);
         finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
@@ -380,9 +379,8 @@ void MpiTransport::Loop() {
         MPI_Status& s = statuses[k];
         if (rc == MPI_ERR_IN_STATUS && s.MPI_ERROR != MPI_SUCCESS) {
           finish(op,
-                 absl::UnavailableError(absl::StrCat(op.send ? "send to" : "receive from",
-                                                     " rank ", op.peer, ": ",
-                                                     MpiError(s.MPI_ERROR))),
+                 absl::UnavailableError(absl::StrCat(op.send ? "send to" : "receive from", " rank ",
+                                                     op.peer, ": ", MpiError(s.MPI_ERROR))),
                  0);
           continue;
         }
@@ -433,9 +431,8 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
     const int size = world_.size;
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(size), displs(size);
-    absl::Status s = MpiStatus(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT,
-                                             MPI_COMM_WORLD),
-                               "MPI_Allgather");
+    absl::Status s = MpiStatus(
+        MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
     if (!s.ok()) return s;
     int total = 0;
     for (int i = 0; i < size; ++i) {
@@ -443,8 +440,8 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
       total += lens[i];
     }
     std::string all(total, '\0');
-    s = MpiStatus(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(),
-                                 displs.data(), MPI_CHAR, MPI_COMM_WORLD),
+    s = MpiStatus(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(),
+                                 MPI_CHAR, MPI_COMM_WORLD),
                   "MPI_Allgatherv");
     if (!s.ok()) return s;
     for (int i = 0; i < size; ++i) out.push_back(all.substr(displs[i], lens[i]));
@@ -455,8 +452,8 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 }
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
-                                                    int tag, absl::Duration timeout, bool patient,
-                                                    std::optional<int32_t> wake) {
+                                                     int tag, absl::Duration timeout, bool patient,
+                                                     std::optional<int32_t> wake) {
   auto op = std::make_shared<Op>();
   op->send = send;
   op->patient = patient;
@@ -494,12 +491,12 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
 }
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void* data, uint64_t n, int peer,
-                                                     int tag) {
+                                                      int tag) {
   return Post(true, const_cast<void*>(data), n, peer, tag, options_.op_timeout);
 }
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, int peer, int tag,
-                                                     bool patient) {
+                                                      bool patient) {
   return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout,
               patient);
 }
@@ -534,9 +531,9 @@ absl::StatusOr<uint64_t> MpiTransport::Wait(const std::shared_ptr<Op>& op, absl:
         return absl::DeadlineExceededError(
             absl::StrCat("MPI operation with rank ", op->peer, " still in progress"));
       }
-      failure = absl::UnavailableError(absl::StrCat("MPI made no progress with rank ", op->peer,
-                                                    " for ",
-                                                    absl::FormatDuration(options_.op_timeout)));
+      failure =
+          absl::UnavailableError(absl::StrCat("MPI made no progress with rank ", op->peer, " for ",
+                                              absl::FormatDuration(options_.op_timeout)));
     } else if (op->done) {
       if (op->status.ok()) return op->count;
       failure = op->status;

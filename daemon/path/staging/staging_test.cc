@@ -1,13 +1,13 @@
-#include "daemon/path/staging.h"
+#include "daemon/path/staging/staging.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <functional>
-#include <tuple>
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -175,7 +175,8 @@ TEST_F(StagingTest, ParallelConsumersDrainEveryChunkOnceInItsSlot) {
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_LT(calls.load(), static_cast<int>(chunks));
   // A cancel stops it too.
-  st = RunStaged(length, chunk, slots, produce, consume, [](uint64_t done) { return false; }, 3);
+  st = RunStaged(
+      length, chunk, slots, produce, consume, [](uint64_t done) { return false; }, 3);
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
 }
 
@@ -219,10 +220,9 @@ TEST_F(StagingTest, TakeWaitingWaitsForRoomWhileThePoolIsBusy) {
   const StagingOptions huge{.chunk = 1 << 20, .slots = 2};
   EXPECT_FALSE(BounceRing::CouldFit(pinned_.get(), huge));
   const absl::Time t1 = absl::Now();
-  EXPECT_EQ(BounceRing::TakeWaiting(pinned_.get(), huge, absl::Now() + absl::Seconds(10))
-                .status()
-                .code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      BounceRing::TakeWaiting(pinned_.get(), huge, absl::Now() + absl::Seconds(10)).status().code(),
+      absl::StatusCode::kResourceExhausted);
   EXPECT_LT(absl::Now() - t1, absl::Seconds(1));
 }
 
@@ -274,8 +274,8 @@ TEST_F(StagingTest, ThreeStepsCarryEveryByteThroughBothRings) {
   for (const auto& [a_slots, b_slots, fillers, carriers, drainers] :
        std::vector<std::tuple<size_t, size_t, int, int, int>>{
            {3, 5, 1, 2, 2}, {5, 2, 2, 1, 1}, {1, 1, 1, 1, 1}, {4, 4, 3, 3, 3}, {2, 6, 1, 2, 1}}) {
-    SCOPED_TRACE(absl::StrCat(a_slots, " a-slots, ", b_slots, " b-slots, ", fillers,
-                              " fillers, ", carriers, " carriers, ", drainers, " drainers"));
+    SCOPED_TRACE(absl::StrCat(a_slots, " a-slots, ", b_slots, " b-slots, ", fillers, " fillers, ",
+                              carriers, " carriers, ", drainers, " drainers"));
     std::vector<std::vector<char>> a(a_slots, std::vector<char>(chunk));
     std::vector<std::vector<char>> b(b_slots, std::vector<char>(chunk));
     std::vector<char> dst(length, 0);
@@ -324,7 +324,8 @@ TEST_F(StagingTest, ThreeStepsCarryEveryByteThroughBothRings) {
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_TRUE(dst == src_);
     for (int w = 0; w < 3; ++w) {
-      for (uint64_t k = 0; k < chunks; ++k) EXPECT_EQ(runs[w][k], 1) << "step " << w << " chunk " << k;
+      for (uint64_t k = 0; k < chunks; ++k)
+        EXPECT_EQ(runs[w][k], 1) << "step " << w << " chunk " << k;
     }
     ASSERT_FALSE(progress.empty());
     EXPECT_EQ(progress.back(), length);
@@ -370,15 +371,15 @@ TEST_F(StagingTest, ThreeStepsStopAtTheFirstErrorOrACancel) {
                     absl::SleepFor(absl::Milliseconds(5));
                     return absl::OkStatus();
                   }};
-  absl::Status st =
-      RunThreeSteps(length, chunk, 3, 3, slow, [](uint64_t) { return false; });
+  absl::Status st = RunThreeSteps(length, chunk, 3, 3, slow, [](uint64_t) { return false; });
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
   EXPECT_LT(calls[2].load(), static_cast<int>(chunks));
   // Nothing to move: no step runs; no slots: refused.
-  EXPECT_TRUE(RunThreeSteps(0, chunk, 3, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr).ok());
-  EXPECT_EQ(RunThreeSteps(length, chunk, 0, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      RunThreeSteps(0, chunk, 3, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr).ok());
+  EXPECT_EQ(
+      RunThreeSteps(length, chunk, 0, 3, ThreeSteps{ok(0), ok(1), ok(2), 1, 1, 1}, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // A move of one chunk: its three steps run in order on the calling thread, and progress
@@ -409,11 +410,11 @@ TEST_F(StagingTest, OneChunkRunsItsStepsOnTheCallingThread) {
   }
   EXPECT_EQ(progress, std::vector<uint64_t>{5000});
   ran.clear();
-  EXPECT_EQ(RunThreeSteps(5000, 8192, 2, 2,
-                          ThreeSteps{step(0), step(1, absl::UnavailableError("gone")), step(2)},
-                          nullptr)
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      RunThreeSteps(5000, 8192, 2, 2,
+                    ThreeSteps{step(0), step(1, absl::UnavailableError("gone")), step(2)}, nullptr)
+          .code(),
+      absl::StatusCode::kUnavailable);
   EXPECT_EQ(ran.size(), 2u);  // No drain after a failed carry.
 }
 
@@ -421,7 +422,7 @@ TEST(StagePieceTest, ASixteenthOfTheMoveWithinBounds) {
   const uint64_t slot = 8 << 20;
   EXPECT_EQ(StagePiece(64 << 20, slot), 4u << 20);
   EXPECT_EQ(StagePiece(128 << 20, slot), 8u << 20);
-  EXPECT_EQ(StagePiece(1ull << 30, slot), 8u << 20);   // Never past a slot.
+  EXPECT_EQ(StagePiece(1ull << 30, slot), 8u << 20);  // Never past a slot.
   EXPECT_EQ(StagePiece(32 << 20, slot), 2u << 20);
   EXPECT_EQ(StagePiece(8 << 20, slot), kMinStagePiece);  // Never under the least piece...
   EXPECT_EQ(StagePiece(4096, 4096), 4096u);              // ...unless the slot is smaller.

@@ -47,10 +47,10 @@ struct MpiWorld {
   int local_rank = 0;  // Rank among the job's processes on this host.
   int local_size = 1;
   int tag_ub = 32767;
-  bool cuda_aware = false;      // Device pointers may be given to MPI.
-  std::string cuda_awareness;   // How that was found out.
-  std::string library;          // MPI_Get_library_version, first line.
-  uint64_t world_id = 0;        // The same on every rank of the job, random per job.
+  bool cuda_aware = false;     // Device pointers may be given to MPI.
+  std::string cuda_awareness;  // How that was found out.
+  std::string library;         // MPI_Get_library_version, first line.
+  uint64_t world_id = 0;       // The same on every rank of the job, random per job.
 };
 
 class MpiTransport {

@@ -94,8 +94,7 @@ using StageProgress = std::function<bool(uint64_t done)>;
 // start.
 using StageStep = std::function<absl::Status(size_t slot, uint64_t offset, uint64_t n)>;
 absl::Status RunStaged(uint64_t length, uint64_t chunk, size_t slots, const StageStep& produce,
-                       const StageStep& consume, const StageProgress& progress,
-                       int consumers = 1);
+                       const StageStep& consume, const StageProgress& progress, int consumers = 1);
 
 // A chunk of a three-step pipeline: its slot in the first ring (`a`, between the first
 // and second steps) and in the second (`b`, between the second and third), and its bytes.
@@ -131,8 +130,8 @@ inline constexpr uint64_t kMinStagePiece = 1 << 20;
 // standing in for a GPU). `senders` > 1 sends that many chunks at once: only for a send
 // whose chunks may land in any order (RMA to distinct offsets; not MPI's ordered sends).
 absl::Status StageOut(GpuRuntime* gpu, const char* src, int device, uint64_t length,
-                      const BounceRing& ring, const StageSend& send,
-                      const StageProgress& progress, int senders = 1);
+                      const BounceRing& ring, const StageSend& send, const StageProgress& progress,
+                      int senders = 1);
 // receive -> bounce -> device.
 absl::Status StageIn(GpuRuntime* gpu, char* dst, int device, uint64_t length,
                      const BounceRing& ring, const StageReceive& receive,

@@ -1,4 +1,4 @@
-#include "daemon/path/cuda_ipc_protocol.h"
+#include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "daemon/path/stage_holder.h"
+#include "daemon/path/ucx/stage_holder.h"
 
 #include <gtest/gtest.h>
 
@@ -152,8 +152,8 @@ TEST_F(StageHolderTest, PiecesRacingTheHoldsEndUseNothingFreed) {
     stagers.emplace_back([&, t] {
       for (int i = 0; i < 10000000 && !stop.load(); ++i) {
         const std::string id = absl::StrCat("race-", i % 4);
-        absl::Status st = holder_->StageChunk(*table_, "node-a", id, t, 0, t * (64 << 10),
-                                              64 << 10, (i + t) % 2 == 0);
+        absl::Status st = holder_->StageChunk(*table_, "node-a", id, t, 0, t * (64 << 10), 64 << 10,
+                                              (i + t) % 2 == 0);
         (st.ok() ? copied : missed)++;
       }
     });

@@ -1,7 +1,7 @@
 // Which UCX lanes a move takes (ChooseLanes): the policy that keeps lanes evenly loaded.
 #include <vector>
 
-#include "daemon/path/ucx_engine.h"
+#include "daemon/path/ucx/ucx_engine.h"
 #include "gtest/gtest.h"
 
 namespace gpumove {
