@@ -69,7 +69,7 @@ struct DaemonOptions {
   bool cuda_ipc_fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
   // Our CUDA IPC moves of this many bytes or more may end behind a fence.
   uint64_t cuda_ipc_fence_min = CudaIpcEngine::kDefaultMinFenced;
-  // Bytes/s; see StagingPolicy::fence_quiet_rate.
+  // Bytes/s; see FencePolicy::quiet_rate.
   uint64_t cuda_ipc_fence_quiet = 1000ull * 1000 * 1000 * 1000;
   // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
   StagingOptions staging;

@@ -74,6 +74,27 @@ absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
   return absl::OkStatus();
 }
 
+const char* UcxStrategyName(UcxStrategy strategy) {
+  switch (strategy) {
+    case UcxStrategy::kRemoteStaged:
+      return "staged by the other node";
+    case UcxStrategy::kLocalStaged:
+      return "staged here";
+    case UcxStrategy::kLanes:
+      return "split over lanes";
+    case UcxStrategy::kWhole:
+      return "one put or get";
+  }
+  return "?";
+}
+
+UcxStrategy ChooseUcxStrategy(bool remote_staged, bool local_staged, size_t lanes, bool direct) {
+  if (remote_staged) return UcxStrategy::kRemoteStaged;
+  if (local_staged) return UcxStrategy::kLocalStaged;
+  if (lanes > 0 && !direct) return UcxStrategy::kLanes;
+  return UcxStrategy::kWhole;
+}
+
 absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                              MoveControl& control) {
   const bool push = dst.remote != nullptr;
@@ -88,15 +109,21 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   remote.peer_error_handling = !hold.same_host;
   auto progress = control.Reporter();
   if (control.cancelled()) return absl::CancelledError("cancelled");
-  if (offer->stage.has_value()) {
-    return MoveRemoteStaged(src, dst, hold, *offer, length, control, progress);
-  }
   const Endpoint& local = push ? src : dst;
-  if (local.kind != MemoryKind::kDevice || transport_->cuda_aware()) {
-    // Host memory over the wire goes over every lane both nodes have.
-    const size_t lanes =
-        local.kind == MemoryKind::kDevice ? 0 : std::min(lanes_.lanes.size(), offer->lanes.size());
-    if (lanes > 0 && !transport_->Direct(remote)) {
+  const bool remote_staged = offer->stage.has_value();
+  const bool local_staged = local.kind == MemoryKind::kDevice && !transport_->cuda_aware();
+  // Host memory over the wire goes over every lane both nodes have.
+  const size_t lanes = !remote_staged && local.kind != MemoryKind::kDevice
+                           ? std::min(lanes_.lanes.size(), offer->lanes.size())
+                           : 0;
+  const bool direct = lanes > 0 && transport_->Direct(remote);
+  const UcxStrategy strategy = ChooseUcxStrategy(remote_staged, local_staged, lanes, direct);
+  VLOG(2) << "UCX move of " << length << " bytes with " << hold.node << ": "
+          << UcxStrategyName(strategy);
+  switch (strategy) {
+    case UcxStrategy::kRemoteStaged:
+      return MoveRemoteStaged(src, dst, hold, *offer, length, control, progress);
+    case UcxStrategy::kLanes: {
       // A rate cap is held by Progress on the moving thread: a capped move runs whole.
       const uint64_t share = std::max<uint64_t>(lanes_.min_share, 64 << 10);
       const uint64_t most = control.rate_limit() > 0 ? 1 : std::max<uint64_t>(1, length / share);
@@ -109,11 +136,18 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       GiveBackLanes(use);
       return st;
     }
-    return push ? transport_->Put(remote, src.data, length, progress)
-                : transport_->Get(remote, dst.data, length, progress);
+    case UcxStrategy::kWhole:
+      return push ? transport_->Put(remote, src.data, length, progress)
+                  : transport_->Get(remote, dst.data, length, progress);
+    case UcxStrategy::kLocalStaged:
+      return MoveLocalStaged(push, remote, src, dst, length, control, progress);
   }
-  // Device memory and a UCX that cannot take it: through pinned bounce buffers (waiting
-  // for room while other moves use the pool).
+  return absl::InternalError("no UCX strategy");
+}
+
+absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, const Endpoint& src,
+                                        const Endpoint& dst, uint64_t length, MoveControl& control,
+                                        const std::function<bool(uint64_t)>& progress) {
   auto ring =
       BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length), absl::Now() + BounceRing::kWait,
                               [&control] { return control.cancelled(); });

@@ -49,6 +49,27 @@ struct UcxLaneOptions {
 // lower lane.
 std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread);
 
+// How one UCX move goes, from what its two ends are (ChooseUcxStrategy).
+enum class UcxStrategy {
+  // The other node stages its range: pieces through its bounce slots with a StageChunk
+  // call each (and through ours when our end is device memory too).
+  kRemoteStaged,
+  // Our end is device memory and our UCX cannot take it: through our own bounce slots.
+  kLocalStaged,
+  // Host memory over the network: split into shares over the lanes both nodes have.
+  kLanes,
+  // One put or get: a direct copy with a peer on this host, device memory to a
+  // CUDA-aware UCX, or no lanes to split over.
+  kWhole,
+};
+const char* UcxStrategyName(UcxStrategy strategy);
+
+// The strategy for a move whose remote end is staged by its node (`remote_staged`), whose
+// local end is device memory our UCX cannot take (`local_staged`), with `lanes` extra
+// lanes both nodes have for it, and `direct` when the peer's memory is mapped here (a
+// direct copy is one memcpy: no lanes).
+UcxStrategy ChooseUcxStrategy(bool remote_staged, bool local_staged, size_t lanes, bool direct);
+
 class UcxEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
@@ -92,6 +113,11 @@ class UcxEngine : public Engine {
   static constexpr uint64_t kSpreadShare = 8 << 20;
   // Pieces on the wire at once in a move staged by the remote node (see MoveRemoteStaged).
   static constexpr int kWireThreads = 2;
+  // Our device memory and a UCX that cannot take it: through our pinned bounce slots
+  // (waiting for room while other moves use the pool).
+  absl::Status MoveLocalStaged(bool push, const RemoteRange& remote, const Endpoint& src,
+                               const Endpoint& dst, uint64_t length, MoveControl& control,
+                               const std::function<bool(uint64_t)>& progress);
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, const RemoteHold& hold,
