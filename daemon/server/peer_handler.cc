@@ -11,7 +11,7 @@ namespace gpumove {
 absl::Status PeerHandler::Hello(const peer::v1::HelloRequest& request,
                                 peer::v1::HelloResponse* response) {
   auto known = cluster_->OnHello(request.from());
-  if (!known.ok()) return (known.status());
+  if (!known.ok()) return known.status();
   for (std::string& a : *known) response->add_known_addresses(std::move(a));
   *response->mutable_node() = cluster_->self();
   return absl::OkStatus();
@@ -62,7 +62,7 @@ absl::Status PeerHandler::CompleteRemote(const peer::v1::CompleteRemoteRequest& 
               : request.runner_waits_fence() && !request.checksum()
                   ? " (the hold ends when the runner's fence passes)"
                   : " (after the runner's fence passed)");
-  if (!hash.ok()) return (hash.status());
+  if (!hash.ok()) return hash.status();
   response->set_xxh3(*hash);
   return absl::OkStatus();
 }
