@@ -161,11 +161,10 @@ absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
   return peer;
 }
 
-template <class Request, class Response>
-absl::Status ClusterRemoteRanges::Invoke(const PeerView& peer, PeerMethod method,
-                                         const Request& request, Response* response,
-                                         grpc::Status (peer::v1::PeerService::Stub::*rpc)(
-                                             grpc::ClientContext*, const Request&, Response*)) {
+absl::Status ClusterRemoteRanges::Call(
+    const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
+    google::protobuf::Message* response,
+    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
   if (channel_ != nullptr && channel_->Reaches(peer.descriptor)) {
     auto body =
         channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
@@ -182,19 +181,7 @@ absl::Status ClusterRemoteRanges::Invoke(const PeerView& peer, PeerMethod method
       peer.channel != nullptr ? peer.channel : cluster_->ChannelTo(peer.address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  return FromGrpc((stub.get()->*rpc)(&context, request, response), peer.node);
-}
-
-template <class Request, class Response>
-absl::Status ClusterRemoteRanges::InvokeOnHold(
-    const RemoteHold& hold, PeerMethod method, Request& request, Response* response,
-    grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*, const Request&,
-                                                     Response*)) {
-  auto peer = PeerFor(hold);
-  if (!peer.ok()) return peer.status();
-  request.set_transfer_id(hold.transfer_id);
-  request.set_from_node(cluster_->self().node());
-  return Invoke(*peer, method, request, response, rpc);
+  return FromGrpc(rpc(*stub, &context), peer.node);
 }
 
 namespace {
@@ -347,50 +334,6 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
   }
   VLOG(2) << "CompleteRemoteBatch of " << sent.size() << " to " << node << ": "
           << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
-}
-
-absl::StatusOr<RemoteRanges::StageSlots> ClusterRemoteRanges::TakeStageSlots(
-    const RemoteHold& hold) {
-  peer::v1::TakeStageSlotsRequest request;
-  peer::v1::TakeStageSlotsResponse response;
-  absl::Status st = InvokeOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
-                                 &peer::v1::PeerService::Stub::TakeStageSlots);
-  if (!st.ok()) return st;
-  return StageSlots{{response.stage_slots().begin(), response.stage_slots().end()},
-                    response.stage_slot_size()};
-}
-
-absl::Status ClusterRemoteRanges::StageChunk(const RemoteHold& hold, uint32_t slot,
-                                             uint64_t slot_offset, uint64_t offset,
-                                             uint64_t length, bool to_range) {
-  peer::v1::StageChunkRequest request;
-  request.set_slot(slot);
-  request.set_slot_offset(slot_offset);
-  request.set_offset(offset);
-  request.set_length(length);
-  request.set_to_range(to_range);
-  peer::v1::StageChunkResponse response;
-  return InvokeOnHold(hold, PeerMethod::kStageChunk, request, &response,
-                      &peer::v1::PeerService::Stub::StageChunk);
-}
-
-absl::Status ClusterRemoteRanges::StartMpi(const RemoteHold& hold, int tag, uint64_t chunk,
-                                           bool send) {
-  peer::v1::StartMpiRequest request;
-  request.set_from_rank(cluster_->self().mpi_rank());
-  request.set_tag(tag);
-  request.set_chunk(chunk);
-  request.set_send(send);
-  peer::v1::StartMpiResponse response;
-  return InvokeOnHold(hold, PeerMethod::kStartMpi, request, &response,
-                      &peer::v1::PeerService::Stub::StartMpi);
-}
-
-absl::Status ClusterRemoteRanges::StopMpi(const RemoteHold& hold) {
-  peer::v1::StopMpiRequest request;
-  peer::v1::StopMpiResponse response;
-  return InvokeOnHold(hold, PeerMethod::kStopMpi, request, &response,
-                      &peer::v1::PeerService::Stub::StopMpi);
 }
 
 void ClusterRemoteRanges::Release(const RemoteHold& hold) {

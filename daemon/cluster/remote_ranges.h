@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/path_codec.h"
@@ -73,11 +74,23 @@ class ClusterRemoteRanges : public RemoteRanges {
   void Release(const RemoteHold& hold) override;
   // Holds waiting to be told again that their move ended (for tests and metrics).
   size_t lingering() ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
-                          uint64_t offset, uint64_t length, bool to_range) override;
-  absl::StatusOr<StageSlots> TakeStageSlots(const RemoteHold& hold) override;
-  absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) override;
-  absl::Status StopMpi(const RemoteHold& hold) override;
+  // Calls `method` on the hold's node (as long as it is the incarnation the hold was made
+  // with), the request addressed to the hold: its transfer id, this node as the runner.
+  // For the paths' own calls during a move (staging steps, MPI halves); `rpc` is the
+  // method's gRPC form, for peers the fast channel does not reach.
+  template <class Request, class Response>
+  absl::Status CallOnHold(const RemoteHold& hold, PeerMethod method, Request& request,
+                          Response* response,
+                          grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
+                                                                           const Request&,
+                                                                           Response*)) {
+    auto peer = PeerFor(hold);
+    if (!peer.ok()) return peer.status();
+    request.set_transfer_id(hold.transfer_id);
+    request.set_from_node(cluster_->self().node());
+    return Invoke(*peer, method, request, response, rpc);
+  }
+  peer::v1::NodeDescriptor self() const { return cluster_->self(); }
 
  private:
   struct PendingAck {
@@ -130,15 +143,17 @@ class ClusterRemoteRanges : public RemoteRanges {
   absl::Status Invoke(const PeerView& peer, PeerMethod method, const Request& request,
                       Response* response,
                       grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                       const Request&, Response*));
-  // Invoke on the hold's node (PeerFor), the request addressed to the hold (its transfer
-  // id, this node as the runner).
-  template <class Request, class Response>
-  absl::Status InvokeOnHold(const RemoteHold& hold, PeerMethod method, Request& request,
-                            Response* response,
-                            grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                             const Request&,
-                                                                             Response*));
+                                                                       const Request&, Response*)) {
+    return Call(peer, method, request, response,
+                [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+                  return (stub.*rpc)(context, request, response);
+                });
+  }
+  // Invoke's body, for any message types.
+  absl::Status Call(
+      const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
+      google::protobuf::Message* response,
+      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc);
 
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;

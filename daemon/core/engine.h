@@ -157,31 +157,6 @@ class RemoteRanges {
   }
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
-  // For a staged remote range: has the remote node copy one chunk between its bounce
-  // slot (from `slot_offset` in it) and the range (to_range after a put into the slot,
-  // else before a get from it).
-  virtual absl::Status StageChunk(const RemoteHold& hold, uint32_t slot, uint64_t slot_offset,
-                                  uint64_t offset, uint64_t length, bool to_range) = 0;
-  // For a staged hold whose slots are to be taken when the move runs: the remote node's
-  // bounce slots for the move, taken now (addresses in its space, of the offered size).
-  // RESOURCE_EXHAUSTED while its pinned pool has no room: try again later.
-  struct StageSlots {
-    std::vector<uint64_t> slots;
-    uint64_t slot_size = 0;
-  };
-  virtual absl::StatusOr<StageSlots> TakeStageSlots(const RemoteHold& hold) {
-    return absl::UnimplementedError("this node cannot take remote bounce slots");
-  }
-  // Path MPI (two-sided): has the remote node start its half of the move, sending the held
-  // range to our rank (`send`, a pull) or receiving it, under `tag` in `chunk`-byte
-  // messages. Returns once its first receives are posted.
-  virtual absl::Status StartMpi(const RemoteHold& hold, int tag, uint64_t chunk, bool send) {
-    return absl::UnimplementedError("this node cannot reach remote MPI halves");
-  }
-  // Asks the remote sender of a pull to stop after the chunks in flight (a cancel).
-  virtual absl::Status StopMpi(const RemoteHold& hold) {
-    return absl::UnimplementedError("this node cannot reach remote MPI halves");
-  }
 };
 
 // This node's half of a two-sided move that another node runs (path MPI): started when

@@ -1,12 +1,21 @@
-// Checks a byte range against a buffer before anything touches memory.
+// Byte ranges of buffers: what a move names, checked before anything touches memory.
 #ifndef GPUMOVE_DAEMON_CORE_RANGE_H_
 #define GPUMOVE_DAEMON_CORE_RANGE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 
 namespace gpumove {
+
+// Bytes of one buffer on one node, as a move names them.
+struct RangeSpec {
+  std::string node;  // Empty: this node.
+  std::string buffer_id;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // 0: to the end (destination: the source's length).
+};
 
 // The length of [offset, offset+length) inside a buffer of `size` bytes; length 0 means
 // "to the end". INVALID_ARGUMENT when the range is empty, leaves the buffer, or

@@ -82,11 +82,7 @@ struct TransferScheduler::Record {
   uint64_t source_xxh3 = 0;
   uint64_t destination_xxh3 = 0;
   uint64_t version = 0;
-  int pending = 0;  // Earlier transfers this one waits for.
-  std::vector<std::shared_ptr<Record>> dependents;
-  // Ended while still waiting (cancelled in the queue): its dependents are let go only
-  // when `pending` reaches 0, since they may be ordered after its predecessors through it.
-  bool ended_waiting = false;
+  RangeOrder::Id order = 0;  // Its place in order_.
 
   // Written by the worker without the lock.
   std::atomic<uint64_t> bytes_done{0};
@@ -450,36 +446,24 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       if (transfers_.contains(t->id)) return absl::InternalError("transfer id collision; retry");
       t->create_time = now;
       t->version = ++sequence_;
-      const std::string sb = BufferKey(t->source);
-      const std::string db = BufferKey(t->destination);
-      auto depend_on_conflicts = [&](const std::string& buffer)
-                                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        auto it = active_by_buffer_.find(buffer);
-        if (it != active_by_buffer_.end()) {
-          AddDependencies(t, BufferKey(t->source) == buffer ? t->source : t->destination,
-                          it->second);
-        }
-      };
-      depend_on_conflicts(sb);
-      if (db != sb) depend_on_conflicts(db);
-      active_by_buffer_[sb].push_back(t);
-      if (db != sb) active_by_buffer_[db].push_back(t);
+      t->order = ++orders_;
+      const bool waits = order_.Add(t->order, &t->source, &t->destination);
+      if (waits) waiting_.emplace(t->order, t);
       transfers_.emplace(t->id, t);
       ++active_;
       // Inline: a lone move that is small or finds a worker idle; in a batch, its small
       // moves up to kInlineBatchBytes in all (the rest go to the workers meanwhile).
       const bool small = t->length <= options_.inline_max_bytes;
-      if (t->pending == 0 && caller_waits && options_.inline_max_bytes > 0 &&
-          (batch.size() == 1
-               ? small || (ready_.empty() && running_ < options_.workers)
-               : small && inline_bytes + t->length <= kInlineBatchBytes)) {
+      if (!waits && caller_waits && options_.inline_max_bytes > 0 &&
+          (batch.size() == 1 ? small || (ready_.empty() && running_ < options_.workers)
+                             : small && inline_bytes + t->length <= kInlineBatchBytes)) {
         ++running_;
         t->state = TransferState::kRunning;
         t->start_time = absl::Now();
         t->version = ++sequence_;
         inline_bytes += t->length;
         run_inline.push_back(t);
-      } else if (t->pending == 0) {
+      } else if (!waits) {
         ready_.push_back(t);
       }
       ids.push_back(t->id);
@@ -643,110 +627,6 @@ void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status
   if (unrun) ReleaseUnrunHolds();
 }
 
-namespace {
-
-// Byte ranges of one buffer, kept sorted and merged.
-class Covered {
- public:
-  void Add(uint64_t offset, uint64_t length) {
-    if (length == 0) return;
-    uint64_t begin = offset, end = offset + length;
-    std::vector<std::pair<uint64_t, uint64_t>> out;
-    out.reserve(ranges_.size() + 1);
-    bool placed = false;
-    for (const auto& [b, e] : ranges_) {
-      if (e < begin) {
-        out.emplace_back(b, e);
-      } else if (end < b) {
-        if (!placed) out.emplace_back(begin, end);
-        placed = true;
-        out.emplace_back(b, e);
-      } else {
-        begin = std::min(begin, b);
-        end = std::max(end, e);
-      }
-    }
-    if (!placed) out.emplace_back(begin, end);
-    std::sort(out.begin(), out.end());
-    ranges_ = std::move(out);
-  }
-  // Whether every byte of [offset, offset + length) is covered (an empty range is).
-  bool Covers(uint64_t offset, uint64_t length) const {
-    if (length == 0) return true;
-    for (const auto& [b, e] : ranges_) {
-      if (b <= offset && offset + length <= e) return true;
-    }
-    return false;
-  }
-
- private:
-  std::vector<std::pair<uint64_t, uint64_t>> ranges_;
-};
-
-bool SameBuffer(const RangeSpec& a, const RangeSpec& b) {
-  return a.node == b.node && a.buffer_id == b.buffer_id;
-}
-
-}  // namespace
-
-void TransferScheduler::AddDependencies(const std::shared_ptr<Record>& t, const RangeSpec& in,
-                                        const std::vector<std::shared_ptr<Record>>& earlier) {
-  // t waits for every earlier unfinished transfer it conflicts with in buffer `in` (it
-  // writes what they read or write, or reads what they write), but directly only for
-  // those not already ordered before one it waits for: an earlier e' whose conflict with t
-  // lies in bytes that a transfer e that t waits for writes conflicts with e too, so e
-  // (newer) waits for it. The newest are looked at first, the bytes their destinations
-  // cover are remembered, and the walk stops once those cover t's own ranges here: a batch
-  // of moves over one range costs one dependency each, not one per move before it.
-  Covered covered;
-  for (auto it = earlier.rbegin(); it != earlier.rend(); ++it) {
-    const std::shared_ptr<Record>& e = *it;
-    bool conflict = false, shielded = true;
-    auto consider = [&](const RangeSpec& a, const RangeSpec& b) {
-      if (!SameBuffer(a, in) || !SameBuffer(b, in) ||
-          !RangesOverlap(a.offset, a.length, b.offset, b.length)) {
-        return;
-      }
-      conflict = true;
-      const uint64_t begin = std::max(a.offset, b.offset);
-      const uint64_t end = std::min(a.offset + a.length, b.offset + b.length);
-      if (!covered.Covers(begin, end - begin)) shielded = false;
-    };
-    consider(t->destination, e->destination);
-    consider(t->destination, e->source);
-    consider(t->source, e->destination);
-    if (!conflict || shielded) continue;
-    // Both of t's buffers' lists may hold e: it is added once (only t is added now).
-    if (e->dependents.empty() || e->dependents.back() != t) {
-      e->dependents.push_back(t);
-      ++t->pending;
-    }
-    if (SameBuffer(e->destination, in)) covered.Add(e->destination.offset, e->destination.length);
-    const bool dst_done = !SameBuffer(t->destination, in) ||
-                          covered.Covers(t->destination.offset, t->destination.length);
-    const bool src_done =
-        !SameBuffer(t->source, in) || covered.Covers(t->source.offset, t->source.length);
-    if (dst_done && src_done) break;
-  }
-}
-
-void TransferScheduler::ReleaseDependentsLocked(const std::shared_ptr<Record>& first) {
-  std::vector<std::shared_ptr<Record>> ending = {first};
-  while (!ending.empty()) {
-    std::shared_ptr<Record> t = std::move(ending.back());
-    ending.pop_back();
-    for (auto& d : t->dependents) {
-      if (--d->pending > 0) continue;
-      if (d->state == TransferState::kQueued) {
-        ready_.push_back(d);
-      } else if (d->ended_waiting) {
-        ending.push_back(d);
-      }
-    }
-    t->dependents.clear();
-  }
-}
-
 void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Status status) {
   t->state = status.ok()                                     ? TransferState::kSucceeded
              : status.code() == absl::StatusCode::kCancelled ? TransferState::kCancelled
@@ -759,17 +639,14 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   t->src_use.Reset();
   t->dst_use.Reset();
   if (t->remote_hold.has_value() && !t->remote_completed) unrun_.push_back(*t->remote_hold);
-  for (const std::string& b : {BufferKey(t->source), BufferKey(t->destination)}) {
-    auto it = active_by_buffer_.find(b);
-    if (it == active_by_buffer_.end()) continue;
-    auto& v = it->second;
-    v.erase(std::remove(v.begin(), v.end(), t), v.end());
-    if (v.empty()) active_by_buffer_.erase(it);
-  }
-  if (t->pending > 0) {
-    t->ended_waiting = true;
-  } else {
-    ReleaseDependentsLocked(t);
+  // The moves that waited for it and wait for nothing now are ready for a worker.
+  std::vector<RangeOrder::Id> ready;
+  order_.End(t->order, ready);
+  waiting_.erase(t->order);
+  for (const RangeOrder::Id id : ready) {
+    auto it = waiting_.find(id);
+    ready_.push_back(std::move(it->second));
+    waiting_.erase(it);
   }
   --active_;
   if (options_.on_end) options_.on_end(SnapshotLocked(*t));

@@ -25,6 +25,8 @@
 #include "absl/time/time.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
+#include "daemon/core/range.h"
+#include "daemon/core/range_order.h"
 
 namespace gpumove {
 
@@ -32,13 +34,6 @@ enum class TransferState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 
 const char* TransferStateName(TransferState state);
 inline bool IsTerminal(TransferState s) { return s >= TransferState::kSucceeded; }
-
-struct RangeSpec {
-  std::string node;  // Empty: this node.
-  std::string buffer_id;
-  uint64_t offset = 0;
-  uint64_t length = 0;  // 0: to the end (destination: the source's length).
-};
 
 struct TransferSpec {
   RangeSpec source;
@@ -164,15 +159,6 @@ class TransferScheduler {
                  uint64_t dst_hash);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes t wait for the transfers of `earlier` (unfinished, touching the buffer of `in`,
-  // in submission order) that it must follow.
-  void AddDependencies(const std::shared_ptr<Record>& t, const RangeSpec& in,
-                       const std::vector<std::shared_ptr<Record>>& earlier)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // t ended: the transfers waiting for it wait for one fewer (those that ended while
-  // waiting let theirs go in turn).
-  void ReleaseDependentsLocked(const std::shared_ptr<Record>& t)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
                                        const Endpoint& dst) const;
   std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -188,9 +174,10 @@ class TransferScheduler {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Record>> transfers_ ABSL_GUARDED_BY(mu_);
-  // Unfinished transfers touching each buffer, in submission order.
-  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Record>>> active_by_buffer_
-      ABSL_GUARDED_BY(mu_);
+  // The order of moves over the same bytes; the transfers in it that wait for others.
+  RangeOrder order_ ABSL_GUARDED_BY(mu_);
+  RangeOrder::Id orders_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<RangeOrder::Id, std::shared_ptr<Record>> waiting_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Record>> ready_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> finished_ ABSL_GUARDED_BY(mu_);
   // owner + '\0' + key -> transfer ids, in request order.

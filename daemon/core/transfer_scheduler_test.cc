@@ -562,11 +562,6 @@ class FakeRemote : public RemoteRanges {
     auto entered = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_entered_ >= n; };
     mu_.AwaitWithTimeout(absl::Condition(&entered), absl::Seconds(10));
   }
-  absl::Status StageChunk(const RemoteHold&, uint32_t, uint64_t, uint64_t, uint64_t,
-                          bool) override {
-    return absl::UnimplementedError("no staging");
-  }
-
   void AddBuffer(const std::string& node, const std::string& id, std::string bytes) {
     absl::MutexLock lock(&mu_);
     memory_[node + "/" + id] = std::move(bytes);

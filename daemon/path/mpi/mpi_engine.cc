@@ -143,14 +143,14 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   if (push) {
     // The destination posts its receives before we send (with the hold, or now).
     if (!started) {
-      absl::Status st = remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/false);
+      absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/false);
       if (!st.ok()) return st;
     }
     return Send(side);
   }
   absl::Status st = Receive(
-      side, [&] { return remote_->StartMpi(hold, side.tag, side.chunk, /*send=*/true); },
-      [&] { remote_->StopMpi(hold).IgnoreError(); });
+      side, [&] { return StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/true); },
+      [&] { StopMpi(*remote_, hold).IgnoreError(); });
   if (IsSenderStopped(st)) {
     return absl::AbortedError(
         absl::StrCat("node ", hold.node, " stopped sending before the end (see its log)"));

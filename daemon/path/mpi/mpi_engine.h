@@ -42,7 +42,7 @@ class MpiEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
   // `remote` starts and stops the other node's half.
-  MpiEngine(MpiTransport* mpi, GpuRuntime* gpu, Pool* pinned, RemoteRanges* remote,
+  MpiEngine(MpiTransport* mpi, GpuRuntime* gpu, Pool* pinned, ClusterRemoteRanges* remote,
             MpiEngineOptions options = {})
       : mpi_(mpi), gpu_(gpu), pinned_(pinned), remote_(remote), options_(options) {}
 
@@ -118,7 +118,7 @@ class MpiEngine : public Engine {
   MpiTransport* const mpi_;
   GpuRuntime* const gpu_;
   Pool* const pinned_;
-  RemoteRanges* const remote_;
+  ClusterRemoteRanges* const remote_;
   const MpiEngineOptions options_;
   std::atomic<uint64_t> next_tag_{0};
 };

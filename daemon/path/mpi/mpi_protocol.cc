@@ -28,4 +28,23 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   hold->offers.push_back(std::move(offer));
 }
 
+absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
+                      bool send) {
+  peer::v1::StartMpiRequest request;
+  request.set_from_rank(remote.self().mpi_rank());
+  request.set_tag(tag);
+  request.set_chunk(chunk);
+  request.set_send(send);
+  peer::v1::StartMpiResponse response;
+  return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
+                           &peer::v1::PeerService::Stub::StartMpi);
+}
+
+absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold) {
+  peer::v1::StopMpiRequest request;
+  peer::v1::StopMpiResponse response;
+  return remote.CallOnHold(hold, PeerMethod::kStopMpi, request, &response,
+                           &peer::v1::PeerService::Stub::StopMpi);
+}
+
 }  // namespace gpumove

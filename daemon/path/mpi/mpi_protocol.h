@@ -1,12 +1,14 @@
 // Path MPI's part of the hold handshake: a push may ask the holder to start its receiving
 // half with the hold (saving the runner a round trip), and the runner learns the holder's
-// rank in the MPI job both nodes are ranks of.
+// rank in the MPI job both nodes are ranks of; the runner starts and stops the holder's
+// half of a move.
 #ifndef GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_
 #define GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_
 
 #include <cstdint>
 
 #include "daemon/cluster/path_codec.h"
+#include "daemon/cluster/remote_ranges.h"
 
 namespace gpumove {
 
@@ -33,6 +35,15 @@ class MpiCodec : public PathCodec {
                    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
 };
+
+// Runner: has the holder start its half of the move, sending the held range to our rank
+// (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
+// its first receives are posted.
+absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
+                      bool send);
+// Runner: asks the holder, the sender of a pull, to stop after the chunks in flight (a
+// cancel).
+absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold);
 
 }  // namespace gpumove
 

@@ -296,8 +296,8 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   if (stage_slots.empty()) {
     // Held while the remote node's pinned pool was busy: its slots are taken now, once
     // there is room (it answers at once; we try again, a little later each time).
-    auto taken = RetryWhileBusy<RemoteRanges::StageSlots>(
-        deadline, cancelled, [&] { return remote_->TakeStageSlots(hold); });
+    auto taken = RetryWhileBusy<StageSlots>(deadline, cancelled,
+                                            [&] { return TakeStageSlots(*remote_, hold); });
     if (!taken.ok()) return taken.status();
     if (taken->slots.empty() || taken->slot_size != chunk) {
       return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
@@ -339,8 +339,8 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     return r;
   };
   auto stage = [&](size_t i, uint64_t offset, uint64_t n, bool to_range) {
-    return remote_->StageChunk(hold, static_cast<uint32_t>(i / per_slot), (i % per_slot) * piece,
-                               offset, n, to_range);
+    return StageChunk(*remote_, hold, static_cast<uint32_t>(i / per_slot), (i % per_slot) * piece,
+                      offset, n, to_range);
   };
   // Our slot piece, or (host memory here) the bytes themselves.
   auto near = [&](size_t i, uint64_t offset) {

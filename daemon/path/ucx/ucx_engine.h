@@ -74,7 +74,7 @@ class UcxEngine : public Engine {
  public:
   // All must outlive the engine; `pinned` (may be null: no staging) lends bounce buffers;
   // `remote` drives the other node's half of a move it stages.
-  UcxEngine(UcxTransport* transport, GpuRuntime* gpu, Pool* pinned, RemoteRanges* remote,
+  UcxEngine(UcxTransport* transport, GpuRuntime* gpu, Pool* pinned, ClusterRemoteRanges* remote,
             StagingOptions staging = {}, UcxLaneOptions lanes = {})
       : transport_(transport),
         gpu_(gpu),
@@ -127,7 +127,7 @@ class UcxEngine : public Engine {
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;
   Pool* const pinned_;
-  RemoteRanges* const remote_;
+  ClusterRemoteRanges* const remote_;
   const StagingOptions staging_;
   const UcxLaneOptions lanes_;
   absl::Mutex lane_mu_;

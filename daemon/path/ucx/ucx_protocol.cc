@@ -62,4 +62,27 @@ void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& 
   }
 }
 
+absl::StatusOr<StageSlots> TakeStageSlots(ClusterRemoteRanges& remote, const RemoteHold& hold) {
+  peer::v1::TakeStageSlotsRequest request;
+  peer::v1::TakeStageSlotsResponse response;
+  absl::Status st = remote.CallOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
+                                      &peer::v1::PeerService::Stub::TakeStageSlots);
+  if (!st.ok()) return st;
+  return StageSlots{{response.stage_slots().begin(), response.stage_slots().end()},
+                    response.stage_slot_size()};
+}
+
+absl::Status StageChunk(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
+                        uint64_t slot_offset, uint64_t offset, uint64_t length, bool to_range) {
+  peer::v1::StageChunkRequest request;
+  request.set_slot(slot);
+  request.set_slot_offset(slot_offset);
+  request.set_offset(offset);
+  request.set_length(length);
+  request.set_to_range(to_range);
+  peer::v1::StageChunkResponse response;
+  return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
+                           &peer::v1::PeerService::Stub::StageChunk);
+}
+
 }  // namespace gpumove

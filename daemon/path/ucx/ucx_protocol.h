@@ -1,6 +1,7 @@
 // Path UCX's part of the hold handshake: what a holder offers (the registered pool that
 // holds the range, or bounce slots when it stages the range) and what the runner makes of
-// it (the remote keys and worker addresses its RMA needs).
+// it (the remote keys and worker addresses its RMA needs); and the calls a staged move
+// makes to the node that stages its other end.
 #ifndef GPUMOVE_DAEMON_PATH_UCX_PROTOCOL_H_
 #define GPUMOVE_DAEMON_PATH_UCX_PROTOCOL_H_
 
@@ -11,9 +12,22 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/path_codec.h"
 #include "daemon/cluster/path_holder.h"
+#include "daemon/cluster/remote_ranges.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
+
+// Set in a UcxOffer when the holder stages the range: its bounce slots (addresses in its
+// space), their size and the packed rkey of the pool holding them. `later`: the slots are
+// to be taken when the move runs (TakeStageSlots), the holder's pinned pool being busy
+// when it was held; `slots` is then empty. (Outside UcxOffer: a nested struct with member
+// initializers is not yet default-constructible where std::optional of it is declared.)
+struct UcxStageOffer {
+  std::vector<uint64_t> slots;
+  uint64_t slot_size = 0;
+  std::string rkey;
+  bool later = false;
+};
 
 // How the runner reaches a held range over UCX.
 struct UcxOffer : PathOffer {
@@ -26,16 +40,7 @@ struct UcxOffer : PathOffer {
     std::string rkey;
   };
   std::vector<Lane> lanes;
-  // Set when the holder stages the range: its bounce slots (addresses in its space), their
-  // size and the packed rkey of the pool holding them. `later`: the slots are to be taken
-  // when the move runs (RemoteRanges::TakeStageSlots), the holder's pinned pool being busy
-  // when it was held; `slots` is then empty.
-  struct Stage {
-    std::vector<uint64_t> slots;
-    uint64_t slot_size = 0;
-    std::string rkey;
-    bool later = false;
-  };
+  using Stage = UcxStageOffer;
   std::optional<Stage> stage;
 };
 
@@ -67,6 +72,19 @@ void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
 // size, and `later` when they are to be taken when the move runs.
 void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
                 uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response);
+
+// Runner: for a staged hold whose slots are to be taken when the move runs, the holder's
+// bounce slots for the move, taken now (addresses in its space, of the offered size).
+// RESOURCE_EXHAUSTED while its pinned pool has no room: try again later.
+struct StageSlots {
+  std::vector<uint64_t> slots;
+  uint64_t slot_size = 0;
+};
+absl::StatusOr<StageSlots> TakeStageSlots(ClusterRemoteRanges& remote, const RemoteHold& hold);
+// Runner: has the holder copy one piece between its bounce slot (from `slot_offset` in it)
+// and the range (to_range after a put into the slot, else before a get from it).
+absl::Status StageChunk(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
+                        uint64_t slot_offset, uint64_t offset, uint64_t length, bool to_range);
 
 }  // namespace gpumove
 
