@@ -1,5 +1,8 @@
 #include "client/gpumove_client.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpumove {
@@ -28,16 +31,64 @@ v1::BufferRef Ref(absl::string_view buffer_id, uint64_t offset, uint64_t length)
   return ref;
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const ConnectOptions& options) {
+  if (options.tls_ca.empty()) {
+    if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+      return absl::InvalidArgumentError("--tls_cert/--tls_key need --tls_ca");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  auto ca = ReadPem(options.tls_ca, "--tls_ca");
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *ca;
+  if (!options.tls_cert.empty()) {
+    auto cert = ReadPem(options.tls_cert, "--tls_cert");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem(options.tls_key, "--tls_key");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
                                                         absl::Duration timeout) {
+  ConnectOptions options;
+  options.timeout = timeout;
+  return Connect(address, options);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                        const ConnectOptions& options) {
+  auto credentials = ClientCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach gpumoved at ", address, " within ",
-                     absl::FormatDuration(timeout)));
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  auto channel = grpc::CreateCustomChannel(address, *credentials, args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach gpumoved at ", address, " within ", absl::FormatDuration(options.timeout),
+        options.tls_ca.empty() ? "" : " over TLS (is its certificate signed by --tls_ca?)"));
   }
   return std::make_unique<Client>(std::move(channel));
 }

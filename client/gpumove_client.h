@@ -36,11 +36,30 @@ struct MoveOptions {
   std::string label;
 };
 
+// How a client reaches its daemon: plaintext, or TLS when `tls_ca` is given.
+struct ConnectOptions {
+  absl::Duration timeout = absl::Seconds(5);  // For the connection.
+  // PEM file of the CAs the daemon's certificate is checked against; set: TLS.
+  std::string tls_ca;
+  // PEM files of this client's certificate and key, for a daemon that requires one (mTLS).
+  std::string tls_cert;
+  std::string tls_key;
+  // The name the daemon's certificate must carry, when not the address's host.
+  std::string tls_server_name;
+};
+
+// Channel credentials for `options` (INVALID_ARGUMENT for files that cannot be read or
+// options that do not go together).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const ConnectOptions& options);
+
 class Client {
  public:
   // address: "host:port" or "unix:/path". Waits up to `timeout` for the connection.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
                                                          absl::Duration timeout = absl::Seconds(5));
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         const ConnectOptions& options);
   explicit Client(std::shared_ptr<grpc::Channel> channel);
 
   // Buffers.

@@ -146,6 +146,22 @@ ABSL_FLAG(bool, mpi_force_staging, false,
           "memory is with a host-only MPI (to test that path without a GPU).");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one); empty: off.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "TLS on the TCP --listen addresses: PEM file of this daemon's certificate chain "
+          "(re-read when it changes; a new pair that does not check out is refused and the "
+          "old one kept).");
+ABSL_FLAG(std::string, tls_key, "", "TLS: PEM file of the certificate's private key.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "mTLS: PEM file of the CAs that sign client certificates; clients without one "
+          "are refused.");
+ABSL_FLAG(absl::Duration, tls_refresh, absl::Seconds(1),
+          "How often the TLS files are looked at for a change.");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "Peers over TLS: PEM file of the CAs that sign peers' certificates (default: "
+          "--tls_client_ca, with this daemon's own --tls_cert/--tls_key presented to them).");
+ABSL_FLAG(std::string, peer_tls_cert, "",
+          "Peers over TLS: PEM certificate presented to peers that require one.");
+ABSL_FLAG(std::string, peer_tls_key, "", "Peers over TLS: the key of --peer_tls_cert.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -212,69 +228,87 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   gpumove::DaemonOptions options;
-  options.listen = absl::GetFlag(FLAGS_listen);
   options.node = absl::GetFlag(FLAGS_node);
   options.pools.host = absl::GetFlag(FLAGS_host_pool_size).bytes;
   options.pools.pinned = absl::GetFlag(FLAGS_pinned_pool_size).bytes;
   options.pools.device = absl::GetFlag(FLAGS_device_pool_size).bytes;
   options.gpus = absl::GetFlag(FLAGS_gpus);
   options.default_lease = absl::GetFlag(FLAGS_default_lease);
-  options.copy_threads = std::max(1, absl::GetFlag(FLAGS_copy_threads));
-  options.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
-  options.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
-  options.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
-  options.port_file = absl::GetFlag(FLAGS_port_file);
-  options.peers = absl::GetFlag(FLAGS_peers);
+  options.pool_spin = absl::GetFlag(FLAGS_pool_spin);
+
+  gpumove::ServeOptions& serve = options.serve;
+  serve.listen = absl::GetFlag(FLAGS_listen);
+  serve.listen_given = !folded.empty();
+  if (serve.listen.empty()) {
+    LOG(ERROR) << "--listen is empty";
+    return 2;
+  }
+  serve.port_file = absl::GetFlag(FLAGS_port_file);
+  serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  serve.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  serve.tls.key = absl::GetFlag(FLAGS_tls_key);
+  serve.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  serve.tls.refresh = std::max(absl::Seconds(1), absl::GetFlag(FLAGS_tls_refresh));
+  options.peer_tls = {absl::GetFlag(FLAGS_peer_tls_ca), absl::GetFlag(FLAGS_peer_tls_cert),
+                      absl::GetFlag(FLAGS_peer_tls_key)};
+
+  gpumove::SchedulerOptions& scheduler = options.scheduler;
+  scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));
+  scheduler.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
+  scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
+  scheduler.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
+
+  gpumove::ClusterOptions& cluster = options.cluster;
+  cluster.peers = absl::GetFlag(FLAGS_peers);
+  cluster.heartbeat = absl::GetFlag(FLAGS_heartbeat);
+  cluster.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
+  cluster.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);
   options.advertise = absl::GetFlag(FLAGS_advertise);
-  options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
-  options.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
-  options.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);
-  options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
-  options.ucx = absl::GetFlag(FLAGS_ucx);
-  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.ucx_force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
-  options.cuda_ipc_fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
-  options.cuda_ipc_fence_quiet = absl::GetFlag(FLAGS_cuda_ipc_fence_quiet).bytes;
-  options.cuda_ipc_fence_min = absl::GetFlag(FLAGS_cuda_ipc_fence_min).bytes;
+
+  gpumove::UcxPathOptions& ucx = options.ucx;
+  ucx.enabled = absl::GetFlag(FLAGS_ucx);
+  ucx.net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  ucx.shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
+  ucx.peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
+  ucx.peer_call_poll = absl::GetFlag(FLAGS_peer_call_poll);
+  ucx.force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
+  ucx.lanes = absl::GetFlag(FLAGS_ucx_lanes);
+  ucx.lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
+  ucx.transport.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
+  ucx.transport.direct = absl::GetFlag(FLAGS_ucx_direct);
+  ucx.transport.poll_window = absl::GetFlag(FLAGS_ucx_poll);
+  ucx.transport.call_awake = absl::GetFlag(FLAGS_peer_call_awake);
+  ucx.transport.direct_threads = absl::GetFlag(FLAGS_direct_copy_threads);
+  ucx.transport.staged_threads = absl::GetFlag(FLAGS_staged_copy_threads);
+  options.staging.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_stage_chunk).bytes);
+  options.staging.slots = std::max(2, absl::GetFlag(FLAGS_stage_slots));
+
+  gpumove::CudaIpcPathOptions& cuda_ipc = options.cuda_ipc;
+  cuda_ipc.fences = absl::GetFlag(FLAGS_cuda_ipc_fences);
+  cuda_ipc.fence_min = absl::GetFlag(FLAGS_cuda_ipc_fence_min).bytes;
+  cuda_ipc.fence_quiet = absl::GetFlag(FLAGS_cuda_ipc_fence_quiet).bytes;
   // Below a copy's real speed the holding node would not look until after the copy ended
   // (or its deadline passed): a slip of the unit, refused.
-  if (options.cuda_ipc_fence_quiet != 0 && options.cuda_ipc_fence_quiet < (1ull << 30)) {
+  if (cuda_ipc.fence_quiet != 0 && cuda_ipc.fence_quiet < (1ull << 30)) {
     LOG(ERROR) << "--cuda_ipc_fence_quiet is bytes per second: 0, or 1GiB or more";
     return 2;
   }
-  options.staging.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_stage_chunk).bytes);
-  options.staging.slots = std::max(2, absl::GetFlag(FLAGS_stage_slots));
-  options.ucx_shared_pools = absl::GetFlag(FLAGS_ucx_shared_pools);
-  options.ucx_direct = absl::GetFlag(FLAGS_ucx_direct);
-  options.ucx_peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
-  options.ucx_poll_window = absl::GetFlag(FLAGS_ucx_poll);
-  options.direct_copy_threads = absl::GetFlag(FLAGS_direct_copy_threads);
-  options.staged_copy_threads = absl::GetFlag(FLAGS_staged_copy_threads);
-  options.ucx_lanes = absl::GetFlag(FLAGS_ucx_lanes);
-  options.ucx_lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
-  options.peer_call_poll = absl::GetFlag(FLAGS_peer_call_poll);
-  options.peer_call_awake = absl::GetFlag(FLAGS_peer_call_awake);
-  options.pool_spin = absl::GetFlag(FLAGS_pool_spin);
-  options.ucx_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
-  options.mpi = absl::GetFlag(FLAGS_mpi);
-  if (options.mpi != "auto" && options.mpi != "on" && options.mpi != "off") {
+
+  gpumove::MpiPathOptions& mpi = options.mpi;
+  mpi.mode = absl::GetFlag(FLAGS_mpi);
+  if (mpi.mode != "auto" && mpi.mode != "on" && mpi.mode != "off") {
     LOG(ERROR) << "--mpi must be auto, on or off";
     return 2;
   }
-  options.mpi_chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
-  options.mpi_poll_window = absl::GetFlag(FLAGS_mpi_poll);
+  mpi.transport.poll_window = absl::GetFlag(FLAGS_mpi_poll);
   const std::string mpi_spin = absl::GetFlag(FLAGS_mpi_spin);
   if (mpi_spin != "auto" && mpi_spin != "on" && mpi_spin != "off") {
     LOG(ERROR) << "--mpi_spin must be auto, on or off";
     return 2;
   }
-  if (mpi_spin != "auto") options.mpi_spin = mpi_spin == "on";
-  options.mpi_force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
-  options.listen_given = !folded.empty();
-  if (options.listen.empty()) {
-    LOG(ERROR) << "--listen is empty";
-    return 2;
-  }
+  if (mpi_spin != "auto") mpi.spin = mpi_spin == "on";
+  mpi.engine.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
+  mpi.engine.force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
 
   auto daemon = gpumove::Daemon::Start(options);
   if (!daemon.ok()) {

@@ -8,7 +8,7 @@ PACKAGES=(
   g++ libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin libmpich-dev mpich netpipe-openmpi
-  iproute2 python3 clang libclang-rt-14-dev
+  iproute2 python3 clang libclang-rt-14-dev libssl-dev openssl
 )
 
 missing=()

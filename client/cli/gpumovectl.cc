@@ -44,6 +44,13 @@ ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.
 ABSL_FLAG(std::string, idempotency_key, "", "move: key that makes a retried move safe.");
 ABSL_FLAG(std::string, state, "", "transfers: only this state (queued, running, ...).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5), "How long to wait for the daemon to answer.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS: PEM file of the CAs the daemon's certificate is checked against (default "
+          "$GPUMOVE_TLS_CA; empty: plaintext).");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: this client's certificate (PEM), for mTLS.");
+ABSL_FLAG(std::string, tls_key, "", "TLS: this client's private key (PEM), for mTLS.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "TLS: the name the daemon's certificate must carry (default: the address's host).");
 ABSL_FLAG(std::string, gpu_uuid, "", "import: UUID of the GPU holding the memory (GPU-...).");
 ABSL_FLAG(int, pid, 0, "import: the process lending the memory (released when it exits).");
 
@@ -479,7 +486,16 @@ int main(int argc, char** argv) {
     addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7470";
   }
   try {
-    auto client = gpumove::Client::Connect(addr, absl::GetFlag(FLAGS_timeout));
+    gpumove::ConnectOptions connect;
+    connect.timeout = absl::GetFlag(FLAGS_timeout);
+    connect.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+    if (const char* env = std::getenv("GPUMOVE_TLS_CA"); connect.tls_ca.empty() && env != nullptr) {
+      connect.tls_ca = env;
+    }
+    connect.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+    connect.tls_key = absl::GetFlag(FLAGS_tls_key);
+    connect.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+    auto client = gpumove::Client::Connect(addr, connect);
     if (!client.ok()) return gpumove::Fail(client.status());
     return gpumove::Run(**client, args);
   } catch (const gpumove::UsageError& e) {

@@ -36,6 +36,8 @@ struct ClusterOptions {
   // The longest a call forwarded to another node may take when it does not wait for a
   // transfer (ForwardedCall).
   absl::Duration forward_timeout = absl::Seconds(10);
+  // How this node dials peers (TLS where their ports are); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // What the rest of the daemon may know of a peer.

@@ -102,16 +102,20 @@ DaemonOptions WithMachineDefaults(DaemonOptions o, unsigned cpus) {
   const absl::Duration zero = absl::ZeroDuration();
   // An idle pool thread looks for its next piece this long before it sleeps.
   if (o.pool_spin < zero) o.pool_spin = large ? absl::Milliseconds(1) : zero;
-  o.ucx_poll_window = std::max(o.ucx_poll_window, zero);
+  UcxOptions& ucx = o.ucx.transport;
+  ucx.poll_window = std::max(ucx.poll_window, zero);
   // Threads serving peer calls poll a fifth as long on a small machine: long enough for
   // the acknowledgement of a small move to find one awake, short enough not to take the
   // CPU from a long move (TCP on 2 CPUs lost half its speed at 1 ms).
-  if (o.peer_call_poll < zero) o.peer_call_poll = large ? o.ucx_poll_window : o.ucx_poll_window / 5;
-  if (o.peer_call_awake < zero) o.peer_call_awake = large ? absl::Milliseconds(10) : zero;
-  if (o.direct_copy_threads <= 0) o.direct_copy_threads = std::clamp(n / 4, 1, 8);
+  if (o.ucx.peer_call_poll < zero) {
+    o.ucx.peer_call_poll = large ? ucx.poll_window : ucx.poll_window / 5;
+  }
+  if (ucx.call_awake < zero) ucx.call_awake = large ? absl::Milliseconds(10) : zero;
+  if (ucx.direct_threads <= 0) ucx.direct_threads = std::clamp(n / 4, 1, 8);
   // Lanes carry host moves over the wire only: direct copies stay with the first.
-  if (o.ucx_lanes <= 0) o.ucx_lanes = std::clamp(n / 8, 1, 4);
-  if (!o.mpi_spin.has_value()) o.mpi_spin = large;
+  if (o.ucx.lanes <= 0) o.ucx.lanes = std::clamp(n / 8, 1, 4);
+  if (!o.mpi.spin.has_value()) o.mpi.spin = large;
+  o.mpi.transport.spin = *o.mpi.spin;
   return o;
 }
 
@@ -134,14 +138,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 // MPI first: as a rank, the job decides our name, address and peers.
 absl::Status Daemon::JoinMpiJob(DaemonOptions& options) {
   summary_.mpi = "not an MPI rank (start the daemons with mpirun, or --mpi=on)";
-  if (options.mpi == "on" || (options.mpi == "auto" && MpiTransport::LaunchedByMpi())) {
-    MpiOptions mpi_options;
-    mpi_options.op_timeout = std::max(absl::Seconds(30), options.peer_timeout * 4);
-    mpi_options.poll_window = options.mpi_poll_window;
-    mpi_options.spin = *options.mpi_spin;
+  const std::string& mode = options.mpi.mode;
+  if (mode == "on" || (mode == "auto" && MpiTransport::LaunchedByMpi())) {
+    MpiOptions mpi_options = options.mpi.transport;
+    mpi_options.op_timeout = std::max(absl::Seconds(30), options.cluster.peer_timeout * 4);
     auto mpi = MpiTransport::Start(mpi_options);
     if (!mpi.ok()) {
-      if (options.mpi == "on") return mpi.status();
+      if (mode == "on") return mpi.status();
       summary_.mpi = absl::StrCat("MPI did not start: ", mpi.status().message());
       LOG(WARNING) << summary_.mpi;
     } else {
@@ -150,19 +153,19 @@ absl::Status Daemon::JoinMpiJob(DaemonOptions& options) {
       const std::string rank = absl::StrCat(w.rank);
       options.node = options.node.empty() ? absl::StrCat("rank", rank)
                                           : absl::StrReplaceAll(options.node, {{"%r", rank}});
-      options.port_file = absl::StrReplaceAll(options.port_file, {{"%r", rank}});
-      if (!options.listen_given) {
-        options.listen = {absl::StrCat("127.0.0.1:", 7470 + w.local_rank)};
+      options.serve.port_file = absl::StrReplaceAll(options.serve.port_file, {{"%r", rank}});
+      if (!options.serve.listen_given) {
+        options.serve.listen = {absl::StrCat("127.0.0.1:", 7470 + w.local_rank)};
       }
       summary_.mpi = absl::StrCat(
           "two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size, " (", w.library,
           "); device memory: ", w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
           " (", w.cuda_awareness, ")",
-          *options.mpi_spin ? "; MPI thread and waiters poll (--mpi_spin)" : "");
+          mpi_options.spin ? "; MPI thread and waiters poll (--mpi_spin)" : "");
       LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
                 << " on this host): " << w.library << "; " << w.cuda_awareness;
     }
-  } else if (options.mpi == "off") {
+  } else if (mode == "off") {
     summary_.mpi = "disabled (--mpi=off)";
   }
   return absl::OkStatus();
@@ -182,24 +185,17 @@ absl::Status Daemon::StartUcx(const DaemonOptions& options) {
   // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
   // this host move between them with one memcpy.
   summary_.ucx = "disabled (--noucx)";
-  const absl::Duration ucx_poll = options.ucx_poll_window;
-  if (options.ucx) {
-    UcxOptions ucx_options;
-    ucx_options.chunk = options.ucx_chunk;
-    ucx_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
-    ucx_options.op_timeout = options.peer_timeout;
-    ucx_options.direct = options.ucx_direct;
-    ucx_options.poll_window = ucx_poll;
-    ucx_options.call_awake = options.peer_call_awake;
-    ucx_options.direct_threads = options.direct_copy_threads;
-    ucx_options.staged_threads = options.staged_copy_threads;
+  if (options.ucx.enabled) {
+    UcxOptions ucx_options = options.ucx.transport;
+    ucx_options.net_devices = UcxNetDevices(options.ucx.net_devices, options.serve.listen);
+    ucx_options.op_timeout = options.cluster.peer_timeout;
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
       summary_.ucx = absl::StrCat("UCX did not start: ", ucx.status().message());
       LOG(WARNING) << summary_.ucx;
     } else {
       ucx_ = *std::move(ucx);
-      if (options.ucx_shared_pools) {
+      if (options.ucx.shared_pools) {
         ucx_memory_ = std::make_unique<UcxHostMemory>(ucx_.get());
       }
     }
@@ -212,13 +208,13 @@ absl::Status Daemon::MakePools(const DaemonOptions& options) {
   if (!pools.ok()) return pools.status();
   pools_ = *std::move(pools);
   if (ucx_ != nullptr) {
-    const int lanes = options.ucx_lanes;
+    const int lanes = options.ucx.lanes;
     UcxOptions lane_options;
-    lane_options.chunk = options.ucx_chunk;
-    lane_options.net_devices = UcxNetDevices(options.ucx_net_devices, options.listen);
-    lane_options.op_timeout = options.peer_timeout;
+    lane_options.chunk = options.ucx.transport.chunk;
+    lane_options.net_devices = UcxNetDevices(options.ucx.net_devices, options.serve.listen);
+    lane_options.op_timeout = options.cluster.peer_timeout;
     lane_options.direct = false;
-    lane_options.poll_window = options.ucx_poll_window;
+    lane_options.poll_window = options.ucx.transport.poll_window;
     for (int i = 1; i < lanes; ++i) {
       auto lane = UcxTransport::Create(lane_options);
       if (!lane.ok()) {
@@ -310,17 +306,17 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
       summary_.ucx = absl::StrCat(
           "RMA put/get over UCX (UCX_TLS=", ucx_->transports(), "), ", self_.pools_size(),
           " pool(s) registered, host pools in ", ucx_->allocation_kind(),
-          options.ucx_direct ? " (peers on this host: direct copies)" : "",
+          options.ucx.transport.direct ? " (peers on this host: direct copies)" : "",
           ucx_lanes_.empty() ? ""
                              : absl::StrCat(", ", ucx_lanes_.size() + 1, " lanes over the network"),
           "; device memory: ",
           ucx_->cuda_aware() ? "direct (CUDA-aware UCX)" : "staged through pinned bounce buffers",
-          options.ucx_peer_calls ? "; peer calls as UCX active messages"
+          options.ucx.peer_calls ? "; peer calls as UCX active messages"
                                  : "; peer calls over gRPC");
-      if (options.ucx_peer_calls) {
+      if (options.ucx.peer_calls) {
         self_.set_ucx_peer_calls(true);
         peer_calls_ = std::make_unique<UcxPeerCalls>(ucx_.get(), self_, /*threads=*/8,
-                                                     options.peer_call_poll);
+                                                     options.ucx.peer_call_poll);
       }
     }
   }
@@ -328,8 +324,18 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
 }
 
 absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
-  ClusterOptions cluster_options;
-  cluster_options.peers = options.peers;
+  ClusterOptions cluster_options = options.cluster;
+  PeerTlsOptions peer_tls = options.peer_tls;
+  if (peer_tls.ca.empty() && peer_tls.cert.empty() && !options.serve.tls.client_ca.empty()) {
+    peer_tls = {options.serve.tls.client_ca, options.serve.tls.cert, options.serve.tls.key};
+  }
+  auto credentials = PeerChannelCredentials(peer_tls.ca, peer_tls.cert, peer_tls.key);
+  if (!credentials.ok()) return credentials.status();
+  cluster_options.credentials = *credentials;
+  if (!options.serve.tls.cert.empty() && peer_tls.ca.empty()) {
+    LOG(WARNING) << "serving TLS but dialling peers in plaintext: give --peer_tls_ca (the CA "
+                    "that signed the peers' certificates) if they serve TLS too";
+  }
   if (ucx_ != nullptr) {
     // A peer's UCX addresses reach ucp_ep_create, which trusts them: checked when learned.
     auto shape = std::make_shared<UcxAddressShape>();
@@ -348,16 +354,13 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
                    << learned.message() << ")";
     }
   }
-  cluster_options.heartbeat = options.heartbeat;
-  cluster_options.peer_timeout = options.peer_timeout;
-  cluster_options.forward_timeout = options.forward_timeout;
   cluster_ = std::make_unique<Cluster>(cluster_options, self_);
   // Each path's part of the hold handshake (stateless, so shared by every daemon).
   static const UcxCodec ucx_codec;
   static const CudaIpcCodec cuda_ipc_codec;
   static const MpiCodec mpi_codec;
   remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
-      cluster_.get(), options.peer_timeout, peer_calls_.get(),
+      cluster_.get(), options.cluster.peer_timeout, peer_calls_.get(),
       std::vector<const PathCodec*>{&ucx_codec, &cuda_ipc_codec, &mpi_codec});
   return absl::OkStatus();
 }
@@ -367,17 +370,17 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
   local_engine_ = std::make_unique<LocalEngine>(gpu);
   engines_ = {local_engine_.get()};
   if (!gpu_->devices().empty()) {
-    cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, ipc_.get(), options.cuda_ipc_fence_min);
+    cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, ipc_.get(), options.cuda_ipc.fence_min);
     engines_.push_back(cuda_ipc_engine_.get());
   }
   // Each path's holding side, asked for its offer on every hold peers make here.
-  cuda_ipc_holder_ = std::make_unique<CudaIpcHolder>(ipc_.get(), gpu, options.cuda_ipc_fences);
+  cuda_ipc_holder_ = std::make_unique<CudaIpcHolder>(ipc_.get(), gpu, options.cuda_ipc.fences);
   holders_ = {cuda_ipc_holder_.get()};
   if (ucx_ != nullptr) {
     Pool* pinned = pools_->Find(MemoryKind::kPinnedHost, kHostDevice);
     UcxLaneOptions lanes;
     for (const auto& lane : ucx_lanes_) lanes.lanes.push_back(lane.get());
-    lanes.min_share = options.ucx_lane_share;
+    lanes.min_share = options.ucx.lane_share;
     ucx_engine_ = std::make_unique<UcxEngine>(ucx_.get(), gpu, pinned, remote_ranges_.get(),
                                               options.staging, std::move(lanes));
     engines_.push_back(ucx_engine_.get());
@@ -386,7 +389,7 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     // range with --ucx_force_staging).
     StageHolderOptions stage;
     stage.device = !ucx_->cuda_aware();
-    stage.all = options.ucx_force_staging;
+    stage.all = options.ucx.force_staging;
     stage.gpu = gpu;
     stage.pinned = pinned;
     stage.staging = options.staging;
@@ -395,25 +398,22 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     holders_.push_back(stage_holder_.get());
   }
   if (mpi_ != nullptr) {
-    MpiEngineOptions mpi_options;
-    mpi_options.chunk = options.mpi_chunk;
-    mpi_options.force_staging = options.mpi_force_staging;
     mpi_engine_ = std::make_unique<MpiEngine>(mpi_.get(), gpu,
                                               pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
-                                              remote_ranges_.get(), mpi_options);
+                                              remote_ranges_.get(), options.mpi.engine);
     engines_.push_back(mpi_engine_.get());
     mpi_holder_ = std::make_unique<MpiHolder>(cluster_.get(), mpi_engine_.get());
     holders_.push_back(mpi_holder_.get());
   }
   // Fences: CUDA IPC runners' copies, waited for with or without UCX.
   holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_,
-                                       FencePolicy{gpu, options.cuda_ipc_fence_quiet});
+                                       FencePolicy{gpu, options.cuda_ipc.fence_quiet});
   return absl::OkStatus();
 }
 
 absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
-  if (!options.metrics_listen.empty()) {
-    auto metrics = Metrics::Start(options.metrics_listen, pools_.get(), cluster_.get());
+  if (!options.serve.metrics_listen.empty()) {
+    auto metrics = Metrics::Start(options.serve.metrics_listen, pools_.get(), cluster_.get());
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
     LOG(INFO) << "metrics on http://" << metrics_->address() << "/metrics";
@@ -454,16 +454,12 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
 }
 
 absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
-  SchedulerOptions sched;
+  SchedulerOptions sched = options.scheduler;
   sched.node = node_;
   if (metrics_ != nullptr) {
     Metrics* metrics = metrics_.get();
     sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };
   }
-  sched.workers = options.copy_threads;
-  sched.max_active = options.max_active;
-  sched.rate_limit = options.rate_limit;
-  sched.inline_max_bytes = options.inline_max_bytes;
   scheduler_ = std::make_unique<TransferScheduler>(sched, registry_.get(), engines_, hasher_,
                                                    remote_ranges_.get());
   return absl::OkStatus();
@@ -491,10 +487,24 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.SetMaxSendMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  std::shared_ptr<grpc::ServerCredentials> tcp = grpc::InsecureServerCredentials();
+  if (!options.serve.tls.cert.empty() || !options.serve.tls.key.empty() ||
+      !options.serve.tls.client_ca.empty()) {
+    auto tls = TlsFiles::Start(options.serve.tls);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
+    tcp = tls_->credentials();
+    LOG(INFO) << "TLS on the TCP ports ("
+              << (options.serve.tls.client_ca.empty() ? "no client certificates"
+                                                      : "client certificates required")
+              << "), certificates re-read when " << options.serve.tls.cert << " changes";
+  }
   std::vector<std::unique_ptr<int>> ports;
-  for (const std::string& address : options.listen) {
+  for (const std::string& address : options.serve.listen) {
     ports.push_back(std::make_unique<int>(0));
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), ports.back().get());
+    builder.AddListeningPort(
+        address, absl::StartsWith(address, "unix:") ? grpc::InsecureServerCredentials() : tcp,
+        ports.back().get());
   }
   NodeFacts facts{node_,
                   HostName(),
@@ -521,10 +531,10 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", absl::StrJoin(options.listen, ", ")));
+        absl::StrCat("cannot listen on ", absl::StrJoin(options.serve.listen, ", ")));
   }
-  for (size_t i = 0; i < options.listen.size(); ++i) {
-    const std::string& address = options.listen[i];
+  for (size_t i = 0; i < options.serve.listen.size(); ++i) {
+    const std::string& address = options.serve.listen[i];
     if (absl::StartsWith(address, "unix:")) {
       addresses_.push_back(address);
       continue;
@@ -599,8 +609,8 @@ absl::Status Daemon::Advertise(const DaemonOptions& options) {
   server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "gpumoved " << kVersion << " serving node " << node_ << " on "
             << absl::StrJoin(addresses_, ", ");
-  if (!options.port_file.empty()) {
-    return WriteFileAtomically(options.port_file, addresses_.front());
+  if (!options.serve.port_file.empty()) {
+    return WriteFileAtomically(options.serve.port_file, addresses_.front());
   }
   return absl::OkStatus();
 }

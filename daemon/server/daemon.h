@@ -31,96 +31,118 @@
 #include "daemon/server/node_service.h"
 #include "daemon/server/peer_calls.h"
 #include "daemon/server/peer_service.h"
+#include "daemon/server/tls.h"
 #include "daemon/server/transfer_service.h"
 
 namespace gpumove {
 
-struct DaemonOptions {
+// Where the gRPC server listens and where it says so.
+struct ServeOptions {
   // "host:port" (port 0 picks a free one) or "unix:/path".
   std::vector<std::string> listen = {"127.0.0.1:7470"};
+  // False when `listen` is the default: an MPI rank then picks a port of its own.
+  bool listen_given = true;
+  // When set, the first bound address is written here once the server is up.
+  std::string port_file;
+  // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
+  std::string metrics_listen;
+  // TLS on the TCP addresses (unix sockets are guarded by their file mode).
+  TlsOptions tls;
+};
+
+// The UCX transport's options as the daemon starts it: its progress thread polls for a
+// while after activity, and the machine picks the copy threads and how long a peer call
+// keeps it awake (WithMachineDefaults).
+inline UcxOptions DaemonUcxDefaults() {
+  UcxOptions o;
+  o.poll_window = absl::Milliseconds(1);  // 1 ms was best even on 2 CPUs (tuning.md).
+  o.call_awake = absl::Milliseconds(-1);  // Negative: 10 ms with 16 CPUs or more, 0 below.
+  o.direct_threads = 0;                   // 0: a quarter of the CPUs, at most 8.
+  return o;
+}
+
+// The UCX path: the engine, its transports (the first and the lanes) and peer calls over
+// active messages. Without it a node still joins a cluster and routes requests.
+struct UcxPathOptions {
+  bool enabled = true;
+  // The first transport's; the lanes take its chunk and polling. Its op_timeout is the
+  // cluster's peer_timeout and its net_devices the setting below.
+  UcxOptions transport = DaemonUcxDefaults();
+  // UCX_NET_DEVICES; "auto": "lo" when every listen address is on this host (loopback
+  // or a unix socket), so UCX listens where gRPC does; else UCX's default, every device.
+  std::string net_devices = "auto";
+  // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
+  // shared-memory allocator), not in private anonymous memory.
+  bool shared_pools = true;
+  // The moving side's calls to peers (holds, acknowledgements, staging and MPI steps) as
+  // UCX active messages where both nodes have UCX, not gRPC.
+  bool peer_calls = true;
+  // How long a thread serving peer calls polls for the next one after serving; negative:
+  // the transport's poll_window with 16 CPUs or more, a fifth of it below.
+  absl::Duration peer_call_poll = absl::Milliseconds(-1);
+  // Stage every range peers move to or from this node, not only device memory (exercises
+  // the staging protocol on machines without GPUs).
+  bool force_staging = false;
+  // Lanes (each its own context, worker, connections and progress thread) that host
+  // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
+  int lanes = 0;
+  uint64_t lane_share = 512 << 10;  // Smallest share of a split move.
+};
+
+// The CUDA IPC path, both sides.
+struct CudaIpcPathOptions {
+  bool fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
+  // Our CUDA IPC moves of this many bytes or more may end behind a fence.
+  uint64_t fence_min = CudaIpcEngine::kDefaultMinFenced;
+  // Bytes/s; see FencePolicy::quiet_rate.
+  uint64_t fence_quiet = 1000ull * 1000 * 1000 * 1000;
+};
+
+// The MPI path. As a rank, the node is named rank<N> unless DaemonOptions::node is given
+// ("%r" in it and in the port file becomes the rank), peers are the other ranks, and
+// without a listen address given it listens on 127.0.0.1:(7470 + rank on this host).
+struct MpiPathOptions {
+  // "auto" (when an MPI launcher started us), "on" (fail without it) or "off".
+  std::string mode = "auto";
+  // The MPI thread's polling; its op_timeout follows the cluster's peer_timeout and its
+  // spin the setting below.
+  MpiOptions transport;
+  // MpiOptions::spin; unset: on with 16 CPUs or more.
+  std::optional<bool> spin;
+  MpiEngineOptions engine;  // Message size, staging.
+};
+
+// Everything a daemon is started with, one struct per module: a new flag touches its
+// module's struct and main.cc.
+struct DaemonOptions {
   std::string node;  // Empty: the host name.
   PoolSizes pools;
   // "all", "none", or a comma list of GPU indexes and/or UUIDs.
   std::string gpus = "all";
   absl::Duration default_lease = absl::ZeroDuration();
-  int copy_threads = 4;
-  size_t max_active = 4096;
-  uint64_t rate_limit = 0;
-  uint64_t inline_max_bytes = 64 << 10;
-  // When set, the first bound address is written here once the server is up.
-  std::string port_file;
-  // Cluster: peers to join (host:port or DNS name:port), the address to advertise to them
-  // (default: the first bound TCP address), heartbeat and failure detection.
-  std::vector<std::string> peers;
-  std::string advertise;
-  absl::Duration heartbeat = absl::Milliseconds(500);
-  absl::Duration peer_timeout = absl::Seconds(3);
-  // Longest a call forwarded to another node takes when it does not wait for a transfer.
-  absl::Duration forward_timeout = absl::Seconds(10);
-  // UCX_NET_DEVICES; "auto": "lo" when every --listen address is on this host (loopback
-  // or a unix socket), so UCX listens where gRPC does; else UCX's default, every device.
-  std::string ucx_net_devices = "auto";
-  // The UCX engine (node-to-node moves). Without it a node still joins a cluster and
-  // routes requests.
-  bool ucx = true;
-  // Stage every range peers move to or from this node, not only device memory (exercises
-  // the staging protocol on machines without GPUs).
-  bool ucx_force_staging = false;
-  bool cuda_ipc_fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
-  // Our CUDA IPC moves of this many bytes or more may end behind a fence.
-  uint64_t cuda_ipc_fence_min = CudaIpcEngine::kDefaultMinFenced;
-  // Bytes/s; see FencePolicy::quiet_rate.
-  uint64_t cuda_ipc_fence_quiet = 1000ull * 1000 * 1000 * 1000;
-  // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
-  StagingOptions staging;
-  uint64_t ucx_chunk = 4 << 20;
-  // Host pools in memory UCX allocates (shared with daemons on this host when UCX has a
-  // shared-memory allocator), not in private anonymous memory.
-  bool ucx_shared_pools = true;
-  // Moves with peer pools UCX maps through shared memory are copies on the worker thread.
-  bool ucx_direct = true;
-  // The moving side's calls to peers (holds, acknowledgements, staging and MPI steps) as
-  // UCX active messages where both nodes have UCX, not gRPC.
-  bool ucx_peer_calls = true;
-  // UCX's progress thread polls this long after activity before sleeping, and peer
-  // callers wait this long for a reply before blocking (UcxOptions::poll_window); 1 ms was
-  // best even on 2 CPUs (docs/performance/tuning.md).
-  absl::Duration ucx_poll_window = absl::Milliseconds(1);
-  // How long a thread serving peer calls polls for the next one after serving; negative:
-  // ucx_poll_window with 16 CPUs or more, a fifth of it below.
-  absl::Duration peer_call_poll = absl::Milliseconds(-1);
-  // UcxOptions::call_awake; negative: 10 ms with 16 CPUs or more, 0 below.
-  absl::Duration peer_call_awake = absl::Milliseconds(-1);
   // SetPoolIdleSpin, for the whole process; negative: 1 ms with 16 CPUs or more, 0 below.
   absl::Duration pool_spin = absl::Milliseconds(-1);
-  // Threads one such copy is split over; 0: a quarter of the CPUs, at most 8.
-  int direct_copy_threads = 0;
-  // The same for such a copy in a staged move (beside its GPU copies); 0: a quarter of
-  // direct_copy_threads, at least 1.
-  int staged_copy_threads = 0;
-  // UCX lanes (each its own context, worker, connections and progress thread) that host
-  // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
-  int ucx_lanes = 0;
-  uint64_t ucx_lane_share = 512 << 10;  // Smallest share of a split move.
-  // Prometheus /metrics on this host:port (port 0 picks one); empty: off.
-  std::string metrics_listen;
-  // MPI: "auto" (when an MPI launcher started us), "on" (fail without it) or "off". As
-  // a rank, the node is named rank<N> unless `node` is given ("%r" in `node` and
-  // `port_file` becomes the rank), peers are the other ranks, and without
-  // `listen_given` it listens on 127.0.0.1:(7470 + rank on this host).
-  std::string mpi = "auto";
-  uint64_t mpi_chunk = 4 << 20;
-  // The MPI thread polls this long after activity before it naps (MpiOptions).
-  absl::Duration mpi_poll_window = absl::Milliseconds(2);
-  // MpiOptions::spin; unset: on with 16 CPUs or more.
-  std::optional<bool> mpi_spin;
-  bool mpi_force_staging = false;
-  bool listen_given = true;
+  ServeOptions serve;
+  // Its node and on_end are the daemon's.
+  SchedulerOptions scheduler;
+  // Peers to join (host:port or DNS name:port), heartbeat and failure detection; its
+  // check is the daemon's (peers' UCX addresses).
+  ClusterOptions cluster;
+  // The address to advertise to peers; empty: the first bound TCP address.
+  std::string advertise;
+  // How this node dials peers. Unset with TLS serving: the client CA and this node's own
+  // certificate (one cluster CA signing every node's certificate).
+  PeerTlsOptions peer_tls;
+  UcxPathOptions ucx;
+  // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
+  StagingOptions staging;
+  CudaIpcPathOptions cuda_ipc;
+  MpiPathOptions mpi;
 };
 
 // `options` with every machine-dependent default made this machine's (`cpus` CPUs): the
-// negative durations and 0 counts above that say "depends on the machine". The one place
-// where the number of CPUs picks a default.
+// negative durations, 0 counts and unset choices above that say "depends on the machine".
+// The one place where the number of CPUs picks a default.
 DaemonOptions WithMachineDefaults(DaemonOptions options, unsigned cpus);
 
 class Daemon {
@@ -213,6 +235,7 @@ class Daemon {
   // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
   std::unique_ptr<PeerHandler> peer_handler_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<TlsFiles> tls_;  // Before server_: its ports use the credentials.
   std::unique_ptr<grpc::Server> server_;
 };
 

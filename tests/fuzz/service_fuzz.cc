@@ -43,19 +43,19 @@ Env* TheEnv() {
     setenv("UCX_TLS", "self,sm", 1);
     DaemonOptions o;
     o.node = "fuzz-node";
-    o.listen = {"127.0.0.1:0"};
+    o.serve.listen = {"127.0.0.1:0"};
     o.pools.host = 64 << 20;
     o.pools.pinned = 32 << 20;
     o.pools.device = 0;
     o.gpus = "none";
-    o.mpi = "off";
-    o.ucx_force_staging = true;
-    o.ucx_peer_calls = false;
-    o.ucx_lanes = 1;
-    o.heartbeat = absl::Milliseconds(50);
-    o.peer_timeout = absl::Milliseconds(300);
-    o.forward_timeout = absl::Milliseconds(300);
-    o.copy_threads = 2;
+    o.mpi.mode = "off";
+    o.ucx.force_staging = true;
+    o.ucx.peer_calls = false;
+    o.ucx.lanes = 1;
+    o.cluster.heartbeat = absl::Milliseconds(50);
+    o.cluster.peer_timeout = absl::Milliseconds(300);
+    o.cluster.forward_timeout = absl::Milliseconds(300);
+    o.scheduler.workers = 2;
     auto d = Daemon::Start(o);
     if (!d.ok()) {
       std::fprintf(stderr, "daemon did not start: %s\n", d.status().ToString().c_str());

@@ -1,0 +1,239 @@
+// TLS on the client port and between peers: certificates checked, plaintext and wrong CAs
+// refused, client certificates required under mTLS, certificates rotated without a
+// restart (a bad new pair refused, the old one kept), a cluster over mTLS.
+#include "daemon/server/tls.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/test_certs.h"
+
+namespace gpumove {
+namespace {
+
+// Replaces `to` with a copy of `from` in one rename.
+void Install(const std::string& from, const std::string& to) {
+  const std::string tmp = to + ".new";
+  std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(tmp, to);
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveOpenssl()) GTEST_SKIP() << "SKIPPED: no openssl command to make certificates";
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tls_test.", getpid(), ".",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ca_ = Make(MakeCa(dir_, "cluster-ca"));
+    rogue_ca_ = Make(MakeCa(dir_, "rogue-ca"));
+    node_a_ = Make(MakeCert(dir_, ca_, "node-a"));
+    node_b_ = Make(MakeCert(dir_, ca_, "node-b"));
+    client_ = Make(MakeCert(dir_, ca_, "client"));
+    rogue_client_ = Make(MakeCert(dir_, rogue_ca_, "rogue-client"));
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  CertFiles Make(absl::StatusOr<CertFiles> c) {
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : CertFiles{};
+  }
+  static std::string Contents(const std::string& path) { return ReadFile(path); }
+
+  // A client of `address` over TLS checked against `ca`, presenting `cert` when given.
+  absl::StatusOr<std::unique_ptr<Client>> Tls(const std::string& address, const CertFiles& ca,
+                                              const CertFiles* cert = nullptr) {
+    ConnectOptions o;
+    o.timeout = absl::Seconds(2);
+    o.tls_ca = ca.cert;
+    if (cert != nullptr) {
+      o.tls_cert = cert->cert;
+      o.tls_key = cert->key;
+    }
+    return Client::Connect(address, o);
+  }
+  // Whether a client that connected can also call (a refused client certificate may
+  // show only at the first call).
+  static bool Works(absl::StatusOr<std::unique_ptr<Client>>& c) {
+    return c.ok() && (*c)->GetInfo().ok();
+  }
+
+  std::string dir_;
+  CertFiles ca_, rogue_ca_, node_a_, node_b_, client_, rogue_client_;
+};
+
+TEST_F(TlsTest, KeyPairsAndCaBundlesAreChecked) {
+  EXPECT_TRUE(CheckKeyPair(Contents(node_a_.cert), Contents(node_a_.key)).ok());
+  absl::Status other = CheckKeyPair(Contents(node_a_.cert), Contents(node_b_.key));
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(other.message(), "not the certificate's")) << other;
+  EXPECT_EQ(CheckKeyPair("not a certificate", Contents(node_a_.key)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckKeyPair(Contents(node_a_.cert), "not a key").code(),
+            absl::StatusCode::kInvalidArgument);
+  const CertFiles expired = Make(MakeCert(dir_, ca_, "expired", -1));
+  absl::Status old = CheckKeyPair(Contents(expired.cert), Contents(expired.key));
+  EXPECT_TRUE(absl::StrContains(old.message(), "expired")) << old;
+
+  const std::string bundle = Contents(ca_.cert) + Contents(rogue_ca_.cert);
+  EXPECT_TRUE(CheckCaBundle(bundle).ok());
+  EXPECT_FALSE(CheckCaBundle("").ok());
+  std::string broken = bundle;
+  broken.replace(broken.rfind("-----END") - 20, 8, "@@@@@@@@");
+  EXPECT_FALSE(CheckCaBundle(broken).ok()) << "a corrupted second certificate";
+}
+
+TEST_F(TlsTest, ServesTlsAndRefusesPlaintextAndOtherCas) {
+  auto d =
+      DaemonProcess::Start({"--node=a", "--tls_cert=" + node_a_.cert, "--tls_key=" + node_a_.key});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto good = Tls((*d)->address(), ca_);
+  ASSERT_TRUE(good.ok()) << good.status();
+  auto buf = (*good)->Allocate(4096);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  ASSERT_TRUE((*good)->Write(Ref(buf->id()), std::string(4096, 'q')).ok());
+  auto back = (*good)->Read(Ref(buf->id()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, std::string(4096, 'q'));
+
+  auto plain = Client::Connect((*d)->address(), absl::Seconds(1));
+  EXPECT_FALSE(Works(plain)) << "plaintext to a TLS port";
+  auto wrong = Tls((*d)->address(), rogue_ca_);
+  EXPECT_FALSE(Works(wrong)) << "a certificate another CA signed";
+  ConnectOptions misnamed;
+  misnamed.timeout = absl::Seconds(1);
+  misnamed.tls_ca = ca_.cert;
+  misnamed.tls_server_name = "somebody-else";
+  auto named = Client::Connect((*d)->address(), misnamed);
+  EXPECT_FALSE(Works(named)) << "a certificate for another name";
+}
+
+TEST_F(TlsTest, ClientCertificatesAreRequiredWithAClientCa) {
+  auto d = DaemonProcess::Start({"--node=a", "--tls_cert=" + node_a_.cert,
+                                 "--tls_key=" + node_a_.key, "--tls_client_ca=" + ca_.cert});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto none = Tls((*d)->address(), ca_);
+  EXPECT_FALSE(Works(none)) << "no client certificate";
+  auto rogue = Tls((*d)->address(), ca_, &rogue_client_);
+  EXPECT_FALSE(Works(rogue)) << "a client certificate another CA signed";
+  auto good = Tls((*d)->address(), ca_, &client_);
+  EXPECT_TRUE(Works(good));
+}
+
+TEST_F(TlsTest, RefusesToStartWithFilesThatDoNotCheckOut) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"--tls_cert=" + node_a_.cert, "--tls_key=" + node_b_.key},
+           {"--tls_cert=" + node_a_.cert},
+           {"--tls_client_ca=" + ca_.cert},
+           {"--tls_cert=" + node_a_.cert, "--tls_key=" + node_a_.key,
+            "--tls_client_ca=" + node_a_.key},
+           {"--tls_cert=" + dir_ + "/missing.pem", "--tls_key=" + node_a_.key}}) {
+    std::vector<std::string> all = {"--node=a"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    auto d = DaemonProcess::Start(all);
+    EXPECT_FALSE(d.ok()) << flags[0];
+  }
+}
+
+TEST_F(TlsTest, CertificatesRotateWithoutARestartAndABadPairIsRefused) {
+  // The daemon's files are the test's to replace.
+  const std::string cert = dir_ + "/serving.pem", key = dir_ + "/serving.key";
+  Install(node_a_.cert, cert);
+  Install(node_a_.key, key);
+  auto d = DaemonProcess::Start({"--node=a", "--tls_cert=" + cert, "--tls_key=" + key});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto before = Tls((*d)->address(), ca_);
+  ASSERT_TRUE(Works(before));
+
+  // A pair from another CA: new connections see it, old clients checking the first CA
+  // no longer connect.
+  const CertFiles next = Make(MakeCert(dir_, rogue_ca_, "node-a-next"));
+  Install(next.key, key);
+  Install(next.cert, cert);
+  bool rotated = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(15); !rotated && absl::Now() < end;) {
+    auto c = Tls((*d)->address(), rogue_ca_);
+    rotated = Works(c);
+    if (!rotated) absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(rotated) << "the new certificate was not served within 15 s\n" << (*d)->Log();
+  auto old_ca = Tls((*d)->address(), ca_);
+  EXPECT_FALSE(Works(old_ca));
+
+  // A key that is not the certificate's: refused and logged, the pair before kept.
+  Install(node_b_.key, key);
+  bool logged = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); !logged && absl::Now() < end;) {
+    logged = absl::StrContains((*d)->Log(), "new TLS files refused");
+    if (!logged) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(logged) << (*d)->Log();
+  absl::SleepFor(absl::Seconds(3));  // Past gRPC's own look at its copy.
+  auto still = Tls((*d)->address(), rogue_ca_);
+  EXPECT_TRUE(Works(still)) << "the last good pair was not kept";
+}
+
+TEST_F(TlsTest, AClusterOverMutualTlsMovesBytesAndAPlaintextPeerCannotJoin) {
+  auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--tls_cert=" + node_a_.cert,
+                                 "--tls_key=" + node_a_.key, "--tls_client_ca=" + ca_.cert});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = DaemonProcess::Start({"--node=b", "--heartbeat=100ms", "--tls_cert=" + node_b_.cert,
+                                 "--tls_key=" + node_b_.key, "--tls_client_ca=" + ca_.cert,
+                                 "--peers=" + (*a)->address()});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto ca = Tls((*a)->address(), ca_, &client_);
+  auto cb = Tls((*b)->address(), ca_, &client_);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  bool joined = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !joined && absl::Now() < end;) {
+    auto pa = (*ca)->ListPeers();
+    auto pb = (*cb)->ListPeers();
+    joined =
+        pa.ok() && pb.ok() && pa->size() == 1 && pb->size() == 1 && (*pa)[0].up() && (*pb)[0].up();
+    if (!joined) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(joined) << (*a)->Log() << (*b)->Log();
+
+  constexpr size_t kSize = 3 << 20;
+  std::string bytes(kSize, '\0');
+  for (size_t i = 0; i < kSize; ++i) bytes[i] = static_cast<char>(i * 131 + 7);
+  auto src = (*ca)->Allocate(kSize);
+  auto dst = (*ca)->Allocate(kSize, v1::HOST, 0, absl::ZeroDuration(), "", "b");
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE((*ca)->Write(Ref(src->id()), bytes).ok());
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node("b");
+  auto moved = (*ca)->Move(Ref(src->id()), to, {.checksum = true});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  auto back = (*cb)->Read(Ref(dst->id()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == bytes);
+
+  // A daemon that dials in plaintext is never learned.
+  auto c = DaemonProcess::Start({"--node=c", "--heartbeat=100ms", "--peers=" + (*a)->address()});
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::SleepFor(absl::Seconds(2));
+  auto peers = (*ca)->ListPeers();
+  ASSERT_TRUE(peers.ok());
+  for (const auto& p : *peers) EXPECT_NE(p.node(), "c");
+}
+
+}  // namespace
+}  // namespace gpumove
