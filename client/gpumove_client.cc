@@ -90,7 +90,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
         "cannot reach gpumoved at ", address, " within ", absl::FormatDuration(options.timeout),
         options.tls_ca.empty() ? "" : " over TLS (is its certificate signed by --tls_ca?)"));
   }
-  return std::make_unique<Client>(std::move(channel));
+  auto client = std::make_unique<Client>(std::move(channel));
+  client->set_token(options.token);
+  return client;
+}
+
+void Client::Authorize(grpc::ClientContext& context) const {
+  if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel)
@@ -110,6 +116,7 @@ absl::StatusOr<v1::Buffer> Client::Allocate(uint64_t size, v1::MemoryKind kind, 
   if (lease > absl::ZeroDuration()) SetDuration(lease, request.mutable_lease_ttl());
   request.set_label(label);
   grpc::ClientContext context;
+  Authorize(context);
   v1::Buffer response;
   auto st = FromGrpcStatus(buffers_->Allocate(&context, request, &response));
   if (!st.ok()) return st;
@@ -121,6 +128,7 @@ absl::Status Client::Release(const std::string& buffer_id, const std::string& no
   request.set_node(node);
   request.set_buffer_id(buffer_id);
   grpc::ClientContext context;
+  Authorize(context);
   v1::ReleaseResponse response;
   return FromGrpcStatus(buffers_->Release(&context, request, &response));
 }
@@ -131,6 +139,7 @@ absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id,
   request.set_node(node);
   request.set_buffer_id(buffer_id);
   grpc::ClientContext context;
+  Authorize(context);
   v1::Buffer response;
   auto st = FromGrpcStatus(buffers_->Get(&context, request, &response));
   if (!st.ok()) return st;
@@ -139,6 +148,7 @@ absl::StatusOr<v1::Buffer> Client::GetBuffer(const std::string& buffer_id,
 
 absl::StatusOr<v1::Buffer> Client::Import(const v1::ImportRequest& request) {
   grpc::ClientContext context;
+  Authorize(context);
   v1::Buffer response;
   auto st = FromGrpcStatus(buffers_->Import(&context, request, &response));
   if (!st.ok()) return st;
@@ -151,6 +161,7 @@ absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
   request.set_buffer_id(buffer_id);
   request.set_node(node);
   grpc::ClientContext context;
+  Authorize(context);
   v1::ExportResponse response;
   auto st = FromGrpcStatus(buffers_->Export(&context, request, &response));
   if (!st.ok()) return st;
@@ -159,6 +170,7 @@ absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
 
 absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
   grpc::ClientContext context;
+  Authorize(context);
   v1::ListBuffersRequest request;
   request.set_node(node);
   v1::ListBuffersResponse response;
@@ -174,6 +186,7 @@ absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl
   request.set_buffer_id(buffer_id);
   if (ttl > absl::ZeroDuration()) SetDuration(ttl, request.mutable_lease_ttl());
   grpc::ClientContext context;
+  Authorize(context);
   v1::Buffer response;
   auto st = FromGrpcStatus(buffers_->RenewLease(&context, request, &response));
   if (!st.ok()) return st;
@@ -194,6 +207,7 @@ absl::StatusOr<v1::WriteResponse> Client::WriteFrom(
     v1::BufferRef target, uint64_t length, const std::function<size_t(char*, size_t)>& next) {
   target.set_length(length);
   grpc::ClientContext context;
+  Authorize(context);
   v1::WriteResponse response;
   auto writer = buffers_->Write(&context, &response);
   v1::WriteRequest message;
@@ -222,6 +236,7 @@ absl::Status Client::ReadTo(const v1::BufferRef& source,
   v1::ReadRequest request;
   *request.mutable_source() = source;
   grpc::ClientContext context;
+  Authorize(context);
   auto reader = buffers_->Read(&context, request);
   v1::ReadResponse message;
   while (reader->Read(&message)) {
@@ -246,6 +261,7 @@ absl::StatusOr<std::string> Client::Read(const v1::BufferRef& source) {
 
 absl::StatusOr<v1::SubmitResponse> Client::Submit(const v1::SubmitRequest& request) {
   grpc::ClientContext context;
+  Authorize(context);
   v1::SubmitResponse response;
   auto st = FromGrpcStatus(transfers_->Submit(&context, request, &response));
   if (!st.ok()) return st;
@@ -273,6 +289,7 @@ absl::StatusOr<v1::Transfer> Client::GetTransfer(const std::string& id) {
   v1::GetTransferRequest request;
   request.set_id(id);
   grpc::ClientContext context;
+  Authorize(context);
   v1::Transfer response;
   auto st = FromGrpcStatus(transfers_->Get(&context, request, &response));
   if (!st.ok()) return st;
@@ -285,6 +302,7 @@ absl::StatusOr<std::vector<v1::Transfer>> Client::ListTransfers(
   for (auto s : states) request.add_states(s);
   request.set_limit(limit);
   grpc::ClientContext context;
+  Authorize(context);
   v1::ListTransfersResponse response;
   auto st = FromGrpcStatus(transfers_->List(&context, request, &response));
   if (!st.ok()) return st;
@@ -295,6 +313,7 @@ absl::StatusOr<v1::Transfer> Client::Wait(const std::string& id, absl::Duration 
   v1::WaitRequest request;
   request.set_id(id);
   grpc::ClientContext context;
+  Authorize(context);
   if (timeout != absl::InfiniteDuration()) {
     SetDuration(timeout, request.mutable_timeout());
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
@@ -312,6 +331,7 @@ absl::StatusOr<v1::Transfer> Client::Watch(const std::string& id,
   request.set_id(id);
   SetDuration(progress_interval, request.mutable_progress_interval());
   grpc::ClientContext context;
+  Authorize(context);
   auto reader = transfers_->Watch(&context, request);
   v1::TransferEvent event;
   v1::Transfer last;
@@ -331,6 +351,7 @@ absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
   v1::CancelRequest request;
   request.set_id(id);
   grpc::ClientContext context;
+  Authorize(context);
   v1::Transfer response;
   auto st = FromGrpcStatus(transfers_->Cancel(&context, request, &response));
   if (!st.ok()) return st;
@@ -339,6 +360,7 @@ absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
 
 absl::StatusOr<v1::NodeInfo> Client::GetInfo() {
   grpc::ClientContext context;
+  Authorize(context);
   v1::NodeInfo response;
   auto st = FromGrpcStatus(node_->GetInfo(&context, v1::GetInfoRequest(), &response));
   if (!st.ok()) return st;
@@ -347,6 +369,7 @@ absl::StatusOr<v1::NodeInfo> Client::GetInfo() {
 
 absl::StatusOr<std::vector<v1::PeerInfo>> Client::ListPeers() {
   grpc::ClientContext context;
+  Authorize(context);
   v1::ListPeersResponse response;
   auto st = FromGrpcStatus(node_->ListPeers(&context, v1::ListPeersRequest(), &response));
   if (!st.ok()) return st;

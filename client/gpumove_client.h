@@ -46,6 +46,8 @@ struct ConnectOptions {
   std::string tls_key;
   // The name the daemon's certificate must carry, when not the address's host.
   std::string tls_server_name;
+  // A bearer token, sent with every call (for a daemon with --auth_tokens).
+  std::string token;
 };
 
 // Channel credentials for `options` (INVALID_ARGUMENT for files that cannot be read or
@@ -61,6 +63,8 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
                                                          const ConnectOptions& options);
   explicit Client(std::shared_ptr<grpc::Channel> channel);
+  // The bearer token sent with every call from now on (empty: none).
+  void set_token(std::string token) { token_ = std::move(token); }
 
   // Buffers.
   // `node` names another node of the cluster (empty: the one this client talks to).
@@ -112,6 +116,10 @@ class Client {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
  private:
+  // Adds this client's credentials to a call.
+  void Authorize(grpc::ClientContext& context) const;
+
+  std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::BufferService::Stub> buffers_;
   std::unique_ptr<v1::TransferService::Stub> transfers_;

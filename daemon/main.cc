@@ -162,6 +162,15 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
 ABSL_FLAG(std::string, peer_tls_cert, "",
           "Peers over TLS: PEM certificate presented to peers that require one.");
 ABSL_FLAG(std::string, peer_tls_key, "", "Peers over TLS: the key of --peer_tls_cert.");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "Bearer tokens callers must present (authorization: Bearer TOKEN): a file of "
+          "token,principal,tenant,role lines (role admin, user or reader; # comments), re-read "
+          "when it changes. Every node of a cluster reads the same file. Empty: open, every "
+          "caller anonymous.");
+ABSL_FLAG(bool, allow_insecure, false,
+          "Listen on addresses beyond this host although callers need no credentials "
+          "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
+          "every buffer. Without it such a daemon refuses to start.");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -245,6 +254,8 @@ int main(int argc, char** argv) {
   }
   serve.port_file = absl::GetFlag(FLAGS_port_file);
   serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   serve.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   serve.tls.key = absl::GetFlag(FLAGS_tls_key);
   serve.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);

@@ -42,7 +42,7 @@ ctl() { local h=$1; shift; in_host "$h" "$CTL" --addr "${IP[$h]}:7470" "$@"; }
 start() {  # start HOST [extra flags...]
   local h=$1; shift
   ip netns exec "$TAG$h" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$GPUMOVED" --node="host-$h" \
-    --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s \
+    --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s --allow_insecure \
     --host_pool_size=384MiB --pinned_pool_size=128MiB --ucx_lanes=2 "$@" 2>>"$WORK/$h.log" &
   PID[$h]=$!
 }

@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, tls_ca, "",
           "$GPUMOVE_TLS_CA; empty: plaintext).");
 ABSL_FLAG(std::string, tls_cert, "", "TLS: this client's certificate (PEM), for mTLS.");
 ABSL_FLAG(std::string, tls_key, "", "TLS: this client's private key (PEM), for mTLS.");
+ABSL_FLAG(std::string, token_file, "",
+          "A file holding the bearer token for a daemon with --auth_tokens (default: "
+          "$GPUMOVE_TOKEN, the token itself).");
 ABSL_FLAG(std::string, tls_server_name, "",
           "TLS: the name the daemon's certificate must carry (default: the address's host).");
 ABSL_FLAG(std::string, gpu_uuid, "", "import: UUID of the GPU holding the memory (GPU-...).");
@@ -495,6 +498,17 @@ int main(int argc, char** argv) {
     connect.tls_cert = absl::GetFlag(FLAGS_tls_cert);
     connect.tls_key = absl::GetFlag(FLAGS_tls_key);
     connect.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+    if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+      std::ifstream in(file);
+      if (!in) {
+        std::cerr << "error: cannot read --token_file " << file << "\n";
+        return 2;
+      }
+      std::getline(in, connect.token);
+      connect.token = std::string(absl::StripAsciiWhitespace(connect.token));
+    } else if (const char* env = std::getenv("GPUMOVE_TOKEN"); env != nullptr) {
+      connect.token = env;
+    }
     auto client = gpumove::Client::Connect(addr, connect);
     if (!client.ok()) return gpumove::Fail(client.status());
     return gpumove::Run(**client, args);

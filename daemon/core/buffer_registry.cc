@@ -174,7 +174,7 @@ std::shared_ptr<BufferRegistry::Entry> BufferRegistry::FindLocked(const std::str
                                                                   const std::string& id) const {
   auto it = buffers_.find(id);
   // Another tenant's buffer is reported as missing, so ids leak nothing.
-  if (it == buffers_.end() || it->second->info.owner != owner) return nullptr;
+  if (it == buffers_.end() || !OwnerSees(owner, it->second->info.owner)) return nullptr;
   return it->second;
 }
 
@@ -220,7 +220,7 @@ std::vector<BufferInfo> BufferRegistry::List(const std::string& owner) const {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, entry] : buffers_) {
-      if (entry->info.owner == owner) out.push_back(entry->info);
+      if (OwnerSees(owner, entry->info.owner)) out.push_back(entry->info);
     }
   }
   std::sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) {

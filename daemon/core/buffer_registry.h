@@ -20,6 +20,14 @@
 
 namespace gpumove {
 
+// The owner an administrator acts as: it sees and uses every owner's buffers and
+// transfers, and what it makes belongs to the administrators. No tenant is named so.
+inline constexpr char kAnyOwner[] = "*";
+// Whether a caller acting as `owner` may see what `has` owns.
+inline bool OwnerSees(const std::string& owner, const std::string& has) {
+  return owner == has || owner == kAnyOwner;
+}
+
 struct BufferInfo {
   std::string id;
   uint64_t size = 0;

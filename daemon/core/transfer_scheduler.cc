@@ -666,7 +666,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
 std::shared_ptr<TransferScheduler::Record> TransferScheduler::FindLocked(
     const std::string& owner, const std::string& id) const {
   auto it = transfers_.find(id);
-  if (it == transfers_.end() || it->second->owner != owner) return nullptr;
+  if (it == transfers_.end() || !OwnerSees(owner, it->second->owner)) return nullptr;
   return it->second;
 }
 
@@ -709,7 +709,7 @@ std::vector<TransferSnapshot> TransferScheduler::List(const std::string& owner,
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, t] : transfers_) {
-      if (t->owner != owner) continue;
+      if (!OwnerSees(owner, t->owner)) continue;
       if (!states.empty() && std::find(states.begin(), states.end(), t->state) == states.end()) {
         continue;
       }

@@ -44,6 +44,7 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
 
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
                                          const v1::AllocateRequest* request, v1::Buffer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Allocate");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Allocate, context,
                                     *request, response)) {
     return *forwarded;
@@ -58,7 +59,7 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
   options.device = request->device();
   options.lease_ttl = *ttl;
   options.label = request->label();
-  options.owner = Principal(context);
+  options.owner = caller.owner();
   auto info = registry_->Allocate(options);
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
@@ -68,21 +69,23 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
                                         const v1::ReleaseRequest* request,
                                         v1::ReleaseResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Release");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Release, context,
                                     *request, response)) {
     return *forwarded;
   }
-  return ToGrpcStatus(registry_->Release(Principal(context), request->buffer_id()));
+  return ToGrpcStatus(registry_->Release(caller.owner(), request->buffer_id()));
 }
 
 grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
                                     const v1::GetBufferRequest* request, v1::Buffer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Get");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Get, context,
                                     *request, response)) {
     return *forwarded;
   }
 
-  auto info = registry_->Get(Principal(context), request->buffer_id());
+  auto info = registry_->Get(caller.owner(), request->buffer_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
   return grpc::Status::OK;
@@ -91,11 +94,12 @@ grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
                                      const v1::ListBuffersRequest* request,
                                      v1::ListBuffersResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "List");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::List, context,
                                     *request, response)) {
     return *forwarded;
   }
-  for (const BufferInfo& info : registry_->List(Principal(context))) {
+  for (const BufferInfo& info : registry_->List(caller.owner())) {
     ToProto(info, node_, response->add_buffers());
   }
   return grpc::Status::OK;
@@ -104,13 +108,14 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
                                            const v1::RenewLeaseRequest* request,
                                            v1::Buffer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "RenewLease");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::RenewLease, context,
                                     *request, response)) {
     return *forwarded;
   }
   auto ttl = FromProto(request->lease_ttl());
   if (!ttl.ok()) return ToGrpcStatus(ttl.status());
-  auto info = registry_->RenewLease(Principal(context), request->buffer_id(), *ttl);
+  auto info = registry_->RenewLease(caller.owner(), request->buffer_id(), *ttl);
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
   return grpc::Status::OK;
@@ -119,6 +124,7 @@ grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
                                       grpc::ServerReader<v1::WriteRequest>* reader,
                                       v1::WriteResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Write");
   v1::WriteRequest message;
   if (!reader->Read(&message)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty Write stream");
@@ -142,7 +148,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
   }
   // The whole range is checked, and held, before the first byte is written.
   auto use =
-      registry_->Acquire(Principal(context), target.buffer_id(), target.offset(), target.length());
+      registry_->Acquire(caller.owner(), target.buffer_id(), target.offset(), target.length());
   if (!use.ok()) return ToGrpcStatus(use.status());
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
                                                                 &XXH3_freeState);
@@ -176,6 +182,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
 
 grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Read");
   if (auto remote = RemoteStub(request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
@@ -196,7 +203,7 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
         absl::StrCat("chunk_size ", request->chunk_size(), " exceeds ", kMaxReadChunk));
   }
   const uint32_t chunk = request->chunk_size() == 0 ? kDefaultReadChunk : request->chunk_size();
-  auto use = registry_->Acquire(Principal(context), request->source().buffer_id(),
+  auto use = registry_->Acquire(caller.owner(), request->source().buffer_id(),
                                 request->source().offset(), request->source().length());
   if (!use.ok()) return ToGrpcStatus(use.status());
   v1::ReadResponse message;
@@ -223,6 +230,7 @@ namespace gpumove {
 
 grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
                                        const v1::ImportRequest* request, v1::Buffer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Import");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Import, context,
                                     *request, response)) {
     return *forwarded;
@@ -260,7 +268,7 @@ grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
   options.keepalive = *mapping;
   options.lease_ttl = *ttl;
   options.label = request->label();
-  options.owner = Principal(context);
+  options.owner = caller.owner();
   options.owner_pid = request->owner_pid();
   auto info = registry_->Adopt(std::move(options));
   if (!info.ok()) return ToGrpcStatus(info.status());
@@ -271,11 +279,12 @@ grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
                                        const v1::ExportRequest* request,
                                        v1::ExportResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Export");
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Export, context,
                                     *request, response)) {
     return *forwarded;
   }
-  auto use = registry_->Acquire(Principal(context), request->buffer_id(), 0, 0);
+  auto use = registry_->Acquire(caller.owner(), request->buffer_id(), 0, 0);
   if (!use.ok()) return ToGrpcStatus(use.status());
   if (use->kind() != MemoryKind::kDevice) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

@@ -9,6 +9,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
+#include "daemon/server/auth.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -19,9 +20,15 @@ class BufferServiceImpl final : public v1::BufferService::Service {
  public:
   // `cluster` may be null: a node without peers.
   // `ipc` may be null: no CUDA IPC (Import and Export answer FAILED_PRECONDITION).
-  BufferServiceImpl(BufferRegistry* registry, GpuRuntime* gpu, std::string node,
-                    Cluster* cluster = nullptr, IpcTable* ipc = nullptr)
-      : registry_(registry), gpu_(gpu), node_(std::move(node)), cluster_(cluster), ipc_(ipc) {}
+  // `auth` checks every caller (and must outlive the service).
+  BufferServiceImpl(const Authenticator* auth, BufferRegistry* registry, GpuRuntime* gpu,
+                    std::string node, Cluster* cluster = nullptr, IpcTable* ipc = nullptr)
+      : auth_(auth),
+        registry_(registry),
+        gpu_(gpu),
+        node_(std::move(node)),
+        cluster_(cluster),
+        ipc_(ipc) {}
 
   grpc::Status Allocate(grpc::ServerContext* context, const v1::AllocateRequest* request,
                         v1::Buffer* response) override;
@@ -55,6 +62,7 @@ class BufferServiceImpl final : public v1::BufferService::Service {
                                            grpc::ServerContext* context, const Request& request,
                                            Response* response);
 
+  const Authenticator* const auth_;
   BufferRegistry* const registry_;
   GpuRuntime* const gpu_;
   const std::string node_;

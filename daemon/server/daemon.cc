@@ -27,14 +27,18 @@
 namespace gpumove {
 namespace {
 
+// Whether a --listen address is reachable from this host only (loopback, a unix socket).
+bool OnThisHostOnly(const std::string& a) {
+  return absl::StartsWith(a, "unix:") || absl::StartsWith(a, "127.") ||
+         absl::StartsWith(a, "[::1]:") || absl::StartsWith(a, "localhost:");
+}
+
 // The network devices UCX may use (UcxOptions::net_devices) for `setting` and the
 // addresses gRPC listens on.
 std::string UcxNetDevices(const std::string& setting, const std::vector<std::string>& listen) {
   if (setting != "auto") return setting;
   for (const std::string& a : listen) {
-    const bool local = absl::StartsWith(a, "unix:") || absl::StartsWith(a, "127.") ||
-                       absl::StartsWith(a, "[::1]:") || absl::StartsWith(a, "localhost:");
-    if (!local) return "";
+    if (!OnThisHostOnly(a)) return "";
   }
   return "lo";
 }
@@ -466,10 +470,32 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
 }
 
 absl::Status Daemon::MakeServices(const DaemonOptions& options) {
-  buffer_service_ = std::make_unique<BufferServiceImpl>(registry_.get(), gpu_.get(), node_,
-                                                        cluster_.get(), ipc_.get());
+  if (options.serve.auth_tokens.empty() && options.serve.tls.client_ca.empty() &&
+      !options.serve.allow_insecure) {
+    for (const std::string& a : options.serve.listen) {
+      if (!OnThisHostOnly(a)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "refusing to listen on ", a,
+            " with no credentials (anyone who reaches it could use "
+            "every buffer): give --auth_tokens or --tls_client_ca, listen on loopback, or "
+            "--allow_insecure"));
+      }
+    }
+  }
+  if (options.serve.auth_tokens.empty()) {
+    auth_ = Authenticator::Open();
+    LOG(WARNING) << "open daemon: no --auth_tokens, so every caller is anonymous and may use "
+                    "every buffer";
+  } else {
+    auto auth = Authenticator::FromTokenFile(options.serve.auth_tokens, options.serve.auth_refresh);
+    if (!auth.ok()) return auth.status();
+    auth_ = *std::move(auth);
+    LOG(INFO) << "callers need a bearer token from " << options.serve.auth_tokens;
+  }
+  buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
+                                                        node_, cluster_.get(), ipc_.get());
   transfer_service_ =
-      std::make_unique<TransferServiceImpl>(scheduler_.get(), cluster_.get(), node_);
+      std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_);
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
   peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get());
@@ -526,7 +552,9 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.RegisterService(buffer_service_.get());
   builder.RegisterService(transfer_service_.get());
   builder.RegisterService(peer_service_.get());
-  node_service_ = std::make_unique<NodeServiceImpl>(facts);
+  facts.tls = tls_ != nullptr;
+  facts.tls_client_certificates = tls_ != nullptr && !options.serve.tls.client_ca.empty();
+  node_service_ = std::make_unique<NodeServiceImpl>(auth_.get(), facts);
   builder.RegisterService(node_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {

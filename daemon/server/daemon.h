@@ -48,6 +48,12 @@ struct ServeOptions {
   std::string metrics_listen;
   // TLS on the TCP addresses (unix sockets are guarded by their file mode).
   TlsOptions tls;
+  // Bearer tokens (ParseTokenFile's format), re-read every auth_refresh; empty: open,
+  // every caller anonymous.
+  std::string auth_tokens;
+  absl::Duration auth_refresh = absl::Seconds(1);
+  // Listen beyond this host with neither tokens nor client certificates.
+  bool allow_insecure = false;
 };
 
 // The UCX transport's options as the daemon starts it: its progress thread polls for a
@@ -229,6 +235,7 @@ class Daemon {
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TransferScheduler> scheduler_;
+  std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;

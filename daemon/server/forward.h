@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/common/quote.h"
+#include "daemon/server/auth.h"
 
 namespace gpumove {
 
@@ -32,6 +33,7 @@ class ForwardedCall {
       : cluster_(cluster),
         node_(std::move(node)),
         client_(grpc::ClientContext::FromServerContext(server)) {
+    CopyCredentials(server, client_.get());
     if (bound != absl::InfiniteDuration()) {
       bound_deadline_ = absl::Now() + bound;
       if (bound_deadline_ < absl::FromChrono(server.deadline())) {

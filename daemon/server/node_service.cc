@@ -7,12 +7,16 @@
 
 namespace gpumove {
 
-grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
+grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                       v1::NodeInfo* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "GetInfo");
   absl::MutexLock lock(&mu_);
   response->set_node(facts_.node);
   response->set_host(facts_.host);
   response->set_version(kVersion);
+  response->set_authentication(auth_->open() ? "open" : "bearer tokens");
+  response->set_tls(facts_.tls);
+  response->set_tls_client_certificates(facts_.tls_client_certificates);
   response->set_cpus(static_cast<uint32_t>(AllowedCpus()));
   if (facts_.scheduler != nullptr) {
     response->set_workers(static_cast<uint32_t>(facts_.scheduler->workers()));
@@ -78,8 +82,9 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext*, const v1::GetInfoReq
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
+grpc::Status NodeServiceImpl::ListPeers(grpc::ServerContext* context, const v1::ListPeersRequest*,
                                         v1::ListPeersResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "ListPeers");
   Cluster* cluster = nullptr;
   {
     absl::MutexLock lock(&mu_);

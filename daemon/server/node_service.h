@@ -12,6 +12,7 @@
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
+#include "daemon/server/auth.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -38,11 +39,15 @@ struct NodeFacts {
   std::string cuda_ipc_status;
   // The GPUs this daemon serves (--gpus): the only ones GetInfo lists.
   std::vector<int> served_gpus;
+  bool tls = false;
+  bool tls_client_certificates = false;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
-  explicit NodeServiceImpl(NodeFacts facts) : facts_(std::move(facts)) {}
+  // `auth` checks every caller (and must outlive the service).
+  NodeServiceImpl(const Authenticator* auth, NodeFacts facts)
+      : auth_(auth), facts_(std::move(facts)) {}
   // Called once, before the server serves, with the bound addresses filled in.
   void UpdateFacts(NodeFacts facts) {
     absl::MutexLock lock(&mu_);
@@ -55,6 +60,7 @@ class NodeServiceImpl final : public v1::NodeService::Service {
                          v1::ListPeersResponse* response) override;
 
  private:
+  const Authenticator* const auth_;
   absl::Mutex mu_;
   NodeFacts facts_ ABSL_GUARDED_BY(mu_);
 };

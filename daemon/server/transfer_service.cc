@@ -62,6 +62,7 @@ absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
 grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
                                          const v1::SubmitRequest* request,
                                          v1::SubmitResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
   // Where does each move run? Here when this node holds one of its ends, else on its
   // source node. A batch runs on one node.
   std::string runner;
@@ -105,7 +106,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   }
   auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  const std::string owner = Principal(context);
+  const std::string owner = caller.owner();
   const absl::Time t0 = absl::Now();
   auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait());
   if (!transfers.ok()) return ToGrpcStatus(transfers.status());
@@ -129,11 +130,12 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Get");
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Get, context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
   }
-  auto t = scheduler_->Get(Principal(context), request->id());
+  auto t = scheduler_->Get(caller.owner(), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
   return grpc::Status::OK;
@@ -142,6 +144,7 @@ grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
                                        const v1::ListTransfersRequest* request,
                                        v1::ListTransfersResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "List");
   std::vector<TransferState> states;
   for (int s : request->states()) {
     auto state = FromProto(static_cast<v1::TransferState>(s));
@@ -149,7 +152,7 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
     states.push_back(*state);
   }
   const size_t limit = request->limit() == 0 ? 1000 : request->limit();
-  for (const TransferSnapshot& t : scheduler_->List(Principal(context), states, limit)) {
+  for (const TransferSnapshot& t : scheduler_->List(caller.owner(), states, limit)) {
     ToProto(t, response->add_transfers());
   }
   return grpc::Status::OK;
@@ -157,6 +160,7 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                        v1::Transfer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Wait");
   if (auto forwarded =
           MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context, *request,
                        response, WaitBound(request->has_timeout(), request->timeout()))) {
@@ -164,7 +168,7 @@ grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::W
   }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  auto t = scheduler_->Wait(Principal(context), request->id(), *deadline);
+  auto t = scheduler_->Wait(caller.owner(), request->id(), *deadline);
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
   return grpc::Status::OK;
@@ -173,6 +177,7 @@ grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::W
 grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
                                         const v1::WatchRequest* request,
                                         grpc::ServerWriter<v1::TransferEvent>* writer) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Watch");
   absl::Duration interval = absl::Milliseconds(100);
   if (request->has_progress_interval()) {
     auto d = FromProto(request->progress_interval());
@@ -193,7 +198,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
     }
     return call.Finish(reader->Finish());
   }
-  const std::string owner = Principal(context);
+  const std::string owner = caller.owner();
   auto t = scheduler_->Get(owner, request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   uint64_t sent_bytes = 0;
@@ -223,11 +228,12 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Cancel");
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
   }
-  auto t = scheduler_->Cancel(Principal(context), request->id());
+  auto t = scheduler_->Cancel(caller.owner(), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
   return grpc::Status::OK;

@@ -7,6 +7,7 @@
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/transfer_scheduler.h"
+#include "daemon/server/auth.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -18,8 +19,10 @@ namespace gpumove {
 class TransferServiceImpl final : public v1::TransferService::Service {
  public:
   // `cluster` may be null: a node without peers.
-  TransferServiceImpl(TransferScheduler* scheduler, Cluster* cluster, std::string node)
-      : scheduler_(scheduler), cluster_(cluster), node_(std::move(node)) {}
+  // `auth` checks every caller (and must outlive the service).
+  TransferServiceImpl(const Authenticator* auth, TransferScheduler* scheduler, Cluster* cluster,
+                      std::string node)
+      : auth_(auth), scheduler_(scheduler), cluster_(cluster), node_(std::move(node)) {}
 
   grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request,
                       v1::SubmitResponse* response) override;
@@ -50,6 +53,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   // How long a forwarded call that waits `timeout` (none: as long as its caller) may take.
   absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
+  const Authenticator* const auth_;
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;
   const std::string node_;

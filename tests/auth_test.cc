@@ -1,0 +1,258 @@
+// Bearer tokens, tenants and roles: every public RPC called with no credentials, a bad
+// token, another tenant's token, its own tenant's, a reader's and an admin's, with the
+// code each must get and the data unchanged where refused; the same through a
+// forwarding node; the token file re-read on change.
+#include "daemon/server/auth.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove {
+namespace {
+
+using absl::StatusCode;
+
+constexpr char kTokens[] = R"(# token,principal,tenant,role
+alice-token-0123456789,alice,team-a,user
+rita-token-0123456789,rita,team-a,reader
+bob-token-0123456789,bob,team-b,user
+root-token-0123456789,root,ops,admin
+)";
+
+TEST(TokenFile, ParsesAndRefusesWhatDoesNotFit) {
+  auto tokens = ParseTokenFile(kTokens);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 4u);
+  EXPECT_EQ(tokens->at("rita-token-0123456789").role, Role::kReader);
+  EXPECT_EQ(tokens->at("root-token-0123456789").owner(), "*");
+  EXPECT_EQ(tokens->at("alice-token-0123456789").owner(), "team-a");
+  for (const char* bad : {"t,p,tenant\n", "t,p,tenant,superuser\n", "t,p,tenant,user\nt,q,x,user\n",
+                          ",p,tenant,user\n", "t,p,*,user\n", "t,p,tenant,user,extra\n"}) {
+    auto r = ParseTokenFile(bad);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "line ")) << r.status();
+  }
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/auth_test.", getpid());
+    std::filesystem::create_directories(dir_);
+    tokens_ = dir_ + "/tokens.csv";
+    WriteTokens(kTokens);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void WriteTokens(const std::string& text) {
+    const std::string tmp = tokens_ + ".new";
+    std::ofstream(tmp) << text;
+    std::filesystem::rename(tmp, tokens_);
+  }
+  std::unique_ptr<Client> As(const DaemonProcess& d, const std::string& token) {
+    ConnectOptions o;
+    o.token = token;
+    auto c = Client::Connect(d.address(), o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  std::string dir_, tokens_;
+};
+
+// What one caller gets for each RPC against team-a's buffer and transfer.
+struct Expect {
+  const char* who;
+  std::string token;
+  StatusCode see;     // Get, Read, Wait, Watch, GetTransfer of team-a's objects.
+  StatusCode change;  // Write, Release, RenewLease, Submit, Cancel on them.
+  StatusCode make;    // Allocate (of its own).
+  StatusCode info;    // GetInfo, ListPeers.
+};
+
+TEST_F(AuthTest, EveryRpcForEveryKindOfCaller) {
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto alice = As(**d, "alice-token-0123456789");
+  ASSERT_NE(alice, nullptr);
+  const std::string bytes(8192, 'a');
+  auto buf = alice->Allocate(8192);
+  auto dst = alice->Allocate(8192);
+  ASSERT_TRUE(buf.ok() && dst.ok()) << buf.status();
+  ASSERT_TRUE(alice->Write(Ref(buf->id()), bytes).ok());
+  auto moved = alice->Move(Ref(buf->id()), Ref(dst->id()));
+  ASSERT_TRUE(moved.ok()) << moved.status();
+
+  const std::vector<Expect> cases = {
+      {"no credentials", "", StatusCode::kUnauthenticated, StatusCode::kUnauthenticated,
+       StatusCode::kUnauthenticated, StatusCode::kUnauthenticated},
+      {"a bad token", "not-a-token", StatusCode::kUnauthenticated, StatusCode::kUnauthenticated,
+       StatusCode::kUnauthenticated, StatusCode::kUnauthenticated},
+      {"another tenant", "bob-token-0123456789", StatusCode::kNotFound, StatusCode::kNotFound,
+       StatusCode::kOk, StatusCode::kOk},
+      {"a reader of the tenant", "rita-token-0123456789", StatusCode::kOk,
+       StatusCode::kPermissionDenied, StatusCode::kPermissionDenied, StatusCode::kOk},
+      {"an admin", "root-token-0123456789", StatusCode::kOk, StatusCode::kOk, StatusCode::kOk,
+       StatusCode::kOk},
+  };
+  for (const Expect& e : cases) {
+    SCOPED_TRACE(e.who);
+    auto c = As(**d, e.token);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->GetInfo().status().code(), e.info);
+    EXPECT_EQ(c->ListPeers().status().code(), e.info);
+    EXPECT_EQ(c->GetBuffer(buf->id()).status().code(), e.see);
+    EXPECT_EQ(c->Read(Ref(buf->id())).status().code(), e.see);
+    EXPECT_EQ(c->GetTransfer(moved->id()).status().code(), e.see);
+    EXPECT_EQ(c->Wait(moved->id(), absl::Seconds(1)).status().code(), e.see);
+    EXPECT_EQ(c->Watch(moved->id(), [](const v1::Transfer&) {}).status().code(), e.see);
+    auto listed = c->ListBuffers();
+    EXPECT_EQ(listed.status().code(), e.info == StatusCode::kOk ? StatusCode::kOk : e.info);
+    if (listed.ok()) {
+      bool sees = false;
+      for (const auto& b : *listed) sees |= b.id() == buf->id();
+      EXPECT_EQ(sees, e.see == StatusCode::kOk) << "ListBuffers";
+    }
+    auto transfers = c->ListTransfers();
+    if (transfers.ok()) {
+      bool sees = false;
+      for (const auto& t : *transfers) sees |= t.id() == moved->id();
+      EXPECT_EQ(sees, e.see == StatusCode::kOk) << "ListTransfers";
+    }
+    // Changes that would alter team-a's bytes or buffers (an admin's Write is last, below).
+    if (e.change != StatusCode::kOk) {
+      EXPECT_EQ(c->Write(Ref(buf->id()), std::string(8192, 'x')).status().code(), e.change);
+      EXPECT_EQ(c->Move(Ref(dst->id()), Ref(buf->id())).status().code(), e.change);
+      EXPECT_EQ(c->Release(buf->id()).code(), e.change);
+      EXPECT_EQ(c->RenewLease(buf->id(), absl::Seconds(60)).status().code(), e.change);
+      EXPECT_EQ(c->Cancel(moved->id()).status().code(), e.change);
+      EXPECT_EQ(c->Export(buf->id()).status().code(), e.change);
+      // Unchanged.
+      auto back = alice->Read(Ref(buf->id()));
+      ASSERT_TRUE(back.ok());
+      EXPECT_EQ(*back, bytes);
+      EXPECT_TRUE(alice->GetBuffer(buf->id()).ok());
+    }
+    auto own = c->Allocate(4096);
+    EXPECT_EQ(own.status().code(), e.make);
+    if (own.ok()) {
+      // Its own buffer: alice (team-a) does not see another tenant's, an admin's is the
+      // admins'.
+      EXPECT_EQ(alice->GetBuffer(own->id()).status().code(), StatusCode::kNotFound);
+      EXPECT_TRUE(c->Release(own->id()).ok());
+    }
+  }
+  // An admin changes team-a's things.
+  auto root = As(**d, "root-token-0123456789");
+  ASSERT_TRUE(root->Write(Ref(buf->id()), std::string(8192, 'r')).ok());
+  EXPECT_EQ(*alice->Read(Ref(buf->id())), std::string(8192, 'r'));
+  EXPECT_TRUE(root->Release(buf->id()).ok());
+  EXPECT_EQ(alice->GetBuffer(buf->id()).status().code(), StatusCode::kNotFound);
+  // Refusals and admin actions are audited.
+  const std::string log = (*d)->Log();
+  EXPECT_TRUE(absl::StrContains(log, "audit {\"method\":\"Write\",\"principal\":\"rita\"")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "\"outcome\":\"admin\"")) << log;
+}
+
+TEST_F(AuthTest, ForwardedCallsAreCheckedWhereTheDataLives) {
+  auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = DaemonProcess::Start(
+      {"--node=b", "--heartbeat=100ms", "--auth_tokens=" + tokens_, "--peers=" + (*a)->address()});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto alice_b = As(**b, "alice-token-0123456789");
+  auto bob_b = As(**b, "bob-token-0123456789");
+  bool up = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !up && absl::Now() < end;) {
+    auto peers = alice_b->ListPeers();
+    up = peers.ok() && peers->size() == 1 && (*peers)[0].up();
+    if (!up) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(up);
+  // Alice, through node b, on node a.
+  auto on_a = alice_b->Allocate(4096, v1::HOST, 0, absl::ZeroDuration(), "", "a");
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  v1::BufferRef ref = Ref(on_a->id());
+  ref.set_node("a");
+  ASSERT_TRUE(alice_b->Write(ref, std::string(4096, 'f')).ok());
+  auto local = alice_b->Allocate(4096);
+  ASSERT_TRUE(local.ok());
+  auto pulled = alice_b->Move(ref, Ref(local->id()), {.checksum = true});
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->state(), v1::SUCCEEDED) << pulled->error_message();
+  // Bob, through node b, cannot see, read, write or release it.
+  EXPECT_EQ(bob_b->GetBuffer(on_a->id(), "a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(bob_b->Read(ref).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(bob_b->Write(ref, std::string(4096, 'x')).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(bob_b->Release(on_a->id(), "a").code(), StatusCode::kNotFound);
+  auto bobs = bob_b->Allocate(4096);
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_EQ(bob_b->Move(ref, Ref(bobs->id())).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*alice_b->Read(ref), std::string(4096, 'f'));
+  // Nobody without a token gets through b to a.
+  auto anonymous = As(**b, "");
+  EXPECT_EQ(anonymous->GetBuffer(on_a->id(), "a").status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST_F(AuthTest, TheTokenFileIsReReadAndABadOneIsRefused) {
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto carol = As(**d, "carol-token-0123456789");
+  EXPECT_EQ(carol->GetInfo().status().code(), StatusCode::kUnauthenticated);
+  WriteTokens(std::string(kTokens) + "carol-token-0123456789,carol,team-c,user\n");
+  bool in = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); !in && absl::Now() < end;) {
+    in = carol->GetInfo().ok();
+    if (!in) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(in) << "a token added to the file was not taken within 10 s";
+  WriteTokens("this is not a token file\n");
+  bool logged = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); !logged && absl::Now() < end;) {
+    logged = absl::StrContains((*d)->Log(), "token file refused");
+    if (!logged) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(logged);
+  EXPECT_TRUE(carol->GetInfo().ok()) << "the tokens before a bad file were not kept";
+  // A daemon does not start on a bad file.
+  auto bad = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_});
+  EXPECT_FALSE(bad.ok());
+}
+
+TEST_F(AuthTest, AnOpenDaemonSaysSo) {
+  auto d = DaemonProcess::Start({"--node=a"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto c = Client::Connect((*d)->address());
+  ASSERT_TRUE(c.ok());
+  auto info = (*c)->GetInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->authentication(), "open");
+  EXPECT_TRUE(absl::StrContains((*d)->Log(), "open daemon"));
+  auto e = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(e.ok());
+  auto ce = Client::Connect((*e)->address(), ConnectOptions{.token = "bob-token-0123456789"});
+  ASSERT_TRUE(ce.ok());
+  EXPECT_EQ((*ce)->GetInfo()->authentication(), "bearer tokens");
+  // Beyond this host only with credentials, or when told.
+  EXPECT_FALSE(DaemonProcess::Start({"--node=c", "--listen=0.0.0.0:0"}).ok());
+  auto told = DaemonProcess::Start({"--node=c", "--listen=0.0.0.0:0", "--allow_insecure"});
+  EXPECT_TRUE(told.ok()) << told.status();
+  auto tokens =
+      DaemonProcess::Start({"--node=d", "--listen=0.0.0.0:0", "--auth_tokens=" + tokens_});
+  EXPECT_TRUE(tokens.ok()) << tokens.status();
+}
+
+}  // namespace
+}  // namespace gpumove
