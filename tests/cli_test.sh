@@ -72,4 +72,41 @@ expect_code 1 "UNAVAILABLE: cannot reach gpumoved" -- "$CTL" --addr 127.0.0.1:1 
 
 "$CTL" release "$A"
 "$CTL" ls | grep -q "$A" && fail "released buffer still listed"
+
+# A second daemon with bearer tokens and TLS: the CLI's credentials.
+printf '# token,principal,tenant,role\ncli-token-0123456789,cli,team,user\n' >"$WORK/tokens"
+printf 'cli-token-0123456789\n' >"$WORK/token"
+SECURE_FLAGS=(--auth_tokens="$WORK/tokens")
+if command -v openssl >/dev/null; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=cli-ca -keyout "$WORK/ca.key" -out "$WORK/ca.pem" >/dev/null 2>&1
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=cli \
+    -keyout "$WORK/node.key" -out "$WORK/node.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$WORK/ext"
+  openssl x509 -req -in "$WORK/node.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
+    -CAcreateserial -days 2 -extfile "$WORK/ext" -out "$WORK/node.pem" >/dev/null 2>&1
+  SECURE_FLAGS+=(--tls_cert="$WORK/node.pem" --tls_key="$WORK/node.key")
+  TLS=(--tls_ca "$WORK/ca.pem")
+else
+  echo "SKIPPED: the TLS half of the credentials check (no openssl command)"
+  TLS=()
+fi
+"$GPUMOVED" --listen=127.0.0.1:0 --port_file="$WORK/addr2" --node=secure-node \
+  --host_pool_size=64MiB --pinned_pool_size=16MiB "${SECURE_FLAGS[@]}" 2>"$WORK/daemon2.log" &
+SECURE=$!
+trap 'kill $DAEMON $SECURE 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+for _ in $(seq 200); do [ -s "$WORK/addr2" ] && break; sleep 0.05; done
+S=(--addr "$(cat "$WORK/addr2")" --timeout 2s)
+expect_code 1 "UNAUTHENTICATED" -- "$CTL" "${S[@]}" "${TLS[@]}" ls
+expect_code 1 "UNAUTHENTICATED" -- env GPUMOVE_TOKEN=wrong "$CTL" "${S[@]}" "${TLS[@]}" ls
+C=$("$CTL" "${S[@]}" "${TLS[@]}" --token_file "$WORK/token" alloc 1MiB)
+[[ "$C" == b-* ]] || fail "alloc with --token_file printed '$C'"
+GPUMOVE_TOKEN=cli-token-0123456789 "$CTL" "${S[@]}" "${TLS[@]}" ls | grep -q "$C" \
+  || fail "ls with GPUMOVE_TOKEN does not show $C"
+"$CTL" "${S[@]}" "${TLS[@]}" --token_file "$WORK/token" info | grep -q "callers   bearer tokens" \
+  || fail "info over the secure daemon does not say how callers are checked"
+"$CTL" info | grep -q "callers   open, plaintext" || fail "info does not say the daemon is open"
+if [ ${#TLS[@]} -gt 0 ]; then
+  expect_code 1 "UNAVAILABLE" -- "$CTL" "${S[@]}" --token_file "$WORK/token" ls  # Plaintext.
+fi
 echo "PASS"

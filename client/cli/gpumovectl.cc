@@ -204,6 +204,11 @@ int Run(Client& c, const std::vector<std::string>& args) {
     std::cout << "node      " << info->node() << " (host " << info->host() << ", gpumoved "
               << info->version() << ")\n";
     std::cout << "listen    " << absl::StrJoin(info->listen(), ", ") << "\n";
+    std::cout << "callers   " << info->authentication()
+              << (info->tls() ? (info->tls_client_certificates() ? ", TLS with client certificates"
+                                                                 : ", TLS")
+                              : ", plaintext")
+              << "\n";
     std::cout << "cpus      " << info->cpus() << " (" << info->workers()
               << " transfer workers)\n";
     std::cout << "gpus      " << info->gpu_status()
