@@ -171,6 +171,19 @@ ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
           "every buffer. Without it such a daemon refuses to start.");
+ABSL_FLAG(absl::Duration, handshake_timeout, absl::Seconds(10),
+          "A connection that has not finished its TLS and HTTP/2 handshakes this long after "
+          "it was accepted is closed.");
+ABSL_FLAG(absl::Duration, max_connection_idle, absl::Hours(1),
+          "A client connection with no call this long is closed (gracefully; clients "
+          "reconnect).");
+ABSL_FLAG(absl::Duration, keepalive, absl::Minutes(2),
+          "Pings on a client connection with no traffic this often, so that dead clients' "
+          "connections end.");
+ABSL_FLAG(std::string, unix_socket_mode, "0660",
+          "Mode of unix: --listen sockets (octal): who on this host may connect.");
+ABSL_FLAG(std::string, unix_socket_group, "",
+          "Group of unix: --listen sockets (default: the daemon's own).");
 ABSL_FLAG(bool, log_json, false, "Log JSON lines instead of plain text.");
 ABSL_FLAG(int, v, 0, "Verbose log level.");
 
@@ -256,6 +269,20 @@ int main(int argc, char** argv) {
   serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
+  serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  serve.keepalive = absl::GetFlag(FLAGS_keepalive);
+  {
+    const std::string mode = absl::GetFlag(FLAGS_unix_socket_mode);
+    char* end = nullptr;
+    const unsigned long m = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end != '\0' || m > 0777) {
+      LOG(ERROR) << "--unix_socket_mode is an octal mode such as 0660";
+      return 2;
+    }
+    serve.unix_socket_mode = static_cast<uint32_t>(m);
+  }
+  serve.unix_socket_group = absl::GetFlag(FLAGS_unix_socket_group);
   serve.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   serve.tls.key = absl::GetFlag(FLAGS_tls_key);
   serve.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);

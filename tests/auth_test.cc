@@ -4,6 +4,7 @@
 // forwarding node; the token file re-read on change.
 #include "daemon/server/auth.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -252,6 +254,29 @@ TEST_F(AuthTest, AnOpenDaemonSaysSo) {
   auto tokens =
       DaemonProcess::Start({"--node=d", "--listen=0.0.0.0:0", "--auth_tokens=" + tokens_});
   EXPECT_TRUE(tokens.ok()) << tokens.status();
+}
+
+TEST_F(AuthTest, UnixSocketsAreForTheDaemonsUserAndGroupOnly) {
+  // Socket paths are short (108 bytes): a directory of /tmp, not the test's.
+  char sockets[] = "/tmp/gpumove-auth-XXXXXX";
+  ASSERT_NE(mkdtemp(sockets), nullptr);
+  const std::string dir = sockets;
+  absl::Cleanup remove = [&] { std::filesystem::remove_all(dir); };
+  const std::string path = dir + "/gpumoved.sock";
+  auto d = DaemonProcess::Start({"--node=a", "--listen=unix:" + path});
+  ASSERT_TRUE(d.ok()) << d.status();
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  const std::string other = dir + "/other.sock";
+  auto e = DaemonProcess::Start({"--node=b", "--listen=unix:" + other, "--unix_socket_mode=0600"});
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(stat(other.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(DaemonProcess::Start(
+                   {"--node=c", "--listen=unix:" + dir + "/c.sock", "--unix_socket_mode=rw"})
+                   .ok());
 }
 
 }  // namespace

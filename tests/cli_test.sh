@@ -59,6 +59,7 @@ expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device
 expect_code 1 "INVALID_ARGUMENT: size must be greater than 0" -- "$CTL" alloc 0
 expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
 expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
+expect_code 1 "INVALID_ARGUMENT: duration" -- "$CTL" alloc 1MiB --lease 9000h
 # CUDA IPC on a node without GPUs: refused with its code, nothing changes.
 HANDLE=$(printf 'ab%.0s' $(seq 64))
 expect_code 1 "FAILED_PRECONDITION: node cli-node has no GPU" -- "$CTL" import "$HANDLE" 1MiB --gpu_uuid GPU-x

@@ -2,8 +2,13 @@
 // malformed UCX addresses in a Hello, peer calls racing each other on one hold, huge ids.
 // Each case crashed or misled a daemon once; each must now get a clean error and leave
 // the daemon serving.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -11,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -280,6 +286,68 @@ TEST(HostilePeer, ForwardedCallsToAStoppedNodeEndWithoutAClientDeadline) {
   AwaitPeers(a, 1);
   auto got = a.client->GetBuffer(buffer->id(), "node-b");
   EXPECT_TRUE(got.ok()) << got.status();
+}
+
+// A fake peer whose address is the daemon itself: a call for its buffers is forwarded
+// once, back to the daemon, and refused there at once (it once looped until the forward
+// timeout, thousands of threads deep).
+TEST(HostilePeer, AForwardingLoopEndsAtTheSecondHop) {
+  Node a = Launch("node-a", "");
+  ASSERT_NE(a.process, nullptr);
+  peer::v1::NodeDescriptor ghost;
+  ghost.set_node("ghost");
+  ghost.set_address(a.process->address());
+  ghost.set_host_id("elsewhere");
+  ghost.set_incarnation(7);
+  ghost.set_mpi_rank(-1);
+  ASSERT_TRUE(Hello(a, ghost).ok());
+  bool known = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(5); !known && absl::Now() < end;) {
+    auto peers = a.client->ListPeers();
+    for (const auto& p : peers.ok() ? *peers : std::vector<v1::PeerInfo>{})
+      known |= p.node() == "ghost";
+    if (!known) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(known);
+  for (int i = 0; i < 20; ++i) {
+    const absl::Time t0 = absl::Now();
+    auto got = a.client->GetBuffer("b-anything", "ghost");
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+    EXPECT_TRUE(absl::StrContains(got.status().message(), "forwarded again")) << got.status();
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  }
+}
+
+// Connections that never finish the HTTP/2 handshake (silent, or a few bytes and then
+// silence) are closed after --handshake_timeout, and the daemon goes on serving.
+TEST(HostilePeer, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
+  Node a = Launch("node-a", "", {"--handshake_timeout=1s"});
+  ASSERT_NE(a.process, nullptr);
+  const std::string& address = a.process->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    if (i % 2 == 1) ASSERT_EQ(write(fd, "PRI * HTTP", 10), 10);  // Half a preface.
+    fds.push_back(fd);
+  }
+  const absl::Time t0 = absl::Now();
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 8000), 1) << "a silent connection was still open after 8 s";
+    char buf[256];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    close(fd);
+  }
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(6));
+  EXPECT_TRUE(a.client->GetInfo().ok());
 }
 
 }  // namespace

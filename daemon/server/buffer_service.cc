@@ -24,9 +24,9 @@ int CopyDevice(const BufferUse& use) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::RemoteStub(
-    const std::string& node) {
+    const grpc::ServerContext& context, const std::string& node) {
   if (node.empty() || node == node_) return nullptr;
-  return StubOn<v1::BufferService>(cluster_, node_, node);
+  return StubOn<v1::BufferService>(context, cluster_, node_, node);
 }
 
 template <typename Request, typename Response>
@@ -35,7 +35,7 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
     grpc::Status (v1::BufferService::Stub::*method)(grpc::ClientContext*, const Request&,
                                                     Response*),
     grpc::ServerContext* context, const Request& request, Response* response) {
-  auto remote = RemoteStub(node);
+  auto remote = RemoteStub(*context, node);
   if (!remote.ok()) return ToGrpcStatus(remote.status());
   if (*remote == nullptr) return std::nullopt;
   return ForwardUnary(**remote, method, context, *cluster_, node, request, response,
@@ -134,7 +134,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
                         "the first Write message must name the target");
   }
   const v1::BufferRef& target = message.target();
-  if (auto remote = RemoteStub(target.node()); !remote.ok()) {
+  if (auto remote = RemoteStub(*context, target.node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
     // Relay the stream to the owning node, message by message.
@@ -183,7 +183,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Read");
-  if (auto remote = RemoteStub(request->source().node()); !remote.ok()) {
+  if (auto remote = RemoteStub(*context, request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
     ForwardedCall call(*context, *cluster_, request->source().node(), absl::InfiniteDuration());

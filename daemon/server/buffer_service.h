@@ -52,7 +52,8 @@ class BufferServiceImpl final : public v1::BufferService::Service {
  private:
   // A stub for `node` when it is another node; null when it is this one (or empty).
   // NOT_FOUND / UNAVAILABLE for unknown or down nodes.
-  absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(const std::string& node);
+  absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(
+      const grpc::ServerContext& context, const std::string& node);
   // The forwarded call's status when `node` is another node (or cannot be reached);
   // nullopt when the call is this node's to serve.
   template <typename Request, typename Response>

@@ -50,6 +50,12 @@ absl::StatusOr<absl::Duration> FromProto(const google::protobuf::Duration& d) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad duration ", d.seconds(), "s ", d.nanos(), "ns"));
   }
+  // Leases, waits and intervals past a year are slips (a lease of 2^62 s was accepted).
+  constexpr int64_t kMaxSeconds = 366 * 24 * 3600;
+  if (d.seconds() > kMaxSeconds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("duration ", d.seconds(), "s is longer than the most, 366 days"));
+  }
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 

@@ -1,11 +1,14 @@
 #include "daemon/server/daemon.h"
 
+#include <grp.h>
 #include <grpcpp/ext/channelz_service_plugin.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -41,6 +44,25 @@ std::string UcxNetDevices(const std::string& setting, const std::vector<std::str
     if (!OnThisHostOnly(a)) return "";
   }
   return "lo";
+}
+
+// Gives a unix socket the mode and group of `serve`.
+absl::Status GuardSocket(const std::string& path, const ServeOptions& serve) {
+  if (chmod(path.c_str(), serve.unix_socket_mode) != 0) {
+    return absl::InternalError(absl::StrCat("cannot chmod ", path, ": ", strerror(errno)));
+  }
+  if (!serve.unix_socket_group.empty()) {
+    struct group* g = getgrnam(serve.unix_socket_group.c_str());
+    if (g == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--unix_socket_group: no group ", serve.unix_socket_group));
+    }
+    if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return absl::InternalError(absl::StrCat("cannot give ", path, " to group ",
+                                              serve.unix_socket_group, ": ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string HostName() {
@@ -512,6 +534,14 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  auto ms = [](absl::Duration d) {
+    return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));
+  };
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             ms(options.serve.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             ms(options.serve.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.serve.keepalive));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   std::shared_ptr<grpc::ServerCredentials> tcp = grpc::InsecureServerCredentials();
   if (!options.serve.tls.cert.empty() || !options.serve.tls.key.empty() ||
@@ -564,6 +594,7 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   for (size_t i = 0; i < options.serve.listen.size(); ++i) {
     const std::string& address = options.serve.listen[i];
     if (absl::StartsWith(address, "unix:")) {
+      if (absl::Status st = GuardSocket(address.substr(5), options.serve); !st.ok()) return st;
       addresses_.push_back(address);
       continue;
     }

@@ -54,6 +54,15 @@ struct ServeOptions {
   absl::Duration auth_refresh = absl::Seconds(1);
   // Listen beyond this host with neither tokens nor client certificates.
   bool allow_insecure = false;
+  // A connection that has not finished its TLS and HTTP/2 handshakes this long after it
+  // was accepted is closed; one with no call this long is closed (gracefully).
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration max_connection_idle = absl::Hours(1);
+  // Pings on a connection with no traffic this often (dead clients' connections end).
+  absl::Duration keepalive = absl::Minutes(2);
+  // Unix sockets' mode and group (empty: the daemon's): who on this host may connect.
+  uint32_t unix_socket_mode = 0660;
+  std::string unix_socket_group;
 };
 
 // The UCX transport's options as the daemon starts it: its progress thread polls for a

@@ -19,6 +19,11 @@
 
 namespace gpumove {
 
+// Set on a forwarded call: a node that would forward it again refuses instead (one hop:
+// any node serves every node's buffers, so a second hop only ever means that the nodes
+// disagree on where one is, or a peer's address points back at a node).
+inline constexpr char kForwardedKey[] = "x-gpumove-forwarded";
+
 // The cluster's forward_timeout; 10 s for a node without a cluster.
 inline absl::Duration ForwardTimeout(const Cluster* cluster) {
   return cluster != nullptr ? cluster->forward_timeout() : absl::Seconds(10);
@@ -34,6 +39,7 @@ class ForwardedCall {
         node_(std::move(node)),
         client_(grpc::ClientContext::FromServerContext(server)) {
     CopyCredentials(server, client_.get());
+    client_->AddMetadata(kForwardedKey, "1");
     if (bound != absl::InfiniteDuration()) {
       bound_deadline_ = absl::Now() + bound;
       if (bound_deadline_ < absl::FromChrono(server.deadline())) {
@@ -78,14 +84,19 @@ class ForwardedCall {
   uint64_t watch_ = 0;
 };
 
-// A unary call forwarded to `node` through `stub`, bounded by the cluster's
-// forward_timeout unless `bound` says otherwise.
-// A stub of `Service` on `node`, a peer of node `self`; NOT_FOUND saying why when this
-// node knows no such peer.
+// A stub of `Service` on `node`, a peer of node `self`, for the call of `context`;
+// NOT_FOUND saying why when this node knows no such peer, UNAVAILABLE when the call was
+// forwarded here already.
 template <typename Service>
-absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(Cluster* cluster,
-                                                              const std::string& self,
-                                                              const std::string& node) {
+absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(const grpc::ServerContext& context,
+                                                               Cluster* cluster,
+                                                               const std::string& self,
+                                                               const std::string& node) {
+  if (context.client_metadata().count(kForwardedKey) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "a call forwarded to node ", Quoted(self), " would be forwarded again, to node ",
+        Quoted(node), ": the nodes disagree on where it is (or a peer's address points back)"));
+  }
   if (cluster == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown node ", Quoted(node), " (this node is ",
                                             Quoted(self), " and has no peers)"));
@@ -95,6 +106,8 @@ absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(Cluster* cluster,
   return Service::NewStub(cluster->ChannelTo(peer->address));
 }
 
+// A unary call forwarded to `node` through `stub`, bounded by the cluster's
+// forward_timeout unless `bound` says otherwise.
 template <typename Stub, typename Request, typename Response>
 grpc::Status ForwardUnary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),

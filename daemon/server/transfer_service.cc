@@ -34,8 +34,8 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 }
 
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
-    const std::string& node) {
-  return StubOn<v1::TransferService>(cluster_, node_, node);
+    const grpc::ServerContext& context, const std::string& node) {
+  return StubOn<v1::TransferService>(context, cluster_, node_, node);
 }
 
 template <typename Request, typename Response>
@@ -47,7 +47,7 @@ std::optional<grpc::Status> TransferServiceImpl::MaybeForward(
     absl::Duration bound) {
   const std::string node = NodeOf(id);
   if (node.empty()) return std::nullopt;
-  auto stub = StubFor(node);
+  auto stub = StubFor(*context, node);
   if (!stub.ok()) return ToGrpcStatus(stub.status());
   return ForwardUnary(**stub, method, context, *cluster_, node, request, response, bound);
 }
@@ -78,7 +78,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     runner = here;
   }
   if (!runner.empty() && runner != node_) {
-    auto stub = StubFor(runner);
+    auto stub = StubFor(*context, runner);
     if (!stub.ok()) return ToGrpcStatus(stub.status());
     v1::SubmitRequest forwarded = *request;
     for (v1::TransferSpec& spec : *forwarded.mutable_transfers()) {
@@ -185,7 +185,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
     if (*d > absl::ZeroDuration()) interval = std::max(*d, absl::Milliseconds(1));
   }
   if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(node);
+    auto stub = StubFor(*context, node);
     if (!stub.ok()) return ToGrpcStatus(stub.status());
     ForwardedCall call(*context, *cluster_, node, absl::InfiniteDuration());
     auto reader = (*stub)->Watch(call.context(), *request);

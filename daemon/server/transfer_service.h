@@ -41,7 +41,8 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
   // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   std::string NodeOf(const std::string& id) const;
-  absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(const std::string& node);
+  absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(
+      const grpc::ServerContext& context, const std::string& node);
   // The forwarded call's status when transfer `id` belongs to another node; nullopt when
   // it is this node's.
   template <typename Request, typename Response>
