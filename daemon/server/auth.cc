@@ -1,7 +1,5 @@
 #include "daemon/server/auth.h"
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -103,65 +101,20 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromTokenFile(
     const std::string& path, absl::Duration refresh) {
   std::unique_ptr<Authenticator> a(new Authenticator());
   a->path_ = path;
-  if (absl::Status st = a->Reload(/*first=*/true); !st.ok()) return st;
   Authenticator* self = a.get();
-  a->thread_ = std::thread([self, refresh] { self->Loop(refresh); });
+  auto watcher = WatchedFiles::Start(
+      {path}, refresh, "token file", [self, path](const std::vector<std::string>& contents) {
+        auto tokens = ParseTokenFile(contents[0]);
+        if (!tokens.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": ", tokens.status().message()));
+        }
+        absl::MutexLock lock(&self->mu_);
+        self->tokens_ = *std::move(tokens);
+        return absl::OkStatus();
+      });
+  if (!watcher.ok()) return watcher.status();
+  a->watcher_ = *std::move(watcher);
   return a;
-}
-
-Authenticator::~Authenticator() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-absl::Status Authenticator::Reload(bool first) {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the token file ", path_));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str() == seen_) return absl::OkStatus();
-  seen_ = text.str();
-  auto tokens = ParseTokenFile(seen_);
-  if (!tokens.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": ", tokens.status().message()));
-  }
-  absl::MutexLock lock(&mu_);
-  tokens_ = *std::move(tokens);
-  if (!first) ++reloads_;
-  return absl::OkStatus();
-}
-
-void Authenticator::Loop(absl::Duration refresh) {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), refresh)) return;
-    }
-    const int before = reloads();
-    if (absl::Status st = Reload(/*first=*/false); !st.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        ++refused_;
-      }
-      LOG(ERROR) << "token file refused, the tokens before it kept: " << st.message();
-    } else if (reloads() != before) {
-      LOG(INFO) << "token file reloaded: " << path_;
-    }
-  }
-}
-
-int Authenticator::reloads() const {
-  absl::MutexLock lock(&mu_);
-  return reloads_;
-}
-
-int Authenticator::refused() const {
-  absl::MutexLock lock(&mu_);
-  return refused_;
 }
 
 absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, Access access,

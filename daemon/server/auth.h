@@ -8,13 +8,13 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/common/watched_files.h"
 
 namespace gpumove {
 
@@ -51,7 +51,7 @@ class Authenticator {
   // not parse is refused and the tokens before it kept, logged).
   static absl::StatusOr<std::unique_ptr<Authenticator>> FromTokenFile(const std::string& path,
                                                                       absl::Duration refresh);
-  ~Authenticator();
+  ~Authenticator() = default;
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
@@ -61,23 +61,14 @@ class Authenticator {
   // forbids it. Refusals and administrators' changes are written as JSON audit lines.
   absl::StatusOr<Caller> Check(const grpc::ServerContext* context, Access access,
                                absl::string_view method) const;
-  // The tokens file's reloads and refusals so far (for tests).
-  int reloads() const;
-  int refused() const;
 
  private:
   Authenticator() = default;
-  absl::Status Reload(bool first);
-  void Loop(absl::Duration refresh);
 
   std::string path_;
-  std::string seen_;  // The file's contents last looked at.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Caller> tokens_ ABSL_GUARDED_BY(mu_);
-  int reloads_ ABSL_GUARDED_BY(mu_) = 0;
-  int refused_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::unique_ptr<WatchedFiles> watcher_;  // Last: it stops before the tokens go.
 };
 
 // In an RPC handler: `caller` is the Caller of `context` for `access`, or the handler

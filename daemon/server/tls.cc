@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -50,14 +49,6 @@ std::string OpenSslError() {
   char buf[256];
   ERR_error_string_n(e, buf, sizeof(buf));
   return absl::StrCat(" (", buf, ")");
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& contents) {
@@ -132,7 +123,14 @@ absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::Start(const TlsOptions& opti
     return absl::InternalError(absl::StrCat("cannot make a private directory ", dir));
   }
   files->dir_ = dir;
-  if (absl::Status st = files->Refresh(/*first=*/true); !st.ok()) return st;
+  std::vector<std::string> paths = {options.cert, options.key};
+  if (!options.client_ca.empty()) paths.push_back(options.client_ca);
+  TlsFiles* self = files.get();
+  auto watcher = WatchedFiles::Start(
+      std::move(paths), options.refresh, "new TLS files",
+      [self](const std::vector<std::string>& contents) { return self->Apply(contents); });
+  if (!watcher.ok()) return watcher.status();
+  files->watcher_ = *std::move(watcher);
   const std::string current = absl::StrCat(files->dir_, "/current/");
   const unsigned refresh =
       static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(options.refresh)));
@@ -154,54 +152,27 @@ absl::StatusOr<std::unique_ptr<TlsFiles>> TlsFiles::Start(const TlsOptions& opti
   }
   files->credentials_ = grpc::experimental::TlsServerCredentials(tls);
   if (files->credentials_ == nullptr) return absl::InternalError("gRPC made no TLS credentials");
-  TlsFiles* self = files.get();
-  files->thread_ = std::thread([self] { self->Loop(); });
   return files;
 }
 
 TlsFiles::~TlsFiles() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
+  watcher_.reset();  // No publishing from here on.
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
 }
 
-int TlsFiles::reloads() const {
-  absl::MutexLock lock(&mu_);
-  return reloads_;
-}
-
-int TlsFiles::refused() const {
-  absl::MutexLock lock(&mu_);
-  return refused_;
-}
-
-absl::Status TlsFiles::Refresh(bool first) {
-  auto cert = ReadFile(options_.cert, "certificate");
-  auto key = ReadFile(options_.key, "key");
-  absl::StatusOr<std::string> ca = std::string();
-  if (!options_.client_ca.empty()) ca = ReadFile(options_.client_ca, "client CA bundle");
-  absl::Status st = !cert.ok() ? cert.status() : !key.ok() ? key.status() : ca.status();
-  if (!st.ok()) return st;
-  const std::string seen = absl::StrCat(*cert, "\n--key--\n", *key, "\n--ca--\n", *ca);
-  if (seen == seen_) return absl::OkStatus();
-  seen_ = seen;
-  st = CheckKeyPair(*cert, *key);
-  if (st.ok() && !options_.client_ca.empty()) st = CheckCaBundle(*ca);
+absl::Status TlsFiles::Apply(const std::vector<std::string>& contents) {
+  const std::string& cert = contents[0];
+  const std::string& key = contents[1];
+  const std::string ca = contents.size() > 2 ? contents[2] : "";
+  absl::Status st = CheckKeyPair(cert, key);
+  if (st.ok() && !options_.client_ca.empty()) st = CheckCaBundle(ca);
   if (!st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(options_.cert, " / ", options_.key,
                                                    options_.client_ca.empty() ? "" : " / ",
                                                    options_.client_ca, ": ", st.message()));
   }
-  st = Publish(*cert, *key, *ca);
-  if (st.ok() && !first) {
-    absl::MutexLock lock(&mu_);
-    ++reloads_;
-  }
-  return st;
+  return Publish(cert, key, ca);
 }
 
 absl::Status TlsFiles::Publish(const std::string& cert, const std::string& key,
@@ -230,27 +201,6 @@ absl::Status TlsFiles::Publish(const std::string& cert, const std::string& key,
   return absl::OkStatus();
 }
 
-void TlsFiles::Loop() {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.refresh)) return;
-    }
-    const int before = reloads();
-    absl::Status st = Refresh(/*first=*/false);
-    if (!st.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        ++refused_;
-      }
-      LOG(ERROR) << "new TLS files refused, the old ones kept: " << st.message();
-    } else if (reloads() != before) {
-      LOG(INFO) << "TLS certificate reloaded from " << options_.cert;
-    }
-  }
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
     const std::string& ca, const std::string& cert, const std::string& key) {
   if (ca.empty() && cert.empty() && key.empty()) return grpc::InsecureChannelCredentials();
@@ -259,15 +209,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials
     return absl::InvalidArgumentError("--peer_tls_cert and --peer_tls_key go together");
   }
   grpc::SslCredentialsOptions ssl;
-  auto roots = ReadFile(ca, "peer CA bundle");
+  auto roots = ReadWholeFile(ca, "peer CA bundle");
   if (!roots.ok()) return roots.status();
   if (absl::Status st = CheckCaBundle(*roots); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(ca, ": ", st.message()));
   }
   ssl.pem_root_certs = *roots;
   if (!cert.empty()) {
-    auto c = ReadFile(cert, "peer certificate");
-    auto k = ReadFile(key, "peer key");
+    auto c = ReadWholeFile(cert, "peer certificate");
+    auto k = ReadWholeFile(key, "peer key");
     if (!c.ok()) return c.status();
     if (!k.ok()) return k.status();
     if (absl::Status st = CheckKeyPair(*c, *k); !st.ok()) {

@@ -8,11 +8,11 @@
 
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/common/watched_files.h"
 
 namespace gpumove {
 
@@ -46,27 +46,19 @@ class TlsFiles {
   TlsFiles& operator=(const TlsFiles&) = delete;
 
   std::shared_ptr<grpc::ServerCredentials> credentials() const { return credentials_; }
-  // Pairs taken after the first, and new files refused (for tests and logs).
-  int reloads() const ABSL_LOCKS_EXCLUDED(mu_);
-  int refused() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit TlsFiles(TlsOptions options) : options_(std::move(options)) {}
-  // Reads the watched files; publishes them when they changed and pass the checks.
-  absl::Status Refresh(bool first);
+  // The watched files' new contents (certificate, key and the CA bundle when there is
+  // one): published when they pass the checks.
+  absl::Status Apply(const std::vector<std::string>& contents);
   absl::Status Publish(const std::string& cert, const std::string& key, const std::string& ca);
-  void Loop();
 
   const TlsOptions options_;
   std::string dir_;  // Private (0700): what gRPC reads, under "current".
-  int generation_ = 0;
-  std::string seen_;  // The watched files' contents last looked at.
+  int generation_ = 0;  // Only the watcher's thread publishes.
   std::shared_ptr<grpc::ServerCredentials> credentials_;
-  mutable absl::Mutex mu_;
-  int reloads_ ABSL_GUARDED_BY(mu_) = 0;
-  int refused_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::unique_ptr<WatchedFiles> watcher_;  // Last: it stops before the rest goes.
 };
 
 // The files of PeerChannelCredentials.
