@@ -162,6 +162,13 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
 ABSL_FLAG(std::string, peer_tls_cert, "",
           "Peers over TLS: PEM certificate presented to peers that require one.");
 ABSL_FLAG(std::string, peer_tls_key, "", "Peers over TLS: the key of --peer_tls_cert.");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "A file holding a secret every node of the cluster has (at least 16 bytes; e.g. "
+          "openssl rand -hex 32 > FILE): every peer call, over gRPC or UCX, is authenticated "
+          "with it (an HMAC, replays refused) and the UCX addresses, keys and IPC handles go "
+          "only to holders. Needed for --peers when clients need credentials.");
+ABSL_FLAG(absl::Duration, peer_clock_skew, absl::Minutes(2),
+          "With --cluster_secret_file: how far a peer call's clock may be from this node's.");
 ABSL_FLAG(std::string, auth_tokens, "",
           "Bearer tokens callers must present (authorization: Bearer TOKEN): a file of "
           "token,principal,tenant,role lines (role admin, user or reader; # comments), re-read "
@@ -289,6 +296,8 @@ int main(int argc, char** argv) {
   serve.tls.refresh = std::max(absl::Seconds(1), absl::GetFlag(FLAGS_tls_refresh));
   options.peer_tls = {absl::GetFlag(FLAGS_peer_tls_ca), absl::GetFlag(FLAGS_peer_tls_cert),
                       absl::GetFlag(FLAGS_peer_tls_key)};
+  options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  options.peer_clock_skew = absl::GetFlag(FLAGS_peer_clock_skew);
 
   gpumove::SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));

@@ -56,6 +56,8 @@ class AuthTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     tokens_ = dir_ + "/tokens.csv";
     WriteTokens(kTokens);
+    secret_ = dir_ + "/secret";
+    std::ofstream(secret_) << "auth-test-cluster-secret-0123456789\n";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   void WriteTokens(const std::string& text) {
@@ -71,7 +73,7 @@ class AuthTest : public ::testing::Test {
     return c.ok() ? *std::move(c) : nullptr;
   }
 
-  std::string dir_, tokens_;
+  std::string dir_, tokens_, secret_;
 };
 
 // What one caller gets for each RPC against team-a's buffer and transfer.
@@ -169,10 +171,11 @@ TEST_F(AuthTest, EveryRpcForEveryKindOfCaller) {
 }
 
 TEST_F(AuthTest, ForwardedCallsAreCheckedWhereTheDataLives) {
-  auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--auth_tokens=" + tokens_});
+  auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--auth_tokens=" + tokens_,
+                                 "--cluster_secret_file=" + secret_});
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = DaemonProcess::Start(
-      {"--node=b", "--heartbeat=100ms", "--auth_tokens=" + tokens_, "--peers=" + (*a)->address()});
+  auto b = DaemonProcess::Start({"--node=b", "--heartbeat=100ms", "--auth_tokens=" + tokens_,
+                                 "--cluster_secret_file=" + secret_, "--peers=" + (*a)->address()});
   ASSERT_TRUE(b.ok()) << b.status();
   auto alice_b = As(**b, "alice-token-0123456789");
   auto bob_b = As(**b, "bob-token-0123456789");

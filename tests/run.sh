@@ -25,7 +25,8 @@ echo "MPICH pass: $mpich"
 # The unit, integration, hostile-peer and cluster tests again under AddressSanitizer and
 # UndefinedBehaviorSanitizer (.bazelrc's asan config).
 bazel test --config=asan //daemon/... //tests:integration_test //tests:hostile_peer_test \
-    //tests:cluster_test //tests:tls_test //tests:auth_test --test_summary=short "$@" 2>&1 | tee "$log"
+    //tests:cluster_test //tests:tls_test //tests:auth_test //tests:peer_auth_test \
+    --test_summary=short "$@" 2>&1 | tee "$log"
 arc=${PIPESTATUS[0]}
 [ "$arc" = 0 ] || rc=$arc
 asan=$(python3 tests/summarize.py "$log" bazel-testlogs)

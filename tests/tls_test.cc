@@ -190,12 +190,20 @@ TEST_F(TlsTest, CertificatesRotateWithoutARestartAndABadPairIsRefused) {
 }
 
 TEST_F(TlsTest, AClusterOverMutualTlsMovesBytesAndAPlaintextPeerCannotJoin) {
+  const std::string secret = dir_ + "/secret";
+  std::ofstream(secret) << "tls-test-cluster-secret-0123456789\n";
   auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--tls_cert=" + node_a_.cert,
-                                 "--tls_key=" + node_a_.key, "--tls_client_ca=" + ca_.cert});
+                                 "--tls_key=" + node_a_.key, "--tls_client_ca=" + ca_.cert,
+                                 "--cluster_secret_file=" + secret});
   ASSERT_TRUE(a.ok()) << a.status();
+  // Client certificates are not peer credentials: without the secret b does not start.
+  EXPECT_FALSE(
+      DaemonProcess::Start({"--node=b", "--tls_cert=" + node_b_.cert, "--tls_key=" + node_b_.key,
+                            "--tls_client_ca=" + ca_.cert, "--peers=" + (*a)->address()})
+          .ok());
   auto b = DaemonProcess::Start({"--node=b", "--heartbeat=100ms", "--tls_cert=" + node_b_.cert,
                                  "--tls_key=" + node_b_.key, "--tls_client_ca=" + ca_.cert,
-                                 "--peers=" + (*a)->address()});
+                                 "--cluster_secret_file=" + secret, "--peers=" + (*a)->address()});
   ASSERT_TRUE(b.ok()) << b.status();
   auto ca = Tls((*a)->address(), ca_, &client_);
   auto cb = Tls((*b)->address(), ca_, &client_);

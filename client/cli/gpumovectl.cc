@@ -209,6 +209,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
                                                                  : ", TLS")
                               : ", plaintext")
               << "\n";
+    std::cout << "peers     " << info->peer_authentication() << "\n";
     std::cout << "cpus      " << info->cpus() << " (" << info->workers()
               << " transfer workers)\n";
     std::cout << "gpus      " << info->gpu_status()

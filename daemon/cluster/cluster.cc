@@ -150,6 +150,14 @@ absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string
   absl::MutexLock lock(&mu_);
   Peer& p = peers_[d.node()];
   const uint64_t old = p.view.descriptor.incarnation();
+  // A node keeps its address for its life: a Hello that moves a live incarnation
+  // elsewhere is someone else's.
+  if (p.view.up && old == d.incarnation() && !d.address().empty() &&
+      d.address() != p.view.address) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", Quoted(d.node()), " (incarnation ", old, ") is at ", p.view.address,
+                     "; a descriptor moving it to ", Quoted(d.address()), " was refused"));
+  }
   if (old != 0 && old != d.incarnation()) {
     LOG(INFO) << "peer " << d.node() << " restarted (incarnation " << old << " -> "
               << d.incarnation() << ")";
@@ -272,7 +280,17 @@ void Cluster::HeartbeatLoop() {
       peer::v1::HelloRequest request;
       *request.mutable_from() = self();
       peer::v1::HelloResponse response;
-      if (!stub->Hello(&context, request, &response).ok()) {
+      const std::string mac = StampGrpcCall(auth(), kHelloMethod, request, 0, &context);
+      const grpc::Status answer = stub->Hello(&context, request, &response);
+      if (answer.ok() && !AnswerSigned(auth(), mac, response, context)) {
+        LOG(WARNING) << "the answer of " << address
+                     << " to Hello is not signed with the cluster's secret: ignored";
+        continue;
+      }
+      if (!answer.ok()) {
+        if (answer.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          LOG(WARNING) << "Hello to " << address << " refused: " << answer.error_message();
+        }
         // A gossiped address that does not answer is forgotten (a peer's old port);
         // configured addresses and known nodes' addresses are kept trying.
         absl::MutexLock lock(&mu_);

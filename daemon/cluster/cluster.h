@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/peer_auth.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 
 namespace gpumove {
@@ -38,6 +39,8 @@ struct ClusterOptions {
   absl::Duration forward_timeout = absl::Seconds(10);
   // How this node dials peers (TLS where their ports are); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Stamps this node's peer calls and checks the answers (null: no cluster secret).
+  std::shared_ptr<PeerAuth> auth;
 };
 
 // What the rest of the daemon may know of a peer.
@@ -79,6 +82,7 @@ class Cluster {
   // A channel to any address (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   absl::Duration forward_timeout() const { return options_.forward_timeout; }
+  PeerAuth* auth() const { return options_.auth.get(); }
 
   // Runs `lost` once, on the heartbeat thread, when `node` is seen down or restarted (at
   // once, on this thread, when it is down now), unless Forget(id) came first. For calls

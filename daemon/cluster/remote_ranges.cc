@@ -181,7 +181,14 @@ absl::Status ClusterRemoteRanges::Call(
       peer.channel != nullptr ? peer.channel : cluster_->ChannelTo(peer.address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  return FromGrpc(rpc(*stub, &context), peer.node);
+  const std::string mac = StampGrpcCall(cluster_->auth(), static_cast<uint32_t>(method), request,
+                                        peer.descriptor.incarnation(), &context);
+  const grpc::Status st = rpc(*stub, &context);
+  if (st.ok() && !AnswerSigned(cluster_->auth(), mac, *response, context)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the answer of node ", peer.node, " is not signed with the cluster's secret"));
+  }
+  return FromGrpc(st, peer.node);
 }
 
 namespace {

@@ -31,6 +31,7 @@ enum class PeerMethod : uint32_t {
   kStartMpi = 5,
   kStopMpi = 6,
   kTakeStageSlots = 7,
+  kPrepareRemote = 8,  // One hold; the moving side sends batches.
 };
 
 // A faster way than gRPC to make those calls (UCX active messages): the same serialized

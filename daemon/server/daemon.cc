@@ -298,6 +298,12 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
   self_.set_host_id(HostId());
   self_.set_incarnation(NewIncarnation());
   self_.set_version(kVersion);
+  if (!options.cluster_secret_file.empty()) {
+    auto secret = ReadClusterSecret(options.cluster_secret_file);
+    if (!secret.ok()) return secret.status();
+    peer_auth_ = std::make_shared<PeerAuth>(*std::move(secret), node_, self_.incarnation(),
+                                            options.peer_clock_skew);
+  }
   self_.set_mpi_rank(-1);
   if (mpi_ != nullptr) {
     self_.set_mpi_rank(mpi_->world().rank);
@@ -342,7 +348,7 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
       if (options.ucx.peer_calls) {
         self_.set_ucx_peer_calls(true);
         peer_calls_ = std::make_unique<UcxPeerCalls>(ucx_.get(), self_, /*threads=*/8,
-                                                     options.ucx.peer_call_poll);
+                                                     options.ucx.peer_call_poll, peer_auth_.get());
       }
     }
   }
@@ -358,6 +364,14 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
   auto credentials = PeerChannelCredentials(peer_tls.ca, peer_tls.cert, peer_tls.key);
   if (!credentials.ok()) return credentials.status();
   cluster_options.credentials = *credentials;
+  cluster_options.auth = peer_auth_;
+  const bool clients_need_credentials =
+      !options.serve.auth_tokens.empty() || !options.serve.tls.client_ca.empty();
+  if (clients_need_credentials && peer_auth_ == nullptr && !cluster_options.peers.empty()) {
+    return absl::InvalidArgumentError(
+        "--peers on a daemon whose clients need credentials needs --cluster_secret_file too: "
+        "without it any process could act as a peer, so this node takes none");
+  }
   if (!options.serve.tls.cert.empty() && peer_tls.ca.empty()) {
     LOG(WARNING) << "serving TLS but dialling peers in plaintext: give --peer_tls_ca (the CA "
                     "that signed the peers' certificates) if they serve TLS too";
@@ -520,9 +534,24 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
       std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_);
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
-  peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get());
+  const bool clients_need_credentials =
+      !options.serve.auth_tokens.empty() || !options.serve.tls.client_ca.empty();
+  peer_service_ = std::make_unique<PeerServiceImpl>(
+      peer_handler_.get(), peer_auth_.get(),
+      /*closed=*/clients_need_credentials && peer_auth_ == nullptr);
+  if (peer_auth_ != nullptr) {
+    LOG(INFO) << "peer calls are authenticated with the cluster secret in "
+              << options.cluster_secret_file;
+  } else if (clients_need_credentials) {
+    LOG(INFO) << "no --cluster_secret_file: this node takes no peers";
+  } else {
+    LOG(WARNING) << "peer calls are not authenticated (no --cluster_secret_file): any process "
+                    "that reaches this port may act as a peer";
+  }
   // Before the gRPC server starts: a peer that hears of us may call at once.
-  if (peer_calls_ != nullptr) peer_calls_->Serve(peer_handler_.get());
+  if (peer_calls_ != nullptr && !(clients_need_credentials && peer_auth_ == nullptr)) {
+    peer_calls_->Serve(peer_handler_.get());
+  }
   return absl::OkStatus();
 }
 
@@ -584,6 +613,10 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.RegisterService(peer_service_.get());
   facts.tls = tls_ != nullptr;
   facts.tls_client_certificates = tls_ != nullptr && !options.serve.tls.client_ca.empty();
+  facts.peer_authentication =
+      peer_auth_ != nullptr                                                      ? "cluster secret"
+      : options.serve.auth_tokens.empty() && options.serve.tls.client_ca.empty() ? "open"
+                                                                                 : "none";
   node_service_ = std::make_unique<NodeServiceImpl>(auth_.get(), facts);
   builder.RegisterService(node_service_.get());
   server_ = builder.BuildAndStart();

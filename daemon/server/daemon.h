@@ -148,6 +148,12 @@ struct DaemonOptions {
   // How this node dials peers. Unset with TLS serving: the client CA and this node's own
   // certificate (one cluster CA signing every node's certificate).
   PeerTlsOptions peer_tls;
+  // A file holding the secret every node of the cluster has: peer calls are authenticated
+  // with it (PeerAuth). Empty: peer calls are taken from anyone, unless the daemon's
+  // clients need credentials, when it takes no peers.
+  std::string cluster_secret_file;
+  // How far a peer call's clock may be from this node's.
+  absl::Duration peer_clock_skew = absl::Minutes(2);
   UcxPathOptions ucx;
   // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
   StagingOptions staging;
@@ -215,6 +221,8 @@ class Daemon {
 
   std::string node_;
   std::vector<std::string> addresses_;
+  // Before what stamps or checks peer calls with it (the cluster holds it too).
+  std::shared_ptr<PeerAuth> peer_auth_;
   std::unique_ptr<GpuRuntime> gpu_;
   // Before pools_: host pools may live in memory UCX allocated.
   std::unique_ptr<UcxTransport> ucx_;

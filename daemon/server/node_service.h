@@ -41,6 +41,7 @@ struct NodeFacts {
   std::vector<int> served_gpus;
   bool tls = false;
   bool tls_client_certificates = false;
+  std::string peer_authentication;  // NodeInfo.peer_authentication
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

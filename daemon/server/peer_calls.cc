@@ -8,6 +8,28 @@
 namespace gpumove {
 namespace {
 
+// A body with a length-prefixed part ahead of it (a call's stamp, an answer's mac).
+std::string Framed(absl::string_view head, std::string body) {
+  std::string out;
+  out.reserve(4 + head.size() + body.size());
+  const uint32_t n = static_cast<uint32_t>(head.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(n >> (8 * i)));
+  out.append(head.data(), head.size());
+  out.append(body);
+  return out;
+}
+
+// Splits what Framed made; false when `framed` is not that.
+bool Unframe(const std::string& framed, absl::string_view* head, absl::string_view* body) {
+  if (framed.size() < 4) return false;
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t{static_cast<unsigned char>(framed[i])} << (8 * i);
+  if (n > framed.size() - 4) return false;
+  *head = absl::string_view(framed).substr(4, n);
+  *body = absl::string_view(framed).substr(4 + n);
+  return true;
+}
+
 // Parses the request, runs the handler, serializes the response.
 template <class Request, class Response>
 void RunCall(PeerHandler* handler, absl::Status (PeerHandler::*method)(const Request&, Response*),
@@ -42,9 +64,10 @@ bool EveryItemAtOnce(const PeerHandler* service, const std::string& body) {
 }  // namespace
 
 UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescriptor& self,
-                           int threads, absl::Duration poll_window)
+                           int threads, absl::Duration poll_window, PeerAuth* auth)
     : transport_(transport),
       self_(self),
+      auth_(auth),
       threads_(std::max(1, threads)),
       poll_window_(poll_window) {}
 
@@ -58,7 +81,32 @@ void UcxPeerCalls::Serve(PeerHandler* service) {
   for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
   // Runs on the transport's progress thread: queue the call for a serving thread.
   transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(),
-                         [this](uint32_t method, std::string body, UcxReply reply) {
+                         [this](uint32_t method, std::string framed, UcxReply reply) {
+                           absl::string_view stamp, rest;
+                           if (!Unframe(framed, &stamp, &rest)) {
+                             reply(absl::InvalidArgumentError("a malformed peer call"), {});
+                             return;
+                           }
+                           std::string body(rest);
+                           if (auth_ != nullptr) {
+                             auto caller = auth_->Check(method, body, stamp);
+                             if (!caller.ok()) {
+                               reply(caller.status(), {});
+                               return;
+                             }
+                             // The answer is signed with the call's mac.
+                             reply = [this, mac = std::move(caller->mac), inner = std::move(reply)](
+                                         const absl::Status& st, std::string answer) {
+                               if (!st.ok()) return inner(st, {});
+                               std::string sig = auth_->SignReply(mac, answer);
+                               inner(st, Framed(sig, std::move(answer)));
+                             };
+                           } else {
+                             reply = [inner = std::move(reply)](const absl::Status& st,
+                                                                std::string answer) {
+                               inner(st, st.ok() ? Framed("", std::move(answer)) : std::string());
+                             };
+                           }
                            PeerHandler* s = nullptr;
                            {
                              absl::MutexLock lock(&mu_);
@@ -148,6 +196,8 @@ void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxRep
       return RunCall(s, &PeerHandler::StopMpi, body, reply);
     case PeerMethod::kTakeStageSlots:
       return RunCall(s, &PeerHandler::TakeStageSlots, body, reply);
+    case PeerMethod::kPrepareRemote:
+      return RunCall(s, &PeerHandler::PrepareRemote, body, reply);
   }
   reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
 }
@@ -178,7 +228,22 @@ absl::StatusOr<std::string> UcxPeerCalls::Call(const peer::v1::NodeDescriptor& p
                                                absl::Duration timeout) {
   UcxPeer to{PeerId{peer.node(), peer.incarnation()}.Key(), peer.ucx_worker_address(),
              /*error_handling=*/peer.host_id() != self_.host_id()};
-  return transport_->Call(to, static_cast<uint32_t>(method), std::move(request), timeout);
+  PeerAuth::Stamped stamped;
+  if (auth_ != nullptr) {
+    stamped = auth_->Stamp(static_cast<uint32_t>(method), request, peer.incarnation());
+  }
+  auto framed = transport_->Call(to, static_cast<uint32_t>(method),
+                                 Framed(stamped.stamp, std::move(request)), timeout);
+  if (!framed.ok()) return framed.status();
+  absl::string_view mac, body;
+  if (!Unframe(*framed, &mac, &body)) {
+    return absl::InternalError(absl::StrCat("a malformed answer from node ", peer.node()));
+  }
+  if (auth_ != nullptr && !auth_->CheckReply(stamped.mac, body, mac)) {
+    return absl::UnauthenticatedError(absl::StrCat("the answer of node ", peer.node(),
+                                                   " is not signed with the cluster's secret"));
+  }
+  return std::string(body);
 }
 
 }  // namespace gpumove

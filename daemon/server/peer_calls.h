@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/cluster/peer_auth.h"
 #include "daemon/cluster/remote_ranges.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/peer_handler.h"
@@ -26,8 +27,10 @@ class UcxPeerCalls : public PeerCallChannel {
   // host). Calls arriving are served by `threads` threads; after a call one of them keeps
   // looking for the next for `poll_window` before it sleeps (no wake-up for a call that
   // follows closely, as acknowledgements follow holds).
+  // With `auth` (which must outlive this), calls are stamped and checked, and answers
+  // signed, as over gRPC: the stamp and the answer's mac travel ahead of the bodies.
   UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescriptor& self, int threads = 8,
-               absl::Duration poll_window = absl::ZeroDuration());
+               absl::Duration poll_window = absl::ZeroDuration(), PeerAuth* auth = nullptr);
   ~UcxPeerCalls() override;
 
   // Serves the calls that arrive with `handler` (which must stay until StopServing).
@@ -53,6 +56,7 @@ class UcxPeerCalls : public PeerCallChannel {
 
   UcxTransport* const transport_;
   const peer::v1::NodeDescriptor self_;
+  PeerAuth* const auth_;
   const int threads_;
   const absl::Duration poll_window_;
   std::atomic<bool> polling_{false};  // A serving thread is polling for the next call.

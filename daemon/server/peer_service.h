@@ -1,8 +1,10 @@
 // gpumove.peer.v1.PeerService over gRPC: a thin adapter onto the transport-neutral
-// PeerHandler.
+// PeerHandler, which checks each call's stamp first when the cluster has a secret.
 #ifndef GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
 #define GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
 
+#include "daemon/cluster/peer_auth.h"
+#include "daemon/cluster/remote_ranges.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/peer_handler.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
@@ -11,50 +13,93 @@ namespace gpumove {
 
 class PeerServiceImpl final : public peer::v1::PeerService::Service {
  public:
-  // `handler` must outlive the service.
-  explicit PeerServiceImpl(PeerHandler* handler) : handler_(handler) {}
+  // `handler` (and `auth`) must outlive the service. `auth` null: calls are taken without
+  // credentials, unless `closed`, when every call is refused (a daemon whose clients need
+  // credentials takes no peers without a cluster secret).
+  PeerServiceImpl(PeerHandler* handler, PeerAuth* auth = nullptr, bool closed = false)
+      : handler_(handler), auth_(auth), closed_(closed) {}
 
-  grpc::Status Hello(grpc::ServerContext*, const peer::v1::HelloRequest* request,
+  grpc::Status Hello(grpc::ServerContext* context, const peer::v1::HelloRequest* request,
                      peer::v1::HelloResponse* response) override {
-    return ToGrpcStatus(handler_->Hello(*request, response));
+    return Serve(context, kHelloMethod, *request, response, &PeerHandler::Hello);
   }
-  grpc::Status PrepareRemote(grpc::ServerContext*, const peer::v1::PrepareRemoteRequest* request,
+
+  grpc::Status PrepareRemote(grpc::ServerContext* context,
+                             const peer::v1::PrepareRemoteRequest* request,
                              peer::v1::PrepareRemoteResponse* response) override {
-    return ToGrpcStatus(handler_->PrepareRemote(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kPrepareRemote), *request, response,
+                 &PeerHandler::PrepareRemote);
   }
-  grpc::Status CompleteRemote(grpc::ServerContext*, const peer::v1::CompleteRemoteRequest* request,
+  grpc::Status CompleteRemote(grpc::ServerContext* context,
+                              const peer::v1::CompleteRemoteRequest* request,
                               peer::v1::CompleteRemoteResponse* response) override {
-    return ToGrpcStatus(handler_->CompleteRemote(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kCompleteRemote), *request, response,
+                 &PeerHandler::CompleteRemote);
   }
-  grpc::Status PrepareRemoteBatch(grpc::ServerContext*,
+  grpc::Status PrepareRemoteBatch(grpc::ServerContext* context,
                                   const peer::v1::PrepareRemoteBatchRequest* request,
                                   peer::v1::PrepareRemoteBatchResponse* response) override {
-    return ToGrpcStatus(handler_->PrepareRemoteBatch(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kPrepareRemoteBatch), *request,
+                 response, &PeerHandler::PrepareRemoteBatch);
   }
-  grpc::Status CompleteRemoteBatch(grpc::ServerContext*,
+  grpc::Status CompleteRemoteBatch(grpc::ServerContext* context,
                                    const peer::v1::CompleteRemoteBatchRequest* request,
                                    peer::v1::CompleteRemoteBatchResponse* response) override {
-    return ToGrpcStatus(handler_->CompleteRemoteBatch(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kCompleteRemoteBatch), *request,
+                 response, &PeerHandler::CompleteRemoteBatch);
   }
-  grpc::Status StageChunk(grpc::ServerContext*, const peer::v1::StageChunkRequest* request,
+  grpc::Status StageChunk(grpc::ServerContext* context, const peer::v1::StageChunkRequest* request,
                           peer::v1::StageChunkResponse* response) override {
-    return ToGrpcStatus(handler_->StageChunk(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kStageChunk), *request, response,
+                 &PeerHandler::StageChunk);
   }
-  grpc::Status TakeStageSlots(grpc::ServerContext*, const peer::v1::TakeStageSlotsRequest* request,
+  grpc::Status TakeStageSlots(grpc::ServerContext* context,
+                              const peer::v1::TakeStageSlotsRequest* request,
                               peer::v1::TakeStageSlotsResponse* response) override {
-    return ToGrpcStatus(handler_->TakeStageSlots(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kTakeStageSlots), *request, response,
+                 &PeerHandler::TakeStageSlots);
   }
-  grpc::Status StartMpi(grpc::ServerContext*, const peer::v1::StartMpiRequest* request,
+  grpc::Status StartMpi(grpc::ServerContext* context, const peer::v1::StartMpiRequest* request,
                         peer::v1::StartMpiResponse* response) override {
-    return ToGrpcStatus(handler_->StartMpi(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kStartMpi), *request, response,
+                 &PeerHandler::StartMpi);
   }
-  grpc::Status StopMpi(grpc::ServerContext*, const peer::v1::StopMpiRequest* request,
+  grpc::Status StopMpi(grpc::ServerContext* context, const peer::v1::StopMpiRequest* request,
                        peer::v1::StopMpiResponse* response) override {
-    return ToGrpcStatus(handler_->StopMpi(*request, response));
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kStopMpi), *request, response,
+                 &PeerHandler::StopMpi);
   }
 
  private:
+  template <class Request, class Response>
+  grpc::Status Serve(grpc::ServerContext* context, uint32_t method, const Request& request,
+                     Response* response,
+                     absl::Status (PeerHandler::*serve)(const Request&, Response*)) {
+    if (auth_ == nullptr) {
+      if (closed_) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "this node takes no peers: its clients need credentials and it has "
+                            "no --cluster_secret_file");
+      }
+      return ToGrpcStatus((handler_->*serve)(request, response));
+    }
+    auto it = context->client_metadata().find(kPeerStampKey);
+    auto caller = auth_->Check(method, request.SerializeAsString(),
+                               it == context->client_metadata().end()
+                                   ? absl::string_view()
+                                   : absl::string_view(it->second.data(), it->second.size()));
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    const absl::Status st = (handler_->*serve)(request, response);
+    if (st.ok()) {
+      context->AddTrailingMetadata(kPeerReplyKey,
+                                   auth_->SignReply(caller->mac, response->SerializeAsString()));
+    }
+    return ToGrpcStatus(st);
+  }
+
   PeerHandler* const handler_;
+  PeerAuth* const auth_;
+  const bool closed_;
 };
 
 }  // namespace gpumove

@@ -1,0 +1,129 @@
+#include "daemon/cluster/peer_auth.h"
+
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "proto/gpumove/peer/v1/peer.pb.h"
+
+namespace gpumove {
+namespace {
+
+constexpr char kSecret[] = "0123456789abcdef0123456789abcdef";
+
+TEST(PeerAuthTest, AStampedCallChecksOutOnceAndItsAnswerToo) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22);
+  PeerAuth::Stamped s = a.Stamp(3, "body", 22);
+  auto caller = b.Check(3, "body", s.stamp);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_EQ(caller->node, "a");
+  EXPECT_EQ(caller->incarnation, 11u);
+  // The same call again is a replay.
+  auto again = b.Check(3, "body", s.stamp);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(again.status().message().find("replayed"), std::string::npos) << again.status();
+  // The answer: b signs with the call's mac, a checks against its own.
+  const std::string mac = b.SignReply(caller->mac, "answer");
+  EXPECT_TRUE(a.CheckReply(s.mac, "answer", mac));
+  EXPECT_FALSE(a.CheckReply(s.mac, "answer!", mac));
+  EXPECT_FALSE(a.CheckReply(a.Stamp(3, "body", 22).mac, "answer", mac));  // Another call's.
+  EXPECT_EQ(b.refused(), 1u);
+}
+
+TEST(PeerAuthTest, WhatTheMacCoversCannotChange) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22);
+  // Another body, another method.
+  EXPECT_EQ(b.Check(3, "bodY", a.Stamp(3, "body", 22).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(b.Check(4, "body", a.Stamp(3, "body", 22).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // Any field of the stamp changed after signing.
+  for (int field = 0; field < 5; ++field) {
+    peer::v1::CallStamp s;
+    ASSERT_TRUE(s.ParseFromString(a.Stamp(3, "body", 22).stamp));
+    switch (field) {
+      case 0:
+        s.set_node("c");
+        break;
+      case 1:
+        s.set_incarnation(12);
+        break;
+      case 2:
+        s.set_to_incarnation(0);
+        break;
+      case 3:
+        s.set_seq(s.seq() + 1000);
+        break;
+      case 4:
+        s.set_unix_ms(s.unix_ms() + 1);
+        break;
+    }
+    EXPECT_EQ(b.Check(3, "body", s.SerializeAsString()).status().code(),
+              absl::StatusCode::kUnauthenticated)
+        << "field " << field;
+  }
+  // No stamp, garbage, another secret.
+  EXPECT_EQ(b.Check(3, "body", "").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(b.Check(3, "body", "garbage").status().code(), absl::StatusCode::kUnauthenticated);
+  PeerAuth other("another secret of enough bytes", "a", 11);
+  EXPECT_EQ(b.Check(3, "body", other.Stamp(3, "body", 22).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST(PeerAuthTest, CallsForAnotherIncarnationAreRefusedButHelloMayNotKnowIt) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22);
+  // Meant for b's previous life: refused, whatever the method.
+  EXPECT_EQ(b.Check(3, "x", a.Stamp(3, "x", 21).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(b.Check(kHelloMethod, "x", a.Stamp(kHelloMethod, "x", 21).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // Not knowing b yet: only a Hello.
+  EXPECT_EQ(b.Check(3, "x", a.Stamp(3, "x", 0).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(b.Check(kHelloMethod, "x", a.Stamp(kHelloMethod, "x", 0).stamp).ok());
+}
+
+TEST(PeerAuthTest, ClocksTooFarApartAreRefused) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22, absl::Seconds(30));
+  const absl::Time now = absl::Now();
+  for (absl::Duration off : {absl::Minutes(-5), absl::Seconds(-31), absl::Seconds(31)}) {
+    auto st = b.Check(3, "x", a.Stamp(3, "x", 22, now + off).stamp);
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kUnauthenticated) << off;
+    EXPECT_NE(st.status().message().find("clock"), std::string::npos) << st.status();
+  }
+  EXPECT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22, now - absl::Seconds(20)).stamp).ok());
+  EXPECT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22, now + absl::Seconds(20)).stamp).ok());
+}
+
+TEST(PeerAuthTest, ReplaysAreCaughtOutOfOrderAndOldNumbersRefused) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22, absl::Minutes(2), /*window=*/128);
+  std::vector<std::string> stamps;
+  for (int i = 0; i < 100; ++i) stamps.push_back(a.Stamp(3, "x", 22).stamp);
+  // Out of order, each once: all pass; each again: all refused.
+  for (int i = 99; i >= 0; i -= 2) EXPECT_TRUE(b.Check(3, "x", stamps[i]).ok()) << i;
+  for (int i = 0; i < 100; i += 2) EXPECT_TRUE(b.Check(3, "x", stamps[i]).ok()) << i;
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(b.Check(3, "x", stamps[i]).ok()) << i;
+  // A call numbered further below the highest seen than the window: refused (cannot tell).
+  std::string old = a.Stamp(3, "x", 22).stamp;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22).stamp).ok());
+  EXPECT_FALSE(b.Check(3, "x", old).ok());
+  // Another caller incarnation has numbers of its own.
+  PeerAuth a2(kSecret, "a", 12);
+  EXPECT_TRUE(b.Check(3, "x", a2.Stamp(3, "x", 22).stamp).ok());
+}
+
+TEST(PeerAuthTest, SecretFiles) {
+  const std::string dir = testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  auto good = ReadClusterSecret(write("good", std::string(kSecret) + "\n"));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good, kSecret);  // The newline is not part of it.
+  EXPECT_EQ(ReadClusterSecret(write("short", "short\n")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadClusterSecret(dir + "/none").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -1,0 +1,298 @@
+// Peers authenticated with a cluster secret (--cluster_secret_file): a cluster whose nodes
+// share it moves bytes over both peer channels (UCX active messages and gRPC), and
+// anything without it — a process speaking the peer protocol, a daemon with another
+// secret or none — is refused, over gRPC and over UCX alike; replays are refused too.
+// Without a secret: a Hello cannot move a live node elsewhere, and a daemon whose clients
+// need credentials takes no peers.
+#include "daemon/cluster/peer_auth.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "daemon/cluster/remote_ranges.h"
+#include "daemon/path/ucx/ucx_transport.h"
+#include "gtest/gtest.h"
+#include "proto/gpumove/peer/v1/peer.grpc.pb.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/random_bytes.h"
+#include "tests/util/test_node.h"
+
+namespace gpumove {
+namespace {
+
+constexpr char kSecret[] = "c1u5ter-5ecret-0123456789abcdef";
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::unique_ptr<peer::v1::PeerService::Stub> PeerStub(const TestNode& n) {
+  return peer::v1::PeerService::NewStub(
+      grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
+}
+
+// A Hello to `to` as node "mallory", stamped by `auth` (null: not stamped).
+grpc::Status Hello(peer::v1::PeerService::Stub& to, PeerAuth* auth,
+                   peer::v1::HelloResponse* response, std::string* stamp = nullptr,
+                   std::string* mac = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  peer::v1::HelloRequest request;
+  request.mutable_from()->set_node("mallory");
+  request.mutable_from()->set_incarnation(7);
+  if (stamp != nullptr && !stamp->empty()) {
+    context.AddMetadata(kPeerStampKey, *stamp);
+  } else if (auth != nullptr) {
+    PeerAuth::Stamped s = auth->Stamp(kHelloMethod, request.SerializeAsString(), 0);
+    context.AddMetadata(kPeerStampKey, s.stamp);
+    if (stamp != nullptr) *stamp = s.stamp;
+    if (mac != nullptr) *mac = s.mac;
+  }
+  grpc::Status st = to.Hello(&context, request, response);
+  if (st.ok() && auth != nullptr && mac != nullptr &&
+      !AnswerSigned(auth, *mac, *response, context)) {
+    return grpc::Status(grpc::StatusCode::DATA_LOSS, "answer not signed");
+  }
+  return st;
+}
+
+// A verified push of 1 MiB from a's host memory into b's.
+void PushVerified(TestNode& a, TestNode& b, uint64_t seed) {
+  auto src = a.client->Allocate(1 << 20, v1::HOST);
+  auto dst = b.client->Allocate(1 << 20, v1::HOST);
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  const std::string data = RandomBytes(1 << 20, seed);
+  ASSERT_TRUE(a.client->Write(Ref(src->id()), data).ok());
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node(b.name);
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = a.client->Move(Ref(src->id()), to, o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*b.client->Read(Ref(dst->id())) == data);
+  EXPECT_TRUE(a.client->Release(src->id()).ok());
+  EXPECT_TRUE(b.client->Release(dst->id()).ok());
+}
+
+bool Knows(TestNode& n, const std::string& node) {
+  auto peers = n.client->ListPeers();
+  if (!peers.ok()) return false;
+  for (const auto& p : *peers) {
+    if (p.node() == node) return true;
+  }
+  return false;
+}
+
+class PeerAuthTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    secret_ = WriteFile("secret", std::string(kSecret) + "\n");
+    other_ = WriteFile("other", "another-secret-of-the-same-length\n");
+  }
+  std::vector<std::string> Flags(const std::string& secret, std::vector<std::string> more = {}) {
+    more.insert(more.begin(), {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB",
+                               "--cluster_secret_file=" + secret});
+    return more;
+  }
+  std::string secret_, other_;
+};
+
+TEST_F(PeerAuthTest, AClusterWithASecretMovesBytesOverBothPeerChannels) {
+  TestNode a = LaunchNode("a", "", Flags(secret_));
+  TestNode b = LaunchNode("b", a.process->address(), Flags(secret_));
+  // c makes and serves its peer calls over gRPC.
+  TestNode c = LaunchNode("c", a.process->address(), Flags(secret_, {"--ucx_peer_calls=false"}));
+  ASSERT_TRUE(a.client && b.client && c.client);
+  for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2, true).ok()) << n->name;
+  auto info = a.client->GetInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->peer_authentication(), "cluster secret");
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    PushVerified(a, b, seed);  // UCX active messages.
+    PushVerified(a, c, seed);  // gRPC.
+    PushVerified(c, b, seed);
+  }
+  EXPECT_FALSE(absl::StrContains(a.process->Log(), "peer call refused")) << a.process->Log();
+}
+
+TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
+  TestNode a = LaunchNode("a", "", Flags(secret_));
+  ASSERT_TRUE(a.client);
+  auto stub = PeerStub(a);
+  peer::v1::HelloResponse hello;
+  // No stamp, another secret's stamp.
+  grpc::Status st = Hello(*stub, nullptr, &hello);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_TRUE(hello.node().ucx_worker_address().empty());
+  PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
+  st = Hello(*stub, &other, &hello);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_EQ(hello.node().pools_size(), 0);
+
+  // A hold on a's buffer, unstamped and with another secret's stamp.
+  auto buf = a.client->Allocate(1 << 20, v1::HOST);
+  ASSERT_TRUE(buf.ok());
+  peer::v1::PrepareRemoteRequest prepare;
+  prepare.set_transfer_id("t");
+  prepare.set_from_node("mallory");
+  prepare.set_owner("anonymous");
+  *prepare.mutable_range() = Ref(buf->id());
+  peer::v1::PrepareRemoteBatchRequest batch;
+  *batch.add_items() = prepare;
+  for (PeerAuth* auth : {static_cast<PeerAuth*>(nullptr), &other}) {
+    {
+      grpc::ClientContext context;
+      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemote), prepare, 0, &context);
+      peer::v1::PrepareRemoteResponse r;
+      st = stub->PrepareRemote(&context, prepare, &r);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+      EXPECT_EQ(r.address(), 0u);
+    }
+    {
+      grpc::ClientContext context;
+      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemoteBatch), batch, 0,
+                    &context);
+      peer::v1::PrepareRemoteBatchResponse r;
+      st = stub->PrepareRemoteBatch(&context, batch, &r);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+      EXPECT_EQ(r.results_size(), 0);
+    }
+    {
+      grpc::ClientContext context;
+      peer::v1::StageChunkRequest chunk;
+      chunk.set_transfer_id("t");
+      chunk.set_from_node("mallory");
+      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kStageChunk), chunk, 0, &context);
+      peer::v1::StageChunkResponse r;
+      EXPECT_EQ(stub->StageChunk(&context, chunk, &r).error_code(),
+                grpc::StatusCode::UNAUTHENTICATED);
+    }
+  }
+  // Nothing pins the buffer: its owner releases it at once.
+  EXPECT_TRUE(a.client->Release(buf->id()).ok());
+  EXPECT_TRUE(absl::StrContains(a.process->Log(), "peer call refused")) << a.process->Log();
+}
+
+TEST_F(PeerAuthTest, AMemberIsAnsweredOnceAndAReplayIsRefused) {
+  TestNode a = LaunchNode("a", "", Flags(secret_));
+  ASSERT_TRUE(a.client);
+  auto stub = PeerStub(a);
+  PeerAuth member(kSecret, "mallory", 7);
+  peer::v1::HelloResponse hello;
+  std::string stamp, mac;
+  grpc::Status st = Hello(*stub, &member, &hello, &stamp, &mac);
+  ASSERT_TRUE(st.ok()) << st.error_message();  // The answer is signed, too.
+  EXPECT_EQ(hello.node().node(), "a");
+  peer::v1::HelloResponse again;
+  st = Hello(*stub, nullptr, &again, &stamp);  // The same stamp, sent again.
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "replayed")) << st.error_message();
+}
+
+// The UCX channel checks as gRPC does: a process that got the worker address (here by
+// being a member once) cannot call over UCX without a stamp.
+TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
+  TestNode a = LaunchNode("a", "", Flags(secret_));
+  ASSERT_TRUE(a.client);
+  auto stub = PeerStub(a);
+  PeerAuth member(kSecret, "mallory", 7);
+  peer::v1::HelloResponse hello;
+  std::string mac;
+  ASSERT_TRUE(Hello(*stub, &member, &hello, nullptr, &mac).ok());
+  const peer::v1::NodeDescriptor& d = hello.node();
+  ASSERT_TRUE(d.ucx_peer_calls());
+  auto ucx = UcxTransport::Create({});
+  ASSERT_TRUE(ucx.ok()) << ucx.status();
+  // Replies come back to this key; this process serves nothing.
+  (*ucx)->ServeCalls(PeerId{"mallory", 7}.Key(), [](uint32_t, std::string, UcxReply reply) {
+    reply(absl::UnimplementedError("nothing here"), {});
+  });
+  UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), d.ucx_worker_address(), false};
+  peer::v1::TakeStageSlotsRequest take;
+  take.set_transfer_id("t");
+  take.set_from_node("mallory");
+  const std::string body = take.SerializeAsString();
+  auto framed = [](const std::string& head, const std::string& body) {
+    std::string out(4, '\0');
+    for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(head.size() >> (8 * i));
+    return out + head + body;
+  };
+  const uint32_t method = static_cast<uint32_t>(PeerMethod::kTakeStageSlots);
+  auto unstamped = (*ucx)->Call(to, method, framed("", body), absl::Seconds(10));
+  EXPECT_EQ(unstamped.status().code(), absl::StatusCode::kUnauthenticated) << unstamped.status();
+  PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
+  auto foreign =
+      (*ucx)->Call(to, method, framed(other.Stamp(method, body, d.incarnation()).stamp, body),
+                   absl::Seconds(10));
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kUnauthenticated) << foreign.status();
+  // Stamped by a member: served (no such hold).
+  auto served =
+      (*ucx)->Call(to, method, framed(member.Stamp(method, body, d.incarnation()).stamp, body),
+                   absl::Seconds(10));
+  EXPECT_EQ(served.status().code(), absl::StatusCode::kNotFound) << served.status();
+}
+
+TEST_F(PeerAuthTest, ADaemonWithAnotherSecretOrNoneCannotJoin) {
+  TestNode a = LaunchNode("a", "", Flags(secret_));
+  ASSERT_TRUE(a.client);
+  TestNode b = LaunchNode("b", a.process->address(), Flags(other_));
+  TestNode c = LaunchNode("c", a.process->address(),
+                          {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
+  ASSERT_TRUE(b.client && c.client);
+  absl::SleepFor(absl::Seconds(2));  // Twenty heartbeats.
+  EXPECT_FALSE(Knows(a, "b"));
+  EXPECT_FALSE(Knows(a, "c"));
+  EXPECT_FALSE(Knows(b, "a"));  // Nor does a's answer convince them.
+  EXPECT_FALSE(Knows(c, "a"));
+}
+
+// No secret anywhere: a Hello in a live node's name that moves it elsewhere is refused,
+// and moves to it go on.
+TEST_F(PeerAuthTest, WithoutASecretAHelloCannotMoveALiveNode) {
+  TestNode a = LaunchNode("a", "", {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
+  TestNode b = LaunchNode("b", a.process->address(),
+                          {"--host_pool_size=256MiB", "--pinned_pool_size=64MiB"});
+  ASSERT_TRUE(AwaitPeersUp(a, 1, true).ok());
+  auto info = a.client->GetInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->peer_authentication(), "open");
+  peer::v1::HelloResponse who;
+  ASSERT_TRUE(Hello(*PeerStub(b), nullptr, &who).ok());
+  peer::v1::NodeDescriptor spoofed = who.node();
+  ASSERT_EQ(spoofed.node(), "b");
+  spoofed.set_address("127.0.0.1:1");
+  grpc::ClientContext context;
+  peer::v1::HelloRequest request;
+  *request.mutable_from() = spoofed;
+  peer::v1::HelloResponse ignored;
+  grpc::Status st = PeerStub(a)->Hello(&context, request, &ignored);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  PushVerified(a, b, 5);
+}
+
+TEST_F(PeerAuthTest, ADaemonWhoseClientsNeedTokensTakesNoPeersWithoutASecret) {
+  const std::string tokens = WriteFile("tokens.csv", "tok-0123456789abcdef,alice,t1,user\n");
+  auto lone = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens});
+  ASSERT_TRUE(lone.ok()) << lone.status();
+  auto stub = peer::v1::PeerService::NewStub(
+      grpc::CreateChannel((*lone)->address(), grpc::InsecureChannelCredentials()));
+  peer::v1::HelloResponse hello;
+  grpc::Status st = Hello(*stub, nullptr, &hello);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "takes no peers")) << st.error_message();
+  // Given peers, it does not start.
+  auto joining = DaemonProcess::Start(
+      {"--node=b", "--auth_tokens=" + tokens, "--peers=" + (*lone)->address()});
+  EXPECT_FALSE(joining.ok());
+}
+
+}  // namespace
+}  // namespace gpumove
