@@ -3,7 +3,8 @@
 # route out), one gpumoved each, UCX over TCP between them: a third-party move across
 # hosts; a link cut mid-move and a daemon killed mid-move both fail their moves
 # UNAVAILABLE in bounded time; the link restored and the killed node restarted, moves
-# work again. Needs root (CI runs as root). Everything is removed at the end.
+# work again. The cluster is a secured one: callers need a token, peers the cluster
+# secret. Needs root (CI runs as root). Everything is removed at the end.
 set -euo pipefail
 
 RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
@@ -37,12 +38,18 @@ for h in a b c; do
 done
 ip netns exec "${TAG}a" ip route | grep -q default && fail "a host has a route out"
 
+# Tokens for callers, a secret for peers.
+echo "netns-admin-token-0123456789,ops,ops,admin" >"$WORK/tokens"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/secret"
+export GPUMOVE_TOKEN=netns-admin-token-0123456789
+
 in_host() { local h=$1; shift; ip netns exec "$TAG$h" "$@"; }
 ctl() { local h=$1; shift; in_host "$h" "$CTL" --addr "${IP[$h]}:7470" "$@"; }
 start() {  # start HOST [extra flags...]
   local h=$1; shift
   ip netns exec "$TAG$h" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$GPUMOVED" --node="host-$h" \
-    --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s --allow_insecure \
+    --listen="${IP[$h]}:7470" --peers="${IP[a]}:7470" --heartbeat=200ms --peer_timeout=2s \
+    --auth_tokens="$WORK/tokens" --cluster_secret_file="$WORK/secret" \
     --host_pool_size=384MiB --pinned_pool_size=128MiB --ucx_lanes=2 "$@" 2>>"$WORK/$h.log" &
   PID[$h]=$!
 }
@@ -68,6 +75,9 @@ start b
 start c
 for h in a b c; do await_peers "$h" 2; done
 ctl a info | grep -q "UCX_TLS=tcp" || fail "UCX is not on TCP"
+ctl a info | grep -q "^peers *cluster secret" || fail "peer calls are not authenticated"
+in_host a env -u GPUMOVE_TOKEN "$CTL" --addr "${IP[a]}:7470" info >/dev/null 2>&1 &&
+  fail "a caller without a token was served"
 ctl b info | grep -q "2 lanes over the network" || fail "host-b has no second UCX lane"
 
 # A third-party move across hosts, verified.
