@@ -174,6 +174,11 @@ ABSL_FLAG(std::string, auth_tokens, "",
           "token,principal,tenant,role lines (role admin, user or reader; # comments), re-read "
           "when it changes. Every node of a cluster reads the same file. Empty: open, every "
           "caller anonymous.");
+ABSL_FLAG(std::string, client_cert_principals, "",
+          "With --tls_client_ca: client certificates as callers, a file of "
+          "identity,principal,tenant,role lines where identity is a subject alternative name "
+          "(DNS, IP, URI, email) or the common name of the certificate (SANs first, in order); "
+          "re-read when it changes. A call with a bearer token (--auth_tokens) is its token's.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
@@ -275,6 +280,7 @@ int main(int argc, char** argv) {
   serve.port_file = absl::GetFlag(FLAGS_port_file);
   serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  serve.client_cert_principals = absl::GetFlag(FLAGS_client_cert_principals);
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
   serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);

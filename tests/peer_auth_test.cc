@@ -16,8 +16,10 @@
 #include "client/gpumove_client.h"
 #include "daemon/cluster/remote_ranges.h"
 #include "daemon/path/ucx/ucx_transport.h"
+#include "daemon/server/auth.h"
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
+#include "proto/gpumove/v1/gpumove.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
@@ -292,6 +294,50 @@ TEST_F(PeerAuthTest, ADaemonWhoseClientsNeedTokensTakesNoPeersWithoutASecret) {
   auto joining = DaemonProcess::Start(
       {"--node=b", "--auth_tokens=" + tokens, "--peers=" + (*lone)->address()});
   EXPECT_FALSE(joining.ok());
+}
+
+// Only a holder of the cluster secret may assert who a forwarded call's caller is: an
+// assertion stamped with another secret, or to a node without one, is UNAUTHENTICATED,
+// however good the bearer token beside it.
+TEST_F(PeerAuthTest, OnlyMembersAssertAForwardedCaller) {
+  const std::string tokens = WriteFile("tokens2.csv", "tok-0123456789abcdef,alice,t1,user\n");
+  TestNode a = LaunchNode("a", "", Flags(secret_, {"--auth_tokens=" + tokens}));
+  auto lone = DaemonProcess::Start({"--node=z", "--auth_tokens=" + tokens});
+  ASSERT_TRUE(a.process && lone.ok());
+  auto info_a = a.client->GetInfo();  // No token: refused, but says who it is.
+  EXPECT_EQ(info_a.status().code(), absl::StatusCode::kUnauthenticated);
+  peer::v1::HelloResponse who;
+  PeerAuth member(kSecret, "mallory", 7);
+  ASSERT_TRUE(Hello(*PeerStub(a), &member, &who).ok());
+  const uint64_t incarnation = who.node().incarnation();
+  auto list = [&](const std::string& address, PeerAuth* auth, uint64_t to) {
+    auto stub = v1::BufferService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    context.AddMetadata("authorization", "Bearer tok-0123456789abcdef");
+    peer::v1::ForwardedCaller c;
+    c.set_principal("root");
+    c.set_tenant("ops");
+    c.set_role("admin");
+    c.set_stamp(auth == nullptr
+                    ? std::string("garbage")
+                    : auth->Stamp(kForwardedCallerMethod,
+                                  absl::StrCat("root", absl::string_view("\0", 1), "ops",
+                                               absl::string_view("\0", 1), "admin"),
+                                  to)
+                          .stamp);
+    context.AddMetadata(kForwardedCallerKey, c.SerializeAsString());
+    v1::ListBuffersRequest request;
+    v1::ListBuffersResponse response;
+    return stub->List(&context, request, &response).error_code();
+  };
+  PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
+  EXPECT_EQ(list(a.process->address(), nullptr, incarnation), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(list(a.process->address(), &other, incarnation), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(list((*lone)->address(), &member, 0), grpc::StatusCode::UNAUTHENTICATED);
+  // A member's assertion is taken (that is what the secret is for).
+  EXPECT_EQ(list(a.process->address(), &member, incarnation), grpc::StatusCode::OK);
 }
 
 }  // namespace

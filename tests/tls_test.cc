@@ -245,3 +245,81 @@ TEST_F(TlsTest, AClusterOverMutualTlsMovesBytesAndAPlaintextPeerCannotJoin) {
 
 }  // namespace
 }  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// Client certificates as principals (--client_cert_principals): the certificate's name is
+// the caller, with its tenant and role; one it does not name is refused; and a call
+// forwarded by a node (which presents its own certificate) is its caller's, asserted
+// with the cluster secret.
+TEST_F(TlsTest, ClientCertificatesArePrincipalsAlsoThroughAForwardingNode) {
+  const CertFiles reader = Make(MakeCert(dir_, ca_, "reader-client"));
+  const CertFiles stranger = Make(MakeCert(dir_, ca_, "stranger"));
+  const std::string principals = dir_ + "/principals.csv";
+  std::ofstream(principals) << "# identity,principal,tenant,role\n"
+                               "client,alice,team-a,user\n"
+                               "reader-client,rita,team-b,reader\n";
+  const std::string secret = dir_ + "/secret";
+  std::ofstream(secret) << "tls-test-cluster-secret-0123456789\n";
+  auto flags = [&](const char* node, const CertFiles& cert) {
+    return std::vector<std::string>{
+        absl::StrCat("--node=", node),    "--heartbeat=100ms",
+        "--tls_cert=" + cert.cert,        "--tls_key=" + cert.key,
+        "--tls_client_ca=" + ca_.cert,    "--client_cert_principals=" + principals,
+        "--cluster_secret_file=" + secret};
+  };
+  auto a = DaemonProcess::Start(flags("a", node_a_));
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<std::string> fb = flags("b", node_b_);
+  fb.push_back("--peers=" + (*a)->address());
+  auto b = DaemonProcess::Start(fb);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  auto alice = Tls((*a)->address(), ca_, &client_);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto info = (*alice)->GetInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->authentication(), "client certificates");
+  auto buf = (*alice)->Allocate(4096);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  ASSERT_TRUE((*alice)->Write(Ref(buf->id()), std::string(4096, 'a')).ok());
+
+  // Another tenant's reader: does not see it, may not allocate.
+  auto rita = Tls((*a)->address(), ca_, &reader);
+  ASSERT_TRUE(rita.ok());
+  EXPECT_EQ((*rita)->GetBuffer(buf->id()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*rita)->Allocate(4096).status().code(), absl::StatusCode::kPermissionDenied);
+  // A certificate the CA signed but the file does not name.
+  auto nobody = Tls((*a)->address(), ca_, &stranger);
+  ASSERT_TRUE(nobody.ok());
+  auto refused = (*nobody)->GetInfo();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+
+  // Through b: alice's calls about a's buffer are forwarded and are alice's there.
+  auto alice_b = Tls((*b)->address(), ca_, &client_);
+  ASSERT_TRUE(alice_b.ok());
+  bool up = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !up && absl::Now() < end;) {
+    auto peers = (*alice_b)->ListPeers();
+    up = peers.ok() && peers->size() == 1 && (*peers)[0].up();
+    if (!up) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(up) << (*b)->Log();
+  v1::BufferRef on_a = Ref(buf->id());
+  on_a.set_node("a");
+  auto back = (*alice_b)->Read(on_a);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, std::string(4096, 'a'));
+  auto rita_b = Tls((*b)->address(), ca_, &reader);
+  ASSERT_TRUE(rita_b.ok());
+  EXPECT_EQ((*rita_b)->Read(on_a).status().code(), absl::StatusCode::kNotFound);
+  auto nobody_b = Tls((*b)->address(), ca_, &stranger);
+  ASSERT_TRUE(nobody_b.ok());
+  EXPECT_EQ((*nobody_b)->Read(on_a).status().code(), absl::StatusCode::kUnauthenticated);
+  auto gone = (*alice_b)->Release(buf->id(), "a");
+  EXPECT_TRUE(gone.ok()) << gone;
+}
+
+}  // namespace
+}  // namespace gpumove

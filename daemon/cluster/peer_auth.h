@@ -33,6 +33,8 @@ inline constexpr char kPeerStampKey[] = "x-gpumove-peer-stamp-bin";
 inline constexpr char kPeerReplyKey[] = "x-gpumove-peer-reply-bin";
 // The method number Hello is signed as (the moving side's calls are numbered from 1).
 inline constexpr uint32_t kHelloMethod = 0;
+// The method number a forwarded public call's caller is signed as.
+inline constexpr uint32_t kForwardedCallerMethod = 1000;
 // Secrets shorter than this are refused.
 inline constexpr size_t kMinClusterSecret = 16;
 

@@ -9,6 +9,7 @@
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/core/buffer_registry.h"
+#include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
 namespace {
@@ -55,7 +56,8 @@ const char* RoleName(Role role) {
 
 std::string Caller::owner() const { return role == Role::kAdmin ? kAnyOwner : tenant; }
 
-absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::string_view text) {
+absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::string_view text,
+                                                                        absl::string_view key) {
   absl::flat_hash_map<std::string, Caller> out;
   int number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -64,8 +66,9 @@ absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::st
     if (line.empty() || absl::StartsWith(line, "#")) continue;
     std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
     if (fields.size() != 4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", number, ": ", fields.size(), " fields, not 4 (token,principal,tenant,role)"));
+      return absl::InvalidArgumentError(absl::StrCat("line ", number, ": ", fields.size(),
+                                                     " fields, not 4 (", key,
+                                                     ",principal,tenant,role)"));
     }
     for (absl::string_view& f : fields) f = absl::StripAsciiWhitespace(f);
     const absl::string_view token = fields[0], role = fields[3];
@@ -87,7 +90,7 @@ absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::st
     }
     if (!out.emplace(std::string(token), std::move(c)).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("line ", number, ": the same token as an earlier line"));
+          absl::StrCat("line ", number, ": the same ", key, " as an earlier line"));
     }
   }
   return out;
@@ -97,53 +100,141 @@ std::unique_ptr<Authenticator> Authenticator::Open() {
   return std::unique_ptr<Authenticator>(new Authenticator());
 }
 
-absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromTokenFile(
-    const std::string& path, absl::Duration refresh) {
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthSources& sources,
+                                                                     PeerAuth* peers) {
   std::unique_ptr<Authenticator> a(new Authenticator());
-  a->path_ = path;
+  a->tokens_path_ = sources.tokens;
+  a->certs_path_ = sources.certificates;
+  a->peers_ = peers;
   Authenticator* self = a.get();
-  auto watcher = WatchedFiles::Start(
-      {path}, refresh, "token file", [self, path](const std::vector<std::string>& contents) {
-        auto tokens = ParseTokenFile(contents[0]);
-        if (!tokens.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(path, ": ", tokens.status().message()));
-        }
-        absl::MutexLock lock(&self->mu_);
-        self->tokens_ = *std::move(tokens);
-        return absl::OkStatus();
-      });
-  if (!watcher.ok()) return watcher.status();
-  a->watcher_ = *std::move(watcher);
+  // Each file fills its map; what does not parse is refused.
+  auto watch = [&](const std::string& path, const char* what, const char* key,
+                   absl::flat_hash_map<std::string, Caller> Authenticator::*map)
+      -> absl::StatusOr<std::unique_ptr<WatchedFiles>> {
+    return WatchedFiles::Start(
+        {path}, sources.refresh, what,
+        [self, path, key, map](const std::vector<std::string>& contents) {
+          auto parsed = ParseTokenFile(contents[0], key);
+          if (!parsed.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+          }
+          absl::MutexLock lock(&self->mu_);
+          self->*map = *std::move(parsed);
+          return absl::OkStatus();
+        });
+  };
+  if (!sources.tokens.empty()) {
+    auto w = watch(sources.tokens, "token file", "token", &Authenticator::tokens_);
+    if (!w.ok()) return w.status();
+    a->tokens_watcher_ = *std::move(w);
+  }
+  if (!sources.certificates.empty()) {
+    auto w =
+        watch(sources.certificates, "certificate principals", "identity", &Authenticator::certs_);
+    if (!w.ok()) return w.status();
+    a->certs_watcher_ = *std::move(w);
+  }
   return a;
+}
+
+std::string Authenticator::Describe() const {
+  if (open()) return "open";
+  if (certs_path_.empty()) return "bearer tokens";
+  if (tokens_path_.empty()) return "client certificates";
+  return "bearer tokens, client certificates";
+}
+
+namespace {
+
+// What a forwarded caller's stamp covers: the caller's fields (the stamp's number makes it
+// good for one call).
+std::string ForwardedBody(const peer::v1::ForwardedCaller& c) {
+  return absl::StrCat(c.principal(), absl::string_view("\0", 1), c.tenant(),
+                      absl::string_view("\0", 1), c.role());
+}
+
+absl::string_view Metadata(const grpc::ServerContext& context, absl::string_view key) {
+  auto it = context.client_metadata().find(std::string(key));
+  if (it == context.client_metadata().end()) return {};
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& context,
+                                               std::string* why) const {
+  // A caller asserted by the peer that forwarded the call.
+  if (absl::string_view asserted = Metadata(context, kForwardedCallerKey); !asserted.empty()) {
+    peer::v1::ForwardedCaller c;
+    if (peers_ == nullptr ||
+        !c.ParseFromArray(asserted.data(), static_cast<int>(asserted.size()))) {
+      *why = "UNAUTHENTICATED: a forwarded caller this node cannot check";
+      return absl::UnauthenticatedError(
+          "a forwarded caller, but this node has no cluster secret to check it with");
+    }
+    auto from = peers_->Check(kForwardedCallerMethod, ForwardedBody(c), c.stamp());
+    if (!from.ok()) {
+      *why = "UNAUTHENTICATED: a forwarded caller without the cluster's stamp";
+      return from.status();
+    }
+    Caller caller{c.principal(), c.tenant(), Role::kUser};
+    if (c.role() == "admin") caller.role = Role::kAdmin;
+    if (c.role() == "reader") caller.role = Role::kReader;
+    return caller;
+  }
+  absl::string_view header = Metadata(context, "authorization");
+  if (!tokens_path_.empty() && absl::StartsWith(header, kBearer)) {
+    const std::string token(absl::StripAsciiWhitespace(header.substr(kBearer.size())));
+    absl::MutexLock lock(&mu_);
+    auto it = tokens_.find(token);
+    if (it == tokens_.end()) {
+      *why = "UNAUTHENTICATED: unknown token";
+      return absl::UnauthenticatedError("the bearer token is not valid here");
+    }
+    return it->second;
+  }
+  if (!certs_path_.empty()) {
+    std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    std::vector<std::string> names;
+    if (auth != nullptr) {
+      for (const char* property : {"x509_subject_alternative_name", "x509_common_name"}) {
+        for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+          names.emplace_back(v.data(), v.size());
+        }
+      }
+    }
+    if (!names.empty()) {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& n : names) {
+        auto it = certs_.find(n);
+        if (it != certs_.end()) return it->second;
+      }
+      *why =
+          absl::StrCat("UNAUTHENTICATED: client certificate ", names.back(), " has no principal");
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the client certificate (", Quoted(names.back()), ") names no principal here"));
+    }
+  }
+  *why = "UNAUTHENTICATED: no credentials";
+  return absl::UnauthenticatedError(
+      tokens_path_.empty()  ? "this daemon needs a client certificate it knows"
+      : certs_path_.empty() ? "this daemon needs a bearer token (authorization: Bearer ...)"
+                            : "this daemon needs a bearer token (authorization: Bearer ...) "
+                              "or a client certificate it knows");
 }
 
 absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, Access access,
                                             absl::string_view method) const {
   if (open()) return Caller{kAnonymous, kAnonymous, Role::kUser};
-  const std::string peer = context != nullptr ? context->peer() : "";
-  absl::string_view header;
-  if (context != nullptr) {
-    auto it = context->client_metadata().find("authorization");
-    if (it != context->client_metadata().end()) {
-      header = absl::string_view(it->second.data(), it->second.size());
-    }
+  if (context == nullptr) return absl::UnauthenticatedError("no call to check");
+  const std::string peer = context->peer();
+  std::string why;
+  auto identified = Identify(*context, &why);
+  if (!identified.ok()) {
+    Audit(method, "", "", why, peer);
+    return identified.status();
   }
-  if (!absl::StartsWith(header, kBearer)) {
-    Audit(method, "", "", "UNAUTHENTICATED: no bearer token", peer);
-    return absl::UnauthenticatedError(
-        "this daemon needs a bearer token (authorization: Bearer ...)");
-  }
-  const std::string token(absl::StripAsciiWhitespace(header.substr(kBearer.size())));
-  Caller caller;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = tokens_.find(token);
-    if (it == tokens_.end()) {
-      Audit(method, "", "", "UNAUTHENTICATED: unknown token", peer);
-      return absl::UnauthenticatedError("the bearer token is not valid here");
-    }
-    caller = it->second;
-  }
+  const Caller& caller = *identified;
   if (access == Access::kChange && caller.role == Role::kReader) {
     Audit(method, caller.principal, caller.tenant, "PERMISSION_DENIED: reader", peer);
     return absl::PermissionDeniedError(
@@ -155,11 +246,20 @@ absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, 
   return caller;
 }
 
-void CopyCredentials(const grpc::ServerContext& from, grpc::ClientContext* to) {
-  auto it = from.client_metadata().find("authorization");
-  if (it != from.client_metadata().end()) {
-    to->AddMetadata("authorization", std::string(it->second.data(), it->second.size()));
-  }
+void Authenticator::Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
+                            grpc::ClientContext* to) const {
+  absl::string_view header = Metadata(from, "authorization");
+  if (!header.empty()) to->AddMetadata("authorization", std::string(header));
+  if (peers_ == nullptr || open()) return;
+  std::string why;
+  auto caller = Identify(from, &why);
+  if (!caller.ok()) return;  // The node the call goes to refuses it.
+  peer::v1::ForwardedCaller c;
+  c.set_principal(caller->principal);
+  c.set_tenant(caller->tenant);
+  c.set_role(RoleName(caller->role));
+  c.set_stamp(peers_->Stamp(kForwardedCallerMethod, ForwardedBody(c), to_incarnation).stamp);
+  to->AddMetadata(kForwardedCallerKey, c.SerializeAsString());
 }
 
 }  // namespace gpumove

@@ -1,6 +1,9 @@
 // Who is calling, and what they may do: bearer tokens from a token file (principal, tenant,
-// role), checked on every public RPC. Without a token file the daemon is open: every caller
-// is "anonymous" of tenant "anonymous", as before there were credentials.
+// role), or the verified client certificate of an mTLS connection looked up in a file of
+// certificate identities; checked on every public RPC. A call forwarded by a peer carries
+// the caller its first node identified, stamped with the cluster secret. Without either
+// file the daemon is open: every caller is "anonymous" of tenant "anonymous", as before
+// there were credentials.
 #ifndef GPUMOVE_DAEMON_SERVER_AUTH_H_
 #define GPUMOVE_DAEMON_SERVER_AUTH_H_
 
@@ -14,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/peer_auth.h"
 #include "daemon/common/watched_files.h"
 
 namespace gpumove {
@@ -41,34 +45,69 @@ enum class Access { kRead, kChange };
 // and a role: `token,principal,tenant,role` (role admin, user or reader); blank lines and
 // lines starting with '#' are skipped. INVALID_ARGUMENT naming the line for anything else
 // (a missing field, an unknown role, a repeated token, a tenant named "*").
-absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::string_view text);
+// `key` names the first field in messages ("token", "identity").
+absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(
+    absl::string_view text, absl::string_view key = "token");
+
+// Where callers' credentials are looked up; both empty: open.
+struct AuthSources {
+  // Bearer tokens: lines token,principal,tenant,role.
+  std::string tokens;
+  // Client certificates (mTLS): lines identity,principal,tenant,role, where identity is a
+  // subject alternative name (DNS, IP, URI, email) or the common name of the verified
+  // certificate; the first of the certificate's names (SANs in order, then CN) found is
+  // the caller.
+  std::string certificates;
+  absl::Duration refresh = absl::Seconds(1);
+};
+
+// The metadata key of a caller asserted by a forwarding peer.
+inline constexpr char kForwardedCallerKey[] = "x-gpumove-caller-bin";
 
 class Authenticator {
  public:
   // No credentials: everyone is anonymous, of tenant anonymous, a user.
   static std::unique_ptr<Authenticator> Open();
-  // Bearer tokens from `path`, re-read every `refresh` when it changed (a file that does
-  // not parse is refused and the tokens before it kept, logged).
+  // The files of `sources`, re-read every `refresh` when they changed (a file that does
+  // not parse is refused and what it said before kept, logged). With `peers` (which must
+  // outlive this), callers asserted by forwarding peers are taken, and this node asserts
+  // its callers to the peers it forwards to.
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(const AuthSources& sources,
+                                                               PeerAuth* peers = nullptr);
   static absl::StatusOr<std::unique_ptr<Authenticator>> FromTokenFile(const std::string& path,
-                                                                      absl::Duration refresh);
+                                                                      absl::Duration refresh) {
+    return Create({path, "", refresh});
+  }
   ~Authenticator() = default;
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
-  bool open() const { return path_.empty(); }
+  bool open() const { return tokens_path_.empty() && certs_path_.empty(); }
+  // "open", "bearer tokens", "client certificates" or both.
+  std::string Describe() const;
   // The caller of `context` if it may do `access` in `method`: UNAUTHENTICATED without a
   // valid bearer token (when the daemon has a token file), PERMISSION_DENIED when its role
   // forbids it. Refusals and administrators' changes are written as JSON audit lines.
   absl::StatusOr<Caller> Check(const grpc::ServerContext* context, Access access,
                                absl::string_view method) const;
 
+  // Adds to a call forwarded to the node at `to_incarnation` what identifies its caller
+  // there: the bearer token, and (with peers) the caller identified here, stamped.
+  void Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
+               grpc::ClientContext* to) const;
+
  private:
   Authenticator() = default;
+  // Who the caller is (no role check): UNAUTHENTICATED with the reason for the audit line.
+  absl::StatusOr<Caller> Identify(const grpc::ServerContext& context, std::string* why) const;
 
-  std::string path_;
+  std::string tokens_path_, certs_path_;
+  PeerAuth* peers_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Caller> tokens_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<WatchedFiles> watcher_;  // Last: it stops before the tokens go.
+  absl::flat_hash_map<std::string, Caller> certs_ ABSL_GUARDED_BY(mu_);
+  // Last: they stop before the maps go.
+  std::unique_ptr<WatchedFiles> tokens_watcher_, certs_watcher_;
 };
 
 // In an RPC handler: `caller` is the Caller of `context` for `access`, or the handler
@@ -77,10 +116,6 @@ class Authenticator {
   auto caller##_checked = (auth).Check((context), (access), (method));        \
   if (!caller##_checked.ok()) return ToGrpcStatus(caller##_checked.status()); \
   [[maybe_unused]] const Caller& caller = *caller##_checked
-
-// Calls forwarded to another node carry the caller's credentials, which that node checks
-// itself (every node reads the same token file).
-void CopyCredentials(const grpc::ServerContext& from, grpc::ClientContext* to);
 
 }  // namespace gpumove
 

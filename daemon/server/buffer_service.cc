@@ -38,7 +38,7 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
   auto remote = RemoteStub(*context, node);
   if (!remote.ok()) return ToGrpcStatus(remote.status());
   if (*remote == nullptr) return std::nullopt;
-  return ForwardUnary(**remote, method, context, *cluster_, node, request, response,
+  return ForwardUnary(**remote, method, context, auth_, *cluster_, node, request, response,
                       ForwardTimeout(cluster_));
 }
 
@@ -138,7 +138,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
     // Relay the stream to the owning node, message by message.
-    ForwardedCall call(*context, *cluster_, target.node(), absl::InfiniteDuration());
+    ForwardedCall call(*context, auth_, *cluster_, target.node(), absl::InfiniteDuration());
     auto writer = (*remote)->Write(call.context(), response);
     do {
       if (!writer->Write(message)) break;
@@ -186,7 +186,8 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
   if (auto remote = RemoteStub(*context, request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
-    ForwardedCall call(*context, *cluster_, request->source().node(), absl::InfiniteDuration());
+    ForwardedCall call(*context, auth_, *cluster_, request->source().node(),
+                       absl::InfiniteDuration());
     auto reader = (*remote)->Read(call.context(), *request);
     v1::ReadResponse message;
     while (reader->Read(&message)) {

@@ -518,15 +518,22 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
       }
     }
   }
-  if (options.serve.auth_tokens.empty()) {
+  if (!options.serve.client_cert_principals.empty() && options.serve.tls.client_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--client_cert_principals needs --tls_client_ca (client certificates to look up)");
+  }
+  if (options.serve.auth_tokens.empty() && options.serve.client_cert_principals.empty()) {
     auth_ = Authenticator::Open();
-    LOG(WARNING) << "open daemon: no --auth_tokens, so every caller is anonymous and may use "
-                    "every buffer";
+    LOG(WARNING) << "open daemon: no --auth_tokens or --client_cert_principals, so every caller "
+                    "is anonymous and may use every buffer";
   } else {
-    auto auth = Authenticator::FromTokenFile(options.serve.auth_tokens, options.serve.auth_refresh);
+    auto auth =
+        Authenticator::Create({options.serve.auth_tokens, options.serve.client_cert_principals,
+                               options.serve.auth_refresh},
+                              peer_auth_.get());
     if (!auth.ok()) return auth.status();
     auth_ = *std::move(auth);
-    LOG(INFO) << "callers need a bearer token from " << options.serve.auth_tokens;
+    LOG(INFO) << "callers are checked by " << auth_->Describe();
   }
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());

@@ -51,6 +51,9 @@ struct ServeOptions {
   // Bearer tokens (ParseTokenFile's format), re-read every auth_refresh; empty: open,
   // every caller anonymous.
   std::string auth_tokens;
+  // Client certificates' identities (SAN or CN) as principals (ParseTokenFile's format
+  // with the identity first), re-read every auth_refresh; needs tls.client_ca.
+  std::string client_cert_principals;
   absl::Duration auth_refresh = absl::Seconds(1);
   // Listen beyond this host with neither tokens nor client certificates.
   bool allow_insecure = false;

@@ -33,12 +33,16 @@ class ForwardedCall {
  public:
   // `bound`: how long the call may take at most (absl::InfiniteDuration() for one that
   // waits as long as its caller asks: Wait, Watch, a waiting Submit, byte streams).
-  ForwardedCall(const grpc::ServerContext& server, Cluster& cluster, std::string node,
-                absl::Duration bound)
+  // The caller's credentials go along (`auth`'s Forward).
+  ForwardedCall(const grpc::ServerContext& server, const Authenticator* auth, Cluster& cluster,
+                std::string node, absl::Duration bound)
       : cluster_(cluster),
         node_(std::move(node)),
         client_(grpc::ClientContext::FromServerContext(server)) {
-    CopyCredentials(server, client_.get());
+    if (auth != nullptr) {
+      auto peer = cluster_.Find(node_);
+      auth->Forward(server, peer.ok() ? peer->descriptor.incarnation() : 0, client_.get());
+    }
     client_->AddMetadata(kForwardedKey, "1");
     if (bound != absl::InfiniteDuration()) {
       bound_deadline_ = absl::Now() + bound;
@@ -111,9 +115,9 @@ absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(const grpc::Serve
 template <typename Stub, typename Request, typename Response>
 grpc::Status ForwardUnary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    grpc::ServerContext* context, Cluster& cluster, const std::string& node,
-    const Request& request, Response* response, absl::Duration bound) {
-  ForwardedCall call(*context, cluster, node, bound);
+    grpc::ServerContext* context, const Authenticator* auth, Cluster& cluster,
+    const std::string& node, const Request& request, Response* response, absl::Duration bound) {
+  ForwardedCall call(*context, auth, cluster, node, bound);
   return call.Finish((stub.*method)(call.context(), request, response));
 }
 

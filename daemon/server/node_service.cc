@@ -14,7 +14,7 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::Ge
   response->set_node(facts_.node);
   response->set_host(facts_.host);
   response->set_version(kVersion);
-  response->set_authentication(auth_->open() ? "open" : "bearer tokens");
+  response->set_authentication(auth_->Describe());
   response->set_tls(facts_.tls);
   response->set_tls_client_certificates(facts_.tls_client_certificates);
   response->set_peer_authentication(facts_.peer_authentication);

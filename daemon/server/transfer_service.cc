@@ -49,7 +49,7 @@ std::optional<grpc::Status> TransferServiceImpl::MaybeForward(
   if (node.empty()) return std::nullopt;
   auto stub = StubFor(*context, node);
   if (!stub.ok()) return ToGrpcStatus(stub.status());
-  return ForwardUnary(**stub, method, context, *cluster_, node, request, response, bound);
+  return ForwardUnary(**stub, method, context, auth_, *cluster_, node, request, response, bound);
 }
 
 absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
@@ -85,10 +85,10 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
       if (spec.source().node().empty()) spec.mutable_source()->set_node(node_);
       if (spec.destination().node().empty()) spec.mutable_destination()->set_node(node_);
     }
-    ForwardedCall call(*context, *cluster_, runner,
-                       request->wait() ? WaitBound(request->has_wait_timeout(),
-                                                   request->wait_timeout())
-                                       : ForwardTimeout(cluster_));
+    ForwardedCall call(*context, auth_, *cluster_, runner,
+                       request->wait()
+                           ? WaitBound(request->has_wait_timeout(), request->wait_timeout())
+                           : ForwardTimeout(cluster_));
     return call.Finish((*stub)->Submit(call.context(), forwarded, response));
   }
   std::vector<TransferSpec> specs;
@@ -187,7 +187,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
   if (const std::string node = NodeOf(request->id()); !node.empty()) {
     auto stub = StubFor(*context, node);
     if (!stub.ok()) return ToGrpcStatus(stub.status());
-    ForwardedCall call(*context, *cluster_, node, absl::InfiniteDuration());
+    ForwardedCall call(*context, auth_, *cluster_, node, absl::InfiniteDuration());
     auto reader = (*stub)->Watch(call.context(), *request);
     v1::TransferEvent event;
     while (reader->Read(&event)) {
