@@ -179,6 +179,10 @@ ABSL_FLAG(std::string, client_cert_principals, "",
           "identity,principal,tenant,role lines where identity is a subject alternative name "
           "(DNS, IP, URI, email) or the common name of the certificate (SANs first, in order); "
           "re-read when it changes. A call with a bearer token (--auth_tokens) is its token's.");
+ABSL_FLAG(std::string, quotas, "",
+          "Per-tenant quotas on this node: a file of tenant,host,pinned,device,transfers lines "
+          "(sizes like 4GiB, - for no limit; tenant * is every tenant not named; admins have "
+          "none); past one, RESOURCE_EXHAUSTED. Re-read when it changes.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
   serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   serve.client_cert_principals = absl::GetFlag(FLAGS_client_cert_principals);
+  serve.quotas = absl::GetFlag(FLAGS_quotas);
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
   serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);

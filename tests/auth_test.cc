@@ -284,3 +284,70 @@ TEST_F(AuthTest, UnixSocketsAreForTheDaemonsUserAndGroupOnly) {
 
 }  // namespace
 }  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// Per-tenant quotas (--quotas): bytes of a pool kind and transfers in flight, past which a
+// tenant gets RESOURCE_EXHAUSTED while other tenants and admins go on; a release gives
+// the bytes back; the file is re-read on change.
+TEST_F(AuthTest, QuotasHoldPerTenant) {
+  const std::string quotas = dir_ + "/quotas.csv";
+  std::ofstream(quotas) << "# tenant,host,pinned,device,transfers\n"
+                           "team-a,1MiB,-,-,1\n"
+                           "*,-,64KiB,-,-\n";
+  auto d = DaemonProcess::Start(
+      {"--node=a", "--auth_tokens=" + tokens_, "--quotas=" + quotas, "--max_move_rate=1MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto alice = As(**d, "alice-token-0123456789");
+  auto bob = As(**d, "bob-token-0123456789");
+  auto root = As(**d, "root-token-0123456789");
+  auto first = alice->Allocate(512 << 10);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto small = alice->Allocate(512 << 10);  // Exactly up to the quota.
+  ASSERT_TRUE(small.ok()) << small.status();
+  auto second = alice->Allocate(4096);
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "quota")) << second.status();
+  // Other tenants: the default line (pinned only); admins: no quota.
+  EXPECT_TRUE(bob->Allocate(2 << 20).ok());
+  EXPECT_EQ(bob->Allocate(128 << 10, v1::PINNED_HOST).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(root->Allocate(2 << 20).ok());
+  // Releasing gives the bytes back.
+  ASSERT_TRUE(alice->Release(small->id()).ok());
+  auto again = alice->Allocate(512 << 10);
+  ASSERT_TRUE(again.ok()) << again.status();
+
+  // One transfer in flight for team-a: a 512 KiB move at 1 MiB/s runs half a second.
+  MoveOptions no_wait;
+  no_wait.wait = false;
+  auto running = alice->Move(Ref(first->id()), Ref(again->id()), no_wait);
+  ASSERT_TRUE(running.ok()) << running.status();
+  auto refused = alice->Move(Ref(first->id()), Ref(again->id()), no_wait);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+  auto done = alice->Wait(running->id(), absl::Seconds(20));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->error_message();
+  auto after = alice->Move(Ref(first->id()), Ref(again->id()));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state(), v1::SUCCEEDED);
+
+  // A new file: team-a may hold no more host bytes at all.
+  {
+    const std::string tmp = quotas + ".new";
+    std::ofstream(tmp) << "team-a,0,-,-,-\n";
+    std::filesystem::rename(tmp, quotas);
+  }
+  bool applied = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); !applied && absl::Now() < end;) {
+    auto b = alice->Allocate(4096);
+    applied = b.status().code() == StatusCode::kResourceExhausted;
+    if (b.ok()) ASSERT_TRUE(alice->Release(b->id()).ok());
+    if (!applied) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(applied);
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -107,11 +107,20 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
     return absl::FailedPreconditionError(
         absl::StrCat("this node has no ", MemoryKindName(options.kind), " pool"));
   }
+  if (quotas_ != nullptr) {
+    if (absl::Status st = quotas_->Charge(options.owner, options.kind, options.size); !st.ok()) {
+      return st;
+    }
+  }
   auto ptr = pool->Allocate(options.size);
-  if (!ptr.ok()) return ptr.status();
+  if (!ptr.ok()) {
+    if (quotas_ != nullptr) quotas_->Uncharge(options.owner, options.kind, options.size);
+    return ptr.status();
+  }
 
   auto entry = std::make_shared<Entry>();
   entry->pool = pool;
+  entry->quotas = quotas_;
   entry->ptr = *ptr;
   BufferInfo& info = entry->info;
   info.size = options.size;
@@ -138,7 +147,13 @@ BufferInfo BufferRegistry::Insert(std::shared_ptr<Entry> entry, absl::Duration l
 }
 
 void BufferRegistry::Free(Entry& entry) {
-  if (entry.pool != nullptr) entry.pool->Free(entry.ptr);
+  if (entry.pool != nullptr) {
+    entry.pool->Free(entry.ptr);
+    if (entry.quotas != nullptr) {
+      entry.quotas->Uncharge(entry.info.owner, entry.info.kind, entry.info.size);
+    }
+    entry.pool = nullptr;
+  }
   entry.keepalive.reset();
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/quotas.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
@@ -113,8 +114,13 @@ class BufferRegistry {
   BufferRegistry(const BufferRegistry&) = delete;
   BufferRegistry& operator=(const BufferRegistry&) = delete;
 
+  // Pool allocations are counted against their owner's quota in `quotas` (which must
+  // outlive the registry) from now on. Before the first Allocate.
+  void SetQuotas(Quotas* quotas) { quotas_ = quotas; }
+
   // INVALID_ARGUMENT (size 0, bigger than the pool, negative TTL), FAILED_PRECONDITION
-  // (no such pool here, e.g. DEVICE without GPUs), RESOURCE_EXHAUSTED (pool full).
+  // (no such pool here, e.g. DEVICE without GPUs), RESOURCE_EXHAUSTED (pool full, or the
+  // owner's quota).
   absl::StatusOr<BufferInfo> Allocate(const AllocateOptions& options);
   // Registers memory we did not allocate. INVALID_ARGUMENT (no memory, size 0, negative
   // TTL, an owner process this daemon cannot see).
@@ -146,6 +152,7 @@ class BufferRegistry {
   struct Entry {
     BufferInfo info;
     Pool* pool = nullptr;  // Null for adopted memory.
+    Quotas* quotas = nullptr;  // Where the pool bytes are counted, if anywhere.
     char* ptr = nullptr;
     std::shared_ptr<const void> keepalive;
     uint64_t owner_start = 0;  // The owner process's start time (pid reuse check).
@@ -163,6 +170,7 @@ class BufferRegistry {
 
   PoolSet* const pools_;
   const absl::Duration default_lease_;
+  Quotas* quotas_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> buffers_ ABSL_GUARDED_BY(mu_);
   absl::BitGen rng_ ABSL_GUARDED_BY(mu_);

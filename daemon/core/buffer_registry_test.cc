@@ -268,5 +268,35 @@ TEST_F(BufferRegistryTest, AdoptedMemoryGoesWhenItsOwnerProcessExits) {
   EXPECT_EQ(*released, 1);
 }
 
+TEST_F(BufferRegistryTest, QuotasCountPoolBuffersAndReleasesGiveThemBack) {
+  Quotas q;
+  q.Set(*ParseQuotaFile("alice,8KiB,-,-,-\n"));
+  registry_->SetQuotas(&q);
+  BufferInfo one = Alloc(8192);
+  AllocateOptions more;
+  more.size = 4096;
+  more.owner = "alice";
+  EXPECT_EQ(registry_->Allocate(more).status().code(), absl::StatusCode::kResourceExhausted);
+  more.owner = "bob";
+  EXPECT_TRUE(registry_->Allocate(more).ok());
+  ASSERT_TRUE(registry_->Release("alice", one.id).ok());
+  EXPECT_EQ(q.used("alice", MemoryKind::kHost), 0u);
+  more.owner = "alice";
+  EXPECT_TRUE(registry_->Allocate(more).ok());
+  // A pool that cannot take it: nothing counted.
+  more.owner = "bob";
+  more.size = 4 << 20;
+  EXPECT_FALSE(registry_->Allocate(more).ok());
+  EXPECT_EQ(q.used("bob", MemoryKind::kHost), 4096u);
+  // An expired lease gives the bytes back too.
+  more.size = 4096;
+  more.lease_ttl = absl::Milliseconds(1);
+  ASSERT_TRUE(registry_->Allocate(more).ok());
+  EXPECT_EQ(q.used("bob", MemoryKind::kHost), 8192u);
+  EXPECT_EQ(registry_->ExpireLeases(absl::Now() + absl::Seconds(1)), 1);
+  EXPECT_EQ(q.used("bob", MemoryKind::kHost), 4096u);
+  registry_.reset();  // Its buffers are given back to `q`, which must outlive it.
+}
+
 }  // namespace
 }  // namespace gpumove

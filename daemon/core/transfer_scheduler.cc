@@ -440,6 +440,16 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
                                                        " queued or running, limit ",
                                                        options_.max_active, "); retry later"));
     }
+    if (options_.quotas != nullptr) {
+      const std::optional<uint64_t> limit = options_.quotas->TransferLimit(owner);
+      auto it = active_by_owner_.find(owner);
+      const size_t mine = it == active_by_owner_.end() ? 0 : it->second;
+      if (limit.has_value() && mine + batch.size() > *limit) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "tenant ", owner, " has ", mine, " transfers queued or running here and asked for ",
+            batch.size(), " more; its quota is ", *limit));
+      }
+    }
     const absl::Time now = absl::Now();
     std::vector<std::string> ids;
     for (auto& t : batch) {
@@ -451,6 +461,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       if (waits) waiting_.emplace(t->order, t);
       transfers_.emplace(t->id, t);
       ++active_;
+      if (options_.quotas != nullptr) ++active_by_owner_[t->owner];
       // Inline: a lone move that is small or finds a worker idle; in a batch, its small
       // moves up to kInlineBatchBytes in all (the rest go to the workers meanwhile).
       const bool small = t->length <= options_.inline_max_bytes;
@@ -649,6 +660,10 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
     waiting_.erase(it);
   }
   --active_;
+  if (options_.quotas != nullptr) {
+    auto mine = active_by_owner_.find(t->owner);
+    if (mine != active_by_owner_.end() && --mine->second == 0) active_by_owner_.erase(mine);
+  }
   if (options_.on_end) options_.on_end(SnapshotLocked(*t));
   finished_.push_back(t->id);
   while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {

@@ -90,6 +90,9 @@ struct SchedulerOptions {
   uint64_t inline_max_bytes = 64 << 10;
   // Called (under the scheduler's lock: it must not call back) when a transfer ends.
   std::function<void(const TransferSnapshot&)> on_end;
+  // Each owner's transfers queued or running at once, past which its Submit is
+  // RESOURCE_EXHAUSTED (Quotas::TransferLimit); null: none. Must outlive the scheduler.
+  const Quotas* quotas = nullptr;
 };
 
 class TransferScheduler {
@@ -183,6 +186,7 @@ class TransferScheduler {
   // owner + '\0' + key -> transfer ids, in request order.
   absl::flat_hash_map<std::string, std::vector<std::string>> idempotency_ ABSL_GUARDED_BY(mu_);
   size_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, size_t> active_by_owner_ ABSL_GUARDED_BY(mu_);
   // Moves executing now, on workers or inline.
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int acking_ ABSL_GUARDED_BY(mu_) = 0;  // Acknowledgements not yet back.

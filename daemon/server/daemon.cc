@@ -286,6 +286,24 @@ absl::Status Daemon::ShareDevicePools(const DaemonOptions& options) {
 
 absl::Status Daemon::MakeRegistry(const DaemonOptions& options) {
   registry_ = std::make_unique<BufferRegistry>(pools_.get(), options.default_lease);
+  if (!options.serve.quotas.empty()) {
+    quotas_ = std::make_unique<Quotas>();
+    Quotas* quotas = quotas_.get();
+    const std::string path = options.serve.quotas;
+    auto watcher = WatchedFiles::Start(
+        {path}, options.serve.auth_refresh, "quota file",
+        [quotas, path](const std::vector<std::string>& contents) {
+          auto limits = ParseQuotaFile(contents[0]);
+          if (!limits.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(path, ": ", limits.status().message()));
+          }
+          quotas->Set(*std::move(limits));
+          return absl::OkStatus();
+        });
+    if (!watcher.ok()) return watcher.status();
+    quotas_watcher_ = *std::move(watcher);
+    registry_->SetQuotas(quotas_.get());
+  }
   registry_->StartLeaseReaper(absl::Milliseconds(100));
   GpuRuntime* gpu = gpu_.get();
   hasher_ = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
@@ -496,6 +514,7 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
 absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   SchedulerOptions sched = options.scheduler;
   sched.node = node_;
+  sched.quotas = quotas_.get();
   if (metrics_ != nullptr) {
     Metrics* metrics = metrics_.get();
     sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };

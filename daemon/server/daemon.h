@@ -54,6 +54,8 @@ struct ServeOptions {
   // Client certificates' identities (SAN or CN) as principals (ParseTokenFile's format
   // with the identity first), re-read every auth_refresh; needs tls.client_ca.
   std::string client_cert_principals;
+  // Per-tenant quotas (ParseQuotaFile's format), re-read every auth_refresh; empty: none.
+  std::string quotas;
   absl::Duration auth_refresh = absl::Seconds(1);
   // Listen beyond this host with neither tokens nor client certificates.
   bool allow_insecure = false;
@@ -235,6 +237,10 @@ class Daemon {
   std::vector<std::unique_ptr<UcxTransport>> ucx_lanes_;
   // Before registry_: imported buffers hold mappings from it.
   std::unique_ptr<IpcTable> ipc_;
+  // Before registry_ and the scheduler, which count against them; the watcher re-reads
+  // the quota file.
+  std::unique_ptr<Quotas> quotas_;
+  std::unique_ptr<WatchedFiles> quotas_watcher_;
   std::unique_ptr<BufferRegistry> registry_;
   // Before holds_: MPI halves of held ranges use them.
   std::unique_ptr<MpiTransport> mpi_;
