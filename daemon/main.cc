@@ -1,8 +1,10 @@
 // gpumoved: the gpumove daemon. Owns this node's buffer pools and runs transfers; see
 // docs/operations.md for the flags in context.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -145,7 +147,8 @@ ABSL_FLAG(bool, mpi_force_staging, false,
           "Stage this node's side of every MPI move through pinned bounce buffers, as device "
           "memory is with a host-only MPI (to test that path without a GPU).");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one); empty: off.");
+          "Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one; a port alone "
+          "is 127.0.0.1, name a host to serve beyond this one); empty: off.");
 ABSL_FLAG(std::string, tls_cert, "",
           "TLS on the TCP --listen addresses: PEM file of this daemon's certificate chain "
           "(re-read when it changes; a new pair that does not check out is refused and the "
@@ -183,6 +186,9 @@ ABSL_FLAG(std::string, quotas, "",
           "Per-tenant quotas on this node: a file of tenant,host,pinned,device,transfers lines "
           "(sizes like 4GiB, - for no limit; tenant * is every tenant not named; admins have "
           "none); past one, RESOURCE_EXHAUSTED. Re-read when it changes.");
+ABSL_FLAG(gpumove::ByteSize, max_message_size, gpumove::ByteSize{64 << 20},
+          "The largest message a call may send or receive (8MiB to 1GiB); past it the call "
+          "is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
@@ -229,6 +235,30 @@ std::vector<char*> FoldRepeatedListen(int argc, char** argv, std::string& folded
 
 }  // namespace
 
+namespace {
+
+// The soft limit on open files raised to the hard one. The gRPC this is built with stops
+// accepting connections for good once accept4 fails with EMFILE (grpc/grpc#20418), so
+// a daemon must never get there: Debian's soft default of 1024 is a few hundred clients.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur == limit.rlim_max) {
+    LOG(INFO) << "open files: at most " << limit.rlim_cur;
+    return;
+  }
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LOG(WARNING) << "open files: cannot raise the limit of " << before << " to " << limit.rlim_max
+                 << ": " << std::strerror(errno);
+    return;
+  }
+  LOG(INFO) << "open files: at most " << limit.rlim_cur << " (raised from " << before << ")";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // First, while this is the only thread (it sets environment variables UCX reads).
   gpumove::UcxTransport::SetProcessDefaults();
@@ -243,6 +273,7 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks lock order at run time (its cycle graph showed in profiles of
   // the move path): the daemon does not pay for that.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  RaiseOpenFileLimit();
 
   // Before any thread starts, so that all inherit it.
   if (const int bound = gpumove::AllowedCpus();
@@ -286,6 +317,7 @@ int main(int argc, char** argv) {
   serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   serve.client_cert_principals = absl::GetFlag(FLAGS_client_cert_principals);
   serve.quotas = absl::GetFlag(FLAGS_quotas);
+  serve.max_message_size = absl::GetFlag(FLAGS_max_message_size).bytes;
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
   serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);

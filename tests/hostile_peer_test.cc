@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -348,6 +349,86 @@ TEST(HostilePeer, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
   }
   EXPECT_LT(absl::Now() - t0, absl::Seconds(6));
   EXPECT_TRUE(a.client->GetInfo().ok());
+}
+
+}  // namespace
+}  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// Started with a soft limit of 96 open files (as a shell's ulimit -S -n would), the daemon
+// raises it to the hard limit: 300 connections at once are accepted, and once they
+// close, new clients are served. (The gRPC this is built with stops accepting for good
+// after one EMFILE, so reaching the soft limit once would leave the daemon deaf.)
+TEST(HostilePeer, ManyConnectionsPastTheSoftOpenFileLimitLeaveTheDaemonServing) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 1024) {
+    GTEST_SKIP() << "SKIPPED: the hard limit on open files here is " << saved.rlim_max;
+  }
+  rlimit low = saved;
+  low.rlim_cur = 96;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto d = DaemonProcess::Start({"--node=a", "--host_pool_size=64MiB", "--pinned_pool_size=16MiB"});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);  // This process's own again.
+  ASSERT_TRUE(d.ok()) << d.status();
+  const int port = std::stoi((*d)->address().substr((*d)->address().rfind(':') + 1));
+  std::vector<int> fds;
+  for (int i = 0; i < 300; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(1));  // The daemon accepts them all meanwhile.
+  for (int fd : fds) close(fd);
+  absl::SleepFor(absl::Milliseconds(500));
+  ConnectOptions o;
+  o.timeout = absl::Seconds(5);
+  auto c = Client::Connect((*d)->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto info = (*c)->GetInfo();
+  EXPECT_TRUE(info.ok()) << info.status() << (*d)->Log();
+  EXPECT_FALSE(absl::StrContains((*d)->Log(), "Too many open files")) << (*d)->Log();
+}
+
+// --max_message_size bounds what one call may carry: past it RESOURCE_EXHAUSTED and the
+// daemon goes on; a limit below what read streams need is refused at start.
+TEST(HostilePeer, MessagesPastTheSizeLimitAreRefused) {
+  EXPECT_FALSE(DaemonProcess::Start({"--node=a", "--max_message_size=1MiB"}).ok());
+  auto d = DaemonProcess::Start({"--node=a", "--max_message_size=8MiB", "--host_pool_size=64MiB",
+                                 "--pinned_pool_size=16MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto stub = v1::BufferService::NewStub(
+      grpc::CreateCustomChannel((*d)->address(), grpc::InsecureChannelCredentials(), [] {
+        grpc::ChannelArguments args;
+        args.SetMaxSendMessageSize(-1);
+        return args;
+      }()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::AllocateRequest request;
+  request.set_size(4096);
+  request.set_label(std::string(9 << 20, 'x'));
+  v1::Buffer response;
+  EXPECT_EQ(stub->Allocate(&context, request, &response).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ConnectOptions o;
+  auto c = Client::Connect((*d)->address(), o);
+  ASSERT_TRUE(c.ok());
+  auto buf = (*c)->Allocate(6 << 20);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  const std::string data = RandomBytes(6 << 20, 9);
+  ASSERT_TRUE((*c)->Write(Ref(buf->id()), data).ok());
+  auto back = (*c)->Read(Ref(buf->id()));  // Read streams stay within the limit.
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == data);
+  EXPECT_TRUE((*c)->ListBuffers().ok());
 }
 
 }  // namespace

@@ -586,8 +586,16 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::channelz::experimental::InitChannelzService();
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.SetMaxSendMessageSize(64 << 20);
+  constexpr uint64_t kMinMessage = 8 << 20, kMaxMessage = uint64_t{1} << 30;
+  if (options.serve.max_message_size < kMinMessage ||
+      options.serve.max_message_size > kMaxMessage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_size must be between 8MiB (a read stream's largest chunk and more) and "
+        "1GiB, not ",
+        options.serve.max_message_size));
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.serve.max_message_size));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.serve.max_message_size));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto ms = [](absl::Duration d) {
     return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));

@@ -65,6 +65,8 @@ struct ServeOptions {
   absl::Duration max_connection_idle = absl::Hours(1);
   // Pings on a connection with no traffic this often (dead clients' connections end).
   absl::Duration keepalive = absl::Minutes(2);
+  // The largest message a call may send or receive (RESOURCE_EXHAUSTED past it).
+  uint64_t max_message_size = 64 << 20;
   // Unix sockets' mode and group (empty: the daemon's): who on this host may connect.
   uint32_t unix_socket_mode = 0660;
   std::string unix_socket_group;

@@ -12,8 +12,13 @@
 
 namespace gpumove {
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& listen, PoolSet* pools,
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& given, PoolSet* pools,
                                                         Cluster* cluster) {
+  // A port alone ("9464", ":9464") is this host's loopback: metrics tell how busy the
+  // node is and what it holds, for the local scraper unless a host is named.
+  std::string listen = given;
+  if (listen.find(':') == std::string::npos) listen = ":" + listen;
+  if (listen.front() == ':') listen = "127.0.0.1" + listen;
   std::unique_ptr<Metrics> m(new Metrics());
   m->pools_ = pools;
   m->cluster_ = cluster;
