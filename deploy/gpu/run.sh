@@ -90,6 +90,12 @@ echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
 fi
 
+# Opt-in (PARTS=security): security on against off (mTLS and the cluster secret).
+if part security; then
+echo "== security on against off"
+.gpu/bin/tls_bench --rounds=3 --small_moves=3000 2>&1 | tee "$OUT/tls_bench.txt"
+fi
+
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
 # ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
 # summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and
