@@ -14,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
@@ -25,6 +26,9 @@ ABSL_FLAG(int, rounds, 3, "Rounds, plaintext and TLS taking turns; figures are m
 ABSL_FLAG(int, small_moves, 2000, "4 KiB moves per round for the latency figure.");
 ABSL_FLAG(gpumove::ByteSize, big, gpumove::ByteSize{256ull << 20}, "The node-to-node move.");
 ABSL_FLAG(int, big_moves, 4, "Node-to-node moves per round.");
+ABSL_FLAG(std::string, secured, "tls,secret",
+          "What \"secured\" turns on: tls (mTLS for clients and peers), secret (the cluster "
+          "secret on peer calls), or both.");
 
 namespace gpumove {
 namespace {
@@ -44,10 +48,13 @@ absl::StatusOr<Figures> Round(bool tls, const std::string& dir, const CertFiles&
   auto flags = [&](const std::string& node, const CertFiles& c) {
     std::vector<std::string> f = {"--node=" + node, "--host_pool_size=1GiB",
                                   "--pinned_pool_size=16MiB", "--heartbeat=100ms"};
-    if (tls) {
+    const std::string parts = absl::GetFlag(FLAGS_secured);
+    if (tls && absl::StrContains(parts, "tls")) {
       f.push_back("--tls_cert=" + c.cert);
       f.push_back("--tls_key=" + c.key);
       f.push_back("--tls_client_ca=" + ca.cert);
+    }
+    if (tls && absl::StrContains(parts, "secret")) {
       f.push_back("--cluster_secret_file=" + dir + "/secret");
     }
     return f;
@@ -59,7 +66,7 @@ absl::StatusOr<Figures> Round(bool tls, const std::string& dir, const CertFiles&
   auto b = DaemonProcess::Start(fb);
   if (!b.ok()) return b.status();
   ConnectOptions o;
-  if (tls)
+  if (tls && absl::StrContains(absl::GetFlag(FLAGS_secured), "tls"))
     o = ConnectOptions{.tls_ca = ca.cert, .tls_cert = client_cert.cert, .tls_key = client_cert.key};
   auto c = Client::Connect((*a)->address(), o);
   if (!c.ok()) return c.status();

@@ -94,6 +94,8 @@ fi
 if part security; then
 echo "== security on against off"
 .gpu/bin/tls_bench --rounds=3 --small_moves=3000 2>&1 | tee "$OUT/tls_bench.txt"
+echo "== the cluster secret alone on against off"
+.gpu/bin/tls_bench --rounds=3 --small_moves=3000 --big_moves=1 --secured=secret 2>&1 | tee "$OUT/secret_bench.txt"
 fi
 
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
