@@ -62,25 +62,6 @@ void AwaitPeers(Node& n, size_t want) {
   ASSERT_TRUE(st.ok()) << st;
 }
 
-// A verified push of 1 MiB from a's host memory into b's.
-void PushVerified(Node& a, Node& b, uint64_t seed) {
-  auto src = a.client->Allocate(1 << 20, v1::HOST);
-  auto dst = b.client->Allocate(1 << 20, v1::HOST);
-  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
-  const std::string data = RandomBytes(1 << 20, seed);
-  ASSERT_TRUE(a.client->Write(Ref(src->id()), data).ok());
-  v1::BufferRef to = Ref(dst->id());
-  to.set_node(b.name);
-  MoveOptions o;
-  o.checksum = true;
-  auto moved = a.client->Move(Ref(src->id()), to, o);
-  ASSERT_TRUE(moved.ok()) << moved.status();
-  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-  EXPECT_TRUE(*b.client->Read(Ref(dst->id())) == data);
-  EXPECT_TRUE(a.client->Release(src->id()).ok());
-  EXPECT_TRUE(b.client->Release(dst->id()).ok());
-}
-
 // Under b's own name, Hellos carrying broken UCX addresses and keys: a takes none of them
 // (INVALID_ARGUMENT), keeps b's real descriptor, and its next moves to b succeed. Before
 // the check, the first of these made a's next move to b abort the process in

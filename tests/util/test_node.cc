@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/util/random_bytes.h"
 
 namespace gpumove {
 
@@ -20,6 +21,24 @@ TestNode LaunchNode(const std::string& name, const std::string& join,
   EXPECT_TRUE(c.ok()) << c.status();
   if (c.ok()) n.client = *std::move(c);
   return n;
+}
+
+void PushVerified(TestNode& a, TestNode& b, uint64_t seed) {
+  auto src = a.client->Allocate(1 << 20, v1::HOST);
+  auto dst = b.client->Allocate(1 << 20, v1::HOST);
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  const std::string data = RandomBytes(1 << 20, seed);
+  ASSERT_TRUE(a.client->Write(Ref(src->id()), data).ok());
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node(b.name);
+  MoveOptions o;
+  o.checksum = true;
+  auto moved = a.client->Move(Ref(src->id()), to, o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*b.client->Read(Ref(dst->id())) == data);
+  EXPECT_TRUE(a.client->Release(src->id()).ok());
+  EXPECT_TRUE(b.client->Release(dst->id()).ok());
 }
 
 absl::Status AwaitPeersUp(const TestNode& n, size_t want, bool exactly) {

@@ -30,6 +30,10 @@ TestNode LaunchNode(const std::string& name, const std::string& join,
 // DEADLINE_EXCEEDED saying how many it saw.
 absl::Status AwaitPeersUp(const TestNode& n, size_t want, bool exactly = false);
 
+// A verified push of 1 MiB of random bytes (from `seed`) from a's host memory into b's,
+// both buffers released after; failures are the test's.
+void PushVerified(TestNode& a, TestNode& b, uint64_t seed);
+
 }  // namespace gpumove
 
 #endif  // GPUMOVE_TESTS_UTIL_TEST_NODE_H_
