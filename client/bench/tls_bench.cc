@@ -42,6 +42,19 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Microseconds of each of `n` moves from `from` to `to`, one at a time.
+absl::StatusOr<std::vector<double>> TimeMoves(Client& c, const v1::BufferRef& from,
+                                              const v1::BufferRef& to, int n) {
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const absl::Time t0 = absl::Now();
+    auto m = c.Move(from, to);
+    if (!m.ok() || m->state() != v1::SUCCEEDED) return absl::InternalError("a small move failed");
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+  }
+  return us;
+}
+
 absl::StatusOr<Figures> Round(bool tls, const std::string& dir, const CertFiles& ca,
                               const CertFiles& a_cert, const CertFiles& b_cert,
                               const CertFiles& client_cert) {
@@ -81,32 +94,20 @@ absl::StatusOr<Figures> Round(bool tls, const std::string& dir, const CertFiles&
   auto s = (*c)->Allocate(4096);
   auto d = (*c)->Allocate(4096);
   if (!s.ok() || !d.ok()) return absl::InternalError("allocation failed");
-  std::vector<double> us;
-  for (int i = 0; i < absl::GetFlag(FLAGS_small_moves); ++i) {
-    const absl::Time t0 = absl::Now();
-    auto m = (*c)->Move(Ref(s->id()), Ref(d->id()));
-    if (!m.ok() || m->state() != v1::SUCCEEDED) return absl::InternalError("a small move failed");
-    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
-  }
-  std::sort(us.begin(), us.end());
-  f.p50_us = us[us.size() / 2];
-  f.p99_us = us[us.size() * 99 / 100];
+  const int n = absl::GetFlag(FLAGS_small_moves);
+  auto us = TimeMoves(**c, Ref(s->id()), Ref(d->id()), n);
+  if (!us.ok()) return us.status();
+  std::sort(us->begin(), us->end());
+  f.p50_us = (*us)[us->size() / 2];
+  f.p99_us = (*us)[us->size() * 99 / 100];
   // 4 KiB a -> b, one at a time: a hold and an acknowledgement to b per move.
-  {
-    auto rd = (*c)->Allocate(4096, v1::HOST, 0, absl::ZeroDuration(), "", "b");
-    if (!rd.ok()) return absl::InternalError("remote allocation failed");
-    v1::BufferRef to = Ref(rd->id());
-    to.set_node("b");
-    std::vector<double> remote;
-    for (int i = 0; i < absl::GetFlag(FLAGS_small_moves); ++i) {
-      const absl::Time t0 = absl::Now();
-      auto m = (*c)->Move(Ref(s->id()), to);
-      if (!m.ok() || m->state() != v1::SUCCEEDED)
-        return absl::InternalError("a remote move failed");
-      remote.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
-    }
-    f.remote_p50_us = Median(remote);
-  }
+  auto rd = (*c)->Allocate(4096, v1::HOST, 0, absl::ZeroDuration(), "", "b");
+  if (!rd.ok()) return absl::InternalError("remote allocation failed");
+  v1::BufferRef on_b = Ref(rd->id());
+  on_b.set_node("b");
+  auto remote = TimeMoves(**c, Ref(s->id()), on_b, n);
+  if (!remote.ok()) return remote.status();
+  f.remote_p50_us = Median(*remote);
   // Big host moves a -> b.
   const uint64_t big = absl::GetFlag(FLAGS_big).bytes;
   auto src = (*c)->Allocate(big);

@@ -30,6 +30,12 @@
 namespace gpumove {
 namespace {
 
+// Whether callers of the public services need credentials (tokens or client
+// certificates): such a daemon is not open, and takes peers only with a cluster secret.
+bool ClientsNeedCredentials(const ServeOptions& serve) {
+  return !serve.auth_tokens.empty() || !serve.tls.client_ca.empty();
+}
+
 // Whether a --listen address is reachable from this host only (loopback, a unix socket).
 bool OnThisHostOnly(const std::string& a) {
   return absl::StartsWith(a, "unix:") || absl::StartsWith(a, "127.") ||
@@ -383,9 +389,8 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
   if (!credentials.ok()) return credentials.status();
   cluster_options.credentials = *credentials;
   cluster_options.auth = peer_auth_;
-  const bool clients_need_credentials =
-      !options.serve.auth_tokens.empty() || !options.serve.tls.client_ca.empty();
-  if (clients_need_credentials && peer_auth_ == nullptr && !cluster_options.peers.empty()) {
+  if (ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr &&
+      !cluster_options.peers.empty()) {
     return absl::InvalidArgumentError(
         "--peers on a daemon whose clients need credentials needs --cluster_secret_file too: "
         "without it any process could act as a peer, so this node takes none");
@@ -525,8 +530,7 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
 }
 
 absl::Status Daemon::MakeServices(const DaemonOptions& options) {
-  if (options.serve.auth_tokens.empty() && options.serve.tls.client_ca.empty() &&
-      !options.serve.allow_insecure) {
+  if (!ClientsNeedCredentials(options.serve) && !options.serve.allow_insecure) {
     for (const std::string& a : options.serve.listen) {
       if (!OnThisHostOnly(a)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -560,22 +564,20 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
       std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_);
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
-  const bool clients_need_credentials =
-      !options.serve.auth_tokens.empty() || !options.serve.tls.client_ca.empty();
-  peer_service_ = std::make_unique<PeerServiceImpl>(
-      peer_handler_.get(), peer_auth_.get(),
-      /*closed=*/clients_need_credentials && peer_auth_ == nullptr);
+  const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;
+  peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get(), peer_auth_.get(),
+                                                    /*closed=*/no_peers);
   if (peer_auth_ != nullptr) {
     LOG(INFO) << "peer calls are authenticated with the cluster secret in "
               << options.cluster_secret_file;
-  } else if (clients_need_credentials) {
+  } else if (no_peers) {
     LOG(INFO) << "no --cluster_secret_file: this node takes no peers";
   } else {
     LOG(WARNING) << "peer calls are not authenticated (no --cluster_secret_file): any process "
                     "that reaches this port may act as a peer";
   }
   // Before the gRPC server starts: a peer that hears of us may call at once.
-  if (peer_calls_ != nullptr && !(clients_need_credentials && peer_auth_ == nullptr)) {
+  if (peer_calls_ != nullptr && !no_peers) {
     peer_calls_->Serve(peer_handler_.get());
   }
   return absl::OkStatus();
@@ -647,10 +649,9 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.RegisterService(peer_service_.get());
   facts.tls = tls_ != nullptr;
   facts.tls_client_certificates = tls_ != nullptr && !options.serve.tls.client_ca.empty();
-  facts.peer_authentication =
-      peer_auth_ != nullptr                                                      ? "cluster secret"
-      : options.serve.auth_tokens.empty() && options.serve.tls.client_ca.empty() ? "open"
-                                                                                 : "none";
+  facts.peer_authentication = peer_auth_ != nullptr                   ? "cluster secret"
+                              : ClientsNeedCredentials(options.serve) ? "none"
+                                                                      : "open";
   node_service_ = std::make_unique<NodeServiceImpl>(auth_.get(), facts);
   builder.RegisterService(node_service_.get());
   server_ = builder.BuildAndStart();
