@@ -182,6 +182,11 @@ ABSL_FLAG(std::string, client_cert_principals, "",
           "identity,principal,tenant,role lines where identity is a subject alternative name "
           "(DNS, IP, URI, email) or the common name of the certificate (SANs first, in order); "
           "re-read when it changes. A call with a bearer token (--auth_tokens) is its token's.");
+ABSL_FLAG(std::string, unix_socket_principals, "",
+          "Callers on unix: --listen sockets known by their uid (SO_PEERCRED): a file of "
+          "user,principal,tenant,role lines where user is a uid or a user name; re-read when "
+          "it changes. A call with a bearer token is its token's; a uid not in the file is "
+          "refused.");
 ABSL_FLAG(std::string, quotas, "",
           "Per-tenant quotas on this node: a file of tenant,host,pinned,device,transfers lines "
           "(sizes like 4GiB, - for no limit; tenant * is every tenant not named; admins have "
@@ -237,9 +242,8 @@ std::vector<char*> FoldRepeatedListen(int argc, char** argv, std::string& folded
 
 namespace {
 
-// The soft limit on open files raised to the hard one. The gRPC this is built with stops
-// accepting connections for good once accept4 fails with EMFILE (grpc/grpc#20418), so
-// a daemon must never get there: Debian's soft default of 1024 is a few hundred clients.
+// The soft limit on open files raised to the hard one: Debian's soft default of 1024 is a
+// few hundred clients. (At the limit new connections are closed at once; Listeners.)
 void RaiseOpenFileLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
@@ -316,6 +320,7 @@ int main(int argc, char** argv) {
   serve.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   serve.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   serve.client_cert_principals = absl::GetFlag(FLAGS_client_cert_principals);
+  serve.unix_socket_principals = absl::GetFlag(FLAGS_unix_socket_principals);
   serve.quotas = absl::GetFlag(FLAGS_quotas);
   serve.max_message_size = absl::GetFlag(FLAGS_max_message_size).bytes;
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);

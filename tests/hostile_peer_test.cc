@@ -11,7 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -410,6 +414,61 @@ TEST(HostilePeer, MessagesPastTheSizeLimitAreRefused) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == data);
   EXPECT_TRUE((*c)->ListBuffers().ok());
+}
+
+}  // namespace
+}  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// The hard limit on open files reached: connections that arrive then are closed at once
+// (not left hanging), and once the load is gone the daemon serves new clients again.
+// (gRPC's own listener, which the daemon used before it accepted its connections
+// itself, closed for good at the first EMFILE.)
+TEST(HostilePeer, TheHardOpenFileLimitReachedLeavesTheDaemonServing) {
+  auto d = DaemonProcess::Start({"--node=a", "--host_pool_size=64MiB", "--pinned_pool_size=16MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  int open_now = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", (*d)->pid(), "/fd"))) {
+    ++open_now;
+  }
+  rlimit low{};
+  low.rlim_cur = low.rlim_max = static_cast<rlim_t>(open_now + 20);
+  ASSERT_EQ(prlimit((*d)->pid(), RLIMIT_NOFILE, &low, nullptr), 0) << std::strerror(errno);
+  const int port = std::stoi((*d)->address().substr((*d)->address().rfind(':') + 1));
+  std::vector<int> fds;
+  for (int i = 0; i < 100; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+  }
+  // Those past the limit end: a read sees end of file (or a reset) within a few seconds.
+  int ended = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    const int wait =
+        static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    char c;
+    if (poll(&p, 1, wait) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++ended;
+  }
+  EXPECT_GE(ended, 50) << (*d)->Log();
+  for (int fd : fds) close(fd);
+  EXPECT_TRUE(absl::StrContains((*d)->Log(), "open-file limit reached")) << (*d)->Log();
+  absl::SleepFor(absl::Milliseconds(500));
+  ConnectOptions o;
+  o.timeout = absl::Seconds(5);
+  auto c = Client::Connect((*d)->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status() << (*d)->Log();
+  auto info = (*c)->GetInfo();
+  EXPECT_TRUE(info.ok()) << info.status() << (*d)->Log();
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 #include "daemon/server/auth.h"
 
+#include <pwd.h>
+
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/core/buffer_registry.h"
+#include "daemon/server/listeners.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
@@ -105,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthS
   std::unique_ptr<Authenticator> a(new Authenticator());
   a->tokens_path_ = sources.tokens;
   a->certs_path_ = sources.certificates;
+  a->unix_path_ = sources.unix_users;
   a->peers_ = peers;
   Authenticator* self = a.get();
   // Each file fills its map; what does not parse is refused.
@@ -134,14 +140,44 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthS
     if (!w.ok()) return w.status();
     a->certs_watcher_ = *std::move(w);
   }
+  if (!sources.unix_users.empty()) {
+    auto w =
+        watch(sources.unix_users, "unix socket principals", "user", &Authenticator::unix_users_);
+    if (!w.ok()) return w.status();
+    a->unix_watcher_ = *std::move(w);
+  }
   return a;
 }
 
 std::string Authenticator::Describe() const {
   if (open()) return "open";
-  if (certs_path_.empty()) return "bearer tokens";
-  if (tokens_path_.empty()) return "client certificates";
-  return "bearer tokens, client certificates";
+  std::vector<absl::string_view> ways;
+  if (!tokens_path_.empty()) ways.push_back("bearer tokens");
+  if (!certs_path_.empty()) ways.push_back("client certificates");
+  if (!unix_path_.empty()) ways.push_back("unix socket uids");
+  return absl::StrJoin(ways, ", ");
+}
+
+std::optional<Caller> Authenticator::UnixCaller(const grpc::ServerContext& context,
+                                                std::string* uid) const {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return std::nullopt;
+  const std::vector<grpc::string_ref> values = auth->FindPropertyValues(kUnixUidProperty);
+  if (values.empty()) return std::nullopt;
+  uid->assign(values.front().data(), values.front().size());
+  std::string name;
+  if (uid_t n = 0; absl::SimpleAtoi(*uid, &n)) {
+    passwd pw{}, *found = nullptr;
+    char buf[4096];
+    if (getpwuid_r(n, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) {
+      name = found->pw_name;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = unix_users_.find(*uid);
+  if (it == unix_users_.end() && !name.empty()) it = unix_users_.find(name);
+  if (it == unix_users_.end()) return std::nullopt;
+  return it->second;
 }
 
 namespace {
@@ -215,12 +251,22 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& contex
           "the client certificate (", Quoted(names.back()), ") names no principal here"));
     }
   }
+  if (!unix_path_.empty()) {
+    std::string uid;
+    if (std::optional<Caller> c = UnixCaller(context, &uid)) return *std::move(c);
+    if (!uid.empty()) {
+      *why = absl::StrCat("UNAUTHENTICATED: unix socket uid ", uid, " has no principal");
+      return absl::UnauthenticatedError(
+          absl::StrCat("uid ", uid, " names no principal here (--unix_socket_principals)"));
+    }
+  }
   *why = "UNAUTHENTICATED: no credentials";
+  std::vector<absl::string_view> ways;
+  if (!tokens_path_.empty()) ways.push_back("a bearer token (authorization: Bearer ...)");
+  if (!certs_path_.empty()) ways.push_back("a client certificate it knows");
+  if (!unix_path_.empty()) ways.push_back("a unix socket connection from a uid it knows");
   return absl::UnauthenticatedError(
-      tokens_path_.empty()  ? "this daemon needs a client certificate it knows"
-      : certs_path_.empty() ? "this daemon needs a bearer token (authorization: Bearer ...)"
-                            : "this daemon needs a bearer token (authorization: Bearer ...) "
-                              "or a client certificate it knows");
+      absl::StrCat("this daemon needs ", absl::StrJoin(ways, " or ")));
 }
 
 absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, Access access,

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -58,6 +59,9 @@ struct AuthSources {
   // certificate; the first of the certificate's names (SANs in order, then CN) found is
   // the caller.
   std::string certificates;
+  // Unix socket callers: lines user,principal,tenant,role, where user is a uid or a user
+  // name, matched against the uid the listener put in the connection's AuthContext.
+  std::string unix_users;
   absl::Duration refresh = absl::Seconds(1);
 };
 
@@ -76,14 +80,18 @@ class Authenticator {
                                                                PeerAuth* peers = nullptr);
   static absl::StatusOr<std::unique_ptr<Authenticator>> FromTokenFile(const std::string& path,
                                                                       absl::Duration refresh) {
-    return Create({path, "", refresh});
+    AuthSources sources;
+    sources.tokens = path;
+    sources.refresh = refresh;
+    return Create(sources);
   }
   ~Authenticator() = default;
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
-  bool open() const { return tokens_path_.empty() && certs_path_.empty(); }
-  // "open", "bearer tokens", "client certificates" or both.
+  bool open() const { return tokens_path_.empty() && certs_path_.empty() && unix_path_.empty(); }
+  // "open", or those of "bearer tokens", "client certificates" and "unix socket uids" it
+  // takes.
   std::string Describe() const;
   // The caller of `context` if it may do `access` in `method`: UNAUTHENTICATED without a
   // valid bearer token (when the daemon has a token file), PERMISSION_DENIED when its role
@@ -101,13 +109,17 @@ class Authenticator {
   // Who the caller is (no role check): UNAUTHENTICATED with the reason for the audit line.
   absl::StatusOr<Caller> Identify(const grpc::ServerContext& context, std::string* why) const;
 
-  std::string tokens_path_, certs_path_;
+  // The caller of a unix socket connection known by uid, if the file names it.
+  std::optional<Caller> UnixCaller(const grpc::ServerContext& context, std::string* uid) const;
+
+  std::string tokens_path_, certs_path_, unix_path_;
   PeerAuth* peers_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Caller> tokens_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Caller> certs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Caller> unix_users_ ABSL_GUARDED_BY(mu_);
   // Last: they stop before the maps go.
-  std::unique_ptr<WatchedFiles> tokens_watcher_, certs_watcher_;
+  std::unique_ptr<WatchedFiles> tokens_watcher_, certs_watcher_, unix_watcher_;
 };
 
 // In an RPC handler: `caller` is the Caller of `context` for `access`, or the handler

@@ -1,6 +1,5 @@
 #include "daemon/server/daemon.h"
 
-#include <grp.h>
 #include <grpcpp/ext/channelz_service_plugin.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -33,7 +32,8 @@ namespace {
 // Whether callers of the public services need credentials (tokens or client
 // certificates): such a daemon is not open, and takes peers only with a cluster secret.
 bool ClientsNeedCredentials(const ServeOptions& serve) {
-  return !serve.auth_tokens.empty() || !serve.tls.client_ca.empty();
+  return !serve.auth_tokens.empty() || !serve.tls.client_ca.empty() ||
+         !serve.unix_socket_principals.empty();
 }
 
 // Whether a --listen address is reachable from this host only (loopback, a unix socket).
@@ -50,25 +50,6 @@ std::string UcxNetDevices(const std::string& setting, const std::vector<std::str
     if (!OnThisHostOnly(a)) return "";
   }
   return "lo";
-}
-
-// Gives a unix socket the mode and group of `serve`.
-absl::Status GuardSocket(const std::string& path, const ServeOptions& serve) {
-  if (chmod(path.c_str(), serve.unix_socket_mode) != 0) {
-    return absl::InternalError(absl::StrCat("cannot chmod ", path, ": ", strerror(errno)));
-  }
-  if (!serve.unix_socket_group.empty()) {
-    struct group* g = getgrnam(serve.unix_socket_group.c_str());
-    if (g == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--unix_socket_group: no group ", serve.unix_socket_group));
-    }
-    if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-      return absl::InternalError(absl::StrCat("cannot give ", path, " to group ",
-                                              serve.unix_socket_group, ": ", strerror(errno)));
-    }
-  }
-  return absl::OkStatus();
 }
 
 std::string HostName() {
@@ -545,15 +526,25 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
     return absl::InvalidArgumentError(
         "--client_cert_principals needs --tls_client_ca (client certificates to look up)");
   }
-  if (options.serve.auth_tokens.empty() && options.serve.client_cert_principals.empty()) {
+  if (!options.serve.unix_socket_principals.empty() &&
+      std::none_of(options.serve.listen.begin(), options.serve.listen.end(),
+                   [](const std::string& a) { return absl::StartsWith(a, "unix:"); })) {
+    return absl::InvalidArgumentError(
+        "--unix_socket_principals needs a unix socket to listen on (--listen=unix:/path)");
+  }
+  if (options.serve.auth_tokens.empty() && options.serve.client_cert_principals.empty() &&
+      options.serve.unix_socket_principals.empty()) {
     auth_ = Authenticator::Open();
-    LOG(WARNING) << "open daemon: no --auth_tokens or --client_cert_principals, so every caller "
-                    "is anonymous and may use every buffer";
+    LOG(WARNING) << "open daemon: no --auth_tokens, --client_cert_principals or "
+                    "--unix_socket_principals, so every caller is anonymous and may use every "
+                    "buffer";
   } else {
-    auto auth =
-        Authenticator::Create({options.serve.auth_tokens, options.serve.client_cert_principals,
-                               options.serve.auth_refresh},
-                              peer_auth_.get());
+    AuthSources sources;
+    sources.tokens = options.serve.auth_tokens;
+    sources.certificates = options.serve.client_cert_principals;
+    sources.unix_users = options.serve.unix_socket_principals;
+    sources.refresh = options.serve.auth_refresh;
+    auto auth = Authenticator::Create(sources, peer_auth_.get());
     if (!auth.ok()) return auth.status();
     auth_ = *std::move(auth);
     LOG(INFO) << "callers are checked by " << auth_->Describe();
@@ -620,13 +611,15 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
                                                       : "client certificates required")
               << "), certificates re-read when " << options.serve.tls.cert << " changes";
   }
-  std::vector<std::unique_ptr<int>> ports;
-  for (const std::string& address : options.serve.listen) {
-    ports.push_back(std::make_unique<int>(0));
-    builder.AddListeningPort(
-        address, absl::StartsWith(address, "unix:") ? grpc::InsecureServerCredentials() : tcp,
-        ports.back().get());
-  }
+  ListenOptions listen;
+  listen.addresses = options.serve.listen;
+  listen.unix_socket_mode = options.serve.unix_socket_mode;
+  listen.unix_socket_group = options.serve.unix_socket_group;
+  listen.unix_uids = !options.serve.unix_socket_principals.empty();
+  auto listeners = Listeners::Bind(listen);
+  if (!listeners.ok()) return listeners.status();
+  listeners_ = *std::move(listeners);
+  listeners_->Register(builder, tcp);
   NodeFacts facts{node_,
                   HostName(),
                   {},
@@ -659,19 +652,8 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", absl::StrJoin(options.serve.listen, ", ")));
   }
-  for (size_t i = 0; i < options.serve.listen.size(); ++i) {
-    const std::string& address = options.serve.listen[i];
-    if (absl::StartsWith(address, "unix:")) {
-      if (absl::Status st = GuardSocket(address.substr(5), options.serve); !st.ok()) return st;
-      addresses_.push_back(address);
-      continue;
-    }
-    if (*ports[i] == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-    }
-    const size_t colon = address.rfind(':');
-    addresses_.push_back(absl::StrCat(address.substr(0, colon), ":", *ports[i]));
-  }
+  listeners_->Start();
+  addresses_ = listeners_->bound();
   facts.listen = addresses_;
   if (metrics_ != nullptr) facts.metrics_address = metrics_->address();
   node_service_->UpdateFacts(facts);
@@ -745,6 +727,7 @@ absl::Status Daemon::Advertise(const DaemonOptions& options) {
 Daemon::~Daemon() {
   // Peer calls stop before the services they run on go.
   if (peer_calls_ != nullptr) peer_calls_->StopServing();
+  if (listeners_ != nullptr) listeners_->Stop();
   if (server_ != nullptr) {
     scheduler_->CancelAll();
     server_->Shutdown(std::chrono::system_clock::now());
@@ -763,6 +746,7 @@ void Daemon::Shutdown(absl::Duration grace) {
     scheduler_->Drain(absl::Now() + absl::Seconds(10));
   }
   // Let Wait/Watch callers see the final states before their streams are cut.
+  listeners_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LOG(INFO) << "stopped";
 }

@@ -27,6 +27,7 @@
 #include "daemon/path/ucx/ucx_engine.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
+#include "daemon/server/listeners.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/peer_calls.h"
@@ -54,6 +55,9 @@ struct ServeOptions {
   // Client certificates' identities (SAN or CN) as principals (ParseTokenFile's format
   // with the identity first), re-read every auth_refresh; needs tls.client_ca.
   std::string client_cert_principals;
+  // Unix socket callers' uids (SO_PEERCRED) as principals: ParseTokenFile's format with a
+  // uid or user name first, re-read every auth_refresh; needs a unix socket in `listen`.
+  std::string unix_socket_principals;
   // Per-tenant quotas (ParseQuotaFile's format), re-read every auth_refresh; empty: none.
   std::string quotas;
   absl::Duration auth_refresh = absl::Seconds(1);
@@ -271,6 +275,7 @@ class Daemon {
   std::unique_ptr<PeerHandler> peer_handler_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<TlsFiles> tls_;  // Before server_: its ports use the credentials.
+  std::unique_ptr<Listeners> listeners_;  // Stopped before server_ shuts down.
   std::unique_ptr<grpc::Server> server_;
 };
 
