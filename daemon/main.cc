@@ -170,6 +170,11 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
           "openssl rand -hex 32 > FILE): every peer call, over gRPC or UCX, is authenticated "
           "with it (an HMAC, replays refused) and the UCX addresses, keys and IPC handles go "
           "only to holders. Needed for --peers when clients need credentials.");
+ABSL_FLAG(std::string, cluster_secret_accept_file, "",
+          "A second cluster secret taken from peers but not signed with, for rotating the "
+          "secret without a restart: on every node accept the new one here, then make it "
+          "--cluster_secret_file's (the old one here), then empty this file. Both files are "
+          "re-read when they change.");
 ABSL_FLAG(absl::Duration, peer_clock_skew, absl::Minutes(2),
           "With --cluster_secret_file: how far a peer call's clock may be from this node's.");
 ABSL_FLAG(std::string, auth_tokens, "",
@@ -345,6 +350,7 @@ int main(int argc, char** argv) {
   options.peer_tls = {absl::GetFlag(FLAGS_peer_tls_ca), absl::GetFlag(FLAGS_peer_tls_cert),
                       absl::GetFlag(FLAGS_peer_tls_key)};
   options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  options.cluster_secret_accept_file = absl::GetFlag(FLAGS_cluster_secret_accept_file);
   options.peer_clock_skew = absl::GetFlag(FLAGS_peer_clock_skew);
 
   gpumove::SchedulerOptions& scheduler = options.scheduler;

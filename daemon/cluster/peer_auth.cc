@@ -52,8 +52,13 @@ absl::StatusOr<std::string> ReadClusterSecret(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  std::string secret = text.str();
+  return ParseClusterSecret(text.str(), path);
+}
+
+absl::StatusOr<std::string> ParseClusterSecret(std::string secret, const std::string& path,
+                                               bool may_be_empty) {
   absl::StripTrailingAsciiWhitespace(&secret);
+  if (secret.empty() && may_be_empty) return secret;
   if (secret.size() < kMinClusterSecret) {
     return absl::InvalidArgumentError(absl::StrCat("the cluster secret in ", Quoted(path), " has ",
                                                    secret.size(), " bytes; at least ",
@@ -66,18 +71,49 @@ absl::StatusOr<std::string> ReadClusterSecret(const std::string& path) {
 
 PeerAuth::PeerAuth(std::string secret, std::string node, uint64_t incarnation,
                    absl::Duration max_skew, uint64_t window)
-    : secret_(std::move(secret)),
-      node_(std::move(node)),
+    : node_(std::move(node)),
       incarnation_(incarnation),
       max_skew_(max_skew),
-      window_(std::max<uint64_t>(64, (window + 63) / 64 * 64)) {}
+      window_(std::max<uint64_t>(64, (window + 63) / 64 * 64)) {
+  SetSecrets(std::move(secret), "");
+}
 
-std::string PeerAuth::Mac(absl::string_view data) const {
+void PeerAuth::SetSecrets(std::string signing, std::string accepted) {
+  auto s = std::make_shared<const Secrets>(Secrets{std::move(signing), std::move(accepted)});
+  absl::MutexLock lock(&secrets_mu_);
+  secrets_ = std::move(s);
+}
+
+std::shared_ptr<const PeerAuth::Secrets> PeerAuth::secrets() const {
+  absl::MutexLock lock(&secrets_mu_);
+  return secrets_;
+}
+
+namespace {
+
+std::string HmacSha256(const std::string& key, absl::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &n);
   return std::string(reinterpret_cast<const char*>(out), n);
+}
+
+}  // namespace
+
+std::string PeerAuth::Mac(absl::string_view data) const {
+  return HmacSha256(secrets()->signing, data);
+}
+
+bool PeerAuth::MacMatches(absl::string_view data, absl::string_view mac) const {
+  if (mac.size() != kMacBytes) return false;
+  const std::shared_ptr<const Secrets> s = secrets();
+  for (const std::string* key : {&s->signing, &s->accepted}) {
+    if (key->empty()) continue;
+    const std::string want = HmacSha256(*key, data);
+    if (CRYPTO_memcmp(want.data(), mac.data(), kMacBytes) == 0) return true;
+  }
+  return false;
 }
 
 PeerAuth::Stamped PeerAuth::Stamp(uint32_t method, absl::string_view body, uint64_t to_incarnation,
@@ -114,8 +150,7 @@ absl::StatusOr<PeerAuth::Caller> PeerAuth::Check(uint32_t method, absl::string_v
       s.mac().size() != kMacBytes) {
     return Refuse("a peer call with a malformed stamp");
   }
-  const std::string want = Mac(CallData(method, s, body));
-  if (CRYPTO_memcmp(want.data(), s.mac().data(), kMacBytes) != 0) {
+  if (!MacMatches(CallData(method, s, body), s.mac())) {
     return Refuse(absl::StrCat("a peer call claiming node ", Quoted(s.node()),
                                " whose mac does not match (another cluster secret?)"));
   }
@@ -174,18 +209,24 @@ bool PeerAuth::FirstSight(const std::string& node, uint64_t incarnation, uint64_
   return true;
 }
 
-std::string PeerAuth::SignReply(absl::string_view call_mac, absl::string_view reply) const {
+namespace {
+
+std::string ReplyData(absl::string_view call_mac, absl::string_view reply) {
   std::string d(kReplyContext, sizeof(kReplyContext));
   d.append(call_mac.data(), call_mac.size());
   d.append(reply.data(), reply.size());
-  return Mac(d);
+  return d;
+}
+
+}  // namespace
+
+std::string PeerAuth::SignReply(absl::string_view call_mac, absl::string_view reply) const {
+  return Mac(ReplyData(call_mac, reply));
 }
 
 bool PeerAuth::CheckReply(absl::string_view call_mac, absl::string_view reply,
                           absl::string_view mac) const {
-  if (mac.size() != kMacBytes) return false;
-  const std::string want = SignReply(call_mac, reply);
-  return CRYPTO_memcmp(want.data(), mac.data(), kMacBytes) == 0;
+  return MacMatches(ReplyData(call_mac, reply), mac);
 }
 
 std::string StampGrpcCall(PeerAuth* auth, uint32_t method, const google::protobuf::Message& request,

@@ -41,6 +41,10 @@ inline constexpr size_t kMinClusterSecret = 16;
 // The secret in `path`, trailing whitespace removed: NOT_FOUND / PERMISSION_DENIED when it
 // cannot be read, INVALID_ARGUMENT when shorter than kMinClusterSecret bytes.
 absl::StatusOr<std::string> ReadClusterSecret(const std::string& path);
+// The secret in `text` (a secret file's contents), as ReadClusterSecret; `path` for
+// messages. With `may_be_empty`, a file of only whitespace is no secret ("").
+absl::StatusOr<std::string> ParseClusterSecret(std::string text, const std::string& path,
+                                               bool may_be_empty = false);
 
 class PeerAuth {
  public:
@@ -57,6 +61,12 @@ class PeerAuth {
   };
   // The stamp of a call of `method` with `body` to a node at `to_incarnation` (0: not
   // known yet), made at `at` (another time than now only in tests).
+  // From now on: calls and answers are signed with `signing`, and those signed with it or
+  // with `accepted` (empty: none) are taken. Rotating a secret without a restart is
+  // three steps on every node: the new one accepted, then signing (the old accepted),
+  // then the old one dropped.
+  void SetSecrets(std::string signing, std::string accepted);
+
   Stamped Stamp(uint32_t method, absl::string_view body, uint64_t to_incarnation,
                 absl::Time at = absl::Now());
 
@@ -84,13 +94,21 @@ class PeerAuth {
     std::vector<uint64_t> bits;
     absl::Time last = absl::InfinitePast();
   };
+  struct Secrets {
+    std::string signing, accepted;
+  };
+  std::shared_ptr<const Secrets> secrets() const ABSL_LOCKS_EXCLUDED(secrets_mu_);
+  // The mac of `data` with the signing secret, and whether `mac` is that of `data` with
+  // the signing or the accepted secret.
   std::string Mac(absl::string_view data) const;
+  bool MacMatches(absl::string_view data, absl::string_view mac) const;
   absl::Status Refuse(std::string why);
   // False when `seq` was seen from that caller (or is too far below the highest seen).
   bool FirstSight(const std::string& node, uint64_t incarnation, uint64_t seq)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::string secret_;
+  mutable absl::Mutex secrets_mu_;
+  std::shared_ptr<const Secrets> secrets_ ABSL_GUARDED_BY(secrets_mu_);
   const std::string node_;
   const uint64_t incarnation_;
   const absl::Duration max_skew_;

@@ -127,3 +127,41 @@ TEST(PeerAuthTest, SecretFiles) {
 
 }  // namespace
 }  // namespace gpumove
+
+namespace gpumove {
+namespace {
+
+// Rotating the secret: a node that accepts the new one takes calls signed with either;
+// one that does not refuses the new one; answers are checked the same way.
+TEST(PeerAuthTest, ASecondAcceptedSecretLetsTheSecretRotate) {
+  constexpr char kNew[] = "fedcba9876543210fedcba9876543210";
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22);
+  a.SetSecrets(kSecret, kNew);  // Step 1 on a: the new one accepted.
+  PeerAuth::Stamped old_call = b.Stamp(3, "body", 11);
+  auto from_b = a.Check(3, "body", old_call.stamp);
+  ASSERT_TRUE(from_b.ok()) << from_b.status();
+  b.SetSecrets(kNew, kSecret);  // Step 2 on b: signing with the new, the old accepted.
+  PeerAuth::Stamped new_call = b.Stamp(3, "body", 11);
+  auto again = a.Check(3, "body", new_call.stamp);
+  ASSERT_TRUE(again.ok()) << again.status();
+  // a's answer (old secret) is taken by b, which accepts the old one.
+  EXPECT_TRUE(b.CheckReply(new_call.mac, "answer", a.SignReply(again->mac, "answer")));
+  // A node that never accepted the new secret refuses its calls and answers.
+  PeerAuth c(kSecret, "c", 33);
+  EXPECT_EQ(c.Check(3, "body", b.Stamp(3, "body", 33).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  PeerAuth::Stamped to_b = c.Stamp(3, "body", 22);
+  auto at_b = b.Check(3, "body", to_b.stamp);
+  ASSERT_TRUE(at_b.ok());
+  EXPECT_FALSE(c.CheckReply(to_b.mac, "answer", b.SignReply(at_b->mac, "answer")));
+  // Step 3: the old secret dropped; a call signed with it is refused.
+  b.SetSecrets(kNew, "");
+  EXPECT_EQ(b.Check(3, "body", c.Stamp(3, "body", 22).stamp).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(ParseClusterSecret(" \n", "f", /*may_be_empty=*/true).ok());
+  EXPECT_FALSE(ParseClusterSecret(" \n", "f").ok());
+  EXPECT_FALSE(ParseClusterSecret("short\n", "f", /*may_be_empty=*/true).ok());
+}
+
+}  // namespace
+}  // namespace gpumove

@@ -308,6 +308,30 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
     if (!secret.ok()) return secret.status();
     peer_auth_ = std::make_shared<PeerAuth>(*std::move(secret), node_, self_.incarnation(),
                                             options.peer_clock_skew);
+    std::vector<std::string> files = {options.cluster_secret_file};
+    if (!options.cluster_secret_accept_file.empty()) {
+      files.push_back(options.cluster_secret_accept_file);
+    }
+    PeerAuth* auth = peer_auth_.get();
+    auto watcher = WatchedFiles::Start(
+        files, options.serve.auth_refresh, "cluster secret",
+        [auth, files](const std::vector<std::string>& contents) -> absl::Status {
+          auto signing = ParseClusterSecret(contents[0], files[0]);
+          if (!signing.ok()) return signing.status();
+          std::string accepted;
+          if (contents.size() > 1) {
+            auto a = ParseClusterSecret(contents[1], files[1], /*may_be_empty=*/true);
+            if (!a.ok()) return a.status();
+            accepted = *std::move(a);
+          }
+          auth->SetSecrets(*std::move(signing), std::move(accepted));
+          return absl::OkStatus();
+        });
+    if (!watcher.ok()) return watcher.status();
+    secret_watcher_ = *std::move(watcher);
+  } else if (!options.cluster_secret_accept_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--cluster_secret_accept_file goes with --cluster_secret_file");
   }
   self_.set_mpi_rank(-1);
   if (mpi_ != nullptr) {

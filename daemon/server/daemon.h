@@ -15,6 +15,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/holds.h"
 #include "daemon/cluster/remote_ranges.h"
+#include "daemon/common/watched_files.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
@@ -163,6 +164,10 @@ struct DaemonOptions {
   // with it (PeerAuth). Empty: peer calls are taken from anyone, unless the daemon's
   // clients need credentials, when it takes no peers.
   std::string cluster_secret_file;
+  // A second secret taken (not signed with) besides it, for rotating the secret without a
+  // restart; both files are re-read every serve.auth_refresh. Empty (or a file of only
+  // whitespace): none.
+  std::string cluster_secret_accept_file;
   // How far a peer call's clock may be from this node's.
   absl::Duration peer_clock_skew = absl::Minutes(2);
   UcxPathOptions ucx;
@@ -234,6 +239,7 @@ class Daemon {
   std::vector<std::string> addresses_;
   // Before what stamps or checks peer calls with it (the cluster holds it too).
   std::shared_ptr<PeerAuth> peer_auth_;
+  std::unique_ptr<WatchedFiles> secret_watcher_;  // Gives peer_auth_ changed secrets.
   std::unique_ptr<GpuRuntime> gpu_;
   // Before pools_: host pools may live in memory UCX allocated.
   std::unique_ptr<UcxTransport> ucx_;
