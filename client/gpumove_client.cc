@@ -278,6 +278,8 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
   spec->set_path(options.path);
   spec->set_checksum(options.checksum);
   spec->set_label(options.label);
+  for (const v1::Segment& g : options.segments) *spec->add_segments() = g;
+  if (options.blocks.block_size() != 0) *spec->mutable_blocks() = options.blocks;
   request.set_idempotency_key(options.idempotency_key);
   request.set_wait(options.wait);
   auto response = Submit(request);

@@ -34,6 +34,10 @@ struct MoveOptions {
   bool wait = true;              // Return the final state (one round trip).
   std::string idempotency_key;
   std::string label;
+  // A vectored move: these pieces, or these blocks (set block_size), instead of the whole
+  // range; see v1::TransferSpec.
+  std::vector<v1::Segment> segments;
+  v1::BlockList blocks;
 };
 
 // How a client reaches its daemon: plaintext, or TLS when `tls_ca` is given.

@@ -39,6 +39,9 @@ ABSL_FLAG(bool, keep_cpu_binding, false,
           "fewer to one core each). By default a daemon started by an MPI launcher lets its "
           "threads run on every CPU its cpuset allows.");
 ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
+ABSL_FLAG(int, max_blocks_per_move, 1 << 20,
+          "Pieces (segments or blocks) one vectored move may have; past it the Submit is "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
           "Per-transfer bandwidth cap in bytes per second (e.g. 1GiB); 0 means none.");
@@ -356,6 +359,7 @@ int main(int argc, char** argv) {
   gpumove::SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));
   scheduler.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
+  scheduler.max_pieces = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_blocks_per_move)));
   scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
   scheduler.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
 

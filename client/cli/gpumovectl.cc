@@ -19,9 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "client/ref.h"
@@ -42,6 +44,14 @@ ABSL_FLAG(bool, checksum, false, "move: verify with xxh3 on both sides (DATA_LOS
 ABSL_FLAG(bool, wait, true, "move: wait for the end (--no-wait prints the id and returns).");
 ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.");
 ABSL_FLAG(std::string, idempotency_key, "", "move: key that makes a retried move safe.");
+ABSL_FLAG(std::string, blocks, "",
+          "move: a vectored move of the blocks in this file, one \"SRC_INDEX DST_INDEX\" pair a "
+          "line (# comments), each --block_size bytes at index x stride.");
+ABSL_FLAG(std::string, block_size, "0", "move --blocks: bytes per block (e.g. 4KiB).");
+ABSL_FLAG(std::string, source_stride, "0",
+          "move --blocks: bytes between source blocks (0: the block size).");
+ABSL_FLAG(std::string, destination_stride, "0",
+          "move --blocks: bytes between destination blocks (0: the block size).");
 ABSL_FLAG(std::string, state, "", "transfers: only this state (queued, running, ...).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5), "How long to wait for the daemon to answer.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -82,6 +92,7 @@ Commands:
   read BUF FILE [--offset N] [--length N]
                                      copy bytes of BUF into FILE (- for stdout)
   move SRC DST [--length N] [--checksum] [--no-wait] [--path P]
+      [--blocks FILE --block_size N [--source_stride N] [--destination_stride N]]
                                      copy SRC to DST; refs are [node/]buffer_id[@offset]
   transfers [--state S]              list transfers, newest first
   transfer ID                        show one transfer
@@ -159,6 +170,7 @@ void PrintTransfer(const v1::Transfer& t) {
   std::cout << absl::StrFormat("%s  %s  %s -> %s  %s  %s", t.id(), State(t.state()),
                                FormatBufferRef(t.source()), FormatBufferRef(t.destination()),
                                FormatBytes(t.length()), v1::Path_Name(t.path()));
+  if (t.pieces() > 0) std::cout << "  " << t.pieces() << " pieces";
   if (t.state() == v1::SUCCEEDED) {
     std::cout << absl::StrFormat("  %s  %s", absl::FormatDuration(Elapsed(t)),
                                  Rate(t.length(), Elapsed(t)));
@@ -399,6 +411,29 @@ int Run(Client& c, const std::vector<std::string>& args) {
     spec->mutable_source()->set_length(SizeArg(absl::GetFlag(FLAGS_length)));
     spec->set_checksum(absl::GetFlag(FLAGS_checksum));
     spec->set_label(absl::GetFlag(FLAGS_label));
+    if (!absl::GetFlag(FLAGS_blocks).empty()) {
+      v1::BlockList* b = spec->mutable_blocks();
+      b->set_block_size(SizeArg(absl::GetFlag(FLAGS_block_size)));
+      b->set_source_stride(SizeArg(absl::GetFlag(FLAGS_source_stride)));
+      b->set_destination_stride(SizeArg(absl::GetFlag(FLAGS_destination_stride)));
+      if (b->block_size() == 0) throw UsageError{"--blocks needs --block_size"};
+      std::ifstream in(absl::GetFlag(FLAGS_blocks));
+      if (!in) throw UsageError{absl::StrCat("cannot read ", absl::GetFlag(FLAGS_blocks))};
+      std::string line;
+      for (int number = 1; std::getline(in, line); ++number) {
+        line = std::string(absl::StripAsciiWhitespace(line.substr(0, line.find('#'))));
+        if (line.empty()) continue;
+        std::vector<std::string> f =
+            absl::StrSplit(line, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
+        uint64_t si = 0, di = 0;
+        if (f.size() != 2 || !absl::SimpleAtoi(f[0], &si) || !absl::SimpleAtoi(f[1], &di)) {
+          throw UsageError{absl::StrCat(absl::GetFlag(FLAGS_blocks), " line ", number,
+                                        ": not \"SRC_INDEX DST_INDEX\"")};
+        }
+        b->add_source_blocks(si);
+        b->add_destination_blocks(di);
+      }
+    }
     v1::Path path;
     std::string p = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_path));
     if (p == "AUTO") p = "PATH_AUTO";

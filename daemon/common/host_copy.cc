@@ -67,6 +67,22 @@ void ParallelHostCopy(void* dst, const void* src, size_t n, int threads, size_t 
   helpers.Wait();
 }
 
+void RunCopyParts(int parts, const std::function<void(int part)>& job) {
+  if (parts <= 1) {
+    job(0);
+    return;
+  }
+  absl::BlockingCounter helpers(parts - 1);
+  for (int i = 1; i < parts; ++i) {
+    CopyPool().Run([i, &job, &helpers] {
+      job(i);
+      helpers.DecrementCount();
+    });
+  }
+  job(0);
+  helpers.Wait();
+}
+
 uint64_t StreamedCopyBytes() { return streamed_bytes.load(std::memory_order_relaxed); }
 uint64_t HelperCopyBytes() { return helper_bytes.load(std::memory_order_relaxed); }
 

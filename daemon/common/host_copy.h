@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace gpumove {
 
@@ -24,6 +25,10 @@ void HostCopy(void* dst, const void* src, size_t n, size_t streaming_min = kStre
 // Streaming stores as for a HostCopy of all n bytes. Returns when every part is done.
 void ParallelHostCopy(void* dst, const void* src, size_t n, int threads,
                       size_t streaming_min = kStreamingCopyMin);
+
+// Runs job(0) on this thread and job(1) .. job(parts - 1) on the helper threads of
+// ParallelHostCopy; returns when all are done.
+void RunCopyParts(int parts, const std::function<void(int part)>& job);
 
 // Bytes this process copied with streaming stores (HostCopy, ParallelHostCopy).
 uint64_t StreamedCopyBytes();

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/core/segments.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
@@ -217,6 +218,17 @@ class Engine {
   // stopped early because control.cancelled().
   virtual absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                             MoveControl& control) = 0;
+
+  // Vectored moves. Whether MovePieces serves `src` and `dst` (after CanServe said yes).
+  virtual bool MovesPieces(const Endpoint& src, const Endpoint& dst) const { return false; }
+  // Copies every piece of `pieces` (offsets from src.data and dst.data, or from the
+  // remote holds' addresses) and returns when all are visible in dst; progress in bytes
+  // over all pieces, cancel between groups of pieces.
+  virtual absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                                  MoveControl& control) {
+    return absl::UnimplementedError(
+        absl::StrCat("path ", PathKindName(path()), " does not move pieces"));
+  }
 };
 
 }  // namespace gpumove

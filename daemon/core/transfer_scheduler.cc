@@ -59,6 +59,8 @@ struct TransferScheduler::Record {
   RangeSpec source;
   RangeSpec destination;
   uint64_t length = 0;
+  // A vectored move's pieces, relative to the ranges held (src.data, dst.data).
+  std::shared_ptr<const Segments> pieces;
   PathKind path = PathKind::kAuto;
   bool checksum = false;
   Engine* engine = nullptr;
@@ -173,7 +175,7 @@ std::vector<std::shared_ptr<TransferScheduler::Record>> TransferScheduler::Unfin
 }
 
 absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const Endpoint& src,
-                                                        const Endpoint& dst) const {
+                                                        const Endpoint& dst, bool pieces) const {
   // AUTO: the first engine (LOCAL, UCX, MPI, in that order) that can serve the move and
   // needs no host staging of device memory; else the first that can serve it.
   std::string reasons;
@@ -181,6 +183,9 @@ absl::StatusOr<Engine*> TransferScheduler::ChooseEngine(PathKind path, const End
   for (Engine* e : engines_) {
     if (path != PathKind::kAuto && e->path() != path) continue;
     absl::Status st = e->CanServe(src, dst);
+    if (st.ok() && pieces && !e->MovesPieces(src, dst)) {
+      st = absl::FailedPreconditionError("does not move the pieces of a vectored move yet");
+    }
     if (st.ok()) {
       if (path != PathKind::kAuto || !e->Stages(src, dst)) return e;
       if (staged == nullptr) staged = e;
@@ -203,7 +208,39 @@ std::string TransferScheduler::BufferKey(const RangeSpec& r) {
 }
 
 std::vector<absl::StatusOr<std::shared_ptr<TransferScheduler::Record>>>
-TransferScheduler::PrepareAll(const std::string& owner, const std::vector<TransferSpec>& specs) {
+TransferScheduler::PrepareAll(const std::string& owner, const std::vector<TransferSpec>& given) {
+  // A vectored move holds the smallest ranges holding its pieces.
+  std::vector<TransferSpec> bounded;
+  std::vector<absl::Status> bad(given.size());
+  const bool any_pieces = std::any_of(given.begin(), given.end(),
+                                      [](const TransferSpec& s) { return s.pieces != nullptr; });
+  if (any_pieces) {
+    bounded = given;
+    for (size_t i = 0; i < bounded.size(); ++i) {
+      TransferSpec& s = bounded[i];
+      if (s.pieces == nullptr) continue;
+      const Segments& p = *s.pieces;
+      if (s.source.length != 0 && p.src_hi > s.source.length) {
+        bad[i] = absl::InvalidArgumentError(absl::StrCat(
+            "a piece ends at ", p.src_hi, ", past the source range's ", s.source.length, " bytes"));
+      } else if (s.destination.length != 0 && p.dst_hi > s.destination.length) {
+        bad[i] = absl::InvalidArgumentError(absl::StrCat("a piece ends at ", p.dst_hi,
+                                                         ", past the destination range's ",
+                                                         s.destination.length, " bytes"));
+      } else if (s.source.offset > UINT64_MAX - p.src_hi ||
+                 s.destination.offset > UINT64_MAX - p.dst_hi) {
+        bad[i] = absl::InvalidArgumentError("a piece ends past 2^64");
+      } else if (s.checksum && !options_.piece_hasher) {
+        bad[i] = absl::UnimplementedError("no checksums of vectored moves here");
+      }
+      s.source.offset += p.src_lo;
+      s.source.length = p.src_hi - p.src_lo;
+      s.destination.offset += p.dst_lo;
+      s.destination.length = p.dst_hi - p.dst_lo;
+      s.pieces = Rebased(p);
+    }
+  }
+  const std::vector<TransferSpec>& specs = any_pieces ? bounded : given;
   // Each move is checked and its ranges held: local ones in the registry, those on other
   // nodes with one PrepareRemoteBatch per node (per phase). Sources come first, since a
   // destination's default length is its source's: phase 1 holds remote sources (pulls),
@@ -222,6 +259,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     for (const RangeSpec* r : {&spec.source, &spec.destination}) {
       if (r->buffer_id.empty()) d.error = absl::InvalidArgumentError("buffer_id is empty");
     }
+    if (d.error.ok() && !bad[i].ok()) d.error = bad[i];
     if (!d.error.ok()) continue;
     d.src_node = spec.source.node.empty() ? options_.node : spec.source.node;
     d.dst_node = spec.destination.node.empty() ? options_.node : spec.destination.node;
@@ -246,6 +284,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     d.t->owner = owner;
     d.t->label = spec.label;
     d.t->checksum = spec.checksum;
+    d.t->pieces = spec.pieces;
   }
 
   // Holds the remote ends asked for in one phase: one batch per node, nodes in parallel.
@@ -271,7 +310,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         const RangeSpec& ours = write ? spec.source : spec.destination;
         auto our_info = registry_->Get(owner, ours.buffer_id);
         uint64_t length = r.length;
-        if (write && length == 0) length = drafts[i].t->source.length;
+        if (write && length == 0 && spec.pieces == nullptr) length = drafts[i].t->source.length;
         asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write,
                                  spec.path,
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
@@ -338,7 +377,8 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     Draft& d = drafts[i];
     if (d.error.ok() && d.t != nullptr && d.dst_local) {
       const uint64_t length = specs[i].destination.length;
-      hold_local(d, specs[i].destination, length == 0 ? d.t->source.length : length, true);
+      hold_local(d, specs[i].destination,
+                 length == 0 && specs[i].pieces == nullptr ? d.t->source.length : length, true);
     }
   }
   if (remote_ != nullptr) hold_remote(true);
@@ -348,16 +388,21 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     Draft& d = drafts[i];
     if (d.error.ok()) {
       Record& t = *d.t;
-      const uint64_t length = t.source.length;
-      if (t.destination.length != length) {
+      const uint64_t length = t.pieces != nullptr ? t.pieces->total : t.source.length;
+      if (t.pieces == nullptr && t.destination.length != length) {
         d.error = absl::InvalidArgumentError(absl::StrCat(
             "destination length ", t.destination.length, " differs from source length ", length));
       } else if (BufferKey(t.source) == BufferKey(t.destination) &&
-                 RangesOverlap(t.source.offset, length, t.destination.offset, length)) {
-        d.error = absl::InvalidArgumentError("source and destination ranges overlap");
+                 RangesOverlap(t.source.offset, t.source.length, t.destination.offset,
+                               t.destination.length)) {
+        d.error = absl::InvalidArgumentError(
+            t.pieces != nullptr
+                ? "source and destination ranges overlap (a vectored move within one buffer "
+                  "needs the ranges holding its source and destination pieces apart)"
+                : "source and destination ranges overlap");
       } else {
         t.length = length;
-        auto engine = ChooseEngine(specs[i].path, t.src, t.dst);
+        auto engine = ChooseEngine(specs[i].path, t.src, t.dst, t.pieces != nullptr);
         if (engine.ok()) {
           t.engine = *engine;
           t.path = t.engine->path();
@@ -517,7 +562,8 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   absl::Status status;
   uint64_t src_hash = 0;
   if (t->checksum && t->src.remote == nullptr) {
-    auto h = hasher_(t->src, t->length);
+    auto h = t->pieces != nullptr ? options_.piece_hasher(t->src, *t->pieces, true)
+                                  : hasher_(t->src, t->length);
     if (h.ok()) {
       src_hash = *h;
     } else {
@@ -531,7 +577,8 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   }
   if (status.ok()) {
     Control control(this, t.get(), options_.rate_limit);
-    status = t->engine->Move(t->src, t->dst, t->length, control);
+    status = t->pieces != nullptr ? t->engine->MovePieces(t->src, t->dst, *t->pieces, control)
+                                  : t->engine->Move(t->src, t->dst, t->length, control);
     // With a fence the last bytes are still on their way: counted once acknowledged.
     if (status.ok() && t->fence == nullptr) t->bytes_done.store(t->length);
   }
@@ -613,7 +660,8 @@ void TransferScheduler::ReleaseUnrunHolds() {
 void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
                                   uint64_t src_hash, uint64_t dst_hash) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
-    auto h = hasher_(t->dst, t->length);
+    auto h = t->pieces != nullptr ? options_.piece_hasher(t->dst, *t->pieces, false)
+                                  : hasher_(t->dst, t->length);
     if (h.ok()) {
       dst_hash = *h;
     } else {
@@ -703,6 +751,7 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.end_time = t.end_time;
   s.status = t.status;
   s.checksum = t.checksum;
+  s.pieces = t.pieces != nullptr ? t.pieces->list.size() : 0;
   s.source_xxh3 = t.source_xxh3;
   s.destination_xxh3 = t.destination_xxh3;
   s.version = t.version;

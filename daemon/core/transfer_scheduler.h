@@ -27,6 +27,7 @@
 #include "daemon/core/engine.h"
 #include "daemon/core/range.h"
 #include "daemon/core/range_order.h"
+#include "daemon/core/segments.h"
 
 namespace gpumove {
 
@@ -41,6 +42,11 @@ struct TransferSpec {
   PathKind path = PathKind::kAuto;
   bool checksum = false;
   std::string label;
+  // A vectored move: these pieces (offsets relative to source and destination; checked
+  // with MakeSegments) instead of the whole range. The transfer then holds the smallest
+  // ranges that contain its pieces, and its length is theirs in all; a destination
+  // length 0 means to the end of the buffer.
+  std::shared_ptr<const Segments> pieces;
 };
 
 // A transfer as seen from outside, copied under the scheduler's lock.
@@ -49,6 +55,7 @@ struct TransferSnapshot {
   RangeSpec source;  // Offsets and lengths resolved.
   RangeSpec destination;
   uint64_t length = 0;
+  uint64_t pieces = 0;  // A vectored move's pieces (0: one contiguous range).
   PathKind path = PathKind::kAuto;
   TransferState state = TransferState::kQueued;
   uint64_t bytes_done = 0;
@@ -68,6 +75,10 @@ struct TransferSnapshot {
 
 // xxh3-64 of `length` bytes at an endpoint (device memory included).
 using RangeHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)>;
+// xxh3-64 of a vectored move's pieces at an endpoint, in list order: their source sides
+// (`source`) or destination sides.
+using PieceHasher =
+    std::function<absl::StatusOr<uint64_t>(const Endpoint&, const Segments&, bool source)>;
 
 struct SchedulerOptions {
   std::string node;
@@ -93,6 +104,10 @@ struct SchedulerOptions {
   // Each owner's transfers queued or running at once, past which its Submit is
   // RESOURCE_EXHAUSTED (Quotas::TransferLimit); null: none. Must outlive the scheduler.
   const Quotas* quotas = nullptr;
+  // Pieces of one vectored move (segments or blocks); past it RESOURCE_EXHAUSTED.
+  size_t max_pieces = size_t{1} << 20;
+  // Checksums of vectored moves; null: a vectored move with a checksum is refused.
+  PieceHasher piece_hasher;
 };
 
 class TransferScheduler {
@@ -137,6 +152,7 @@ class TransferScheduler {
   size_t active() const;
   bool stopped() const;
   int workers() const { return options_.workers; }
+  size_t max_pieces() const { return options_.max_pieces; }
 
  private:
   struct Record;
@@ -162,8 +178,8 @@ class TransferScheduler {
                  uint64_t dst_hash);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src,
-                                       const Endpoint& dst) const;
+  absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src, const Endpoint& dst,
+                                       bool pieces) const;
   std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Record> FindLocked(const std::string& owner, const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

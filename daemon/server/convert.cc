@@ -99,6 +99,7 @@ void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
   ToProto(t.source, out->mutable_source());
   ToProto(t.destination, out->mutable_destination());
   out->set_length(t.length);
+  out->set_pieces(t.pieces);
   out->set_path(ToProto(t.path));
   out->set_state(ToProto(t.state));
   out->set_bytes_done(t.bytes_done);

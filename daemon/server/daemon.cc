@@ -525,6 +525,10 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   SchedulerOptions sched = options.scheduler;
   sched.node = node_;
   sched.quotas = quotas_.get();
+  GpuRuntime* gpu = gpu_.get();
+  sched.piece_hasher = [gpu](const Endpoint& e, const Segments& pieces, bool source) {
+    return HashPieces(gpu, e, pieces, source);
+  };
   if (metrics_ != nullptr) {
     Metrics* metrics = metrics_.get();
     sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };

@@ -102,6 +102,40 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     spec.path = *path;
     spec.checksum = in.checksum();
     spec.label = in.label();
+    if (in.segments_size() > 0 && in.has_blocks()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("transfer ", i, ": segments or blocks, not both"));
+    }
+    if (in.segments_size() > 0 || in.has_blocks()) {
+      absl::StatusOr<std::shared_ptr<const Segments>> pieces;
+      if (in.has_blocks()) {
+        const v1::BlockList& b = in.blocks();
+        BlockListSpec list;
+        list.block_size = b.block_size();
+        list.source_stride = b.source_stride();
+        list.destination_stride = b.destination_stride();
+        list.source_blocks.assign(b.source_blocks().begin(), b.source_blocks().end());
+        list.destination_blocks.assign(b.destination_blocks().begin(),
+                                       b.destination_blocks().end());
+        pieces = ExpandBlocks(list, scheduler_->max_pieces());
+      } else if (static_cast<size_t>(in.segments_size()) > scheduler_->max_pieces()) {
+        pieces = absl::ResourceExhaustedError(
+            absl::StrCat(in.segments_size(), " segments in one move; at most ",
+                         scheduler_->max_pieces(), " (--max_blocks_per_move)"));
+      } else {
+        std::vector<Segment> list;
+        list.reserve(in.segments_size());
+        for (const v1::Segment& g : in.segments()) {
+          list.push_back(Segment{g.source_offset(), g.destination_offset(), g.length()});
+        }
+        pieces = MakeSegments(std::move(list), scheduler_->max_pieces());
+      }
+      if (!pieces.ok()) {
+        return ToGrpcStatus(absl::Status(
+            pieces.status().code(), absl::StrCat("transfer ", i, ": ", pieces.status().message())));
+      }
+      spec.pieces = *std::move(pieces);
+    }
     specs.push_back(std::move(spec));
   }
   auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());

@@ -1,11 +1,15 @@
 #include "daemon/path/local/local_engine.h"
 
+#include <algorithm>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/host_copy.h"
 
 namespace gpumove {
 namespace {
@@ -44,6 +48,85 @@ absl::Status LocalEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_
   if (control.cancelled()) return absl::CancelledError("cancelled");
   return gpu_->Copy(dst.data, dst_device, src.data, src_device, length,
                     device ? kDeviceChunk : kHostChunk, control.Reporter());
+}
+
+absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
+                                     const Segments& pieces, MoveControl& control) {
+  const bool device = src.kind == MemoryKind::kDevice || dst.kind == MemoryKind::kDevice;
+  const int src_device = src.kind == MemoryKind::kDevice ? src.device : kHostDevice;
+  const int dst_device = dst.kind == MemoryKind::kDevice ? dst.device : kHostDevice;
+  const std::vector<Segment>& list = pieces.list;
+  // Rounds of about a chunk of bytes each: progress and cancel between rounds; a host
+  // round's pieces are split over the copy threads by bytes.
+  const uint64_t round_bytes = device ? kDeviceChunk : kHostChunk;
+  const int threads =
+      static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  uint64_t done = 0;
+  for (size_t begin = 0; begin < list.size();) {
+    if (control.cancelled()) return absl::CancelledError("cancelled");
+    size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < list.size() && (bytes == 0 || bytes + list[end].length <= round_bytes)) {
+      bytes += list[end++].length;
+    }
+    if (device) {
+      for (size_t i = begin; i < end; ++i) {
+        const Segment& p = list[i];
+        absl::Status st = gpu_->Copy(dst.data + p.dst, dst_device, src.data + p.src, src_device,
+                                     p.length, p.length, nullptr);
+        if (!st.ok()) return st;
+      }
+    } else {
+      // Parts of at least kParallelCopyPart bytes, cut at piece boundaries.
+      const int parts = static_cast<int>(
+          std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
+      std::vector<size_t> cut(parts + 1, end);
+      cut[0] = begin;
+      uint64_t acc = 0;
+      int next = 1;
+      for (size_t i = begin; i < end && next < parts; ++i) {
+        acc += list[i].length;
+        if (acc * parts >= bytes * next) cut[next++] = i + 1;
+      }
+      RunCopyParts(parts, [&](int part) {
+        for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
+          const Segment& p = list[i];
+          HostCopy(dst.data + p.dst, src.data + p.src, p.length);
+        }
+      });
+    }
+    done += bytes;
+    begin = end;
+    if (!control.Reporter()(done) && begin < list.size()) {
+      return absl::CancelledError("cancelled");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
+                                    bool source) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  constexpr uint64_t kBounce = 8ull << 20;
+  std::unique_ptr<char[]> bounce;
+  for (const Segment& p : pieces.list) {
+    const char* at = e.data + (source ? p.src : p.dst);
+    if (e.kind != MemoryKind::kDevice) {
+      XXH3_64bits_update(state.get(), at, p.length);
+      continue;
+    }
+    if (bounce == nullptr) bounce.reset(new char[kBounce]);
+    for (uint64_t off = 0; off < p.length;) {
+      const uint64_t n = std::min(kBounce, p.length - off);
+      absl::Status st = gpu->Copy(bounce.get(), kHostDevice, at + off, e.device, n, n, nullptr);
+      if (!st.ok()) return st;
+      XXH3_64bits_update(state.get(), bounce.get(), n);
+      off += n;
+    }
+  }
+  return XXH3_64bits_digest(state.get());
 }
 
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {

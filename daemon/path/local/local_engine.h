@@ -17,6 +17,11 @@ class LocalEngine : public Engine {
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
+  bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override { return true; }
+  // Host to host: the pieces split over the copy threads. With device memory: one copy
+  // per piece for now (the gather kernel of issue 26 is to come).
+  absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                          MoveControl& control) override;
 
  private:
   GpuRuntime* const gpu_;
@@ -24,6 +29,11 @@ class LocalEngine : public Engine {
 
 // xxh3-64 of `length` bytes at `e`; device memory is hashed through a host bounce buffer.
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length);
+// xxh3-64 of the pieces' bytes at `e` one after another in list order: their source
+// sides (`source`) or destination sides. The same bytes hash the same as HashRange of
+// their concatenation.
+absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
+                                    bool source);
 
 }  // namespace gpumove
 

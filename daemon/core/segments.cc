@@ -1,0 +1,107 @@
+#include "daemon/core/segments.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumove {
+namespace {
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment> list,
+                                                             size_t max_pieces) {
+  if (list.empty()) return absl::InvalidArgumentError("a vectored move with no pieces");
+  if (list.size() > max_pieces) {
+    return absl::ResourceExhaustedError(absl::StrCat(list.size(), " pieces in one move; at most ",
+                                                     max_pieces, " (--max_blocks_per_move)"));
+  }
+  auto s = std::make_shared<Segments>();
+  s->src_lo = s->dst_lo = kMax;
+  bool sorted = true;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Segment& p = list[i];
+    if (p.length == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " has length 0"));
+    }
+    if (p.src > kMax - p.length || p.dst > kMax - p.length) {
+      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " ends past 2^64"));
+    }
+    if (s->total > kMax - p.length) {
+      return absl::InvalidArgumentError("the pieces add up to more than 2^64 bytes");
+    }
+    s->total += p.length;
+    s->src_lo = std::min(s->src_lo, p.src);
+    s->src_hi = std::max(s->src_hi, p.src + p.length);
+    s->dst_lo = std::min(s->dst_lo, p.dst);
+    s->dst_hi = std::max(s->dst_hi, p.dst + p.length);
+    if (i > 0 && p.dst < list[i - 1].dst) sorted = false;
+  }
+  // Destination pieces may not share a byte: checked in destination order.
+  auto overlapping = [](const Segment& a, const Segment& b) { return b.dst < a.dst + a.length; };
+  if (sorted) {
+    for (size_t i = 1; i < list.size(); ++i) {
+      if (overlapping(list[i - 1], list[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("destination pieces ", i - 1, " and ", i, " overlap"));
+      }
+    }
+  } else {
+    std::vector<std::pair<uint64_t, uint32_t>> order(list.size());
+    for (size_t i = 0; i < list.size(); ++i) order[i] = {list[i].dst, static_cast<uint32_t>(i)};
+    std::sort(order.begin(), order.end());
+    for (size_t k = 1; k < order.size(); ++k) {
+      const Segment& a = list[order[k - 1].second];
+      const Segment& b = list[order[k].second];
+      if (overlapping(a, b)) {
+        return absl::InvalidArgumentError(absl::StrCat("destination pieces ", order[k - 1].second,
+                                                       " and ", order[k].second, " overlap"));
+      }
+    }
+  }
+  s->list = std::move(list);
+  return std::shared_ptr<const Segments>(std::move(s));
+}
+
+absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec& b,
+                                                             size_t max_pieces) {
+  if (b.block_size == 0) return absl::InvalidArgumentError("block_size is 0");
+  if (b.source_blocks.size() != b.destination_blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(b.source_blocks.size(), " source blocks but ",
+                                                   b.destination_blocks.size(),
+                                                   " destination blocks"));
+  }
+  if (b.source_blocks.size() > max_pieces) {
+    return absl::ResourceExhaustedError(absl::StrCat(b.source_blocks.size(),
+                                                     " blocks in one move; at most ", max_pieces,
+                                                     " (--max_blocks_per_move)"));
+  }
+  const uint64_t ss = b.source_stride == 0 ? b.block_size : b.source_stride;
+  const uint64_t ds = b.destination_stride == 0 ? b.block_size : b.destination_stride;
+  std::vector<Segment> list(b.source_blocks.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const uint64_t si = b.source_blocks[i], di = b.destination_blocks[i];
+    if (si > kMax / ss || di > kMax / ds) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", i, ": index × stride past 2^64"));
+    }
+    list[i] = Segment{si * ss, di * ds, b.block_size};
+  }
+  return MakeSegments(std::move(list), max_pieces);
+}
+
+std::shared_ptr<const Segments> Rebased(const Segments& s) {
+  auto out = std::make_shared<Segments>(s);
+  for (Segment& p : out->list) {
+    p.src -= s.src_lo;
+    p.dst -= s.dst_lo;
+  }
+  out->src_hi -= s.src_lo;
+  out->dst_hi -= s.dst_lo;
+  out->src_lo = out->dst_lo = 0;
+  return out;
+}
+
+}  // namespace gpumove

@@ -1,0 +1,56 @@
+// Vectored moves: the pieces of one transfer, each `length` bytes from `src` (relative to
+// the transfer's source range) to `dst` (relative to its destination range). Built from a
+// list of segments or a compact block list, checked before anything runs: no empty piece,
+// no offset + length past 2^64, no two destination pieces sharing a byte, at most a
+// configured number of pieces.
+#ifndef GPUMOVE_DAEMON_CORE_SEGMENTS_H_
+#define GPUMOVE_DAEMON_CORE_SEGMENTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpumove {
+
+struct Segment {
+  uint64_t src = 0;
+  uint64_t dst = 0;
+  uint64_t length = 0;
+};
+
+// A block list as the API gives it: block i copies block_size bytes from
+// source_blocks[i] * source_stride to destination_blocks[i] * destination_stride
+// (strides 0: block_size).
+struct BlockListSpec {
+  uint64_t block_size = 0;
+  uint64_t source_stride = 0;
+  uint64_t destination_stride = 0;
+  std::vector<uint64_t> source_blocks;
+  std::vector<uint64_t> destination_blocks;
+};
+
+struct Segments {
+  std::vector<Segment> list;
+  uint64_t total = 0;  // Bytes over all pieces.
+  // The smallest ranges holding every piece: [src_lo, src_hi) and [dst_lo, dst_hi).
+  uint64_t src_lo = 0, src_hi = 0, dst_lo = 0, dst_hi = 0;
+};
+
+// Checks `list` (INVALID_ARGUMENT: empty, a piece of length 0, an end past 2^64,
+// destination pieces that overlap; RESOURCE_EXHAUSTED: more than `max_pieces`) and
+// returns it with its totals and bounds.
+absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment> list,
+                                                             size_t max_pieces);
+// The pieces of a block list, checked as MakeSegments does (INVALID_ARGUMENT also for a
+// block size of 0, lists of different lengths, index × stride past 2^64).
+absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec& blocks,
+                                                             size_t max_pieces);
+// The same pieces with their offsets made relative to [src_lo, ...) and [dst_lo, ...):
+// for the bounding ranges a transfer holds.
+std::shared_ptr<const Segments> Rebased(const Segments& s);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_CORE_SEGMENTS_H_

@@ -1,0 +1,79 @@
+#include "daemon/core/segments.h"
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace gpumove {
+namespace {
+
+using absl::StatusCode;
+
+TEST(Segments, BoundsTotalsAndRebasing) {
+  auto s = MakeSegments({{100, 50, 10}, {0, 0, 20}, {300, 20, 5}}, 16);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->total, 35u);
+  EXPECT_EQ((*s)->src_lo, 0u);
+  EXPECT_EQ((*s)->src_hi, 305u);
+  EXPECT_EQ((*s)->dst_lo, 0u);
+  EXPECT_EQ((*s)->dst_hi, 60u);
+  auto t = MakeSegments({{100, 50, 10}, {120, 70, 20}}, 16);
+  ASSERT_TRUE(t.ok());
+  auto r = Rebased(**t);
+  EXPECT_EQ(r->list[0].src, 0u);
+  EXPECT_EQ(r->list[1].src, 20u);
+  EXPECT_EQ(r->list[1].dst, 20u);
+  EXPECT_EQ(r->src_hi, 40u);
+  EXPECT_EQ(r->dst_hi, 40u);
+}
+
+TEST(Segments, BadListsAreRefused) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  EXPECT_EQ(MakeSegments({}, 16).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeSegments({{0, 0, 0}}, 16).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeSegments({{kMax - 4, 0, 8}}, 16).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeSegments({{0, kMax, 1}}, 16).status().code(), StatusCode::kInvalidArgument);
+  // Destination overlaps, in order and out of order; sources may overlap.
+  EXPECT_EQ(MakeSegments({{0, 0, 8}, {16, 7, 8}}, 16).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeSegments({{0, 100, 8}, {16, 0, 8}, {32, 104, 8}}, 16).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MakeSegments({{0, 100, 8}, {0, 0, 8}, {0, 108, 8}}, 16).ok());
+  EXPECT_EQ(MakeSegments(std::vector<Segment>(17, Segment{0, 0, 1}), 16).status().code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(Segments, BlockListsExpandWithStrides) {
+  BlockListSpec b;
+  b.block_size = 4096;
+  b.source_blocks = {3, 0, 7};
+  b.destination_blocks = {0, 2, 1};
+  auto s = ExpandBlocks(b, 16);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ((*s)->list.size(), 3u);
+  EXPECT_EQ((*s)->list[0].src, 3u * 4096);
+  EXPECT_EQ((*s)->list[2].dst, 4096u);
+  EXPECT_EQ((*s)->total, 3u * 4096);
+  b.source_stride = 8192;
+  b.destination_stride = 16384;
+  s = ExpandBlocks(b, 16);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->list[0].src, 3u * 8192);
+  EXPECT_EQ((*s)->list[1].dst, 2u * 16384);
+  // A stride smaller than the block makes destination blocks overlap.
+  b.destination_stride = 1024;
+  EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
+  b.destination_stride = 0;
+  b.source_blocks = {uint64_t{1} << 60, 0, 1};
+  EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);  // Overflow.
+  b.source_blocks = {0, 1};
+  EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);  // Lengths.
+  b.source_blocks = {0, 1, 2};
+  b.block_size = 0;
+  EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
+  b.block_size = 1;
+  EXPECT_EQ(ExpandBlocks(b, 2).status().code(), StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace gpumove
