@@ -51,6 +51,17 @@ ID=$("$CTL" move "$A" "$B" --no-wait)
 "$CTL" --json move "$A" "$B" | grep -q '"state": "SUCCEEDED"' || fail "move --json"
 "$CTL" cancel "$ID" | grep -q SUCCEEDED || fail "cancel of a finished move changes nothing"
 
+# A vectored move of blocks from a file: block 2 of A to block 0 of B, block 0 to block 3.
+printf 'block-two!' | "$CTL" write "$A@8192" - 2>/dev/null
+printf 'block-zero' | "$CTL" write "$A@0" - 2>/dev/null
+printf '# src dst\n2 0\n0 3\n' > "$WORK/blocks"
+"$CTL" move "$A" "$B" --blocks "$WORK/blocks" --block_size 4KiB --checksum | grep -q "2 pieces.*" \
+  || fail "move --blocks"
+[ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "block 2 -> 0"
+[ "$("$CTL" read "$B" - --offset 12288 --length 10)" = "block-zero" ] || fail "block 0 -> 3"
+printf '1 x\n' > "$WORK/bad-blocks"
+expect_code 2 "line 1" -- "$CTL" move "$A" "$B" --blocks "$WORK/bad-blocks" --block_size 4KiB
+
 # Errors: the status code and message, non-zero exit, no stack trace.
 expect_code 1 "NOT_FOUND: no buffer \"b-missing\"" -- "$CTL" release b-missing
 expect_code 1 "INVALID_ARGUMENT" -- "$CTL" move "$A" "$B@1"
