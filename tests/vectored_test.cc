@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
@@ -263,27 +264,74 @@ TEST_F(VectoredTest, ACancelledVectoredMoveStopsBetweenPieces) {
   EXPECT_LT(end->bytes_done(), uint64_t{256} << 20);
 }
 
-// Between nodes no path moves pieces yet: refused before anything runs, the remote hold
-// let go (the destination can be released at once).
-TEST(VectoredNodes, AVectoredMoveBetweenNodesIsRefusedCleanly) {
-  TestNode a = LaunchNode("a", "", {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB"});
-  TestNode b =
-      LaunchNode("b", a.process->address(), {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB"});
-  ASSERT_TRUE(a.client && b.client);
-  ASSERT_TRUE(AwaitPeersUp(a, 1).ok());
-  auto src = a.client->Allocate(1 << 20);
-  auto dst = b.client->Allocate(1 << 20);
-  ASSERT_TRUE(src.ok() && dst.ok());
-  MoveOptions o;
-  o.blocks.set_block_size(4096);
-  o.blocks.add_source_blocks(0);
-  o.blocks.add_destination_blocks(3);
-  v1::BufferRef to = Ref(dst->id());
-  to.set_node("b");
-  auto t = a.client->Move(Ref(src->id()), to, o);
-  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status();
-  EXPECT_TRUE(absl::StrContains(t.status().message(), "vectored")) << t.status();
-  EXPECT_TRUE(b.client->Release(dst->id()).ok());
+// Between nodes over UCX: pushes, pulls and a third-party move (submitted to a node that
+// holds neither end), through UCX's puts and gets and through same-host direct copies,
+// every byte of the destination checked.
+TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
+  for (bool direct : {false, true}) {
+    const std::vector<std::string> flags = {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB",
+                                            absl::StrCat("--ucx_direct=", direct)};
+    TestNode a = LaunchNode("a", "", flags);
+    ASSERT_TRUE(a.client);
+    TestNode b = LaunchNode("b", a.process->address(), flags);
+    TestNode c = LaunchNode("c", a.process->address(), flags);
+    ASSERT_TRUE(b.client && c.client);
+    for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
+    uint64_t seed = direct ? 500 : 600;
+    struct Way {
+      TestNode *from, *to, *via;
+    };
+    for (const Way& w : {Way{&a, &b, &a}, Way{&a, &b, &b}, Way{&b, &a, &c}}) {
+      ++seed;
+      std::mt19937_64 rng(seed);
+      const size_t n = 2000;
+      const uint64_t slot = 4099;
+      auto pieces = Shuffled(
+          n, slot, slot + 1, [&](size_t) { return 1 + rng() % 4096; }, seed);
+      auto s = w.from->client->Allocate(n * slot);
+      auto d = w.to->client->Allocate(n * (slot + 1));
+      ASSERT_TRUE(s.ok() && d.ok());
+      const std::string src = RandomBytes(n * slot, seed),
+                        dst = RandomBytes(n * (slot + 1), seed + 1);
+      ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
+      ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
+      MoveOptions o;
+      for (const Piece& p : pieces) {
+        v1::Segment g;
+        g.set_source_offset(p.src);
+        g.set_destination_offset(p.dst);
+        g.set_length(p.len);
+        o.segments.push_back(g);
+      }
+      v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
+      from.set_node(w.from->name);
+      to.set_node(w.to->name);
+      auto t = w.via->client->Move(from, to, o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+      EXPECT_EQ(t->path(), v1::UCX);
+      EXPECT_EQ(t->pieces(), n);
+      auto back = w.to->client->Read(Ref(d->id()));
+      ASSERT_TRUE(back.ok());
+      EXPECT_TRUE(*back == Expected(src, dst, pieces))
+          << w.from->name << " -> " << w.to->name << " via " << w.via->name << " direct " << direct;
+    }
+    // Checksums between nodes are refused before anything runs (for now), the hold let go.
+    auto s = a.client->Allocate(1 << 20);
+    auto d = b.client->Allocate(1 << 20);
+    ASSERT_TRUE(s.ok() && d.ok());
+    MoveOptions o;
+    o.checksum = true;
+    o.blocks.set_block_size(4096);
+    o.blocks.add_source_blocks(0);
+    o.blocks.add_destination_blocks(3);
+    v1::BufferRef to = Ref(d->id());
+    to.set_node("b");
+    auto t = a.client->Move(Ref(s->id()), to, o);
+    EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented) << t.status();
+    absl::Status released = b.client->Release(d->id());
+    EXPECT_TRUE(released.ok()) << released;
+  }
 }
 
 }  // namespace

@@ -274,6 +274,13 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
       }
       if (!d.error.ok()) continue;
     }
+    if (spec.pieces != nullptr && spec.checksum && (!d.src_local || !d.dst_local)) {
+      // Known before anything is held.
+      d.error = absl::UnimplementedError(
+          "checksums of vectored moves between nodes are not there yet (the other node "
+          "hashes the whole range it holds)");
+      continue;
+    }
     if (!d.src_local && !d.dst_local) {
       d.error = absl::InvalidArgumentError(
           absl::StrCat("neither end of the move is on node \"", options_.node, "\""));

@@ -95,6 +95,39 @@ UcxStrategy ChooseUcxStrategy(bool remote_staged, bool local_staged, size_t lane
   return UcxStrategy::kWhole;
 }
 
+bool UcxEngine::MovesPieces(const Endpoint& src, const Endpoint& dst) const {
+  const bool push = dst.remote != nullptr;
+  const RemoteHold* hold = push ? dst.remote : src.remote;
+  if (hold == nullptr) return false;
+  const UcxOffer* offer = hold->offer<UcxOffer>();
+  const Endpoint& local = push ? src : dst;
+  return offer != nullptr && !offer->stage.has_value() &&
+         !(local.kind == MemoryKind::kDevice && !transport_->cuda_aware());
+}
+
+absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                                   MoveControl& control) {
+  if (!MovesPieces(src, dst)) {
+    return absl::FailedPreconditionError(
+        "this UCX move is staged; staged moves of pieces are "
+        "not there yet");
+  }
+  const bool push = dst.remote != nullptr;
+  const RemoteHold& hold = push ? *dst.remote : *src.remote;
+  const UcxOffer* offer = hold.offer<UcxOffer>();
+  RemoteRange remote;
+  remote.peer_key = hold.peer().Key();
+  remote.worker_address = offer->worker_address;
+  remote.rkey = offer->rkey;
+  remote.address = hold.address;
+  remote.peer_error_handling = !hold.same_host;
+  if (control.cancelled()) return absl::CancelledError("cancelled");
+  VLOG(2) << "UCX move of " << pieces.list.size() << " pieces (" << pieces.total << " bytes) with "
+          << hold.node;
+  return push ? transport_->PutPieces(remote, src.data, pieces, control.Reporter())
+              : transport_->GetPieces(remote, dst.data, pieces, control.Reporter());
+}
+
 absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                              MoveControl& control) {
   const bool push = dst.remote != nullptr;

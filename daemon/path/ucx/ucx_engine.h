@@ -94,6 +94,11 @@ class UcxEngine : public Engine {
   }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
+  // Vectored moves of memory UCX reaches itself (host memory, or device memory with a
+  // CUDA-aware UCX; not staged): one put or get per piece, posted back to back.
+  bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override;
+  absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                          MoveControl& control) override;
 
   // Bytes that extra lanes carried (shares and whole moves on lanes 1 and up).
   uint64_t lane_bytes() const { return lane_bytes_.load(); }

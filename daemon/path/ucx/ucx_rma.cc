@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 #include "daemon/path/ucx/ucx_transport_impl.h"
 
@@ -89,7 +90,35 @@ bool UcxTransport::Impl::Advance(Op& op) {
     }
     return op.requests.empty() && op.flush_posted;
   }
-  while (op.posted < op.length && op.requests.size() < static_cast<size_t>(options.window)) {
+  while (op.pieces != nullptr && op.piece < op.piece_end &&
+         op.requests.size() < static_cast<size_t>(options.window)) {
+    const Segment& p = op.pieces[op.piece];
+    const uint64_t local = (op.put ? p.src : p.dst) + op.in_piece;
+    const uint64_t remote = (op.put ? p.dst : p.src) + op.in_piece;
+    const uint64_t n = std::min(options.chunk, p.length - op.in_piece);
+    ucp_request_param_t param = {};
+    void* req =
+        op.put
+            ? ucp_put_nbx(peer->ep, op.local + local, n, op.remote.address + remote, rkey, &param)
+            : ucp_get_nbx(peer->ep, op.local + local, n, op.remote.address + remote, rkey, &param);
+    op.posted += n;
+    op.in_piece += n;
+    if (op.in_piece == p.length) {
+      ++op.piece;
+      op.in_piece = 0;
+    }
+    if (req == nullptr) {
+      op.done += n;
+      op.last_progress = absl::Now();
+    } else if (UCS_PTR_IS_ERR(req)) {
+      Fail(op, peer, UcxError(UCS_PTR_STATUS(req), op.put ? "ucp_put_nbx" : "ucp_get_nbx"));
+      return op.requests.empty();
+    } else {
+      op.requests.emplace_back(req, n);
+    }
+  }
+  while (op.pieces == nullptr && op.posted < op.length &&
+         op.requests.size() < static_cast<size_t>(options.window)) {
     const uint64_t n = std::min(options.chunk, op.length - op.posted);
     ucp_request_param_t param = {};
     void* req = op.put ? ucp_put_nbx(peer->ep, op.local + op.posted, n,
@@ -181,6 +210,110 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   }
   if (stopped && done < length) return absl::CancelledError("cancelled");
   return absl::OkStatus();
+}
+
+absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* local,
+                                     const Segments& pieces,
+                                     const std::function<bool(uint64_t)>& progress) {
+  const std::vector<Segment>& list = pieces.list;
+  const uint64_t slice =
+      std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
+  if (impl_->options.direct) {
+    if (std::shared_ptr<Impl::Direct> d = impl_->AcquireDirect(remote); d != nullptr) {
+      // A plain copy per piece through the mapping of the peer's pool.
+      char* mapped = reinterpret_cast<char*>(remote.address + d->delta);
+      const uint64_t generation = impl_->Generation(remote.peer_key);
+      absl::Status st;
+      uint64_t done = 0, since = 0;
+      for (size_t i = 0; i < list.size() && st.ok(); ++i) {
+        const Segment& p = list[i];
+        if (put) {
+          HostCopy(mapped + p.dst, local + p.src, p.length);
+        } else {
+          HostCopy(local + p.dst, mapped + p.src, p.length);
+        }
+        done += p.length;
+        since += p.length;
+        impl_->direct_bytes += p.length;
+        if (since >= slice || i + 1 == list.size()) {
+          since = 0;
+          if (impl_->Generation(remote.peer_key) != generation) {
+            st = absl::UnavailableError("peer restarted or down during the move");
+          } else if (progress && !progress(done) && i + 1 < list.size()) {
+            st = absl::CancelledError("cancelled");
+          }
+        }
+      }
+      impl_->ReleaseDirect(d);
+      return st;
+    }
+  }
+  const uint64_t generation = impl_->Generation(remote.peer_key);
+  // Slices of whole pieces, about `slice` bytes each (at least one piece).
+  auto start = [&](size_t begin, bool flush) {
+    auto op = std::make_shared<Impl::Op>();
+    op->generation = generation;
+    op->put = put;
+    op->flush = flush;
+    op->remote = remote;
+    op->local = local;
+    op->last_progress = absl::Now();
+    if (!flush) {
+      op->pieces = list.data();
+      op->piece = begin;
+      size_t end = begin;
+      while (end < list.size() && (op->length == 0 || op->length + list[end].length <= slice)) {
+        op->length += list[end++].length;
+      }
+      op->piece_end = end;
+    }
+    impl_->Post([this, op] { impl_->active.push_back(op); });
+    return op;
+  };
+  auto wait = [&](Impl::Op& op) -> absl::Status {
+    if (!op.finished.WaitForNotificationWithTimeout(impl_->options.op_timeout + absl::Seconds(5))) {
+      op.abandon = true;
+      op.finished.WaitForNotification();
+    }
+    return op.status;
+  };
+  uint64_t done = 0;
+  std::shared_ptr<Impl::Op> current = start(0, false);
+  bool stopped = false;
+  while (current != nullptr) {
+    std::shared_ptr<Impl::Op> next;
+    if (current->piece_end < list.size() && !stopped) next = start(current->piece_end, false);
+    absl::Status st = wait(*current);
+    if (!st.ok()) {
+      if (next != nullptr) wait(*next).IgnoreError();
+      return st;
+    }
+    done += current->length;
+    if (progress && !progress(done) && done < pieces.total) stopped = true;
+    if (stopped && next != nullptr) {
+      if (absl::Status n = wait(*next); !n.ok()) return n;
+      done += next->length;
+      next = nullptr;
+    }
+    current = next;
+  }
+  if (put) {
+    auto flush = start(0, true);
+    if (absl::Status st = wait(*flush); !st.ok()) return st;
+  }
+  if (stopped && done < pieces.total) return absl::CancelledError("cancelled");
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::PutPieces(const RemoteRange& remote, const void* local,
+                                     const Segments& pieces,
+                                     const std::function<bool(uint64_t)>& progress) {
+  return RmaPieces(true, remote, static_cast<char*>(const_cast<void*>(local)), pieces, progress);
+}
+
+absl::Status UcxTransport::GetPieces(const RemoteRange& remote, void* local, const Segments& pieces,
+                                     const std::function<bool(uint64_t)>& progress) {
+  return RmaPieces(false, remote, static_cast<char*>(local), pieces, progress);
 }
 
 absl::Status UcxTransport::Put(const RemoteRange& remote, const void* local, uint64_t length,

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/core/segments.h"
 
 namespace gpumove {
 
@@ -135,6 +136,14 @@ class UcxTransport {
   absl::Status Get(const RemoteRange& remote, void* local, uint64_t length,
                    const std::function<bool(uint64_t)>& progress);
 
+  // Vectored: every piece of `pieces` (src offsets from `local` and dst offsets from
+  // remote.address for a put; the reverse for a get), one put or get per piece posted
+  // back to back, then one flush; progress between slices of pieces.
+  absl::Status PutPieces(const RemoteRange& remote, const void* local, const Segments& pieces,
+                         const std::function<bool(uint64_t)>& progress);
+  absl::Status GetPieces(const RemoteRange& remote, void* local, const Segments& pieces,
+                         const std::function<bool(uint64_t)>& progress);
+
   // Whether moves with `remote` are direct copies (see UcxOptions::direct) rather than
   // puts and gets over the wire. Attaches the peer's pool the first time, as a move would.
   bool Direct(const RemoteRange& remote);
@@ -165,6 +174,8 @@ class UcxTransport {
   explicit UcxTransport(std::unique_ptr<Impl> impl);
   absl::Status Rma(bool put, const RemoteRange& remote, void* local, uint64_t length,
                    const std::function<bool(uint64_t)>& progress);
+  absl::Status RmaPieces(bool put, const RemoteRange& remote, char* local, const Segments& pieces,
+                         const std::function<bool(uint64_t)>& progress);
   absl::Status CopyDirect(bool put, const RemoteRange& remote, char* mapped, char* local,
                           uint64_t length, const std::function<bool(uint64_t)>& progress);
 

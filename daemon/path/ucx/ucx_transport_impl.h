@@ -91,6 +91,11 @@ struct UcxTransport::Impl {
     char* local = nullptr;
     uint64_t length = 0;
     uint64_t posted = 0;
+    // A vectored op: pieces [piece, piece_end) of this list (local and remote addresses
+    // are then the bases the pieces' offsets count from); the posting cursor.
+    const Segment* pieces = nullptr;
+    size_t piece = 0, piece_end = 0;
+    uint64_t in_piece = 0;
     std::atomic<uint64_t> done{0};
     std::vector<std::pair<void*, uint64_t>> requests;
     void* flush_request = nullptr;
