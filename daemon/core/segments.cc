@@ -12,8 +12,24 @@ constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<std::shared_ptr<const Segments>> Checked(std::vector<Segment> list,
+                                                        size_t max_pieces,
+                                                        bool destinations_checked);
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment> list,
                                                              size_t max_pieces) {
+  return Checked(std::move(list), max_pieces, false);
+}
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<const Segments>> Checked(std::vector<Segment> list,
+                                                        size_t max_pieces,
+                                                        bool destinations_checked) {
   if (list.empty()) return absl::InvalidArgumentError("a vectored move with no pieces");
   if (list.size() > max_pieces) {
     return absl::ResourceExhaustedError(absl::StrCat(list.size(), " pieces in one move; at most ",
@@ -42,7 +58,9 @@ absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment
   }
   // Destination pieces may not share a byte: checked in destination order.
   auto overlapping = [](const Segment& a, const Segment& b) { return b.dst < a.dst + a.length; };
-  if (sorted) {
+  if (destinations_checked) {
+    // The caller saw no two destination pieces share a byte.
+  } else if (sorted) {
     for (size_t i = 1; i < list.size(); ++i) {
       if (overlapping(list[i - 1], list[i])) {
         return absl::InvalidArgumentError(
@@ -66,6 +84,8 @@ absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment
   return std::shared_ptr<const Segments>(std::move(s));
 }
 
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec& b,
                                                              size_t max_pieces) {
   if (b.block_size == 0) return absl::InvalidArgumentError("block_size is 0");
@@ -82,14 +102,52 @@ absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec
   const uint64_t ss = b.source_stride == 0 ? b.block_size : b.source_stride;
   const uint64_t ds = b.destination_stride == 0 ? b.block_size : b.destination_stride;
   std::vector<Segment> list(b.source_blocks.size());
+  uint64_t highest = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     const uint64_t si = b.source_blocks[i], di = b.destination_blocks[i];
     if (si > kMax / ss || di > kMax / ds) {
       return absl::InvalidArgumentError(absl::StrCat("block ", i, ": index × stride past 2^64"));
     }
     list[i] = Segment{si * ss, di * ds, b.block_size};
+    highest = std::max(highest, di);
+  }
+  // Blocks no closer than their size overlap only when their destination index repeats:
+  // told by a bitmap of the indices (when it is not much bigger than the list) rather
+  // than by sorting.
+  const bool apart = ds >= b.block_size;
+  if (apart && highest / 64 <= 4 * list.size() + 64) {
+    std::vector<uint64_t> seen(highest / 64 + 1, 0);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const uint64_t di = b.destination_blocks[i];
+      uint64_t& word = seen[di / 64];
+      const uint64_t bit = uint64_t{1} << (di % 64);
+      if (word & bit) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("destination block ", di, " is written twice (block ", i, ")"));
+      }
+      word |= bit;
+    }
+    return Checked(std::move(list), max_pieces, true);
   }
   return MakeSegments(std::move(list), max_pieces);
+}
+
+std::vector<size_t> CutPieces(const std::vector<Segment>& list, size_t begin, size_t end,
+                              uint64_t bytes, int parts) {
+  std::vector<size_t> cut(parts + 1, end);
+  cut[0] = begin;
+  uint64_t acc = 0;
+  int next = 1;
+  for (size_t i = begin; i < end && next < parts; ++i) {
+    acc += list[i].length;
+    while (next < parts && acc * parts >= bytes * next) cut[next++] = i + 1;
+  }
+  return cut;
+}
+
+std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s) {
+  if (s->src_lo == 0 && s->dst_lo == 0) return s;
+  return Rebased(*s);
 }
 
 std::shared_ptr<const Segments> Rebased(const Segments& s) {

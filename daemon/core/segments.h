@@ -50,6 +50,12 @@ absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec
 // The same pieces with their offsets made relative to [src_lo, ...) and [dst_lo, ...):
 // for the bounding ranges a transfer holds.
 std::shared_ptr<const Segments> Rebased(const Segments& s);
+// Cuts pieces [begin, end) (of `bytes` bytes in all) into `parts` runs of about equal
+// bytes at piece boundaries: run k is [cut[k], cut[k + 1]).
+std::vector<size_t> CutPieces(const std::vector<Segment>& list, size_t begin, size_t end,
+                              uint64_t bytes, int parts);
+// The same, without a copy when the offsets start at 0 already.
+std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s);
 
 }  // namespace gpumove
 

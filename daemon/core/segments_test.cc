@@ -60,6 +60,10 @@ TEST(Segments, BlockListsExpandWithStrides) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->list[0].src, 3u * 8192);
   EXPECT_EQ((*s)->list[1].dst, 2u * 16384);
+  // A destination block named twice (the bitmap's check, and the sort's with a stride).
+  b.destination_blocks = {0, 2, 0};
+  EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
+  b.destination_blocks = {0, 2, 1};
   // A stride smaller than the block makes destination blocks overlap.
   b.destination_stride = 1024;
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
@@ -73,6 +77,13 @@ TEST(Segments, BlockListsExpandWithStrides) {
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
   b.block_size = 1;
   EXPECT_EQ(ExpandBlocks(b, 2).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(Segments, CutsAtPieceBoundariesByBytes) {
+  std::vector<Segment> list = {{0, 0, 10}, {0, 10, 10}, {0, 20, 10}, {0, 30, 30}};
+  EXPECT_EQ(CutPieces(list, 0, 4, 60, 2), (std::vector<size_t>{0, 3, 4}));
+  EXPECT_EQ(CutPieces(list, 1, 3, 20, 2), (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(CutPieces(list, 0, 4, 60, 1), (std::vector<size_t>{0, 4}));
 }
 
 }  // namespace

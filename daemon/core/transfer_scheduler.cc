@@ -237,7 +237,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
       s.source.length = p.src_hi - p.src_lo;
       s.destination.offset += p.dst_lo;
       s.destination.length = p.dst_hi - p.dst_lo;
-      s.pieces = Rebased(p);
+      s.pieces = Rebased(s.pieces);
     }
   }
   const std::vector<TransferSpec>& specs = any_pieces ? bounded : given;

@@ -98,6 +98,13 @@ echo "== the cluster secret alone on against off"
 .gpu/bin/tls_bench --rounds=3 --small_moves=3000 --big_moves=1 --secured=secret 2>&1 | tee "$OUT/secret_bench.txt"
 fi
 
+# Opt-in (PARTS=vectored): vectored moves on the host paths (LOCAL, UCX a -> b) against one
+# contiguous move, a gather memcpy and separate specs.
+if part vectored; then
+echo "== vectored moves, host paths"
+.gpu/bin/vectored_bench --rounds=5 2>&1 | tee "$OUT/vectored_bench.txt"
+fi
+
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
 # ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
 # summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and

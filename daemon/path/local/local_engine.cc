@@ -80,14 +80,7 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
       // Parts of at least kParallelCopyPart bytes, cut at piece boundaries.
       const int parts = static_cast<int>(
           std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
-      std::vector<size_t> cut(parts + 1, end);
-      cut[0] = begin;
-      uint64_t acc = 0;
-      int next = 1;
-      for (size_t i = begin; i < end && next < parts; ++i) {
-        acc += list[i].length;
-        if (acc * parts >= bytes * next) cut[next++] = i + 1;
-      }
+      const std::vector<size_t> cut = CutPieces(list, begin, end, bytes, parts);
       RunCopyParts(parts, [&](int part) {
         for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
           const Segment& p = list[i];

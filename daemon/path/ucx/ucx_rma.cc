@@ -1,6 +1,8 @@
 // RMA put/get: a move in slices with a window in flight, flushed, on the progress thread.
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/host_copy.h"
@@ -223,25 +225,37 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
       // A plain copy per piece through the mapping of the peer's pool.
       char* mapped = reinterpret_cast<char*>(remote.address + d->delta);
       const uint64_t generation = impl_->Generation(remote.peer_key);
+      const int threads = DirectCopyThreads(impl_->options, remote);
       absl::Status st;
-      uint64_t done = 0, since = 0;
-      for (size_t i = 0; i < list.size() && st.ok(); ++i) {
-        const Segment& p = list[i];
-        if (put) {
-          HostCopy(mapped + p.dst, local + p.src, p.length);
-        } else {
-          HostCopy(local + p.dst, mapped + p.src, p.length);
+      uint64_t done = 0;
+      // Rounds of about 16 MiB per thread, split over the threads at piece boundaries.
+      const uint64_t round = std::max<uint64_t>(slice, uint64_t{16} << 20) * threads;
+      for (size_t begin = 0; begin < list.size() && st.ok();) {
+        size_t end = begin;
+        uint64_t bytes = 0;
+        while (end < list.size() && (bytes == 0 || bytes + list[end].length <= round)) {
+          bytes += list[end++].length;
         }
-        done += p.length;
-        since += p.length;
-        impl_->direct_bytes += p.length;
-        if (since >= slice || i + 1 == list.size()) {
-          since = 0;
-          if (impl_->Generation(remote.peer_key) != generation) {
-            st = absl::UnavailableError("peer restarted or down during the move");
-          } else if (progress && !progress(done) && i + 1 < list.size()) {
-            st = absl::CancelledError("cancelled");
+        const int parts = static_cast<int>(
+            std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
+        const std::vector<size_t> cut = CutPieces(list, begin, end, bytes, parts);
+        RunCopyParts(parts, [&](int part) {
+          for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
+            const Segment& p = list[i];
+            if (put) {
+              HostCopy(mapped + p.dst, local + p.src, p.length);
+            } else {
+              HostCopy(local + p.dst, mapped + p.src, p.length);
+            }
           }
+        });
+        done += bytes;
+        impl_->direct_bytes += bytes;
+        begin = end;
+        if (impl_->Generation(remote.peer_key) != generation) {
+          st = absl::UnavailableError("peer restarted or down during the move");
+        } else if (progress && !progress(done) && begin < list.size()) {
+          st = absl::CancelledError("cancelled");
         }
       }
       impl_->ReleaseDirect(d);

@@ -1,0 +1,210 @@
+// Vectored moves on the host paths against their baselines, in one run: 65536 shuffled
+// blocks of 4 KiB and 8192 of 64 KiB (256 MiB and 512 MiB), moved as one vectored
+// transfer on LOCAL (host to host) and over UCX (node a to node b), against
+//   (a) the same bytes as one contiguous move through gpumove on the same path,
+//   (b) LOCAL: a same-process gather memcpy of the same blocks on as many threads,
+//   (c) the same blocks as separate TransferSpecs (Submits of up to 1024),
+// and how long a Submit of the whole block list takes to be accepted (wait = false).
+// Medians of --rounds; the ratios printed are vectored / baseline.
+//   bazel run //client/bench:vectored_bench -- --rounds=5
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "tests/util/daemon_process.h"
+
+ABSL_FLAG(int, rounds, 5, "Rounds; medians are printed.");
+ABSL_FLAG(int, separate_blocks, 8192,
+          "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
+          "the whole list).");
+
+namespace gpumove {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Shape {
+  uint64_t block;
+  size_t count;
+};
+
+// Shuffled source and destination block indices.
+void Shuffle(size_t n, uint64_t seed, std::vector<uint64_t>* s, std::vector<uint64_t>* d) {
+  std::mt19937_64 rng(seed);
+  s->resize(n);
+  d->resize(n);
+  std::iota(s->begin(), s->end(), 0);
+  std::iota(d->begin(), d->end(), 0);
+  std::shuffle(s->begin(), s->end(), rng);
+  std::shuffle(d->begin(), d->end(), rng);
+}
+
+// GB/s of a gather memcpy of the blocks on `threads` threads (baseline b).
+double GatherMemcpy(const Shape& shape, const std::vector<uint64_t>& si,
+                    const std::vector<uint64_t>& di, int threads) {
+  const uint64_t bytes = shape.block * shape.count;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::vector<double> rates;
+  for (int r = 0; r < 3; ++r) {
+    const absl::Time t0 = absl::Now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t lo = shape.count * t / threads, hi = shape.count * (t + 1) / threads;
+        for (size_t i = lo; i < hi; ++i) {
+          std::memcpy(dst.data() + di[i] * shape.block, src.data() + si[i] * shape.block,
+                      shape.block);
+        }
+      });
+    }
+    for (auto& p : pool) p.join();
+    rates.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+  }
+  return Median(rates);
+}
+
+struct Figures {
+  double vectored = 0, contiguous = 0, separate = 0, accept_ms = 0;
+};
+
+absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
+                                const Shape& shape, const std::vector<uint64_t>& si,
+                                const std::vector<uint64_t>& di) {
+  const uint64_t bytes = shape.block * shape.count;
+  Figures f;
+  MoveOptions o;
+  o.blocks.set_block_size(shape.block);
+  for (size_t i = 0; i < shape.count; ++i) {
+    o.blocks.add_source_blocks(si[i]);
+    o.blocks.add_destination_blocks(di[i]);
+  }
+  std::vector<double> vec, whole, accept;
+  for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
+    absl::Time t0 = absl::Now();
+    auto t = c.Move(src, dst, o);
+    if (!t.ok() || t->state() != v1::SUCCEEDED) {
+      return absl::InternalError(
+          absl::StrCat("vectored move: ", t.ok() ? t->error_message() : t.status().ToString()));
+    }
+    vec.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+    v1::BufferRef s = src, d = dst;
+    s.set_length(bytes);
+    t0 = absl::Now();
+    auto w = c.Move(s, d);
+    if (!w.ok() || w->state() != v1::SUCCEEDED) return absl::InternalError("contiguous move");
+    whole.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+    // Accepted: a Submit of the whole list that does not wait.
+    MoveOptions nw = o;
+    nw.wait = false;
+    t0 = absl::Now();
+    auto a = c.Move(src, dst, nw);
+    if (!a.ok()) return a.status();
+    accept.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    if (auto e = c.Wait(a->id()); !e.ok() || e->state() != v1::SUCCEEDED) {
+      return absl::InternalError("the unwaited vectored move");
+    }
+  }
+  f.vectored = Median(vec);
+  f.contiguous = Median(whole);
+  f.accept_ms = Median(accept);
+  // (c): the first blocks as separate moves, Submits of up to 1024 that wait.
+  const size_t n = std::min<size_t>(shape.count, absl::GetFlag(FLAGS_separate_blocks));
+  const absl::Time t0 = absl::Now();
+  for (size_t at = 0; at < n; at += 1024) {
+    v1::SubmitRequest req;
+    req.set_wait(true);
+    for (size_t i = at; i < std::min(n, at + 1024); ++i) {
+      v1::TransferSpec* spec = req.add_transfers();
+      *spec->mutable_source() = src;
+      spec->mutable_source()->set_offset(src.offset() + si[i] * shape.block);
+      spec->mutable_source()->set_length(shape.block);
+      *spec->mutable_destination() = dst;
+      spec->mutable_destination()->set_offset(dst.offset() + di[i] * shape.block);
+    }
+    auto r = c.Submit(req);
+    if (!r.ok()) return r.status();
+  }
+  f.separate = static_cast<double>(n * shape.block) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9;
+  return f;
+}
+
+int Main() {
+  const std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--pinned_pool_size=16MiB"};
+  auto a = DaemonProcess::Start([&] {
+    auto f = flags;
+    f.push_back("--node=a");
+    return f;
+  }());
+  if (!a.ok()) return std::printf("%s\n", a.status().ToString().c_str()), 1;
+  auto b = DaemonProcess::Start([&] {
+    auto f = flags;
+    f.push_back("--node=b");
+    f.push_back("--peers=" + (*a)->address());
+    return f;
+  }());
+  if (!b.ok()) return std::printf("%s\n", b.status().ToString().c_str()), 1;
+  auto c = Client::Connect((*a)->address(), ConnectOptions{});
+  if (!c.ok()) return 1;
+  for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
+    auto peers = (*c)->ListPeers();
+    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) break;
+    if (absl::Now() > end) return std::printf("b did not join a\n"), 1;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const int threads =
+      static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  std::printf("%-22s %10s %10s %10s %10s %8s %8s %8s %10s\n", "path, blocks", "vectored",
+              "(a) whole", "(b) gather", "(c) specs", "v/(a)", "v/(b)", "v/(c)", "accept ms");
+  for (const Shape& shape : {Shape{4096, 65536}, Shape{65536, 8192}}) {
+    const uint64_t bytes = shape.block * shape.count;
+    std::vector<uint64_t> si, di;
+    Shuffle(shape.count, shape.block, &si, &di);
+    const double gather = GatherMemcpy(shape, si, di, threads);
+    auto src = (*c)->Allocate(bytes);
+    auto local = (*c)->Allocate(bytes);
+    auto remote = (*c)->Allocate(bytes, v1::HOST, 0, absl::ZeroDuration(), "", "b");
+    if (!src.ok() || !local.ok() || !remote.ok()) return std::printf("allocation failed\n"), 1;
+    v1::BufferRef on_b = Ref(remote->id());
+    on_b.set_node("b");
+    for (bool ucx : {false, true}) {
+      auto f = Measure(**c, Ref(src->id()), ucx ? on_b : Ref(local->id()), shape, si, di);
+      if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
+      std::printf("%-22s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n",
+                  absl::StrCat(ucx ? "UCX a->b" : "LOCAL host", ", ", shape.count, " x ",
+                               shape.block >> 10, " KiB")
+                      .c_str(),
+                  f->vectored, f->contiguous, ucx ? 0.0 : gather, f->separate,
+                  f->vectored / f->contiguous, ucx ? 0.0 : f->vectored / gather,
+                  f->vectored / f->separate, f->accept_ms);
+    }
+    (void)(*c)->Release(src->id());
+    (void)(*c)->Release(local->id());
+    (void)(*c)->Release(remote->id(), "b");
+  }
+  std::printf(
+      "GB/s, medians of %d rounds; (b) is %d threads' memcpy of the same blocks in one "
+      "process; (c) moves the first %d blocks as separate specs\n",
+      absl::GetFlag(FLAGS_rounds), threads, absl::GetFlag(FLAGS_separate_blocks));
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpumove
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gpumove::Main();
+}
