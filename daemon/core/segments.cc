@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/host_copy.h"
 
 namespace gpumove {
 namespace {
@@ -143,6 +144,29 @@ std::vector<size_t> CutPieces(const std::vector<Segment>& list, size_t begin, si
     while (next < parts && acc * parts >= bytes * next) cut[next++] = i + 1;
   }
   return cut;
+}
+
+size_t RoundEnd(const std::vector<Segment>& list, size_t begin, uint64_t round_bytes,
+                uint64_t* bytes) {
+  size_t end = begin;
+  *bytes = 0;
+  while (end < list.size() && (*bytes == 0 || *bytes + list[end].length <= round_bytes)) {
+    *bytes += list[end++].length;
+  }
+  return end;
+}
+
+void CopyPieces(char* dst, const char* src, const std::vector<Segment>& list, size_t begin,
+                size_t end, uint64_t bytes, int threads) {
+  const int parts = static_cast<int>(
+      std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
+  const std::vector<size_t> cut = CutPieces(list, begin, end, bytes, parts);
+  RunCopyParts(parts, [&](int part) {
+    for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
+      const Segment& p = list[i];
+      HostCopy(dst + p.dst, src + p.src, p.length);
+    }
+  });
 }
 
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s) {

@@ -54,6 +54,15 @@ std::shared_ptr<const Segments> Rebased(const Segments& s);
 // bytes at piece boundaries: run k is [cut[k], cut[k + 1]).
 std::vector<size_t> CutPieces(const std::vector<Segment>& list, size_t begin, size_t end,
                               uint64_t bytes, int parts);
+// The end of a round of pieces from `begin`: as many as fit in `round_bytes` (at least
+// one); their bytes in `*bytes`.
+size_t RoundEnd(const std::vector<Segment>& list, size_t begin, uint64_t round_bytes,
+                uint64_t* bytes);
+// Copies host pieces [begin, end) (`bytes` in all) from src + piece.src to
+// dst + piece.dst, split over up to `threads` copy threads in runs of at least
+// kParallelCopyPart bytes.
+void CopyPieces(char* dst, const char* src, const std::vector<Segment>& list, size_t begin,
+                size_t end, uint64_t bytes, int threads);
 // The same, without a copy when the offsets start at 0 already.
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s);
 

@@ -9,7 +9,6 @@
 #include <xxhash.h>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/host_copy.h"
 
 namespace gpumove {
 namespace {
@@ -64,11 +63,8 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   uint64_t done = 0;
   for (size_t begin = 0; begin < list.size();) {
     if (control.cancelled()) return absl::CancelledError("cancelled");
-    size_t end = begin;
     uint64_t bytes = 0;
-    while (end < list.size() && (bytes == 0 || bytes + list[end].length <= round_bytes)) {
-      bytes += list[end++].length;
-    }
+    const size_t end = RoundEnd(list, begin, round_bytes, &bytes);
     if (device) {
       for (size_t i = begin; i < end; ++i) {
         const Segment& p = list[i];
@@ -77,16 +73,7 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
         if (!st.ok()) return st;
       }
     } else {
-      // Parts of at least kParallelCopyPart bytes, cut at piece boundaries.
-      const int parts = static_cast<int>(
-          std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
-      const std::vector<size_t> cut = CutPieces(list, begin, end, bytes, parts);
-      RunCopyParts(parts, [&](int part) {
-        for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
-          const Segment& p = list[i];
-          HostCopy(dst.data + p.dst, src.data + p.src, p.length);
-        }
-      });
+      CopyPieces(dst.data, src.data, list, begin, end, bytes, threads);
     }
     done += bytes;
     begin = end;

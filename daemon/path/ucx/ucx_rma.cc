@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 #include "daemon/path/ucx/ucx_transport_impl.h"
 
@@ -162,42 +161,56 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   const uint64_t slice =
       std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
   const uint64_t generation = impl_->Generation(remote.peer_key);
-  auto start = [&](uint64_t offset, bool flush) {
-    auto op = std::make_shared<Impl::Op>();
-    op->generation = generation;
-    op->put = put;
-    op->flush = flush;
-    op->remote = remote;
-    op->remote.address += offset;
-    op->local = static_cast<char*>(local) + offset;
-    op->length = flush ? 0 : std::min(slice, length - offset);
+  return impl_->RunOps(
+      put, remote, generation, length,
+      [&](const Impl::Op* prev) -> std::shared_ptr<Impl::Op> {
+        const uint64_t offset =
+            prev == nullptr ? 0 : prev->remote.address - remote.address + prev->length;
+        if (prev != nullptr && offset >= length) return nullptr;
+        auto op = std::make_shared<Impl::Op>();
+        op->generation = generation;
+        op->put = put;
+        op->remote = remote;
+        op->remote.address += offset;
+        op->local = static_cast<char*>(local) + offset;
+        op->length = std::min(slice, length - offset);
+        return op;
+      },
+      progress);
+}
+
+absl::Status UcxTransport::Impl::RunOps(
+    bool put, const RemoteRange& remote, uint64_t generation, uint64_t total,
+    const std::function<std::shared_ptr<Op>(const Op* prev)>& next_op,
+    const std::function<bool(uint64_t)>& progress) {
+  auto post = [&](std::shared_ptr<Op> op) {
+    if (op == nullptr) return op;
     op->last_progress = absl::Now();
-    impl_->Post([this, op] { impl_->active.push_back(op); });
+    Post([this, op] { active.push_back(op); });
     return op;
   };
-  auto wait = [&](Impl::Op& op) -> absl::Status {
+  auto wait = [&](Op& op) -> absl::Status {
     // The progress thread enforces op_timeout; this bound only guards against a stuck
     // thread, with room for it to fail the op first.
-    if (!op.finished.WaitForNotificationWithTimeout(impl_->options.op_timeout + absl::Seconds(5))) {
+    if (!op.finished.WaitForNotificationWithTimeout(options.op_timeout + absl::Seconds(5))) {
       op.abandon = true;
       op.finished.WaitForNotification();
     }
     return op.status;
   };
   uint64_t done = 0;
-  std::shared_ptr<Impl::Op> current = start(0, false);
+  std::shared_ptr<Op> current = post(next_op(nullptr));
   bool stopped = false;
   while (current != nullptr) {
-    const uint64_t next_offset = done + current->length;
-    std::shared_ptr<Impl::Op> next;
-    if (next_offset < length && !stopped) next = start(next_offset, false);
+    std::shared_ptr<Op> next;
+    if (!stopped) next = post(next_op(current.get()));
     absl::Status st = wait(*current);
     if (!st.ok()) {
       if (next != nullptr) wait(*next).IgnoreError();
       return st;
     }
-    done = next_offset;
-    if (progress && !progress(done) && done < length) stopped = true;
+    done += current->length;
+    if (progress && !progress(done) && done < total) stopped = true;
     if (stopped && next != nullptr) {
       if (absl::Status n = wait(*next); !n.ok()) return n;
       done += next->length;
@@ -207,10 +220,14 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   }
   if (put) {
     // Puts complete locally before they land; the flush makes them visible remotely.
-    auto flush = start(0, true);
-    if (absl::Status st = wait(*flush); !st.ok()) return st;
+    auto flush = std::make_shared<Op>();
+    flush->generation = generation;
+    flush->put = true;
+    flush->flush = true;
+    flush->remote = remote;
+    if (absl::Status st = wait(*post(flush)); !st.ok()) return st;
   }
-  if (stopped && done < length) return absl::CancelledError("cancelled");
+  if (stopped && done < total) return absl::CancelledError("cancelled");
   return absl::OkStatus();
 }
 
@@ -231,24 +248,13 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
       // Rounds of about 16 MiB per thread, split over the threads at piece boundaries.
       const uint64_t round = std::max<uint64_t>(slice, uint64_t{16} << 20) * threads;
       for (size_t begin = 0; begin < list.size() && st.ok();) {
-        size_t end = begin;
         uint64_t bytes = 0;
-        while (end < list.size() && (bytes == 0 || bytes + list[end].length <= round)) {
-          bytes += list[end++].length;
+        const size_t end = RoundEnd(list, begin, round, &bytes);
+        if (put) {
+          CopyPieces(mapped, local, list, begin, end, bytes, threads);
+        } else {
+          CopyPieces(local, mapped, list, begin, end, bytes, threads);
         }
-        const int parts = static_cast<int>(
-            std::clamp<uint64_t>(bytes / kParallelCopyPart, 1, static_cast<uint64_t>(threads)));
-        const std::vector<size_t> cut = CutPieces(list, begin, end, bytes, parts);
-        RunCopyParts(parts, [&](int part) {
-          for (size_t i = cut[part]; i < cut[part + 1]; ++i) {
-            const Segment& p = list[i];
-            if (put) {
-              HostCopy(mapped + p.dst, local + p.src, p.length);
-            } else {
-              HostCopy(local + p.dst, mapped + p.src, p.length);
-            }
-          }
-        });
         done += bytes;
         impl_->direct_bytes += bytes;
         begin = end;
@@ -264,59 +270,22 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
   }
   const uint64_t generation = impl_->Generation(remote.peer_key);
   // Slices of whole pieces, about `slice` bytes each (at least one piece).
-  auto start = [&](size_t begin, bool flush) {
-    auto op = std::make_shared<Impl::Op>();
-    op->generation = generation;
-    op->put = put;
-    op->flush = flush;
-    op->remote = remote;
-    op->local = local;
-    op->last_progress = absl::Now();
-    if (!flush) {
-      op->pieces = list.data();
-      op->piece = begin;
-      size_t end = begin;
-      while (end < list.size() && (op->length == 0 || op->length + list[end].length <= slice)) {
-        op->length += list[end++].length;
-      }
-      op->piece_end = end;
-    }
-    impl_->Post([this, op] { impl_->active.push_back(op); });
-    return op;
-  };
-  auto wait = [&](Impl::Op& op) -> absl::Status {
-    if (!op.finished.WaitForNotificationWithTimeout(impl_->options.op_timeout + absl::Seconds(5))) {
-      op.abandon = true;
-      op.finished.WaitForNotification();
-    }
-    return op.status;
-  };
-  uint64_t done = 0;
-  std::shared_ptr<Impl::Op> current = start(0, false);
-  bool stopped = false;
-  while (current != nullptr) {
-    std::shared_ptr<Impl::Op> next;
-    if (current->piece_end < list.size() && !stopped) next = start(current->piece_end, false);
-    absl::Status st = wait(*current);
-    if (!st.ok()) {
-      if (next != nullptr) wait(*next).IgnoreError();
-      return st;
-    }
-    done += current->length;
-    if (progress && !progress(done) && done < pieces.total) stopped = true;
-    if (stopped && next != nullptr) {
-      if (absl::Status n = wait(*next); !n.ok()) return n;
-      done += next->length;
-      next = nullptr;
-    }
-    current = next;
-  }
-  if (put) {
-    auto flush = start(0, true);
-    if (absl::Status st = wait(*flush); !st.ok()) return st;
-  }
-  if (stopped && done < pieces.total) return absl::CancelledError("cancelled");
-  return absl::OkStatus();
+  return impl_->RunOps(
+      put, remote, generation, pieces.total,
+      [&](const Impl::Op* prev) -> std::shared_ptr<Impl::Op> {
+        const size_t begin = prev == nullptr ? 0 : prev->piece_end;
+        if (begin >= list.size()) return nullptr;
+        auto op = std::make_shared<Impl::Op>();
+        op->generation = generation;
+        op->put = put;
+        op->remote = remote;
+        op->local = local;
+        op->pieces = list.data();
+        op->piece = begin;
+        op->piece_end = RoundEnd(list, begin, slice, &op->length);
+        return op;
+      },
+      progress);
 }
 
 absl::Status UcxTransport::PutPieces(const RemoteRange& remote, const void* local,

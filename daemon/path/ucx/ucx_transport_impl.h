@@ -217,6 +217,13 @@ struct UcxTransport::Impl {
 
   // Advances one op; true when it has finished.
   bool Advance(Op& op);
+  // Runs a move as ops posted one after another, the next posted while the caller waits
+  // for the current: `next(prev)` makes the op after `prev` (null: the first), null when
+  // none is left. Progress (bytes of `total`) after each op; puts end with a flush made
+  // for the peer's `generation` when the move began (a restart since fails it).
+  absl::Status RunOps(bool put, const RemoteRange& remote, uint64_t generation, uint64_t total,
+                      const std::function<std::shared_ptr<Op>(const Op* prev)>& next,
+                      const std::function<bool(uint64_t)>& progress);
 
   // Ends a call with `status` (and `body`): the caller wakes. No-op when it has ended.
   void FinishCall(uint64_t id, absl::Status status, std::string body = {});
