@@ -342,6 +342,25 @@ TEST(HostilePeer, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
 namespace gpumove {
 namespace {
 
+// `n` TCP connections to 127.0.0.1:`port` (fewer when one fails).
+std::vector<int> ConnectMany(int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      break;
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
 // Started with a soft limit of 96 open files (as a shell's ulimit -S -n would), the daemon
 // raises it to the hard limit: 300 connections at once are accepted, and once they
 // close, new clients are served. (The gRPC this is built with stops accepting for good
@@ -359,17 +378,8 @@ TEST(HostilePeer, ManyConnectionsPastTheSoftOpenFileLimitLeaveTheDaemonServing) 
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);  // This process's own again.
   ASSERT_TRUE(d.ok()) << d.status();
   const int port = std::stoi((*d)->address().substr((*d)->address().rfind(':') + 1));
-  std::vector<int> fds;
-  for (int i = 0; i < 300; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    fds.push_back(fd);
-  }
+  const std::vector<int> fds = ConnectMany(port, 300);
+  ASSERT_EQ(fds.size(), 300u);
   absl::SleepFor(absl::Seconds(1));  // The daemon accepts them all meanwhile.
   for (int fd : fds) close(fd);
   absl::SleepFor(absl::Milliseconds(500));
@@ -438,17 +448,8 @@ TEST(HostilePeer, TheHardOpenFileLimitReachedLeavesTheDaemonServing) {
   low.rlim_cur = low.rlim_max = static_cast<rlim_t>(open_now + 20);
   ASSERT_EQ(prlimit((*d)->pid(), RLIMIT_NOFILE, &low, nullptr), 0) << std::strerror(errno);
   const int port = std::stoi((*d)->address().substr((*d)->address().rfind(':') + 1));
-  std::vector<int> fds;
-  for (int i = 0; i < 100; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    fds.push_back(fd);
-  }
+  const std::vector<int> fds = ConnectMany(port, 100);
+  ASSERT_EQ(fds.size(), 100u);
   // Those past the limit end: a read sees end of file (or a reset) within a few seconds.
   int ended = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(5);

@@ -44,6 +44,18 @@ std::vector<Piece> Shuffled(size_t n, uint64_t src_slot, uint64_t dst_slot,
   return out;
 }
 
+std::vector<v1::Segment> AsSegments(const std::vector<Piece>& pieces) {
+  std::vector<v1::Segment> out;
+  for (const Piece& p : pieces) {
+    v1::Segment g;
+    g.set_source_offset(p.src);
+    g.set_destination_offset(p.dst);
+    g.set_length(p.len);
+    out.push_back(g);
+  }
+  return out;
+}
+
 std::string Expected(const std::string& src, std::string dst, const std::vector<Piece>& pieces) {
   for (const Piece& p : pieces) dst.replace(p.dst, p.len, src, p.src, p.len);
   return dst;
@@ -105,13 +117,7 @@ TEST_F(VectoredTest, RandomSegmentListsMoveEveryByteAndTouchNothingElse) {
     Buffers(k.n * slot, k.n * (slot + 5), seed);
     MoveOptions o;
     o.checksum = seed % 2 == 0;
-    for (const Piece& p : pieces) {
-      v1::Segment g;
-      g.set_source_offset(p.src);
-      g.set_destination_offset(p.dst);
-      g.set_length(p.len);
-      o.segments.push_back(g);
-    }
+    o.segments = AsSegments(pieces);
     auto t = c_->Move(Ref(src_id_), Ref(dst_id_), o);
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
@@ -296,13 +302,7 @@ TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
       ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
       ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
       MoveOptions o;
-      for (const Piece& p : pieces) {
-        v1::Segment g;
-        g.set_source_offset(p.src);
-        g.set_destination_offset(p.dst);
-        g.set_length(p.len);
-        o.segments.push_back(g);
-      }
+      o.segments = AsSegments(pieces);
       v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
       from.set_node(w.from->name);
       to.set_node(w.to->name);
