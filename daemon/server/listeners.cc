@@ -9,11 +9,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -246,10 +248,26 @@ void Listeners::Loop() {
   }
 }
 
+bool Listeners::NearTheLimit(int fd) {
+  // The kernel hands out the lowest free descriptor, so `fd` open means at least fd + 1
+  // are. Connections stop short of the limit: the rest of the daemon (gRPC's own
+  // descriptors, peers, files re-read) keeps some.
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return false;
+  const uint64_t soft = limit.rlim_cur;
+  const uint64_t headroom = std::clamp<uint64_t>(soft / 32, 8, 256);
+  return static_cast<uint64_t>(fd) + headroom >= soft;
+}
+
 bool Listeners::AcceptAll(const Socket& s) {
   // Bounded, so that one busy socket does not starve the others.
   for (int i = 0; i < 256; ++i) {
     const int fd = accept4(s.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0 && NearTheLimit(fd)) {
+      close(fd);
+      CountShed();
+      continue;
+    }
     if (fd >= 0) {
       Hand(s, fd);
       continue;
@@ -295,12 +313,16 @@ bool Listeners::ShedOne(const Socket& s) {
   if (fd >= 0) close(fd);
   reserve_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
+  CountShed();
+  return true;
+}
+
+void Listeners::CountShed() {
   const int64_t shed = shed_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (WarnNow()) {
     LOG(WARNING) << "open-file limit reached: closing new connections at once (" << shed
                  << " so far); raise the limit (ulimit -n, LimitNOFILE=)";
   }
-  return true;
 }
 
 void Listeners::Hand(const Socket& s, int fd) {

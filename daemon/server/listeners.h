@@ -2,9 +2,11 @@
 // connection to gRPC as an external connection, for two reasons:
 // - The gRPC this is built with (Debian's 1.51) closes a listener for good the first time
 //   accept4 fails with EMFILE (grpc/grpc#20418): a daemon that reached its open-file limit
-//   once never took another client or peer. Here a connection that arrives at the limit is
-//   accepted on a reserved descriptor and closed at once (its client sees the connection
-//   end instead of hanging), and the listener goes on.
+//   once never took another client or peer. Here connections stop short of the limit (a
+//   few descriptors are kept for the rest of the daemon: gRPC itself misbehaved when it
+//   found none), those past it are closed at once (their clients see the connection end
+//   instead of hanging; at the limit itself one is taken on a reserved descriptor), and
+//   the listener goes on.
 // - A unix socket's caller is known by its uid (SO_PEERCRED), which gRPC does not expose:
 //   each uid's connections go to an acceptor whose credentials put the uid into the
 //   connection's AuthContext (kUnixUidProperty), where the Authenticator finds it.
@@ -80,6 +82,10 @@ class Listeners {
   // Accepts what is pending on `s`; false when accepting must pause (no memory).
   bool AcceptAll(const Socket& s);
   void Hand(const Socket& s, int fd);
+  // Whether a connection on descriptor `fd` would leave the daemon fewer descriptors
+  // than it keeps in hand (1/32 of the limit, 8 to 256).
+  static bool NearTheLimit(int fd);
+  void CountShed();
   // At the open-file limit: takes one pending connection on the reserved descriptor and
   // closes it. False when it could not.
   bool ShedOne(const Socket& s);
