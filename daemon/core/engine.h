@@ -226,8 +226,7 @@ class Engine {
   // over all pieces, cancel between groups of pieces.
   virtual absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
                                   MoveControl& control) {
-    return absl::UnimplementedError(
-        absl::StrCat("path ", PathKindName(path()), " does not move pieces"));
+    return absl::UnimplementedError("this path does not move the pieces of a vectored move");
   }
 };
 
