@@ -91,41 +91,30 @@ bool UcxTransport::Impl::Advance(Op& op) {
     }
     return op.requests.empty() && op.flush_posted;
   }
-  while (op.pieces != nullptr && op.piece < op.piece_end &&
-         op.requests.size() < static_cast<size_t>(options.window)) {
-    const Segment& p = op.pieces[op.piece];
-    const uint64_t local = (op.put ? p.src : p.dst) + op.in_piece;
-    const uint64_t remote = (op.put ? p.dst : p.src) + op.in_piece;
-    const uint64_t n = std::min(options.chunk, p.length - op.in_piece);
+  // Chunks of the range, or of the op's pieces in turn, while the window has room.
+  auto more = [&] {
+    return op.pieces != nullptr ? op.piece < op.piece_end : op.posted < op.length;
+  };
+  while (more() && op.requests.size() < static_cast<size_t>(options.window)) {
+    uint64_t local = op.posted, remote = op.posted, n = 0;
+    if (op.pieces != nullptr) {
+      const Segment& p = op.pieces[op.piece];
+      local = (op.put ? p.src : p.dst) + op.in_piece;
+      remote = (op.put ? p.dst : p.src) + op.in_piece;
+      n = std::min(options.chunk, p.length - op.in_piece);
+      op.in_piece += n;
+      if (op.in_piece == p.length) {
+        ++op.piece;
+        op.in_piece = 0;
+      }
+    } else {
+      n = std::min(options.chunk, op.length - op.posted);
+    }
     ucp_request_param_t param = {};
     void* req =
         op.put
             ? ucp_put_nbx(peer->ep, op.local + local, n, op.remote.address + remote, rkey, &param)
             : ucp_get_nbx(peer->ep, op.local + local, n, op.remote.address + remote, rkey, &param);
-    op.posted += n;
-    op.in_piece += n;
-    if (op.in_piece == p.length) {
-      ++op.piece;
-      op.in_piece = 0;
-    }
-    if (req == nullptr) {
-      op.done += n;
-      op.last_progress = absl::Now();
-    } else if (UCS_PTR_IS_ERR(req)) {
-      Fail(op, peer, UcxError(UCS_PTR_STATUS(req), op.put ? "ucp_put_nbx" : "ucp_get_nbx"));
-      return op.requests.empty();
-    } else {
-      op.requests.emplace_back(req, n);
-    }
-  }
-  while (op.pieces == nullptr && op.posted < op.length &&
-         op.requests.size() < static_cast<size_t>(options.window)) {
-    const uint64_t n = std::min(options.chunk, op.length - op.posted);
-    ucp_request_param_t param = {};
-    void* req = op.put ? ucp_put_nbx(peer->ep, op.local + op.posted, n,
-                                     op.remote.address + op.posted, rkey, &param)
-                       : ucp_get_nbx(peer->ep, op.local + op.posted, n,
-                                     op.remote.address + op.posted, rkey, &param);
     op.posted += n;
     if (req == nullptr) {
       op.done += n;
