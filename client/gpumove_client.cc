@@ -280,6 +280,7 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
   spec->set_label(options.label);
   for (const v1::Segment& g : options.segments) *spec->add_segments() = g;
   if (options.blocks.block_size() != 0) *spec->mutable_blocks() = options.blocks;
+  if (options.notify.has_value()) spec->set_notify(*options.notify);
   request.set_idempotency_key(options.idempotency_key);
   request.set_wait(options.wait);
   auto response = Submit(request);
@@ -358,6 +359,21 @@ absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
   auto st = FromGrpcStatus(transfers_->Cancel(&context, request, &response));
   if (!st.ok()) return st;
   return response;
+}
+
+absl::Status NotificationStream::Finish() { return FromGrpcStatus(reader_->Finish()); }
+
+absl::StatusOr<std::unique_ptr<NotificationStream>> Client::Subscribe(
+    const v1::NotificationsRequest& request, absl::Duration timeout) {
+  std::unique_ptr<NotificationStream> stream(new NotificationStream());
+  Authorize(stream->context_);
+  if (timeout != absl::InfiniteDuration()) {
+    stream->context_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  stream->reader_ = transfers_->Notifications(&stream->context_, request);
+  // The daemon sends its headers once the subscription starts (or ends the call).
+  stream->reader_->WaitForInitialMetadata();
+  return stream;
 }
 
 absl::StatusOr<v1::NodeInfo> Client::GetInfo() {

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,26 @@ struct MoveOptions {
   // range; see v1::TransferSpec.
   std::vector<v1::Segment> segments;
   v1::BlockList blocks;
+  // Set: the destination's node publishes these bytes once the move's bytes are there
+  // (Client::Subscribe).
+  std::optional<std::string> notify;
+};
+
+// An open TransferService.Notifications stream. Next blocks for the next notification;
+// Cancel (from any thread) ends the stream.
+class NotificationStream {
+ public:
+  // False once the stream has ended (Finish then says why).
+  bool Next(v1::Notification* notification) { return reader_->Read(notification); }
+  void Cancel() { context_.TryCancel(); }
+  // Why the stream ended (after Next returned false); CANCELLED after Cancel.
+  absl::Status Finish();
+
+ private:
+  friend class Client;
+  NotificationStream() = default;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::Notification>> reader_;
 };
 
 // How a client reaches its daemon: plaintext, or TLS when `tls_ca` is given.
@@ -112,6 +133,13 @@ class Client {
                                      const std::function<void(const v1::Transfer&)>& on_event,
                                      absl::Duration progress_interval = absl::Milliseconds(100));
   absl::StatusOr<v1::Transfer> Cancel(const std::string& id);
+  // Subscribes to a node's notifications (request.node, empty: this daemon's), for moves
+  // into request.buffers (empty: all the caller may see). Returns once the daemon has the
+  // subscription: a move submitted after that is seen (with after_sequence unset too).
+  // The stream ends with DEADLINE_EXCEEDED after `timeout`.
+  absl::StatusOr<std::unique_ptr<NotificationStream>> Subscribe(
+      const v1::NotificationsRequest& request,
+      absl::Duration timeout = absl::InfiniteDuration());
 
   // Node.
   absl::StatusOr<v1::NodeInfo> GetInfo();

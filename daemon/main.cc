@@ -42,6 +42,9 @@ ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
 ABSL_FLAG(int, max_blocks_per_move, 1 << 20,
           "Pieces (segments or blocks) one vectored move may have; past it the Submit is "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, notification_log, 16384,
+          "Notifications (TransferSpec.notify) kept per tenant for subscribers that resume; "
+          "one that falls further behind is told how many it missed.");
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
           "Per-transfer bandwidth cap in bytes per second (e.g. 1GiB); 0 means none.");
@@ -215,6 +218,13 @@ ABSL_FLAG(absl::Duration, max_connection_idle, absl::Hours(1),
 ABSL_FLAG(absl::Duration, keepalive, absl::Minutes(2),
           "Pings on a client connection with no traffic this often, so that dead clients' "
           "connections end.");
+ABSL_FLAG(int, grpc_completion_queues, 0,
+          "Completion queues of the gRPC server (0: one per 8 CPUs, 1 to 4).");
+ABSL_FLAG(int, grpc_min_pollers, 0,
+          "Threads per completion queue always waiting for calls (0: 1).");
+ABSL_FLAG(int, grpc_max_pollers, 0,
+          "Most threads per completion queue kept waiting for calls; a thread that ends a call "
+          "when this many wait exits (0: the CPUs over the queues, at least 2).");
 ABSL_FLAG(std::string, unix_socket_mode, "0660",
           "Mode of unix: --listen sockets (octal): who on this host may connect.");
 ABSL_FLAG(std::string, unix_socket_group, "",
@@ -335,6 +345,9 @@ int main(int argc, char** argv) {
   serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
   serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
   serve.keepalive = absl::GetFlag(FLAGS_keepalive);
+  serve.completion_queues = absl::GetFlag(FLAGS_grpc_completion_queues);
+  serve.min_pollers = absl::GetFlag(FLAGS_grpc_min_pollers);
+  serve.max_pollers = absl::GetFlag(FLAGS_grpc_max_pollers);
   {
     const std::string mode = absl::GetFlag(FLAGS_unix_socket_mode);
     char* end = nullptr;
@@ -361,6 +374,7 @@ int main(int argc, char** argv) {
   scheduler.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
   scheduler.max_pieces = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_blocks_per_move)));
   scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
+  options.notification_log = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_notification_log)));
   scheduler.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
 
   gpumove::ClusterOptions& cluster = options.cluster;

@@ -241,6 +241,64 @@ TEST_F(AuthTest, TheTokenFileIsReReadAndABadOneIsRefused) {
   EXPECT_FALSE(bad.ok());
 }
 
+TEST_F(AuthTest, NotificationsReachTheirTenantAndAdminsOnly) {
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto alice = As(**d, "alice-token-0123456789");
+  auto rita = As(**d, "rita-token-0123456789");
+  auto bob = As(**d, "bob-token-0123456789");
+  auto root = As(**d, "root-token-0123456789");
+  auto s = alice->Allocate(4096);
+  auto t = alice->Allocate(4096);
+  auto bs = bob->Allocate(4096);
+  ASSERT_TRUE(s.ok() && t.ok() && bs.ok());
+  v1::NotificationsRequest all;
+  all.set_after_sequence(0);
+  MoveOptions bobs;
+  bobs.notify = "bob's";
+  ASSERT_EQ(bob->Move(Ref(bs->id()), Ref(bs->id()), bobs).status().code(),
+            StatusCode::kInvalidArgument);  // Overlapping: refused, nothing published.
+  auto b2 = bob->Allocate(4096);
+  ASSERT_TRUE(b2.ok());
+  ASSERT_EQ(bob->Move(Ref(bs->id()), Ref(b2->id()), bobs)->state(), v1::SUCCEEDED);
+  MoveOptions alices;
+  alices.notify = "alice's";
+  ASSERT_EQ(alice->Move(Ref(s->id()), Ref(t->id()), alices)->state(), v1::SUCCEEDED);
+  // Alice's tenant (a reader of it too) sees only its own, numbered from 1; Bob only his
+  // (even naming Alice's buffer); the admin both.
+  for (Client* c : {alice.get(), rita.get()}) {
+    auto stream = c->Subscribe(all, absl::Seconds(30));
+    ASSERT_TRUE(stream.ok());
+    v1::Notification n;
+    ASSERT_TRUE((*stream)->Next(&n));
+    EXPECT_EQ(n.notify(), "alice's");
+    EXPECT_EQ(n.sequence(), 1u);
+    (*stream)->Cancel();
+  }
+  v1::NotificationsRequest alices_buffer = all;
+  alices_buffer.add_buffers(t->id());
+  alices_buffer.add_buffers(b2->id());
+  auto as_bob = bob->Subscribe(alices_buffer, absl::Seconds(30));
+  ASSERT_TRUE(as_bob.ok());
+  v1::Notification n;
+  ASSERT_TRUE((*as_bob)->Next(&n));
+  EXPECT_EQ(n.notify(), "bob's");
+  (*as_bob)->Cancel();
+  auto as_root = root->Subscribe(all, absl::Seconds(30));
+  ASSERT_TRUE(as_root.ok());
+  ASSERT_TRUE((*as_root)->Next(&n));
+  EXPECT_EQ(n.notify(), "bob's");
+  ASSERT_TRUE((*as_root)->Next(&n));
+  EXPECT_EQ(n.notify(), "alice's");
+  (*as_root)->Cancel();
+  // No token: no stream.
+  auto anonymous = As(**d, "");
+  auto refused = anonymous->Subscribe(all, absl::Seconds(30));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE((*refused)->Next(&n));
+  EXPECT_EQ((*refused)->Finish().code(), StatusCode::kUnauthenticated);
+}
+
 TEST_F(AuthTest, AnOpenDaemonSaysSo) {
   auto d = DaemonProcess::Start({"--node=a"});
   ASSERT_TRUE(d.ok()) << d.status();

@@ -59,6 +59,9 @@ printf '# src dst\n2 0\n0 3\n' > "$WORK/blocks"
   || fail "move --blocks"
 [ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "block 2 -> 0"
 [ "$("$CTL" read "$B" - --offset 12288 --length 10)" = "block-zero" ] || fail "block 0 -> 3"
+# Notifications: a move with --notify, then the stream from the oldest kept.
+"$CTL" move "$A" "$B" --notify "kv-ready 7" > /dev/null || fail "move --notify"
+"$CTL" notifications --after 0 --count 1 | grep -q "kv-ready 7" || fail "notifications"
 printf '1 x\n' > "$WORK/bad-blocks"
 expect_code 2 "line 1" -- "$CTL" move "$A" "$B" --blocks "$WORK/bad-blocks" --block_size 4KiB
 

@@ -37,6 +37,8 @@ ABSL_FLAG(double, seconds, 2, "Time each point is measured.");
 ABSL_FLAG(int, rounds, 3, "Rounds per point (the median is printed).");
 ABSL_FLAG(int, min_clients, 1, "Smallest number of concurrent clients.");
 ABSL_FLAG(bool, local_only, false, "Measure LOCAL moves only (no echo, no node to node).");
+ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
+          "More flags for both daemons, comma-separated (e.g. --grpc_max_pollers=2).");
 ABSL_FLAG(std::vector<std::string>, batch, {"1"},
           "Moves per Submit: one table per value (e.g. 1,32).");
 
@@ -99,12 +101,16 @@ int Main() {
   std::string echo_address;
   const pid_t echo = StartEchoServer("127.0.0.1:0", &echo_address);
   if (echo < 0) return 1;
-  auto a = DaemonProcess::Start({"--node=node-a", "--host_pool_size=1GiB",
-                                 "--pinned_pool_size=0", "--heartbeat=200ms"});
+  auto flags = [](std::vector<std::string> own) {
+    for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) own.push_back(f);
+    return own;
+  };
+  auto a = DaemonProcess::Start(flags({"--node=node-a", "--host_pool_size=1GiB",
+                                       "--pinned_pool_size=0", "--heartbeat=200ms"}));
   if (!a.ok()) return 1;
-  auto b = DaemonProcess::Start({"--node=node-b", "--host_pool_size=1GiB",
-                                 "--pinned_pool_size=0", "--heartbeat=200ms",
-                                 "--peers=" + (*a)->address()});
+  auto b = DaemonProcess::Start(flags({"--node=node-b", "--host_pool_size=1GiB",
+                                       "--pinned_pool_size=0", "--heartbeat=200ms",
+                                       "--peers=" + (*a)->address()}));
   if (!b.ok()) return 1;
   auto admin_a = *Client::Connect((*a)->address());
   auto admin_b = *Client::Connect((*b)->address());

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -52,6 +53,14 @@ ABSL_FLAG(std::string, source_stride, "0",
           "move --blocks: bytes between source blocks (0: the block size).");
 ABSL_FLAG(std::string, destination_stride, "0",
           "move --blocks: bytes between destination blocks (0: the block size).");
+ABSL_FLAG(std::optional<std::string>, notify, std::nullopt,
+          "move: bytes the destination's node publishes once the move's bytes are there "
+          "(see the notifications command).");
+ABSL_FLAG(std::string, buffers, "", "notifications: only moves into these buffers (comma list).");
+ABSL_FLAG(std::optional<uint64_t>, after, std::nullopt,
+          "notifications: resume after this sequence number (0: from the oldest kept); "
+          "unset: new ones only.");
+ABSL_FLAG(int, count, 0, "notifications: stop after this many (0: until interrupted).");
 ABSL_FLAG(std::string, state, "", "transfers: only this state (queued, running, ...).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5), "How long to wait for the daemon to answer.");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -91,9 +100,11 @@ Commands:
   write BUF FILE [--offset N]        copy FILE (- for stdin) into BUF
   read BUF FILE [--offset N] [--length N]
                                      copy bytes of BUF into FILE (- for stdout)
-  move SRC DST [--length N] [--checksum] [--no-wait] [--path P]
+  move SRC DST [--length N] [--checksum] [--no-wait] [--path P] [--notify TEXT]
       [--blocks FILE --block_size N [--source_stride N] [--destination_stride N]]
                                      copy SRC to DST; refs are [node/]buffer_id[@offset]
+  notifications [--node N] [--buffers B1,B2] [--after SEQ] [--count N]
+                                     stream notifications of moves into node N's buffers
   transfers [--state S]              list transfers, newest first
   transfer ID                        show one transfer
   wait ID                            wait for a transfer to end
@@ -411,6 +422,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
     spec->mutable_source()->set_length(SizeArg(absl::GetFlag(FLAGS_length)));
     spec->set_checksum(absl::GetFlag(FLAGS_checksum));
     spec->set_label(absl::GetFlag(FLAGS_label));
+    if (auto notify = absl::GetFlag(FLAGS_notify)) spec->set_notify(*notify);
     if (!absl::GetFlag(FLAGS_blocks).empty()) {
       v1::BlockList* b = spec->mutable_blocks();
       b->set_block_size(SizeArg(absl::GetFlag(FLAGS_block_size)));
@@ -458,6 +470,38 @@ int Run(Client& c, const std::vector<std::string>& args) {
     if (json) std::cout << Json(*end);
     else PrintTransfer(*end);
     return end->state() == v1::SUCCEEDED ? 0 : 1;
+  }
+  if (cmd == "notifications") {
+    Need(args, 0, "notifications [--node N] [--buffers B1,B2] [--after SEQ] [--count N]");
+    v1::NotificationsRequest request;
+    request.set_node(absl::GetFlag(FLAGS_node));
+    for (absl::string_view b :
+         absl::StrSplit(absl::GetFlag(FLAGS_buffers), ',', absl::SkipEmpty())) {
+      request.add_buffers(std::string(b));
+    }
+    if (auto after = absl::GetFlag(FLAGS_after)) request.set_after_sequence(*after);
+    auto stream = c.Subscribe(request);
+    if (!stream.ok()) return Fail(stream.status());
+    const int count = absl::GetFlag(FLAGS_count);
+    v1::Notification n;
+    for (int seen = 0; (count == 0 || seen < count) && (*stream)->Next(&n); ++seen) {
+      if (json) {
+        std::cout << Json(n) << std::flush;
+        continue;
+      }
+      if (n.missed() > 0) std::cout << "(" << n.missed() << " missed)\n";
+      if (n.transfer_id().empty()) continue;  // A loss reported on its own.
+      std::cout << absl::StrFormat("%d  %s  %s -> %s  %s\n", n.sequence(), n.transfer_id(),
+                                   n.source_node(), n.destination_buffer(),
+                                   absl::CHexEscape(n.notify()))
+                << std::flush;
+    }
+    if (count > 0) {
+      (*stream)->Cancel();
+      return 0;
+    }
+    absl::Status st = (*stream)->Finish();
+    return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "transfers") {
     Need(args, 0, "transfers [--state S]");

@@ -8,6 +8,9 @@ namespace gpumove {
 
 struct HoldTable::Entry {
   uint64_t incarnation = 0;
+  // The move's notify bytes, and what its notification says.
+  std::optional<std::string> notify;
+  std::string owner, from_node, transfer_id;
   BufferUse use;
   // After `use`: a part may use the range (an MPI half receiving into it), so it goes first.
   std::vector<std::unique_ptr<HoldPart>> parts;
@@ -39,7 +42,15 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                 const std::string& transfer_id,
                                                 const std::string& owner,
                                                 const std::string& buffer_id, uint64_t offset,
-                                                uint64_t length, const PartMaker& make) {
+                                                uint64_t length, const PartMaker& make,
+                                                std::optional<std::string> notify) {
+  if (notify.has_value() && notifications_ == nullptr) {
+    return absl::FailedPreconditionError("this node publishes no notifications");
+  }
+  if (notify.has_value() && notify->size() > kMaxNotifyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("notify has ", notify->size(), " bytes; at most ", kMaxNotifyBytes));
+  }
   {
     // A repeat is refused before its parts are made (they may start an MPI half).
     absl::MutexLock lock(&mu_);
@@ -53,6 +64,12 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   auto entry = std::make_shared<Entry>();
   entry->incarnation = from_incarnation;
   entry->use = *std::move(use);
+  if (notify.has_value()) {
+    entry->notify = std::move(notify);
+    entry->owner = owner;
+    entry->from_node = from_node;
+    entry->transfer_id = transfer_id;
+  }
   if (make != nullptr) {
     if (absl::Status st = make(entry->use, &entry->parts); !st.ok()) return st;
   }
@@ -88,7 +105,8 @@ bool HoldTable::EndBlocks(const std::string& from_node, const std::string& trans
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
                                              bool runner_ok, const AckFence& fence,
-                                             absl::Duration fence_wait) {
+                                             absl::Duration fence_wait,
+                                             std::optional<uint64_t> source_xxh3) {
   const absl::Time arrived = absl::Now();
   std::shared_ptr<Entry> entry;
   {
@@ -136,8 +154,21 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                           absl::StrCat("waiting for the runner's copy to end: ", st.message()));
     }
   }
-  if (!checksum) return 0;
-  return hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
+  if (!runner_ok) return 0;
+  if (!checksum) {
+    Publish(*entry);
+    return 0;
+  }
+  auto hash = hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
+  if (hash.ok() && (!source_xxh3.has_value() || *source_xxh3 == *hash)) Publish(*entry);
+  return hash;
+}
+
+void HoldTable::Publish(const Entry& entry) const {
+  if (!entry.notify.has_value() || notifications_ == nullptr) return;
+  notifications_->Publish(entry.owner, Notification{entry.transfer_id, entry.from_node,
+                                                    entry.use.buffer_id(), *entry.notify,
+                                                    absl::Now()});
 }
 
 bool HoldTable::AnswersFenceAtOnce(const AckFence& fence, bool checksum) const {
@@ -198,6 +229,8 @@ void HoldTable::EndLoop() {
       // The runner saw its own copy end or fail: this node only lets the range go.
       LOG(WARNING) << "the hold of " << e.what
                    << " ends without this node seeing the runner's copy end: " << st;
+    } else {
+      Publish(*e.entry);
     }
     // e.entry goes when `e` does, after the lock (ending the use takes the registry's).
   }

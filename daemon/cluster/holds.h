@@ -18,6 +18,7 @@
 #include "daemon/cluster/path_holder.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
+#include "daemon/core/notifications.h"
 #include "daemon/gpu/gpu.h"
 
 namespace gpumove {
@@ -35,11 +36,16 @@ struct FencePolicy {
 
 class HoldTable {
  public:
-  // `registry` and `hasher` (and the policy's gpu) must outlive the table.
+  // `registry` and `hasher` (and the policy's gpu, and `notifications`) must outlive the
+  // table. Holds of destinations with notify bytes publish to `notifications` when they
+  // end with the bytes in (null: such holds are refused).
   HoldTable(BufferRegistry* registry,
             std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher,
-            FencePolicy fences = {})
-      : registry_(registry), hasher_(std::move(hasher)), fences_(fences) {}
+            FencePolicy fences = {}, NotificationLog* notifications = nullptr)
+      : registry_(registry),
+        hasher_(std::move(hasher)),
+        fences_(fences),
+        notifications_(notifications) {}
   // Waits for the holds still ending (their fences pass or time out).
   ~HoldTable();
   HoldTable(const HoldTable&) = delete;
@@ -57,11 +63,13 @@ class HoldTable {
   using PartMaker =
       std::function<absl::Status(const BufferUse& range, std::vector<std::unique_ptr<HoldPart>>*)>;
   // Checks and holds a range for (from_node, transfer_id), with the parts `make` gives
-  // (an error from it refuses the hold). ALREADY_EXISTS for a repeat.
+  // (an error from it refuses the hold). ALREADY_EXISTS for a repeat. A destination's
+  // `notify` bytes are published when the hold ends with the move's bytes in place.
   absl::StatusOr<Held> Hold(const std::string& from_node, uint64_t from_incarnation,
                             const std::string& transfer_id, const std::string& owner,
                             const std::string& buffer_id, uint64_t offset, uint64_t length,
-                            const PartMaker& make = nullptr);
+                            const PartMaker& make = nullptr,
+                            std::optional<std::string> notify = std::nullopt);
 
   struct Entry;
   // A hold kept alive while a call uses it: its range stays in use, and its parts stay,
@@ -100,10 +108,14 @@ class HoldTable {
   // not passed is not waited for here: the answer is OK at once, and the hold ends on a
   // thread of the table's own when it passes (or fails, or `fence_wait` runs out);
   // meanwhile its range is in an ending use (a Release waits for it) and size() counts it.
+  // The hold's notification is published once the bytes are in: after the parts ended
+  // and the fence passed, and with `source_xxh3` only when the range hashes to it.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
                                     const AckFence& fence = {},
-                                    absl::Duration fence_wait = absl::Seconds(10));
+                                    absl::Duration fence_wait = kFenceWait,
+                                    std::optional<uint64_t> source_xxh3 = std::nullopt);
+  static constexpr absl::Duration kFenceWait = absl::Seconds(10);
   // Whether Complete with `fence` answers without waiting: the runner waits for its fence
   // itself, no checksum is asked, and this node has looked at that fence before (a first
   // look opens it, which can take the driver milliseconds).
@@ -117,6 +129,9 @@ class HoldTable {
   BufferRegistry* const registry_;
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
   const FencePolicy fences_;
+  NotificationLog* const notifications_;
+  // Publishes the notification of a hold whose bytes are in (if it has one).
+  void Publish(const Entry& entry) const;
   mutable absl::Mutex mu_;
   // Key: from_node + '\n' + transfer_id. Shared: a call using the hold (Ref) keeps it.
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);

@@ -76,6 +76,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
       item->set_write(a.write);
       item->set_path(ToProto(a.path));
       item->set_runner_device(a.local_device);
+      if (a.write && a.notify.has_value()) item->set_notify(*a.notify);
       if (a.path_ask != nullptr) {
         for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, item);
       }
@@ -201,6 +202,9 @@ void FillComplete(const std::string& self, const RemoteHold& hold, const absl::S
   item->set_code(static_cast<int32_t>(outcome.code()));
   item->set_message(std::string(outcome.message()));
   item->set_checksum(checksum && outcome.ok());
+  if (checksum && outcome.ok() && hold.source_xxh3.has_value()) {
+    item->set_source_xxh3(*hold.source_xxh3);
+  }
   if (outcome.ok() && !fence.handle.empty()) {
     item->set_fence(fence.handle);
     item->set_fence_bytes(fence.bytes);

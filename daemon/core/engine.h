@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ struct RemoteHold {
   // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
   // acknowledgement before it ends its hold.
   bool waits_fences = false;
+  // A checksummed push: the source's xxh3, sent with the acknowledgement so that the
+  // remote node publishes the move's notification only over the same bytes.
+  std::optional<uint64_t> source_xxh3;
   // One per path that can reach the range (none of a kind: that path cannot).
   std::vector<std::shared_ptr<const PathOffer>> offers;
   // The offer of type T (a path's own), or null.
@@ -98,6 +102,8 @@ struct RemoteAsk {
   bool local_device = false;
   // What the move's path asks of the holder with the hold (Engine::PrepareAsk); null: nothing.
   std::shared_ptr<const PathAsk> path_ask;
+  // A destination's notify bytes, published by its node when the hold ends with the bytes in.
+  std::optional<std::string> notify;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement

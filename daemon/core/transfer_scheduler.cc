@@ -63,6 +63,7 @@ struct TransferScheduler::Record {
   std::shared_ptr<const Segments> pieces;
   PathKind path = PathKind::kAuto;
   bool checksum = false;
+  std::optional<std::string> notify;
   Engine* engine = nullptr;
   Endpoint src;
   Endpoint dst;
@@ -281,6 +282,15 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
           "hashes the whole range it holds)");
       continue;
     }
+    if (spec.notify.has_value() && spec.notify->size() > kMaxNotifyBytes) {
+      d.error = absl::InvalidArgumentError(absl::StrCat(
+          "notify has ", spec.notify->size(), " bytes; at most ", kMaxNotifyBytes));
+      continue;
+    }
+    if (spec.notify.has_value() && d.dst_local && options_.notifications == nullptr) {
+      d.error = absl::FailedPreconditionError("this node publishes no notifications");
+      continue;
+    }
     if (!d.src_local && !d.dst_local) {
       d.error = absl::InvalidArgumentError(
           absl::StrCat("neither end of the move is on node \"", options_.node, "\""));
@@ -292,6 +302,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     d.t->label = spec.label;
     d.t->checksum = spec.checksum;
     d.t->pieces = spec.pieces;
+    d.t->notify = spec.notify;
   }
 
   // Holds the remote ends asked for in one phase: one batch per node, nodes in parallel.
@@ -321,6 +332,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write,
                                  spec.path,
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
+        if (write) asks.back().notify = spec.notify;
         // A path asked for by name may have the other node start its half with the hold.
         if (spec.path != PathKind::kAuto) {
           for (Engine* e : engines_) {
@@ -603,6 +615,9 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
     absl::MutexLock lock(&mu_);
     ++acking_;
   }
+  // The destination's node publishes the move's notification only if the range it holds
+  // hashes as the source did.
+  if (t->checksum && t->remote_hold->write && status.ok()) t->remote_hold->source_xxh3 = src_hash;
   AckFence fence;
   if (t->fence != nullptr) {
     fence = {t->fence->ipc_handle(), t->fence->pending_bytes(), /*runner_waits=*/true};
@@ -704,6 +719,14 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
   t->src_use.Reset();
   t->dst_use.Reset();
+  // Into this node's buffer: the bytes are visible here now (moves into another node's
+  // buffer are published there when its hold ends).
+  if (t->notify.has_value() && t->status.ok() && t->dst.remote == nullptr &&
+      options_.notifications != nullptr) {
+    options_.notifications->Publish(
+        t->owner, Notification{t->id, t->source.node.empty() ? options_.node : t->source.node,
+                               t->destination.buffer_id, *t->notify, t->end_time});
+  }
   if (t->remote_hold.has_value() && !t->remote_completed) unrun_.push_back(*t->remote_hold);
   // The moves that waited for it and wait for nothing now are ready for a worker.
   std::vector<RangeOrder::Id> ready;

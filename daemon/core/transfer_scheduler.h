@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/time/time.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
+#include "daemon/core/notifications.h"
 #include "daemon/core/range.h"
 #include "daemon/core/range_order.h"
 #include "daemon/core/segments.h"
@@ -47,6 +49,8 @@ struct TransferSpec {
   // ranges that contain its pieces, and its length is theirs in all; a destination
   // length 0 means to the end of the buffer.
   std::shared_ptr<const Segments> pieces;
+  // Published by the destination's node once the bytes are visible there (notifications.h).
+  std::optional<std::string> notify;
 };
 
 // A transfer as seen from outside, copied under the scheduler's lock.
@@ -108,6 +112,9 @@ struct SchedulerOptions {
   size_t max_pieces = size_t{1} << 20;
   // Checksums of vectored moves; null: a vectored move with a checksum is refused.
   PieceHasher piece_hasher;
+  // Where moves into this node's buffers that carry notify bytes are published (those
+  // into other nodes' buffers are published there); null: such moves are refused.
+  NotificationLog* notifications = nullptr;
 };
 
 class TransferScheduler {

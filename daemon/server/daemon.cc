@@ -128,6 +128,13 @@ DaemonOptions WithMachineDefaults(DaemonOptions o, unsigned cpus) {
   // Lanes carry host moves over the wire only: direct copies stay with the first.
   if (o.ucx.lanes <= 0) o.ucx.lanes = std::clamp(n / 8, 1, 4);
   if (!o.mpi.spin.has_value()) o.mpi.spin = large;
+  // A waiting thread per CPU keeps concurrent calls from starting threads of their own.
+  if (o.serve.completion_queues <= 0) o.serve.completion_queues = std::clamp(n / 8, 1, 4);
+  if (o.serve.min_pollers <= 0) o.serve.min_pollers = 1;
+  if (o.serve.max_pollers <= 0) {
+    o.serve.max_pollers = std::max(2, n / o.serve.completion_queues);
+  }
+  o.serve.max_pollers = std::max(o.serve.max_pollers, o.serve.min_pollers);
   o.mpi.transport.spin = *o.mpi.spin;
   return o;
 }
@@ -474,8 +481,10 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     holders_.push_back(mpi_holder_.get());
   }
   // Fences: CUDA IPC runners' copies, waited for with or without UCX.
+  notifications_ = std::make_unique<NotificationLog>(options.notification_log);
   holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_,
-                                       FencePolicy{gpu, options.cuda_ipc.fence_quiet});
+                                       FencePolicy{gpu, options.cuda_ipc.fence_quiet},
+                                       notifications_.get());
   return absl::OkStatus();
 }
 
@@ -525,6 +534,7 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   SchedulerOptions sched = options.scheduler;
   sched.node = node_;
   sched.quotas = quotas_.get();
+  sched.notifications = notifications_.get();
   GpuRuntime* gpu = gpu_.get();
   sched.piece_hasher = [gpu](const Endpoint& e, const Segments& pieces, bool source) {
     return HashPieces(gpu, e, pieces, source);
@@ -580,7 +590,8 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());
   transfer_service_ =
-      std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_);
+      std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_,
+                                            notifications_.get());
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
   const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;
@@ -627,6 +638,12 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
                              ms(options.serve.max_connection_idle));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.serve.keepalive));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS,
+                              options.serve.completion_queues);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS,
+                              options.serve.min_pollers);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              options.serve.max_pollers);
   std::shared_ptr<grpc::ServerCredentials> tcp = grpc::InsecureServerCredentials();
   if (!options.serve.tls.cert.empty() || !options.serve.tls.key.empty() ||
       !options.serve.tls.client_ca.empty()) {
@@ -758,6 +775,7 @@ Daemon::~Daemon() {
   if (listeners_ != nullptr) listeners_->Stop();
   if (server_ != nullptr) {
     scheduler_->CancelAll();
+    notifications_->Stop();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
@@ -774,6 +792,7 @@ void Daemon::Shutdown(absl::Duration grace) {
     scheduler_->Drain(absl::Now() + absl::Seconds(10));
   }
   // Let Wait/Watch callers see the final states before their streams are cut.
+  notifications_->Stop();
   listeners_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LOG(INFO) << "stopped";

@@ -75,6 +75,14 @@ struct ServeOptions {
   // Unix sockets' mode and group (empty: the daemon's): who on this host may connect.
   uint32_t unix_socket_mode = 0660;
   std::string unix_socket_group;
+  // gRPC's synchronous server: its completion queues and, per queue, the threads waiting
+  // for calls. A thread that ends a call goes back to waiting while fewer than
+  // max_pollers wait, else it exits; fewer than min_pollers waiting starts one. gRPC's own
+  // 1 queue and 1-2 threads start and end a thread per call under concurrent load.
+  // 0: the machine's (WithMachineDefaults).
+  int completion_queues = 0;
+  int min_pollers = 0;
+  int max_pollers = 0;
 };
 
 // The UCX transport's options as the daemon starts it: its progress thread polls for a
@@ -152,6 +160,8 @@ struct DaemonOptions {
   ServeOptions serve;
   // Its node and on_end are the daemon's.
   SchedulerOptions scheduler;
+  // Notifications kept per tenant for subscribers that resume (NotificationLog).
+  size_t notification_log = 16384;
   // Peers to join (host:port or DNS name:port), heartbeat and failure detection; its
   // check is the daemon's (peers' UCX addresses).
   ClusterOptions cluster;
@@ -257,6 +267,8 @@ class Daemon {
   // Before holds_: MPI halves of held ranges use them.
   std::unique_ptr<MpiTransport> mpi_;
   std::unique_ptr<MpiEngine> mpi_engine_;
+  // Before holds_ and the scheduler, which publish to it.
+  std::unique_ptr<NotificationLog> notifications_;
   std::unique_ptr<HoldTable> holds_;
   // The paths' holding sides (those this node runs), for the peer handler.
   std::unique_ptr<CudaIpcHolder> cuda_ipc_holder_;

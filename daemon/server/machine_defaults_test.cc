@@ -15,6 +15,9 @@ TEST(MachineDefaults, ASmallMachineSparesItsCpus) {
   EXPECT_EQ(o.ucx.lanes, 1);
   EXPECT_EQ(o.mpi.spin, false);
   EXPECT_FALSE(o.mpi.transport.spin);  // What the MPI transport is started with.
+  EXPECT_EQ(o.serve.completion_queues, 1);
+  EXPECT_EQ(o.serve.min_pollers, 1);
+  EXPECT_EQ(o.serve.max_pollers, 2);
 }
 
 TEST(MachineDefaults, ALargeMachinePolls) {
@@ -26,9 +29,13 @@ TEST(MachineDefaults, ALargeMachinePolls) {
   EXPECT_EQ(o.ucx.lanes, 2);
   EXPECT_EQ(o.mpi.spin, true);
   EXPECT_TRUE(o.mpi.transport.spin);
+  EXPECT_EQ(o.serve.completion_queues, 2);
+  EXPECT_EQ(o.serve.max_pollers, 8);  // A waiting thread per CPU.
   const DaemonOptions big = WithMachineDefaults(DaemonOptions{}, 128);
   EXPECT_EQ(big.ucx.transport.direct_threads, 8);
   EXPECT_EQ(big.ucx.lanes, 4);
+  EXPECT_EQ(big.serve.completion_queues, 4);
+  EXPECT_EQ(big.serve.max_pollers, 32);
 }
 
 TEST(MachineDefaults, WhatWasSetStays) {
@@ -40,6 +47,9 @@ TEST(MachineDefaults, WhatWasSetStays) {
   set.ucx.lanes = 1;
   set.mpi.spin = false;
   set.ucx.transport.poll_window = absl::Milliseconds(-5);  // Negative polls nothing.
+  set.serve.completion_queues = 3;
+  set.serve.min_pollers = 5;
+  set.serve.max_pollers = 4;  // Raised to the minimum.
   const DaemonOptions o = WithMachineDefaults(set, 64);
   EXPECT_EQ(o.pool_spin, absl::ZeroDuration());
   EXPECT_EQ(o.ucx.peer_call_poll, absl::Microseconds(50));
@@ -48,6 +58,9 @@ TEST(MachineDefaults, WhatWasSetStays) {
   EXPECT_EQ(o.ucx.lanes, 1);
   EXPECT_EQ(o.mpi.spin, false);
   EXPECT_EQ(o.ucx.transport.poll_window, absl::ZeroDuration());
+  EXPECT_EQ(o.serve.completion_queues, 3);
+  EXPECT_EQ(o.serve.min_pollers, 5);
+  EXPECT_EQ(o.serve.max_pollers, 5);
 }
 
 }  // namespace

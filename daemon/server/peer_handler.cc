@@ -38,7 +38,9 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
           if (*part != nullptr) parts->push_back(*std::move(part));
         }
         return absl::OkStatus();
-      });
+      },
+      request.write() && request.has_notify() ? std::optional<std::string>(request.notify())
+                                              : std::nullopt);
   if (!held.ok()) return held.status();
   response->set_address(reinterpret_cast<uint64_t>(held->data));
   response->set_length(held->length);
@@ -56,7 +58,9 @@ absl::Status PeerHandler::CompleteRemote(const peer::v1::CompleteRemoteRequest& 
   auto hash = holds_->Complete(
       request.from_node(), request.transfer_id(), request.checksum(),
       /*runner_ok=*/request.code() == 0,
-      AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()});
+      AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()},
+      HoldTable::kFenceWait,
+      request.has_source_xxh3() ? std::optional<uint64_t>(request.source_xxh3()) : std::nullopt);
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us"
           << (request.fence().empty() ? ""
               : request.runner_waits_fence() && !request.checksum()

@@ -1,6 +1,7 @@
 #include "daemon/server/transfer_service.h"
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
@@ -102,6 +103,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     spec.path = *path;
     spec.checksum = in.checksum();
     spec.label = in.label();
+    if (in.has_notify()) spec.notify = in.notify();
     if (in.segments_size() > 0 && in.has_blocks()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("transfer ", i, ": segments or blocks, not both"));
@@ -271,6 +273,75 @@ grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
   return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
+                                                const v1::NotificationsRequest* request,
+                                                grpc::ServerWriter<v1::Notification>* writer) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Notifications");
+  if (request->buffers_size() > 4096) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(request->buffers_size(), " buffers; at most 4096"));
+  }
+  if (!request->node().empty() && request->node() != node_) {
+    auto stub = StubFor(*context, request->node());
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    ForwardedCall call(*context, auth_, *cluster_, request->node(), absl::InfiniteDuration());
+    v1::NotificationsRequest forwarded = *request;
+    forwarded.clear_node();
+    auto reader = (*stub)->Notifications(call.context(), forwarded);
+    // Subscribed there: the caller learns it as it would from this node.
+    reader->WaitForInitialMetadata();
+    writer->SendInitialMetadata();
+    v1::Notification n;
+    while (reader->Read(&n)) {
+      if (!writer->Write(n)) {
+        call.context()->TryCancel();
+        break;
+      }
+    }
+    return call.Finish(reader->Finish());
+  }
+  if (notifications_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node publishes no notifications");
+  }
+  const std::string owner = caller.owner();
+  absl::flat_hash_set<std::string> buffers(request->buffers().begin(), request->buffers().end());
+  std::function<bool(const Notification&)> accept;
+  if (!buffers.empty()) {
+    accept = [&buffers](const Notification& n) { return buffers.contains(n.destination_buffer); };
+  }
+  uint64_t after =
+      request->has_after_sequence() ? request->after_sequence() : notifications_->Last(owner);
+  // The subscription is in place: a client that waits for the headers (Client::Subscribe)
+  // sees every move submitted after that.
+  writer->SendInitialMetadata();
+  // Bounded waits: a caller that went away, or a daemon that stops, ends the stream.
+  while (!context->IsCancelled()) {
+    auto batch =
+        notifications_->Read(owner, after, accept, 256, absl::Now() + absl::Milliseconds(250));
+    after = batch.next_after;
+    for (const NotificationLog::Entry& e : batch.entries) {
+      v1::Notification out;
+      out.set_sequence(e.sequence);
+      out.set_missed(e.missed);
+      if (e.notification != nullptr) {
+        const Notification& n = *e.notification;
+        out.set_transfer_id(n.transfer_id);
+        out.set_source_node(n.source_node);
+        out.set_destination_buffer(n.destination_buffer);
+        out.set_notify(n.notify);
+        ToProto(n.time, out.mutable_time());
+      }
+      if (!writer->Write(out)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+      }
+    }
+    if (batch.entries.empty() && notifications_->stopped()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
+    }
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
 }
 
 }  // namespace gpumove

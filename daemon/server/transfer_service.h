@@ -19,10 +19,15 @@ namespace gpumove {
 class TransferServiceImpl final : public v1::TransferService::Service {
  public:
   // `cluster` may be null: a node without peers.
-  // `auth` checks every caller (and must outlive the service).
+  // `auth` checks every caller (and must outlive the service), as must `notifications`
+  // (null: none are streamed).
   TransferServiceImpl(const Authenticator* auth, TransferScheduler* scheduler, Cluster* cluster,
-                      std::string node)
-      : auth_(auth), scheduler_(scheduler), cluster_(cluster), node_(std::move(node)) {}
+                      std::string node, NotificationLog* notifications = nullptr)
+      : auth_(auth),
+        scheduler_(scheduler),
+        cluster_(cluster),
+        node_(std::move(node)),
+        notifications_(notifications) {}
 
   grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request,
                       v1::SubmitResponse* response) override;
@@ -36,6 +41,9 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                      grpc::ServerWriter<v1::TransferEvent>* writer) override;
   grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
                       v1::Transfer* response) override;
+  grpc::Status Notifications(grpc::ServerContext* context,
+                             const v1::NotificationsRequest* request,
+                             grpc::ServerWriter<v1::Notification>* writer) override;
 
  private:
   // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
@@ -58,6 +66,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;
   const std::string node_;
+  NotificationLog* const notifications_;
 };
 
 }  // namespace gpumove
