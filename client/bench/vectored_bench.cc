@@ -5,8 +5,11 @@
 //   (b) LOCAL: a same-process gather memcpy of the same blocks on as many threads,
 //   (c) the same blocks as separate TransferSpecs (Submits of up to 1024),
 // and how long a Submit of the whole block list takes to be accepted (wait = false).
-// Medians of --rounds; the ratios printed are vectored / baseline.
-//   bazel run //client/bench:vectored_bench -- --rounds=5
+// Medians of --rounds; the ratios printed are vectored / baseline. With --device: LOCAL
+// device -> device, pinned -> device and device -> pinned instead (GPU 0), where "in
+// daemon" is the transfer's own time (start to end, without the Submit of the list) and
+// the gather kernel baseline (b) is deploy/gpu/raw_gather.cu's, printed by run.sh.
+//   bazel run //client/bench:vectored_bench -- --rounds=5 [--device]
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +27,7 @@
 #include "tests/util/daemon_process.h"
 
 ABSL_FLAG(int, rounds, 5, "Rounds; medians are printed.");
+ABSL_FLAG(bool, device, false, "Measure LOCAL moves with GPU 0's memory (see above).");
 ABSL_FLAG(int, separate_blocks, 8192,
           "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
           "the whole list).");
@@ -77,8 +81,15 @@ double GatherMemcpy(const Shape& shape, const std::vector<uint64_t>& si,
 }
 
 struct Figures {
-  double vectored = 0, contiguous = 0, separate = 0, accept_ms = 0;
+  double vectored = 0, in_daemon = 0, contiguous = 0, separate = 0, accept_ms = 0;
 };
+
+absl::Duration Ran(const v1::Transfer& t) {
+  auto at = [](const google::protobuf::Timestamp& ts) {
+    return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+  };
+  return at(t.end_time()) - at(t.start_time());
+}
 
 absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
                                 const Shape& shape, const std::vector<uint64_t>& si,
@@ -91,7 +102,7 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     o.blocks.add_source_blocks(si[i]);
     o.blocks.add_destination_blocks(di[i]);
   }
-  std::vector<double> vec, whole, accept;
+  std::vector<double> vec, ran, whole, accept;
   for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
     absl::Time t0 = absl::Now();
     auto t = c.Move(src, dst, o);
@@ -100,6 +111,7 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
           absl::StrCat("vectored move: ", t.ok() ? t->error_message() : t.status().ToString()));
     }
     vec.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+    ran.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(Ran(*t)) / 1e9);
     v1::BufferRef s = src, d = dst;
     s.set_length(bytes);
     t0 = absl::Now();
@@ -118,6 +130,7 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     }
   }
   f.vectored = Median(vec);
+  f.in_daemon = Median(ran);
   f.contiguous = Median(whole);
   f.accept_ms = Median(accept);
   // (c): the first blocks as separate moves, Submits of up to 1024 that wait.
@@ -141,8 +154,53 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
   return f;
 }
 
+// LOCAL with GPU 0's memory: the vectored move end to end and in the daemon, one
+// contiguous move of the same bytes, separate specs, and the Submit's accept time.
+int DeviceRows(Client& c) {
+  std::printf("%-34s %10s %10s %10s %10s %8s %8s %10s\n", "LOCAL, blocks", "vectored",
+              "in daemon", "(a) whole", "(c) specs", "v/(a)", "v/(c)", "accept ms");
+  struct Way {
+    const char* name;
+    v1::MemoryKind from, to;
+  };
+  for (const Shape& shape : {Shape{4096, 65536}, Shape{65536, 8192}}) {
+    const uint64_t bytes = shape.block * shape.count;
+    std::vector<uint64_t> si, di;
+    Shuffle(shape.count, shape.block, &si, &di);
+    for (const Way& w : {Way{"device->device", v1::DEVICE, v1::DEVICE},
+                         Way{"pinned->device", v1::PINNED_HOST, v1::DEVICE},
+                         Way{"device->pinned", v1::DEVICE, v1::PINNED_HOST}}) {
+      auto src = c.Allocate(bytes, w.from, 0);
+      auto dst = c.Allocate(bytes, w.to, 0);
+      if (!src.ok() || !dst.ok()) {
+        return std::printf("allocation failed: %s %s\n", src.status().ToString().c_str(),
+                           dst.status().ToString().c_str()),
+               1;
+      }
+      auto f = Measure(c, Ref(src->id()), Ref(dst->id()), shape, si, di);
+      if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
+      std::printf("%-34s %10.2f %10.2f %10.2f %10.3f %8.2f %8.0f %10.2f\n",
+                  absl::StrCat(w.name, ", ", shape.count, " x ", shape.block >> 10, " KiB").c_str(),
+                  f->vectored, f->in_daemon, f->contiguous, f->separate,
+                  f->vectored / f->contiguous, f->vectored / f->separate, f->accept_ms);
+      (void)c.Release(src->id());
+      (void)c.Release(dst->id());
+    }
+  }
+  std::printf(
+      "GB/s, medians of %d rounds; in daemon: the transfer's start to end; (c) moves the first "
+      "%d blocks as separate specs\n",
+      absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_separate_blocks));
+  return 0;
+}
+
 int Main() {
-  const std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--pinned_pool_size=16MiB"};
+  const bool device = absl::GetFlag(FLAGS_device);
+  std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--pinned_pool_size=16MiB"};
+  if (device) {
+    flags = {"--host_pool_size=64MiB", "--pinned_pool_size=1100MiB", "--device_pool_size=2GiB",
+             "--gpus=0"};
+  }
   auto a = DaemonProcess::Start([&] {
     auto f = flags;
     f.push_back("--node=a");
@@ -164,6 +222,7 @@ int Main() {
     if (absl::Now() > end) return std::printf("b did not join a\n"), 1;
     absl::SleepFor(absl::Milliseconds(50));
   }
+  if (device) return DeviceRows(**c);
   const int threads =
       static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   std::printf("%-22s %10s %10s %10s %10s %8s %8s %8s %10s\n", "path, blocks", "vectored",

@@ -11,14 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/common/segment.h"
 
 namespace gpumove {
-
-struct Segment {
-  uint64_t src = 0;
-  uint64_t dst = 0;
-  uint64_t length = 0;
-};
 
 // A block list as the API gives it: block i copies block_size bytes from
 // source_blocks[i] * source_stride to destination_blocks[i] * destination_stride

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <thread>
@@ -15,6 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/gpu/gpu.h"
+#ifdef GPUMOVE_HAVE_GATHER
+#include "daemon/gpu/gather.h"
+#endif
 
 namespace gpumove {
 namespace {
@@ -35,6 +39,26 @@ struct CopyStream {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::array<cudaEvent_t, 2> done{};
+#ifdef GPUMOVE_HAVE_GATHER
+  // A gather's pieces: written in page-locked memory, copied to the GPU for the kernel.
+  // Grown to the largest list seen, kept with the stream.
+  GatherPiece* host_pieces = nullptr;
+  GatherPiece* device_pieces = nullptr;
+  uint64_t capacity = 0;
+  absl::Status Reserve(uint64_t n) {
+    if (n <= capacity) return absl::OkStatus();
+    uint64_t want = std::max<uint64_t>(capacity * 2, 4096);
+    while (want < n) want *= 2;
+    if (host_pieces != nullptr) cudaFreeHost(host_pieces);
+    if (device_pieces != nullptr) cudaFree(device_pieces);
+    host_pieces = device_pieces = nullptr;
+    capacity = 0;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_pieces, want * sizeof(GatherPiece), 0));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&device_pieces, want * sizeof(GatherPiece)));
+    capacity = want;
+    return absl::OkStatus();
+  }
+#endif
 };
 
 // Streams lent to one copy at a time and kept for the process's life: copies running at
@@ -126,7 +150,9 @@ class CudaRuntime : public GpuRuntime {
   }
   void PinnedFree(void* ptr) override { cudaFreeHost(ptr); }
   absl::Status HostRegister(void* ptr, uint64_t bytes) override {
-    CUDA_RETURN_IF_ERROR(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    // Mapped: kernels (the gather of vectored moves) reach it as they reach cudaHostAlloc's.
+    CUDA_RETURN_IF_ERROR(
+        cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
     return absl::OkStatus();
   }
   void HostUnregister(void* ptr) override { cudaHostUnregister(ptr); }
@@ -180,6 +206,24 @@ class CudaRuntime : public GpuRuntime {
   absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
                     uint64_t chunk, const CopyProgress& progress) override {
     return CopyOn(dst, dst_device, src, src_device, bytes, chunk, progress, nullptr);
+  }
+
+  absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
+                          const Segment* pieces, size_t n, uint64_t round_bytes,
+                          const CopyProgress& progress) override {
+#ifdef GPUMOVE_HAVE_GATHER
+    if (src_device != kHostDevice || dst_device != kHostDevice) {
+      // On the destination's GPU when it has one (its stores stay local; loads cross).
+      const int device = dst_device != kHostDevice ? dst_device : src_device;
+      const char* s = KernelAddress(src, src_device, device);
+      const char* d = KernelAddress(dst, dst_device, device);
+      if (s != nullptr && d != nullptr) {
+        return Gather(device, const_cast<char*>(d), s, pieces, n, round_bytes, progress);
+      }
+    }
+#endif
+    return GpuRuntime::CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes,
+                                  progress);
   }
 
   absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device,
@@ -393,6 +437,94 @@ class CudaRuntime : public GpuRuntime {
     if (landed < bytes) return absl::CancelledError("copy stopped");
     return absl::OkStatus();
   }
+
+#ifdef GPUMOVE_HAVE_GATHER
+  // The address a kernel on `kernel_device` uses for `p` (memory of `device`, or host
+  // memory): null when it cannot reach it (another GPU without peer access, pageable
+  // host memory).
+  const char* KernelAddress(const char* p, int device, int kernel_device) const {
+    if (device == kernel_device) return p;
+    if (device != kHostDevice) {
+      for (const GpuDevice& d : devices_) {
+        if (d.index != kernel_device) continue;
+        for (int peer : d.peer_access) {
+          if (peer == device) return p;
+        }
+      }
+      return nullptr;
+    }
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (a.type != cudaMemoryTypeHost || a.devicePointer == nullptr) return nullptr;
+    return static_cast<const char*>(a.devicePointer);
+  }
+
+  // The pieces cut to at most kGatherPieceMax bytes, copied to the GPU once, then one
+  // kernel per round of about `round_bytes`, the next round queued before the last is
+  // waited for.
+  absl::Status Gather(int device, char* dst, const char* src, const Segment* pieces, size_t n,
+                      uint64_t round_bytes, const CopyProgress& progress) {
+    uint64_t count = 0;
+    for (size_t i = 0; i < n; ++i) count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
+    if (count == 0) {
+      if (progress) progress(0);
+      return absl::OkStatus();
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    auto taken = streams_.Take(device);
+    if (!taken.ok()) return taken.status();
+    StreamLease lease(&streams_, *taken);
+    CopyStream& s = *lease;
+    if (absl::Status st = s.Reserve(count); !st.ok()) return st;
+    struct Round {
+      uint64_t end;   // Gather pieces [previous end, end).
+      uint64_t done;  // Bytes done once it has landed.
+    };
+    std::vector<Round> rounds;
+    uint64_t k = 0, done = 0, round = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Segment& p = pieces[i];
+      for (uint64_t off = 0; off < p.length; off += kGatherPieceMax) {
+        const uint64_t len = std::min(kGatherPieceMax, p.length - off);
+        s.host_pieces[k++] = GatherPiece{p.src + off, p.dst + off, len};
+        done += len;
+        round += len;
+      }
+      if (round >= round_bytes) {
+        rounds.push_back(Round{k, done});
+        round = 0;
+      }
+    }
+    if (rounds.empty() || rounds.back().end != k) rounds.push_back(Round{k, done});
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.device_pieces, s.host_pieces, k * sizeof(GatherPiece),
+                                         cudaMemcpyHostToDevice, s.stream));
+    size_t issued = 0, landed = 0;
+    auto issue = [&]() -> absl::Status {
+      const uint64_t begin = issued == 0 ? 0 : rounds[issued - 1].end;
+      CUDA_RETURN_IF_ERROR(LaunchGather(s.device_pieces + begin, rounds[issued].end - begin, src,
+                                        dst, s.stream));
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[issued % 2], s.stream));
+      ++issued;
+      return absl::OkStatus();
+    };
+    if (absl::Status st = issue(); !st.ok()) return st;
+    bool stop = false;
+    while (landed < issued) {
+      if (!stop && issued < rounds.size()) {
+        if (absl::Status st = issue(); !st.ok()) return st;
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[landed % 2]));
+      const uint64_t now = rounds[landed].done;
+      ++landed;
+      if (progress && !progress(now) && landed < rounds.size()) stop = true;
+    }
+    if (landed < rounds.size()) return absl::CancelledError("copy stopped");
+    return absl::OkStatus();
+  }
+#endif
 
   std::vector<GpuDevice> devices_;
   // cuMemGetAddressRange, reached through the runtime (no link against libcuda).

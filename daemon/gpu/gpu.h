@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/common/segment.h"
 
 namespace gpumove {
 
@@ -88,6 +89,15 @@ class GpuRuntime {
   // every byte has landed in dst. INTERNAL carries the CUDA error text.
   virtual absl::Status Copy(void* dst, int dst_device, const void* src, int src_device,
                             uint64_t bytes, uint64_t chunk, const CopyProgress& progress) = 0;
+
+  // Copies `n` pieces, each from src + piece.src to dst + piece.dst, calling `progress`
+  // with the bytes done after about every `round_bytes` (false stops the copy there:
+  // CANCELLED). Returns when every byte has landed. This runtime copies piece by piece;
+  // CUDA's runs one gather kernel per round when one GPU reaches both ends (its own
+  // memory, a peer GPU's, page-locked host memory).
+  virtual absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
+                                  const Segment* pieces, size_t n, uint64_t round_bytes,
+                                  const CopyProgress& progress);
 
   // Copy, but the last chunk is only queued: returns with a fence behind it. Progress is
   // reported for the chunks before it. A copy that stopped early returns CANCELLED as Copy

@@ -88,6 +88,26 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyFenced(void* dst, int
   return std::make_unique<DoneFence>();
 }
 
+absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
+                                    const Segment* pieces, size_t n, uint64_t round_bytes,
+                                    const CopyProgress& progress) {
+  uint64_t done = 0, round = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Segment& p = pieces[i];
+    absl::Status st = Copy(dst + p.dst, dst_device, src + p.src, src_device, p.length, p.length,
+                           nullptr);
+    if (!st.ok()) return st;
+    done += p.length;
+    round += p.length;
+    if (round >= round_bytes && i + 1 < n) {
+      round = 0;
+      if (progress && !progress(done)) return absl::CancelledError("copy stopped");
+    }
+  }
+  if (progress) progress(done);
+  return absl::OkStatus();
+}
+
 std::unique_ptr<GpuRuntime> GpuRuntime::CreateHostOnly(std::string why) {
   return std::make_unique<HostOnlyRuntime>(std::move(why));
 }

@@ -45,4 +45,6 @@ if [ -x .gpu/tools/ucx_perftest ]; then
   # Transport modules are found beside libucs, in ucx/.
   cp -rL "$(dirname "$ucp")/ucx" .gpu/ucx/ && rm -f .gpu/ucx/ucx/*.a
 fi
+# The CUDA-aware Open MPI + UCX (issue 27; deploy/gpu/cuda_aware_diag.sh unpacks it there).
+for t in ../shared/cuda-aware/*.tar.xz; do [ -f "$t" ] && cp "$t" .gpu/; done
 du -sh .gpu

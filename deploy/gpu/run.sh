@@ -99,10 +99,31 @@ echo "== the cluster secret alone on against off"
 fi
 
 # Opt-in (PARTS=vectored): vectored moves on the host paths (LOCAL, UCX a -> b) against one
-# contiguous move, a gather memcpy and separate specs.
+# contiguous move, a gather memcpy and separate specs; PARTS=vecdev: LOCAL with GPU memory
+# against a same-process gather kernel (deploy/gpu/raw_gather.cu), ratios printed.
 if part vectored; then
 echo "== vectored moves, host paths"
 .gpu/bin/vectored_bench --rounds=5 2>&1 | tee "$OUT/vectored_bench.txt"
+fi
+if part vecdev; then
+echo "== vectored moves, LOCAL with GPU memory"
+nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu &&
+  /tmp/gpumove_raw_gather 2>&1 | tee "$OUT/raw_gather.txt"
+.gpu/bin/vectored_bench --device --rounds=5 2>&1 | tee "$OUT/vectored_bench_device.txt"
+# Ratios: the daemon's vectored move (end to end, and its own time) over the kernel's median.
+python3 - "$OUT/raw_gather.txt" "$OUT/vectored_bench_device.txt" <<'PY'
+import re, sys
+raw = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"raw_gather (\S+) (\d+) x (\d+) KiB: ([\d.]+) GB/s median", line)
+    if m: raw[(m[1], m[2], m[3])] = float(m[4])
+for line in open(sys.argv[2]):
+    m = re.match(r"(\S+), (\d+) x (\d+) KiB\s+([\d.]+)\s+([\d.]+)", line)
+    if m and (m[1], m[2], m[3]) in raw:
+        k = raw[(m[1], m[2], m[3])]
+        print(f"{m[1]}, {m[2]} x {m[3]} KiB: end to end {float(m[4]) / k:.2f} of the kernel, "
+              f"in daemon {float(m[5]) / k:.2f} (kernel {k:.1f} GB/s)")
+PY
 fi
 
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N

@@ -8,6 +8,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpumove {
@@ -55,9 +56,15 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   const int src_device = src.kind == MemoryKind::kDevice ? src.device : kHostDevice;
   const int dst_device = dst.kind == MemoryKind::kDevice ? dst.device : kHostDevice;
   const std::vector<Segment>& list = pieces.list;
-  // Rounds of about a chunk of bytes each: progress and cancel between rounds; a host
-  // round's pieces are split over the copy threads by bytes.
-  const uint64_t round_bytes = device ? kDeviceChunk : kHostChunk;
+  if (device) {
+    // A gather kernel per round where one GPU reaches both ends, else piece by piece.
+    if (control.cancelled()) return absl::CancelledError("cancelled");
+    return gpu_->CopyPieces(dst.data, dst_device, src.data, src_device, list.data(), list.size(),
+                            kDeviceChunk, control.Reporter());
+  }
+  // Rounds of about a chunk of bytes each: progress and cancel between rounds, each
+  // round's pieces split over the copy threads by bytes.
+  const uint64_t round_bytes = kHostChunk;
   const int threads =
       static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
   uint64_t done = 0;
@@ -65,16 +72,7 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
     if (control.cancelled()) return absl::CancelledError("cancelled");
     uint64_t bytes = 0;
     const size_t end = RoundEnd(list, begin, round_bytes, &bytes);
-    if (device) {
-      for (size_t i = begin; i < end; ++i) {
-        const Segment& p = list[i];
-        absl::Status st = gpu_->Copy(dst.data + p.dst, dst_device, src.data + p.src, src_device,
-                                     p.length, p.length, nullptr);
-        if (!st.ok()) return st;
-      }
-    } else {
-      CopyPieces(dst.data, src.data, list, begin, end, bytes, threads);
-    }
+    CopyPieces(dst.data, src.data, list, begin, end, bytes, threads);
     done += bytes;
     begin = end;
     if (!control.Reporter()(done) && begin < list.size()) {
@@ -89,23 +87,52 @@ absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Se
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);
   XXH3_64bits_reset(state.get());
-  constexpr uint64_t kBounce = 8ull << 20;
-  std::unique_ptr<char[]> bounce;
-  for (const Segment& p : pieces.list) {
-    const char* at = e.data + (source ? p.src : p.dst);
-    if (e.kind != MemoryKind::kDevice) {
-      XXH3_64bits_update(state.get(), at, p.length);
-      continue;
+  if (e.kind != MemoryKind::kDevice) {
+    for (const Segment& p : pieces.list) {
+      XXH3_64bits_update(state.get(), e.data + (source ? p.src : p.dst), p.length);
     }
-    if (bounce == nullptr) bounce.reset(new char[kBounce]);
+    return XXH3_64bits_digest(state.get());
+  }
+  // Device memory: the pieces gathered into a page-locked bounce (one kernel per fill),
+  // hashed there in list order.
+  constexpr uint64_t kBounce = 8ull << 20;
+  auto pinned = gpu->PinnedAlloc(kBounce);
+  std::unique_ptr<char[]> plain;
+  char* bounce = nullptr;
+  if (pinned.ok()) {
+    bounce = static_cast<char*>(*pinned);
+  } else {
+    plain.reset(new char[kBounce]);
+    bounce = plain.get();
+  }
+  absl::Cleanup free_pinned = [&] {
+    if (pinned.ok()) gpu->PinnedFree(*pinned);
+  };
+  std::vector<Segment> fill;
+  uint64_t filled = 0;
+  auto flush = [&]() -> absl::Status {
+    if (fill.empty()) return absl::OkStatus();
+    absl::Status st = gpu->CopyPieces(bounce, kHostDevice, e.data, e.device, fill.data(),
+                                      fill.size(), kBounce, nullptr);
+    if (!st.ok()) return st;
+    XXH3_64bits_update(state.get(), bounce, filled);
+    fill.clear();
+    filled = 0;
+    return absl::OkStatus();
+  };
+  for (const Segment& p : pieces.list) {
+    const uint64_t at = source ? p.src : p.dst;
     for (uint64_t off = 0; off < p.length;) {
-      const uint64_t n = std::min(kBounce, p.length - off);
-      absl::Status st = gpu->Copy(bounce.get(), kHostDevice, at + off, e.device, n, n, nullptr);
-      if (!st.ok()) return st;
-      XXH3_64bits_update(state.get(), bounce.get(), n);
+      const uint64_t n = std::min(kBounce - filled, p.length - off);
+      fill.push_back(Segment{at + off, filled, n});
+      filled += n;
       off += n;
+      if (filled == kBounce) {
+        if (absl::Status st = flush(); !st.ok()) return st;
+      }
     }
   }
+  if (absl::Status st = flush(); !st.ok()) return st;
   return XXH3_64bits_digest(state.get());
 }
 

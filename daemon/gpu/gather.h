@@ -1,0 +1,27 @@
+// The gather/scatter copy kernel of vectored moves: one launch copies many pieces, each
+// from src + piece.src to dst + piece.dst, where src and dst are addresses the kernel's
+// device reaches (its own memory, or mapped page-locked host memory).
+#ifndef GPUMOVE_DAEMON_GPU_GATHER_H_
+#define GPUMOVE_DAEMON_GPU_GATHER_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gpumove {
+
+// A piece as the kernel takes it: at most kGatherPieceMax bytes (longer pieces are cut).
+struct GatherPiece {
+  uint64_t src;
+  uint64_t dst;
+  uint64_t length;
+};
+inline constexpr uint64_t kGatherPieceMax = 64 << 10;
+
+// Queues the copy of `n` pieces (`pieces` in device memory) on `stream`.
+cudaError_t LaunchGather(const GatherPiece* pieces, uint64_t n, const char* src, char* dst,
+                         cudaStream_t stream);
+
+}  // namespace gpumove
+
+#endif  // GPUMOVE_DAEMON_GPU_GATHER_H_
