@@ -157,34 +157,39 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
 // LOCAL with GPU 0's memory: the vectored move end to end and in the daemon, one
 // contiguous move of the same bytes, separate specs, and the Submit's accept time.
 int DeviceRows(Client& c) {
-  std::printf("%-34s %10s %10s %10s %10s %8s %8s %10s\n", "LOCAL, blocks", "vectored",
+  std::printf("%-34s %10s %10s %10s %10s %8s %8s %10s\n", "LOCAL (ipc: CUDA_IPC a->b)", "vectored",
               "in daemon", "(a) whole", "(c) specs", "v/(a)", "v/(c)", "accept ms");
   struct Way {
     const char* name;
     v1::MemoryKind from, to;
+    const char* to_node;  // Null: node a (LOCAL); "b": CUDA_IPC between the daemons.
   };
   for (const Shape& shape : {Shape{4096, 65536}, Shape{65536, 8192}}) {
     const uint64_t bytes = shape.block * shape.count;
     std::vector<uint64_t> si, di;
     Shuffle(shape.count, shape.block, &si, &di);
-    for (const Way& w : {Way{"device->device", v1::DEVICE, v1::DEVICE},
-                         Way{"pinned->device", v1::PINNED_HOST, v1::DEVICE},
-                         Way{"device->pinned", v1::DEVICE, v1::PINNED_HOST}}) {
+    for (const Way& w : {Way{"device->device", v1::DEVICE, v1::DEVICE, nullptr},
+                         Way{"pinned->device", v1::PINNED_HOST, v1::DEVICE, nullptr},
+                         Way{"device->pinned", v1::DEVICE, v1::PINNED_HOST, nullptr},
+                         Way{"ipc:device->device", v1::DEVICE, v1::DEVICE, "b"}}) {
+      const std::string to_node = w.to_node == nullptr ? "" : w.to_node;
       auto src = c.Allocate(bytes, w.from, 0);
-      auto dst = c.Allocate(bytes, w.to, 0);
+      auto dst = c.Allocate(bytes, w.to, 0, absl::ZeroDuration(), "", to_node);
       if (!src.ok() || !dst.ok()) {
         return std::printf("allocation failed: %s %s\n", src.status().ToString().c_str(),
                            dst.status().ToString().c_str()),
                1;
       }
-      auto f = Measure(c, Ref(src->id()), Ref(dst->id()), shape, si, di);
+      v1::BufferRef to = Ref(dst->id());
+      to.set_node(to_node);
+      auto f = Measure(c, Ref(src->id()), to, shape, si, di);
       if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
       std::printf("%-34s %10.2f %10.2f %10.2f %10.3f %8.2f %8.0f %10.2f\n",
                   absl::StrCat(w.name, ", ", shape.count, " x ", shape.block >> 10, " KiB").c_str(),
                   f->vectored, f->in_daemon, f->contiguous, f->separate,
                   f->vectored / f->contiguous, f->vectored / f->separate, f->accept_ms);
       (void)c.Release(src->id());
-      (void)c.Release(dst->id());
+      (void)c.Release(dst->id(), to_node);
     }
   }
   std::printf(

@@ -119,8 +119,9 @@ for line in open(sys.argv[1]):
     if m: raw[(m[1], m[2], m[3])] = float(m[4])
 for line in open(sys.argv[2]):
     m = re.match(r"(\S+), (\d+) x (\d+) KiB\s+([\d.]+)\s+([\d.]+)", line)
-    if m and (m[1], m[2], m[3]) in raw:
-        k = raw[(m[1], m[2], m[3])]
+    key = (m[1].removeprefix("ipc:"), m[2], m[3]) if m else None
+    if key in raw:
+        k = raw[key]
         print(f"{m[1]}, {m[2]} x {m[3]} KiB: end to end {float(m[4]) / k:.2f} of the kernel, "
               f"in daemon {float(m[5]) / k:.2f} (kernel {k:.1f} GB/s)")
 PY

@@ -71,27 +71,12 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
                                  MoveControl& control) {
   if (control.cancelled()) return absl::CancelledError("cancelled");
   const bool push = dst.remote != nullptr;
-  const RemoteHold& remote = push ? *dst.remote : *src.remote;
   const Endpoint& local = push ? src : dst;
-  const CudaIpcOffer* offer = remote.offer<CudaIpcOffer>();
-  if (offer == nullptr) return CanServe(src, dst);
-  const int device = MapDevice(*offer, local);
-  auto mapping = ipc_->Open(device, offer->handle);
-  if (!mapping.ok()) {
-    return absl::Status(
-        mapping.status().code(),
-        absl::StrCat("mapping node ", remote.node, "'s memory: ", mapping.status().message()));
-  }
-  if (offer->offset > (*mapping)->size || length > (*mapping)->size - offer->offset) {
-    return absl::InternalError("the remote range runs past the allocation it is in");
-  }
-  {
-    // Kept for the peer's life: opening costs milliseconds.
-    absl::MutexLock lock(&mu_);
-    auto& held = held_[remote.peer()];
-    if (std::find(held.begin(), held.end(), *mapping) == held.end()) held.push_back(*mapping);
-  }
-  char* far = (*mapping)->base + offer->offset;
+  int device = -1;
+  std::shared_ptr<const IpcTable::Mapping> mapping;
+  auto mapped = MapRemote(push ? *dst.remote : *src.remote, local, length, &device, &mapping);
+  if (!mapped.ok()) return mapped.status();
+  char* far = *mapped;
   auto progress = control.Reporter();
   // Progress, cancel and a rate cap act between chunks. Chunk boundaries cost copies into
   // an IPC mapping more than local ones, so without a cap a move up to 1 GiB is one copy
@@ -113,8 +98,56 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   // is done.
   auto fence = gpu_->CopyFenced(to, to_device, from, from_device, length, chunk, progress);
   if (!fence.ok()) return fence.status();
-  control.KeepRunning(std::make_unique<MappedFence>(*mapping, *std::move(fence)));
+  control.KeepRunning(std::make_unique<MappedFence>(mapping, *std::move(fence)));
   return absl::OkStatus();
+}
+
+absl::StatusOr<char*> CudaIpcEngine::MapRemote(const RemoteHold& remote, const Endpoint& local,
+                                               uint64_t length, int* device,
+                                               std::shared_ptr<const IpcTable::Mapping>* mapping) {
+  const CudaIpcOffer* offer = remote.offer<CudaIpcOffer>();
+  if (offer == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", remote.node, " offers no CUDA IPC handle for this range"));
+  }
+  *device = MapDevice(*offer, local);
+  auto opened = ipc_->Open(*device, offer->handle);
+  if (!opened.ok()) {
+    return absl::Status(
+        opened.status().code(),
+        absl::StrCat("mapping node ", remote.node, "'s memory: ", opened.status().message()));
+  }
+  if (offer->offset > (*opened)->size || length > (*opened)->size - offer->offset) {
+    return absl::InternalError("the remote range runs past the allocation it is in");
+  }
+  {
+    // Kept for the peer's life: opening costs milliseconds.
+    absl::MutexLock lock(&mu_);
+    auto& held = held_[remote.peer()];
+    if (std::find(held.begin(), held.end(), *opened) == held.end()) held.push_back(*opened);
+  }
+  *mapping = *std::move(opened);
+  return (*mapping)->base + offer->offset;
+}
+
+absl::Status CudaIpcEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
+                                       const Segments& pieces, MoveControl& control) {
+  if (control.cancelled()) return absl::CancelledError("cancelled");
+  const bool push = dst.remote != nullptr;
+  const RemoteHold& remote = push ? *dst.remote : *src.remote;
+  const Endpoint& local = push ? src : dst;
+  // The pieces lie in the held ranges: the remote one is mapped whole.
+  if ((push ? pieces.dst_hi : pieces.src_hi) > remote.length) {
+    return absl::InternalError("a piece runs past the range the other node holds");
+  }
+  int device = -1;
+  std::shared_ptr<const IpcTable::Mapping> mapping;
+  auto far = MapRemote(remote, local, remote.length, &device, &mapping);
+  if (!far.ok()) return far.status();
+  char* to = push ? *far : dst.data;
+  const char* from = push ? src.data : *far;
+  return gpu_->CopyPieces(to, push ? device : dst.device, from, push ? src.device : device,
+                          pieces.list.data(), pieces.list.size(), chunk_, control.Reporter());
 }
 
 void CudaIpcEngine::Forget(const std::string& node, uint64_t incarnation) {

@@ -34,6 +34,11 @@ class CudaIpcEngine : public Engine {
   absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const override;
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
+  // Vectored: the gather kernel on this node's GPU, reading or writing the peer's mapped
+  // range (GpuRuntime::CopyPieces), ended before the acknowledgement (no fence).
+  bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override { return true; }
+  absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                          MoveControl& control) override;
 
   // Drops the mappings of a peer incarnation that went away.
   void Forget(const std::string& node, uint64_t incarnation);
@@ -43,6 +48,11 @@ class CudaIpcEngine : public Engine {
   // the copy) when it is that GPU or reaches it with peer copies, else the remote range's
   // own GPU when we see it; -1 when neither.
   int MapDevice(const CudaIpcOffer& remote, const Endpoint& local) const;
+  // The remote range of a move of `length` bytes mapped on `*device` (kept for the
+  // peer's life): its first byte here.
+  absl::StatusOr<char*> MapRemote(const RemoteHold& remote, const Endpoint& local,
+                                  uint64_t length, int* device,
+                                  std::shared_ptr<const IpcTable::Mapping>* mapping);
 
   GpuRuntime* const gpu_;
   IpcTable* const ipc_;
