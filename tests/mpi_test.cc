@@ -85,6 +85,10 @@ TEST_P(MpiTest, TheJobIsTheCluster) {
       if (p.path() != v1::MPI) continue;
       mpi = p.available();
       EXPECT_TRUE(absl::StrContains(p.reason(), absl::StrCat("rank ", r, " of 3"))) << p.reason();
+      // The probe asks the library it runs with (symbols found at run time).
+      EXPECT_TRUE(absl::StrContains(p.reason(), "MPIX_Query_cuda_support() = 0") ||
+                  absl::StrContains(p.reason(), "MPIX_GPU_query_support(CUDA) = 0"))
+          << p.reason();
     }
     EXPECT_TRUE(mpi);
     EXPECT_FALSE(info->mpi_cuda_aware());  // Debian's MPI libraries are host-only.

@@ -14,10 +14,8 @@
 #include "daemon/common/log.h"
 
 #ifdef GPUMOVE_HAVE_MPI
+#include <dlfcn.h>
 #include <mpi.h>
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support.
-#endif
 #endif
 
 namespace gpumove {
@@ -93,21 +91,30 @@ absl::Status MpiStatus(int code, const char* what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", MpiError(code)));
 }
 
-// Whether the library takes device pointers, asked the way each family answers.
+// Whether the library the daemon runs with (not the headers it was built with) takes
+// device pointers, asked the way each family answers: the symbols are looked up at run
+// time, so one binary built against a host-only MPI finds the CUDA-aware one it is run
+// with (same soname), and the reverse.
 bool ProbeCudaAwareness(std::string* how) {
-#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
-  const bool aware = MPIX_Query_cuda_support() == 1;
-  *how = absl::StrCat("MPIX_Query_cuda_support() = ", aware ? 1 : 0);
-  return aware;
-#elif defined(MPIX_GPU_SUPPORT_CUDA)
-  int aware = 0;
-  if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &aware) != MPI_SUCCESS) aware = 0;
-  *how = absl::StrCat("MPIX_GPU_query_support(CUDA) = ", aware);
-  return aware == 1;
-#else
-  *how = "the library has no CUDA query; assumed host-only";
+  // Open MPI's cuda extension (4.x, 5.x).
+  using OmpiQuery = int (*)();
+  if (auto query = reinterpret_cast<OmpiQuery>(dlsym(RTLD_DEFAULT, "MPIX_Query_cuda_support"))) {
+    const bool aware = query() == 1;
+    *how = absl::StrCat("MPIX_Query_cuda_support() = ", aware ? 1 : 0);
+    return aware;
+  }
+  // MPICH 4 and its derivatives: MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &is).
+  using MpichQuery = int (*)(int, int*);
+  if (auto query = reinterpret_cast<MpichQuery>(dlsym(RTLD_DEFAULT, "MPIX_GPU_query_support"))) {
+    constexpr int kCuda = 0;  // MPIX_GPU_SUPPORT_CUDA, the first of MPICH's enum.
+    int aware = 0;
+    if (query(kCuda, &aware) != MPI_SUCCESS) aware = 0;
+    *how = absl::StrCat("MPIX_GPU_query_support(CUDA) = ", aware);
+    return aware == 1;
+  }
+  *how = "the library has no CUDA query (MPIX_Query_cuda_support, MPIX_GPU_query_support); "
+         "taken as host-only";
   return false;
-#endif
 }
 
 }  // namespace
