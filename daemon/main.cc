@@ -218,13 +218,12 @@ ABSL_FLAG(absl::Duration, max_connection_idle, absl::Hours(1),
 ABSL_FLAG(absl::Duration, keepalive, absl::Minutes(2),
           "Pings on a client connection with no traffic this often, so that dead clients' "
           "connections end.");
-ABSL_FLAG(int, grpc_completion_queues, 0,
-          "Completion queues of the gRPC server (0: one per 8 CPUs, 1 to 4).");
+ABSL_FLAG(int, grpc_completion_queues, 0, "Completion queues of the gRPC server (0: gRPC's 1).");
 ABSL_FLAG(int, grpc_min_pollers, 0,
-          "Threads per completion queue always waiting for calls (0: 1).");
+          "Threads per completion queue always waiting for calls (0: gRPC's 1).");
 ABSL_FLAG(int, grpc_max_pollers, 0,
           "Most threads per completion queue kept waiting for calls; a thread that ends a call "
-          "when this many wait exits (0: the CPUs over the queues, at least 2).");
+          "when this many wait exits (0: gRPC's 2).");
 ABSL_FLAG(std::string, unix_socket_mode, "0660",
           "Mode of unix: --listen sockets (octal): who on this host may connect.");
 ABSL_FLAG(std::string, unix_socket_group, "",

@@ -128,13 +128,9 @@ DaemonOptions WithMachineDefaults(DaemonOptions o, unsigned cpus) {
   // Lanes carry host moves over the wire only: direct copies stay with the first.
   if (o.ucx.lanes <= 0) o.ucx.lanes = std::clamp(n / 8, 1, 4);
   if (!o.mpi.spin.has_value()) o.mpi.spin = large;
-  // A waiting thread per CPU keeps concurrent calls from starting threads of their own.
-  if (o.serve.completion_queues <= 0) o.serve.completion_queues = std::clamp(n / 8, 1, 4);
-  if (o.serve.min_pollers <= 0) o.serve.min_pollers = 1;
-  if (o.serve.max_pollers <= 0) {
-    o.serve.max_pollers = std::max(2, n / o.serve.completion_queues);
+  if (o.serve.max_pollers > 0) {
+    o.serve.max_pollers = std::max(o.serve.max_pollers, o.serve.min_pollers);
   }
-  o.serve.max_pollers = std::max(o.serve.max_pollers, o.serve.min_pollers);
   o.mpi.transport.spin = *o.mpi.spin;
   return o;
 }
@@ -638,12 +634,19 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
                              ms(options.serve.max_connection_idle));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.serve.keepalive));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS,
-                              options.serve.completion_queues);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS,
-                              options.serve.min_pollers);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              options.serve.max_pollers);
+  // gRPC's own unless set (more waiting threads measured no faster: docs/reliability.md).
+  if (options.serve.completion_queues > 0) {
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS,
+                                options.serve.completion_queues);
+  }
+  if (options.serve.min_pollers > 0) {
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS,
+                                options.serve.min_pollers);
+  }
+  if (options.serve.max_pollers > 0) {
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                                options.serve.max_pollers);
+  }
   std::shared_ptr<grpc::ServerCredentials> tcp = grpc::InsecureServerCredentials();
   if (!options.serve.tls.cert.empty() || !options.serve.tls.key.empty() ||
       !options.serve.tls.client_ca.empty()) {

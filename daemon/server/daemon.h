@@ -77,9 +77,8 @@ struct ServeOptions {
   std::string unix_socket_group;
   // gRPC's synchronous server: its completion queues and, per queue, the threads waiting
   // for calls. A thread that ends a call goes back to waiting while fewer than
-  // max_pollers wait, else it exits; fewer than min_pollers waiting starts one. gRPC's own
-  // 1 queue and 1-2 threads start and end a thread per call under concurrent load.
-  // 0: the machine's (WithMachineDefaults).
+  // max_pollers wait, else it exits; fewer than min_pollers waiting starts one. 0: gRPC's
+  // own (1 queue, 1 to 2 threads); a max below the min is raised to it.
   int completion_queues = 0;
   int min_pollers = 0;
   int max_pollers = 0;

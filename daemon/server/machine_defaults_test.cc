@@ -15,9 +15,8 @@ TEST(MachineDefaults, ASmallMachineSparesItsCpus) {
   EXPECT_EQ(o.ucx.lanes, 1);
   EXPECT_EQ(o.mpi.spin, false);
   EXPECT_FALSE(o.mpi.transport.spin);  // What the MPI transport is started with.
-  EXPECT_EQ(o.serve.completion_queues, 1);
-  EXPECT_EQ(o.serve.min_pollers, 1);
-  EXPECT_EQ(o.serve.max_pollers, 2);
+  EXPECT_EQ(o.serve.completion_queues, 0);  // gRPC's own.
+  EXPECT_EQ(o.serve.max_pollers, 0);
 }
 
 TEST(MachineDefaults, ALargeMachinePolls) {
@@ -29,13 +28,9 @@ TEST(MachineDefaults, ALargeMachinePolls) {
   EXPECT_EQ(o.ucx.lanes, 2);
   EXPECT_EQ(o.mpi.spin, true);
   EXPECT_TRUE(o.mpi.transport.spin);
-  EXPECT_EQ(o.serve.completion_queues, 2);
-  EXPECT_EQ(o.serve.max_pollers, 8);  // A waiting thread per CPU.
   const DaemonOptions big = WithMachineDefaults(DaemonOptions{}, 128);
   EXPECT_EQ(big.ucx.transport.direct_threads, 8);
   EXPECT_EQ(big.ucx.lanes, 4);
-  EXPECT_EQ(big.serve.completion_queues, 4);
-  EXPECT_EQ(big.serve.max_pollers, 32);
 }
 
 TEST(MachineDefaults, WhatWasSetStays) {
