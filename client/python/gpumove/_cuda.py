@@ -1,0 +1,134 @@
+"""CUDA IPC for the Python client, through the driver API (libcuda, ctypes): no torch or
+cupy needed, any object with __cuda_array_interface__ (or a torch tensor) works.
+
+Lending (Client.register): the handle of the allocation that holds the tensor (caching
+allocators hand out pieces of bigger allocations) plus the tensor's offset in it, as the
+daemon's Import expects. Mapping (Client.open): cuIpcOpenMemHandle of an exported buffer."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import grpc
+
+from gpumove._types import Error
+from gpumove.v1 import gpumove_pb2 as pb
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _driver():
+    global _lib
+    with _lock:
+        if _lib is None:
+            try:
+                lib = ctypes.CDLL("libcuda.so.1")
+            except OSError as e:
+                raise Error(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"CUDA IPC needs the CUDA driver (libcuda.so.1): {e}") from None
+            _check(lib.cuInit(0), "cuInit")
+            _lib = lib
+        return _lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise Error(grpc.StatusCode.INTERNAL, f"{what}: CUDA driver error {rc}")
+
+
+def device_pointer(tensor) -> tuple:
+    """(device pointer, bytes) of a CUDA tensor."""
+    cai = getattr(tensor, "__cuda_array_interface__", None)
+    if cai is None:
+        raise Error(grpc.StatusCode.INVALID_ARGUMENT,
+                    "register takes a CUDA tensor (__cuda_array_interface__: torch, cupy, ...)")
+    ptr = cai["data"][0]
+    shape = cai["shape"]
+    strides = cai.get("strides")
+    itemsize = int(cai["typestr"][2:])
+    count = 1
+    for s in shape:
+        count *= s
+    if strides is not None:
+        expected, step = [], itemsize
+        for s in reversed(shape):
+            expected.insert(0, step)
+            step *= s
+        if list(strides) != expected and count > 1:
+            raise Error(grpc.StatusCode.INVALID_ARGUMENT, "register takes contiguous tensors")
+    return ptr, count * itemsize
+
+
+def _uuid(lib, ordinal: int) -> str:
+    dev = ctypes.c_int()
+    _check(lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+    raw = (ctypes.c_ubyte * 16)()
+    _check(lib.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
+    h = bytes(raw).hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def import_request(tensor, label: str = "") -> pb.ImportRequest:
+    lib = _driver()
+    ptr, size = device_pointer(tensor)
+    if size == 0:
+        raise Error(grpc.StatusCode.INVALID_ARGUMENT, "an empty tensor has no bytes to lend")
+    base = ctypes.c_uint64()
+    alloc = ctypes.c_size_t()
+    _check(lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(alloc),
+                                       ctypes.c_uint64(ptr)), "cuMemGetAddressRange")
+    handle = (ctypes.c_char * 64)()
+    _check(lib.cuIpcGetMemHandle(handle, base), "cuIpcGetMemHandle")
+    ordinal = ctypes.c_int()
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+    _check(lib.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                     ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
+    return pb.ImportRequest(cuda_ipc_handle=bytes(handle), offset=ptr - base.value, size=size,
+                            device_uuid=_uuid(lib, ordinal.value), label=label)
+
+
+class DeviceMemory:
+    """A daemon buffer mapped into this process: `ptr`, `size`, `device`, and
+    __cuda_array_interface__ (a 1-D uint8 array), so torch.as_tensor(m, device="cuda") or
+    cupy.asarray(m) see it without a copy. close() unmaps it (keep it open while a tensor
+    over it is used)."""
+
+    def __init__(self, base: int, offset: int, size: int, device: int):
+        self._base = base
+        self.ptr = base + offset
+        self.size = size
+        self.device = device
+
+    @classmethod
+    def open(cls, r: pb.ExportResponse) -> "DeviceMemory":
+        lib = _driver()
+        ctx = ctypes.c_void_p()
+        dev = ctypes.c_int()
+        _check(lib.cuDeviceGet(ctypes.byref(dev), r.device), "cuDeviceGet")
+        _check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        _check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        handle = (ctypes.c_char * 64).from_buffer_copy(r.cuda_ipc_handle)
+        base = ctypes.c_uint64()
+        CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+        _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(base), handle,
+                                         CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+               "cuIpcOpenMemHandle")
+        return cls(base.value, r.offset, r.size, r.device)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+    def close(self) -> None:
+        if self._base:
+            _check(_driver().cuIpcCloseMemHandle(ctypes.c_uint64(self._base)),
+                   "cuIpcCloseMemHandle")
+            self._base = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,142 @@
+"""Building requests: ranges from what callers pass, and block lists from integer arrays
+without a Python loop per block (packed varints encoded with numpy, parsed by protobuf)."""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Sequence, Union
+
+from gpumove._types import PATHS, Buffer, Ref
+from gpumove.v1 import gpumove_pb2 as pb
+
+try:  # numpy makes block lists fast; without it they are encoded value by value.
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy is there wherever the tests run
+    np = None
+
+if np is not None:
+    _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+
+RangeLike = Union[Buffer, Ref, str]
+
+
+def to_ref(r: RangeLike, node: Optional[str] = None) -> Ref:
+    """A Ref from a Buffer, a Ref, or "[node/]buffer_id"."""
+    if isinstance(r, Ref):
+        return r
+    if isinstance(r, Buffer):
+        return r.ref()
+    if isinstance(r, str):
+        if "/" in r:
+            n, _, b = r.partition("/")
+            return Ref(buffer=b, node=n)
+        return Ref(buffer=r, node=node or "")
+    raise TypeError(f"a range is a gpumove.Buffer, gpumove.Ref or buffer id, not {type(r)!r}")
+
+
+def _varints(values) -> bytes:
+    """The protobuf varint encoding of unsigned integers, one after another."""
+    if np is None:
+        out = bytearray()
+        for v in values:
+            v = int(v)
+            if v < 0:
+                raise ValueError("block indices are not negative")
+            while True:
+                b = v & 0x7F
+                v >>= 7
+                out.append(b | (0x80 if v else 0))
+                if not v:
+                    break
+        return bytes(out)
+    a = values if isinstance(values, np.ndarray) else np.array(values)
+    if a.ndim != 1:
+        raise ValueError("block indices are a one-dimensional array")
+    if a.size == 0:
+        return b""
+    if not isinstance(values, np.ndarray) and a.dtype.kind in "fO":
+        # Python ints past int64 (numpy made floats or objects of them).
+        items = list(values)
+        if not all(isinstance(v, numbers.Integral) for v in items):
+            raise ValueError("block indices are integers")
+        if any(v < 0 for v in items):
+            raise ValueError("block indices are not negative")
+        try:
+            a = np.array(items, dtype=np.uint64)
+        except OverflowError:
+            raise ValueError("block indices are below 2^64") from None
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"block indices are integers, not {a.dtype}")
+    if a.dtype.kind == "i" and a.min() < 0:
+        raise ValueError("block indices are not negative")
+    a = a.astype(np.uint64, copy=False)
+    # Bytes per value (1 + the 7-bit steps it passes); a value x byte matrix of 7-bit groups
+    # with the continuation bit, column by column; read row by row where a value has bytes.
+    lengths = np.ones(a.size, dtype=np.int64)
+    for t in _THRESHOLDS:
+        more = a >= t
+        if not more.any():
+            break
+        lengths += more
+    width = int(lengths.max())
+    groups = np.empty((a.size, width), dtype=np.uint8)
+    v = a.copy()
+    for c in range(width):
+        groups[:, c] = (v & np.uint64(0x7F)).astype(np.uint8)
+        if c + 1 < width:
+            groups[:, c] |= (lengths > c + 1).astype(np.uint8) << np.uint8(7)
+            v >>= np.uint64(7)
+    return groups[np.arange(width)[None, :] < lengths[:, None]].tobytes()
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varints([(number << 3) | 2]) + _varints([len(payload)]) + payload
+
+
+def block_list(block_size: int, source_blocks, destination_blocks,
+               source_stride: int = 0, destination_stride: int = 0) -> pb.BlockList:
+    """A BlockList: block i copies block_size bytes from source_blocks[i] * source_stride to
+    destination_blocks[i] * destination_stride (strides 0: block_size). The index arrays
+    (numpy arrays or sequences of ints) are packed without a loop per block."""
+    if block_size <= 0:
+        raise ValueError("block_size must be positive")
+    src = _varints(source_blocks)
+    dst = _varints(destination_blocks)
+    data = (_varints([(1 << 3) | 0, block_size]) +
+            (_varints([(2 << 3) | 0, source_stride]) if source_stride else b"") +
+            (_varints([(3 << 3) | 0, destination_stride]) if destination_stride else b"") +
+            (_field(4, src) if src else b"") + (_field(5, dst) if dst else b""))
+    out = pb.BlockList()
+    out.MergeFromString(data)
+    return out
+
+
+def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional[int] = None,
+                  checksum: bool = False, path: str = "auto", blocks: Any = None,
+                  block_size: Optional[int] = None, segments: Optional[Sequence] = None,
+                  notify: Optional[bytes] = None, label: str = "") -> pb.TransferSpec:
+    """One TransferSpec. `blocks` is a (source_indices, destination_indices) pair (with
+    `block_size`) or a pb.BlockList; `segments` a sequence of (source_offset,
+    destination_offset, length) triples; `notify` bytes (or str) for a notification."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {sorted(PATHS)}, not {path!r}")
+    src = to_ref(source)
+    if length is not None:
+        src = Ref(buffer=src.buffer, node=src.node, offset=src.offset, length=length)
+    spec = pb.TransferSpec(source=src.to_proto(), destination=to_ref(destination).to_proto(),
+                           path=PATHS[path], checksum=checksum, label=label)
+    if blocks is not None and segments is not None:
+        raise ValueError("give blocks or segments, not both")
+    if blocks is not None:
+        if isinstance(blocks, pb.BlockList):
+            spec.blocks.CopyFrom(blocks)
+        else:
+            if block_size is None:
+                raise ValueError("blocks need a block_size")
+            s, d = blocks
+            spec.blocks.CopyFrom(block_list(block_size, s, d))
+    if segments is not None:
+        for so, do, n in segments:
+            spec.segments.add(source_offset=int(so), destination_offset=int(do), length=int(n))
+    if notify is not None:
+        spec.notify = notify.encode() if isinstance(notify, str) else bytes(notify)
+    return spec

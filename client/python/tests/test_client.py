@@ -1,0 +1,213 @@
+"""gpumove.Client against real daemons: buffers, bytes in and out (bytes, numpy, into a
+given array), moves (LOCAL, between nodes, third-party, vectored from numpy, checksums),
+transfers (submit, wait, watch, cancel, list), notifications after the data, errors with
+their codes, and the CUDA calls refused cleanly without a GPU."""
+import os
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+import gpumove
+
+
+def random_bytes(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_info_and_peers(client):
+    info = client.info()
+    assert info.node == "py-a"
+    assert info.paths["local"] is True
+    assert info.authentication == "open"
+    assert client.peers() == []
+
+
+def test_buffers_bytes_in_and_out(client):
+    b = client.allocate(3 << 20, label="py")
+    assert b.size == 3 << 20 and b.kind == "host" and b.label == "py"
+    data = random_bytes(3 << 20, 1)
+    assert client.write(b, data) == len(data)
+    assert client.read(b) == data
+    # Part of it, by offset and length, and through a slice.
+    assert client.read(b, offset=5, length=10) == data[5:15]
+    assert client.read(b[1000:2000]) == data[1000:2000]
+    # numpy in, numpy out (filled in place), memoryview in.
+    arr = np.arange(1 << 18, dtype=np.float32)
+    client.write(b, arr)
+    out = np.empty_like(arr)
+    assert client.read(b, out=out) is out
+    assert np.array_equal(out, arr)
+    client.write(b, memoryview(b"abc"), offset=7)
+    assert client.read(b, offset=7, length=3) == b"abc"
+    assert b.id in [x.id for x in client.buffers()]
+    assert client.buffer(b.id).size == b.size
+    client.release(b)
+    with pytest.raises(gpumove.Error) as e:
+        client.buffer(b.id)
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_bad_requests_get_their_codes_and_change_nothing(client):
+    b = client.allocate(4096)
+    client.write(b, b"\x01" * 4096)
+    with pytest.raises(gpumove.Error) as e:
+        client.write(b, b"x" * 10, offset=4090)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.read(b) == b"\x01" * 4096
+    with pytest.raises(gpumove.Error) as e:
+        client.allocate(0)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(gpumove.Error) as e:
+        client.allocate(1 << 40)
+    assert e.value.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    with pytest.raises(gpumove.Error) as e:
+        client.move(b, "b-nope")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(gpumove.Error) as e:
+        client.transfer("t-0000000000000000.py-a")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(ValueError):
+        client.allocate(10, kind="gpu")
+    with pytest.raises(ValueError):
+        client.move(b, b, path="carrier-pigeon")
+    client.release(b)
+
+
+def test_local_moves_submit_wait_watch_cancel(client):
+    src = client.allocate(8 << 20)
+    dst = client.allocate(8 << 20)
+    data = random_bytes(8 << 20, 2)
+    client.write(src, data)
+    t = client.move(src, dst, checksum=True)
+    assert t.ok and t.path == "local" and t.length == 8 << 20
+    assert t.source_xxh3 == t.destination_xxh3 != 0
+    assert client.read(dst) == data
+    # A batch that does not wait, then wait and watch.
+    specs = [gpumove.spec(src[i << 20:(i + 1) << 20], dst.ref(i << 20)) for i in range(4)]
+    ts = client.submit(specs)
+    assert len(ts) == 4
+    ended = [client.wait(x, timeout=30) for x in ts]
+    assert all(x.ok for x in ended)
+    events = list(client.watch(ts[0]))
+    assert events[-1].ok
+    assert ts[0].id in [x.id for x in client.transfers(states=["succeeded"])]
+    client.release(src)
+    client.release(dst)
+
+
+def test_cancel_a_slow_move():
+    from conftest import Daemon
+    d = Daemon("py-slow", "--max_move_rate=8MiB")
+    try:
+        with gpumove.Client(d.address) as c:
+            src = c.allocate(64 << 20)
+            dst = c.allocate(64 << 20)
+            t = c.move(src, dst, wait=False)
+            assert not t.done
+            c.cancel(t)
+            end = c.wait(t, timeout=30)
+            assert end.state == "cancelled"
+            with pytest.raises(gpumove.Error) as e:
+                end.raise_for_state()
+            assert e.value.code == grpc.StatusCode.CANCELLED
+    finally:
+        d.stop()
+
+
+def test_vectored_moves_from_numpy(client):
+    n, bs = 4096, 4096
+    src = client.allocate(n * bs)
+    dst = client.allocate(n * bs)
+    data = np.frombuffer(random_bytes(n * bs, 3), dtype=np.uint8)
+    before = np.frombuffer(random_bytes(n * bs, 4), dtype=np.uint8)
+    client.write(src, data)
+    client.write(dst, before)
+    rng = np.random.default_rng(5)
+    si = rng.permutation(n)[: n // 2]
+    di = rng.permutation(n)[: n // 2]
+    t = client.move(src, dst, blocks=(si, di), block_size=bs, checksum=True)
+    assert t.ok and t.pieces == n // 2
+    expected = before.copy().reshape(n, bs)
+    expected[di] = data.reshape(n, bs)[si]
+    got = np.frombuffer(client.read(dst), dtype=np.uint8).reshape(n, bs)
+    assert np.array_equal(got, expected)
+    # Segments, and a bad list refused with nothing written.
+    t = client.move(src, dst, segments=[(0, 1, 5), (100, 50, 3)])
+    assert t.ok and t.pieces == 2
+    assert client.read(dst, offset=1, length=5) == data[:5].tobytes()
+    snapshot = client.read(dst)
+    with pytest.raises(gpumove.Error) as e:
+        client.move(src, dst, blocks=([0, 1], [3, 3]), block_size=bs)  # Overlapping.
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.read(dst) == snapshot
+    with pytest.raises(ValueError):
+        client.move(src, dst, blocks=([-1], [0]), block_size=bs)
+    client.release(src)
+    client.release(dst)
+
+
+def test_block_lists_encode_like_protobuf():
+    from gpumove.v1 import gpumove_pb2 as pb
+    values = [0, 1, 127, 128, 300, 16383, 16384, 2**40, 2**63, 2**64 - 1]
+    for arr in (values, np.array(values, dtype=np.uint64)):
+        got = gpumove.block_list(4096, arr, arr[::-1], source_stride=8192)
+        want = pb.BlockList(block_size=4096, source_stride=8192, source_blocks=values,
+                            destination_blocks=values[::-1])
+        assert got == want
+    big = np.random.default_rng(6).permutation(150_000)
+    bl = gpumove.block_list(16, big, big)
+    assert list(bl.source_blocks) == big.tolist()
+
+
+def test_moves_between_nodes_and_notifications(cluster):
+    a, b, c = (gpumove.Client(cluster[n].address) for n in "abc")
+    try:
+        src = a.allocate(4 << 20)
+        dst = b.allocate(4 << 20)
+        data = random_bytes(4 << 20, 7)
+        a.write(src, data)
+        with b.notifications([dst]) as stream:
+            # Pushed by a, third-party through c; each notification comes with the bytes.
+            for via, note in ((a, b"push"), (c, b"third party")):
+                b.write(dst, b"\0" * (4 << 20))
+                t = via.move(src, dst, notify=note, wait=False)
+                n = next(iter(stream))
+                assert n.notify == note and n.transfer_id == t.id
+                assert n.source_node == "a" and n.destination_buffer == dst.id
+                assert b.read(dst) == data  # Visible by the time it is notified.
+                assert via.wait(t, timeout=30).ok
+        # Pull by b, vectored, with a checksum.
+        idx = np.arange(64)
+        t = b.move(src, dst, blocks=(idx, idx[::-1]), block_size=64 << 10)
+        assert t.ok and t.path == "ucx"
+        # Resume from the oldest kept: both notifications again, in order.
+        with c.notifications(node="b", after=0, timeout=30) as again:
+            it = iter(again)
+            first, second = next(it), next(it)
+            assert (first.notify, second.notify) == (b"push", b"third party")
+            assert second.sequence == first.sequence + 1
+    finally:
+        for x in (a, b, c):
+            x.close()
+
+
+def test_cuda_calls_without_a_gpu_are_refused(client):
+    class FakeTensor:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "|u1", "data": (0, False),
+                                    "version": 3}
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has a GPU: the GPU suite covers register/open")
+    with pytest.raises(gpumove.Error) as e:
+        client.register(FakeTensor())
+    assert e.value.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INTERNAL)
+    with pytest.raises(gpumove.Error) as e:
+        client.register(b"not a tensor")
+    assert e.value.code in (grpc.StatusCode.INVALID_ARGUMENT,
+                            grpc.StatusCode.FAILED_PRECONDITION)
+    b = client.allocate(4096)
+    with pytest.raises(gpumove.Error) as e:
+        client.open(b)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    client.release(b)
