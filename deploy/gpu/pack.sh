@@ -45,6 +45,11 @@ if [ -x .gpu/tools/ucx_perftest ]; then
   # Transport modules are found beside libucs, in ucx/.
   cp -rL "$(dirname "$ucp")/ucx" .gpu/ucx/ && rm -f .gpu/ucx/ucx/*.a
 fi
+# The Python client with its generated stubs, and its GPU check (run.sh PARTS=python).
+mkdir -p .gpu/python/tests
+python3 client/python/gen_stubs.py .gpu/python
+cp client/python/gpumove/*.py .gpu/python/gpumove/
+cp client/python/tests/daemons.py client/python/tests/gpu_check.py .gpu/python/tests/
 # The CUDA-aware Open MPI + UCX (issue 27; deploy/gpu/cuda_aware_diag.sh unpacks it there).
 for t in ../shared/cuda-aware/*.tar.xz; do [ -f "$t" ] && cp "$t" .gpu/; done
 du -sh .gpu

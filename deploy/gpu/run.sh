@@ -127,6 +127,14 @@ for line in open(sys.argv[2]):
 PY
 fi
 
+# Opt-in (PARTS=python): the Python client's CUDA calls (register a torch tensor, open a
+# daemon buffer as a tensor, GPU -> GPU and vectored moves) with this machine's torch.
+if part python; then
+echo "== Python client on the GPU"
+PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/tests/gpu_check.py 2>&1 |
+  tee "$OUT/python_gpu.txt"
+fi
+
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
 # ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
 # summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and

@@ -69,21 +69,35 @@ def _uuid(lib, ordinal: int) -> str:
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+def _use_context(lib, ordinal: int) -> None:
+    # Driver calls need a current context: the GPU's primary one, as torch and cupy use.
+    current = ctypes.c_void_p()
+    _check(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+    if current.value:
+        return
+    dev = ctypes.c_int()
+    _check(lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+    ctx = ctypes.c_void_p()
+    _check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    _check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
 def import_request(tensor, label: str = "") -> pb.ImportRequest:
-    lib = _driver()
     ptr, size = device_pointer(tensor)
     if size == 0:
         raise Error(grpc.StatusCode.INVALID_ARGUMENT, "an empty tensor has no bytes to lend")
+    lib = _driver()
+    ordinal = ctypes.c_int()
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+    _check(lib.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                     ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
+    _use_context(lib, ordinal.value)
     base = ctypes.c_uint64()
     alloc = ctypes.c_size_t()
     _check(lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(alloc),
                                        ctypes.c_uint64(ptr)), "cuMemGetAddressRange")
     handle = (ctypes.c_char * 64)()
     _check(lib.cuIpcGetMemHandle(handle, base), "cuIpcGetMemHandle")
-    ordinal = ctypes.c_int()
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-    _check(lib.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                     ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
     return pb.ImportRequest(cuda_ipc_handle=bytes(handle), offset=ptr - base.value, size=size,
                             device_uuid=_uuid(lib, ordinal.value), label=label)
 
@@ -103,11 +117,7 @@ class DeviceMemory:
     @classmethod
     def open(cls, r: pb.ExportResponse) -> "DeviceMemory":
         lib = _driver()
-        ctx = ctypes.c_void_p()
-        dev = ctypes.c_int()
-        _check(lib.cuDeviceGet(ctypes.byref(dev), r.device), "cuDeviceGet")
-        _check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-        _check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        _use_context(lib, r.device)
         handle = (ctypes.c_char * 64).from_buffer_copy(r.cuda_ipc_handle)
         base = ctypes.c_uint64()
         CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1

@@ -1,79 +1,29 @@
-"""Real gpumoved daemons for the Python client's tests: GPUMOVED names the binary (the
-Bazel test passes it; else bazel-bin's), each daemon on 127.0.0.1 with a port of its own,
-stopped with SIGTERM at the end."""
-import os
-import signal
-import subprocess
-import tempfile
-import time
-
+"""pytest fixtures: one daemon (module scope) and a three-node cluster (daemons.py)."""
 import pytest
 
 import gpumove
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+from daemons import Daemon, Missing, await_peers
 
 
-def gpumoved() -> str:
-    path = os.environ.get("GPUMOVED") or os.path.join(REPO, "bazel-bin", "daemon", "gpumoved")
-    if not os.path.exists(path):
-        pytest.skip(f"no gpumoved at {path} (build //daemon:gpumoved or set GPUMOVED)")
-    return path
-
-
-class Daemon:
-    def __init__(self, name, *flags, join=None):
-        self.dir = tempfile.mkdtemp(prefix=f"gpumove-py-{name}-")
-        port_file = os.path.join(self.dir, "address")
-        args = [gpumoved(), f"--node={name}", "--listen=127.0.0.1:0", f"--port_file={port_file}",
-                "--host_pool_size=256MiB", "--pinned_pool_size=16MiB", "--heartbeat=100ms",
-                "--peer_timeout=1500ms", *flags]
-        if join:
-            args.append(f"--peers={join}")
-        self.log = open(os.path.join(self.dir, "log"), "wb")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while not os.path.exists(port_file) or not open(port_file).read().strip():
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"gpumoved {name} did not start: "
-                                   f"{open(os.path.join(self.dir, 'log')).read()[-2000:]}")
-            time.sleep(0.02)
-        self.address = open(port_file).read().strip()
-        self.name = name
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-def await_peers(client, n, seconds=20):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if sum(p.up for p in client.peers()) >= n:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{client.addr} did not see {n} peers up")
+def start(*args, **kwargs):
+    try:
+        return Daemon(*args, **kwargs)
+    except Missing as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
 def node():
-    d = Daemon("py-a")
+    d = start("py-a")
     yield d
     d.stop()
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    a = Daemon("a")
-    b = Daemon("b", join=a.address)
-    c = Daemon("c", join=a.address)
+    a = start("a")
+    b = start("b", join=a.address)
+    c = start("c", join=a.address)
     for d in (a, b, c):
         with gpumove.Client(d.address) as cl:
             await_peers(cl, 2)

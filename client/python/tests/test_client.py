@@ -98,8 +98,8 @@ def test_local_moves_submit_wait_watch_cancel(client):
 
 
 def test_cancel_a_slow_move():
-    from conftest import Daemon
-    d = Daemon("py-slow", "--max_move_rate=8MiB")
+    from conftest import start
+    d = start("py-slow", "--max_move_rate=8MiB")
     try:
         with gpumove.Client(d.address) as c:
             src = c.allocate(64 << 20)
