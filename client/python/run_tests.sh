@@ -29,6 +29,7 @@ echo "built $(basename "$wheel")"
 "$PY" -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/pip" install --no-index --no-deps --quiet "$wheel"
 export GPUMOVED="$root/daemon/gpumoved"
+export GPUMOVE_EXAMPLES="$root/examples/python"
 cd "$work/pkg/tests"
 rm -rf "$work/pkg/gpumove"  # The tests import the installed wheel, not the sources.
 xml=${XML_OUTPUT_FILE:-$work/pytest.xml}
