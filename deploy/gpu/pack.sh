@@ -9,7 +9,7 @@ TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //test
          //client/bench:gpu_local_bench //client/bench:local_bench //client/bench:node_bench
          //client/bench:gpu_staged_bench //client/bench:mpi_bench //client/bench:rpc_probe
          //client/bench:ipc_probe //client/bench:small_moves_bench //client/bench:tls_bench
-         //client/bench:vectored_bench)
+         //client/bench:vectored_bench //client/bench:client_probe)
 bazel build "${TARGETS[@]}" 2>&1 | tail -1
 BIN=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
@@ -50,6 +50,7 @@ mkdir -p .gpu/python/tests
 python3 client/python/gen_stubs.py .gpu/python
 cp client/python/gpumove/*.py .gpu/python/gpumove/
 cp client/python/tests/daemons.py client/python/tests/gpu_check.py .gpu/python/tests/
+cp client/python/bench.py .gpu/python/
 # The CUDA-aware Open MPI + UCX (issue 27; deploy/gpu/cuda_aware_diag.sh unpacks it there).
 for t in ../shared/cuda-aware/*.tar.xz; do [ -f "$t" ] && cp "$t" .gpu/; done
 du -sh .gpu

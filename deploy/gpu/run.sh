@@ -133,6 +133,9 @@ if part python; then
 echo "== Python client on the GPU"
 PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/tests/gpu_check.py 2>&1 |
   tee "$OUT/python_gpu.txt"
+echo "== Python client against the C++ client"
+PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/bench.py \
+  --probe .gpu/bin/client_probe --rounds 3 2>&1 | tee "$OUT/python_bench.txt"
 fi
 
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N

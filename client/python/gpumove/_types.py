@@ -118,9 +118,21 @@ class Transfer:
     source_xxh3: int = 0
     destination_xxh3: int = 0
     label: str = ""
-    create_time: Optional[datetime.datetime] = None
-    start_time: Optional[datetime.datetime] = None
-    end_time: Optional[datetime.datetime] = None
+    # The daemon's message, for the times (converted when asked: it keeps a small move's
+    # reply cheap) and any field not copied above.
+    raw: Optional[pb.Transfer] = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def create_time(self) -> Optional[datetime.datetime]:
+        return _time(self.raw.create_time) if self.raw is not None else None
+
+    @property
+    def start_time(self) -> Optional[datetime.datetime]:
+        return _time(self.raw.start_time) if self.raw is not None else None
+
+    @property
+    def end_time(self) -> Optional[datetime.datetime]:
+        return _time(self.raw.end_time) if self.raw is not None else None
 
     @classmethod
     def from_proto(cls, t: pb.Transfer) -> "Transfer":
@@ -130,9 +142,7 @@ class Transfer:
                    length=t.length, bytes_done=t.bytes_done,
                    path=PATH_NAMES.get(t.path, "auto"), pieces=t.pieces, error_code=code,
                    error_message=t.error_message, source_xxh3=t.source_xxh3,
-                   destination_xxh3=t.destination_xxh3, label=t.label,
-                   create_time=_time(t.create_time), start_time=_time(t.start_time),
-                   end_time=_time(t.end_time))
+                   destination_xxh3=t.destination_xxh3, label=t.label, raw=t)
 
     @property
     def done(self) -> bool:
@@ -145,9 +155,10 @@ class Transfer:
     @property
     def seconds(self) -> Optional[float]:
         """How long the daemon took to run it (start to end), when it has ended."""
-        if self.start_time is None or self.end_time is None:
+        start, end = self.start_time, self.end_time
+        if start is None or end is None:
             return None
-        return (self.end_time - self.start_time).total_seconds()
+        return (end - start).total_seconds()
 
     def raise_for_state(self) -> "Transfer":
         """Returns self when SUCCEEDED; raises Error with the move's code otherwise."""
