@@ -11,6 +11,8 @@ struct HoldTable::Entry {
   // The move's notify bytes, and what its notification says.
   std::optional<std::string> notify;
   std::string owner, from_node, transfer_id;
+  // A checksummed vectored move's pieces: the checksum is over them (else the range).
+  std::shared_ptr<const Segments> pieces;
   BufferUse use;
   // After `use`: a part may use the range (an MPI half receiving into it), so it goes first.
   std::vector<std::unique_ptr<HoldPart>> parts;
@@ -43,13 +45,17 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
                                                 const std::string& owner,
                                                 const std::string& buffer_id, uint64_t offset,
                                                 uint64_t length, const PartMaker& make,
-                                                std::optional<std::string> notify) {
+                                                HoldAsk ask) {
+  std::optional<std::string>& notify = ask.notify;
   if (notify.has_value() && notifications_ == nullptr) {
     return absl::FailedPreconditionError("this node publishes no notifications");
   }
   if (notify.has_value() && notify->size() > kMaxNotifyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("notify has ", notify->size(), " bytes; at most ", kMaxNotifyBytes));
+  }
+  if (!ask.pieces.empty() && piece_hasher_ == nullptr) {
+    return absl::FailedPreconditionError("this node does not hash pieces of vectored moves");
   }
   {
     // A repeat is refused before its parts are made (they may start an MPI half).
@@ -61,9 +67,25 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   }
   auto use = registry_->Acquire(owner, buffer_id, offset, length);
   if (!use.ok()) return use.status();
+  if (!ask.pieces.empty()) {
+    // Untrusted: every piece must lie in the range just held.
+    const uint64_t held = use->length();
+    for (size_t i = 0; i < ask.pieces.size(); ++i) {
+      const Segment& p = ask.pieces[i];
+      if (p.length == 0 || p.src > held || p.length > held - p.src) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "piece ", i, " (", p.src, "+", p.length, ") is not in the ", held, "-byte range"));
+      }
+    }
+  }
   auto entry = std::make_shared<Entry>();
   entry->incarnation = from_incarnation;
   entry->use = *std::move(use);
+  if (!ask.pieces.empty()) {
+    auto pieces = std::make_shared<Segments>();
+    pieces->list = std::move(ask.pieces);
+    entry->pieces = std::move(pieces);
+  }
   if (notify.has_value()) {
     entry->notify = std::move(notify);
     entry->owner = owner;
@@ -159,7 +181,9 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     Publish(*entry);
     return 0;
   }
-  auto hash = hasher_(Endpoint{u.data(), u.kind(), u.device()}, u.length());
+  const Endpoint here{u.data(), u.kind(), u.device()};
+  auto hash = entry->pieces != nullptr ? piece_hasher_(here, *entry->pieces)
+                                       : hasher_(here, u.length());
   if (hash.ok() && (!source_xxh3.has_value() || *source_xxh3 == *hash)) Publish(*entry);
   return hash;
 }

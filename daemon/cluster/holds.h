@@ -34,18 +34,34 @@ struct FencePolicy {
   uint64_t quiet_rate = 0;
 };
 
+// What the runner asks of a hold besides its range.
+struct HoldAsk {
+  // A destination's notify bytes: published when the hold ends with the move's bytes in.
+  std::optional<std::string> notify;
+  // A checksummed vectored move's pieces in the range (Segment.src = Segment.dst = the
+  // offset from the range's start), in list order: the checksum is over them.
+  std::vector<Segment> pieces;
+};
+
+// xxh3-64 of pieces of an endpoint, in list order (their src offsets).
+using HeldPieceHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, const Segments&)>;
+
 class HoldTable {
  public:
   // `registry` and `hasher` (and the policy's gpu, and `notifications`) must outlive the
   // table. Holds of destinations with notify bytes publish to `notifications` when they
   // end with the bytes in (null: such holds are refused).
+  // `piece_hasher` hashes the pieces of checksummed vectored moves (null: such holds are
+  // refused).
   HoldTable(BufferRegistry* registry,
             std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher,
-            FencePolicy fences = {}, NotificationLog* notifications = nullptr)
+            FencePolicy fences = {}, NotificationLog* notifications = nullptr,
+            HeldPieceHasher piece_hasher = nullptr)
       : registry_(registry),
         hasher_(std::move(hasher)),
         fences_(fences),
-        notifications_(notifications) {}
+        notifications_(notifications),
+        piece_hasher_(std::move(piece_hasher)) {}
   // Waits for the holds still ending (their fences pass or time out).
   ~HoldTable();
   HoldTable(const HoldTable&) = delete;
@@ -63,13 +79,13 @@ class HoldTable {
   using PartMaker =
       std::function<absl::Status(const BufferUse& range, std::vector<std::unique_ptr<HoldPart>>*)>;
   // Checks and holds a range for (from_node, transfer_id), with the parts `make` gives
-  // (an error from it refuses the hold). ALREADY_EXISTS for a repeat. A destination's
-  // `notify` bytes are published when the hold ends with the move's bytes in place.
+  // (an error from it refuses the hold). ALREADY_EXISTS for a repeat. `ask`: notify bytes
+  // (published when the hold ends with the move's bytes in place) and pieces to hash
+  // (INVALID_ARGUMENT for one outside the range, or an empty one).
   absl::StatusOr<Held> Hold(const std::string& from_node, uint64_t from_incarnation,
                             const std::string& transfer_id, const std::string& owner,
                             const std::string& buffer_id, uint64_t offset, uint64_t length,
-                            const PartMaker& make = nullptr,
-                            std::optional<std::string> notify = std::nullopt);
+                            const PartMaker& make = nullptr, HoldAsk ask = {});
 
   struct Entry;
   // A hold kept alive while a call uses it: its range stays in use, and its parts stay,
@@ -130,6 +146,7 @@ class HoldTable {
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
   const FencePolicy fences_;
   NotificationLog* const notifications_;
+  const HeldPieceHasher piece_hasher_;
   // Publishes the notification of a hold whose bytes are in (if it has one).
   void Publish(const Entry& entry) const;
   mutable absl::Mutex mu_;

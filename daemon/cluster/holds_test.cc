@@ -355,5 +355,47 @@ TEST_F(HoldTableTest, AHoldInUseOutlivesItsEndAndRepeatsMakeNoParts) {
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 }
 
+// A checksummed vectored move's pieces come with the hold: the checksum is over them, in
+// list order, and pieces outside the range (a peer is not trusted) refuse the hold.
+TEST_F(HoldTableTest, PiecesAreCheckedAgainstTheRangeAndHashedInOrder) {
+  std::vector<std::vector<uint64_t>> hashed;
+  auto table = std::make_unique<HoldTable>(
+      registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
+      FencePolicy{&gpu_, 0}, nullptr, [&](const Endpoint&, const Segments& pieces) {
+        std::vector<uint64_t> seen;
+        for (const Segment& p : pieces.list) seen.push_back(p.src);
+        hashed.push_back(seen);
+        return absl::StatusOr<uint64_t>(99);
+      });
+  HoldAsk ask;
+  ask.pieces = {{300, 300, 10}, {0, 0, 5}, {4000, 4000, 96}};
+  ASSERT_TRUE(table->Hold("node-a", 1, "v1", "alice", buffer_, 100, 4096, nullptr, ask).ok());
+  auto hash = table->Complete("node-a", "v1", /*checksum=*/true);
+  ASSERT_TRUE(hash.ok()) << hash.status();
+  EXPECT_EQ(*hash, 99u);
+  ASSERT_EQ(hashed.size(), 1u);
+  EXPECT_EQ(hashed[0], (std::vector<uint64_t>{300, 0, 4000}));
+  // Without a checksum the pieces are not hashed; without pieces the range is.
+  ASSERT_TRUE(table->Hold("node-a", 1, "v2", "alice", buffer_, 0, 4096, nullptr, ask).ok());
+  EXPECT_EQ(*table->Complete("node-a", "v2", false), 0u);
+  ASSERT_TRUE(table->Hold("node-a", 1, "v3", "alice", buffer_, 0, 4096).ok());
+  EXPECT_EQ(*table->Complete("node-a", "v3", true), 7u);
+  EXPECT_EQ(hashed.size(), 1u);
+  for (const Segment& bad : {Segment{4000, 4000, 97}, Segment{0, 0, 0},
+                             Segment{UINT64_MAX, UINT64_MAX, 2}, Segment{5000, 5000, 1}}) {
+    HoldAsk hostile;
+    hostile.pieces = {{0, 0, 1}, bad};
+    auto held = table->Hold("node-a", 1, "bad", "alice", buffer_, 0, 4096, nullptr, hostile);
+    EXPECT_EQ(held.status().code(), absl::StatusCode::kInvalidArgument) << bad.src;
+    EXPECT_EQ(table->size(), 0u);
+  }
+  // A table that cannot hash pieces refuses them.
+  auto plain = Table(0);
+  EXPECT_EQ(plain->Hold("node-a", 1, "p", "alice", buffer_, 0, 4096, nullptr, ask)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -77,6 +77,14 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
       item->set_path(ToProto(a.path));
       item->set_runner_device(a.local_device);
       if (a.write && a.notify.has_value()) item->set_notify(*a.notify);
+      if (a.pieces != nullptr) {
+        item->mutable_piece_offsets()->Reserve(static_cast<int>(a.pieces->list.size()));
+        item->mutable_piece_lengths()->Reserve(static_cast<int>(a.pieces->list.size()));
+        for (const Segment& p : a.pieces->list) {
+          item->add_piece_offsets(a.write ? p.dst : p.src);
+          item->add_piece_lengths(p.length);
+        }
+      }
       if (a.path_ask != nullptr) {
         for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, item);
       }

@@ -104,6 +104,9 @@ struct RemoteAsk {
   std::shared_ptr<const PathAsk> path_ask;
   // A destination's notify bytes, published by its node when the hold ends with the bytes in.
   std::optional<std::string> notify;
+  // A checksummed vectored move's pieces (relative to the held ranges): the remote node
+  // hashes its side of them (dst when `write`, else src) instead of the whole range.
+  std::shared_ptr<const Segments> pieces;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement

@@ -275,13 +275,6 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
       }
       if (!d.error.ok()) continue;
     }
-    if (spec.pieces != nullptr && spec.checksum && (!d.src_local || !d.dst_local)) {
-      // Known before anything is held.
-      d.error = absl::UnimplementedError(
-          "checksums of vectored moves between nodes are not there yet (the other node "
-          "hashes the whole range it holds)");
-      continue;
-    }
     if (spec.notify.has_value() && spec.notify->size() > kMaxNotifyBytes) {
       d.error = absl::InvalidArgumentError(absl::StrCat(
           "notify has ", spec.notify->size(), " bytes; at most ", kMaxNotifyBytes));
@@ -333,6 +326,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
                                  spec.path,
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
         if (write) asks.back().notify = spec.notify;
+        if (spec.checksum) asks.back().pieces = spec.pieces;
         // A path asked for by name may have the other node start its half with the hold.
         if (spec.path != PathKind::kAuto) {
           for (Engine* e : engines_) {

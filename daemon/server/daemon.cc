@@ -478,9 +478,11 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
   }
   // Fences: CUDA IPC runners' copies, waited for with or without UCX.
   notifications_ = std::make_unique<NotificationLog>(options.notification_log);
-  holds_ = std::make_unique<HoldTable>(registry_.get(), hasher_,
-                                       FencePolicy{gpu, options.cuda_ipc.fence_quiet},
-                                       notifications_.get());
+  holds_ = std::make_unique<HoldTable>(
+      registry_.get(), hasher_, FencePolicy{gpu, options.cuda_ipc.fence_quiet},
+      notifications_.get(), [gpu](const Endpoint& e, const Segments& pieces) {
+        return HashPieces(gpu, e, pieces, /*source=*/true);
+      });
   return absl::OkStatus();
 }
 

@@ -27,6 +27,16 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
                               return runner.ok() &&
                                      runner->descriptor.host_id() == cluster_->self().host_id();
                             }};
+  HoldAsk ask;
+  if (request.write() && request.has_notify()) ask.notify = request.notify();
+  if (request.piece_offsets_size() != request.piece_lengths_size()) {
+    return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
+  }
+  ask.pieces.reserve(request.piece_offsets_size());
+  for (int i = 0; i < request.piece_offsets_size(); ++i) {
+    const uint64_t at = request.piece_offsets(i);
+    ask.pieces.push_back(Segment{at, at, request.piece_lengths(i)});
+  }
   // Each path offers what reaches the range, and keeps its part with the hold.
   auto held = holds_->Hold(
       request.from_node(), request.from_incarnation(), request.transfer_id(), request.owner(),
@@ -39,8 +49,7 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
         }
         return absl::OkStatus();
       },
-      request.write() && request.has_notify() ? std::optional<std::string>(request.notify())
-                                              : std::nullopt);
+      std::move(ask));
   if (!held.ok()) return held.status();
   response->set_address(reinterpret_cast<uint64_t>(held->data));
   response->set_length(held->length);
