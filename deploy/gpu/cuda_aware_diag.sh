@@ -8,16 +8,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
-tarball=$(ls .gpu/cuda-aware-*.tar.xz 2>/dev/null | head -1)
-[ -n "$tarball" ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (pack.sh CUDA_AWARE=1)"; exit 0; }
-[ -d .gpu/cuda-aware-stack ] || tar -xJf "$tarball" -C .gpu/
-P=$PWD/.gpu/cuda-aware-stack
-# The carried libraries without Debian's UCX: the stack's must win.
-mkdir -p .gpu/lib-ca
-for f in .gpu/lib/*; do
-  case "$(basename "$f")" in libucp* | libuct* | libucs* | libucm*) ;; *) ln -sf "$PWD/$f" .gpu/lib-ca/ ;; esac
-done
-export OPAL_PREFIX=$P PATH=$P/bin:$PATH LD_LIBRARY_PATH=$PWD/.gpu/lib-ca:$P/lib
+source deploy/gpu/cuda_aware_env.sh
+[ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
 echo "== ucx_info: CUDA transports"
 ucx_info -v | head -3
 ucx_info -d | grep -E 'Transport|Memory domain' | sort | uniq -c | head -20

@@ -7,13 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
-[ -d .gpu/cuda-aware-stack ] || tar -xJf .gpu/cuda-aware-*.tar.xz -C .gpu/
-P=$PWD/.gpu/cuda-aware-stack
-mkdir -p .gpu/lib-ca
-for f in .gpu/lib/*; do
-  case "$(basename "$f")" in libucp* | libuct* | libucs* | libucm*) ;; *) ln -sf "$PWD/$f" .gpu/lib-ca/ ;; esac
-done
-export OPAL_PREFIX=$P PATH=$P/bin:$PATH LD_LIBRARY_PATH=$PWD/.gpu/lib-ca:$P/lib
+source deploy/gpu/cuda_aware_env.sh
+[ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
 echo "== ucx_perftest put_bw cuda,cuda: protocol"
 (UCX_PROTO_INFO=y ucx_perftest -t ucp_put_bw -m cuda,cuda -s 67108864 -n 20 -p 23457 >"$OUT/pt_server.txt" 2>&1 &)
 sleep 1

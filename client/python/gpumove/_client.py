@@ -2,49 +2,23 @@
 for every node: name others with `node=` or in refs)."""
 from __future__ import annotations
 
-import datetime
 import logging
-from typing import Iterable, Iterator, List, Optional, Sequence, Union
+import os
+from typing import Iterable, Iterator, List, Optional, Sequence
 
 import grpc
-from google.protobuf import duration_pb2
 
-from gpumove._specs import RangeLike, to_ref, transfer_spec
-from gpumove._types import (KINDS, STATES, Buffer, Error, Info, Notification, Peer, Ref,
-                            Transfer)
+from gpumove import _requests as req
+from gpumove._requests import BufferLike, TransferLike, buffer_id
+from gpumove._specs import RangeLike, transfer_spec
+from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
 
 log = logging.getLogger("gpumove")
 
-# Bytes per Write message and the largest Read chunk the daemon sends (ReadRequest).
-WRITE_CHUNK = 1 << 20
-READ_CHUNK = 4 << 20
 # The largest message either side takes (the daemon's --max_message_size is 64 MiB).
 MAX_MESSAGE = 64 << 20
-
-TransferLike = Union[Transfer, str]
-
-
-def _duration(seconds: Optional[float]) -> Optional[duration_pb2.Duration]:
-    if seconds is None:
-        return None
-    d = duration_pb2.Duration()
-    d.FromTimedelta(datetime.timedelta(seconds=seconds))
-    return d
-
-
-def _id(t: TransferLike) -> str:
-    return t.id if isinstance(t, Transfer) else t
-
-
-def _buffer_id(b: Union[Buffer, Ref, str]) -> tuple:
-    if isinstance(b, Buffer):
-        return b.id, b.node
-    if isinstance(b, Ref):
-        return b.buffer, b.node
-    r = to_ref(b)
-    return r.buffer, r.node
 
 
 def channel_options() -> list:
@@ -161,20 +135,15 @@ class Client:
         """A buffer of `size` bytes in `kind` memory ("host", "pinned", "device" on GPU
         `device`) on `node` (None: this daemon's), freed after `lease` seconds unless
         renewed (None: the daemon's default)."""
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
-        req = pb.AllocateRequest(size=size, kind=KINDS[kind], device=device, label=label,
-                                 node=node or "")
-        if lease is not None:
-            req.lease_ttl.CopyFrom(_duration(lease))
-        return Buffer.from_proto(self._call(self._buffers.Allocate, req))
+        return Buffer.from_proto(self._call(
+            self._buffers.Allocate, req.allocate(size, kind, device, node, lease, label)))
 
-    def release(self, buffer: Union[Buffer, Ref, str], node: Optional[str] = None) -> None:
-        bid, bnode = _buffer_id(buffer)
+    def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
+        bid, bnode = buffer_id(buffer)
         self._call(self._buffers.Release, pb.ReleaseRequest(buffer_id=bid, node=node or bnode))
 
-    def buffer(self, buffer: Union[Buffer, Ref, str], node: Optional[str] = None) -> Buffer:
-        bid, bnode = _buffer_id(buffer)
+    def buffer(self, buffer: BufferLike, node: Optional[str] = None) -> Buffer:
+        bid, bnode = buffer_id(buffer)
         return Buffer.from_proto(self._call(
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
@@ -182,34 +151,14 @@ class Client:
         r = self._call(self._buffers.List, pb.ListBuffersRequest(node=node or ""))
         return [Buffer.from_proto(b) for b in r.buffers]
 
-    def renew(self, buffer: Union[Buffer, Ref, str], lease: Optional[float] = None) -> Buffer:
-        bid, bnode = _buffer_id(buffer)
-        req = pb.RenewLeaseRequest(buffer_id=bid, node=bnode)
-        if lease is not None:
-            req.lease_ttl.CopyFrom(_duration(lease))
-        return Buffer.from_proto(self._call(self._buffers.RenewLease, req))
+    def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
+        return Buffer.from_proto(self._call(self._buffers.RenewLease, req.renew(buffer, lease)))
 
     def write(self, buffer: RangeLike, data, offset: int = 0) -> int:
         """Writes `data` (bytes, memoryview, a numpy array, anything with the buffer
         protocol) at `offset` of the range, streamed in 1 MiB messages (no copy of the
         whole). Returns the bytes written."""
-        view = memoryview(data)
-        if not view.contiguous:
-            raise ValueError("write takes contiguous data")
-        view = view.cast("B")
-        ref = to_ref(buffer)
-        target = pb.BufferRef(node=ref.node, buffer_id=ref.buffer, offset=ref.offset + offset,
-                              length=len(view))
-
-        def messages():
-            if len(view) == 0:
-                yield pb.WriteRequest(target=target)
-                return
-            for at in range(0, len(view), WRITE_CHUNK):
-                chunk = bytes(view[at:at + WRITE_CHUNK])
-                yield (pb.WriteRequest(target=target, data=chunk) if at == 0
-                       else pb.WriteRequest(data=chunk))
-        r = self._call(self._buffers.Write, messages())
+        r = self._call(self._buffers.Write, req.write_messages(buffer, data, offset))
         return r.bytes_written
 
     def read(self, buffer: RangeLike, offset: int = 0, length: Optional[int] = None,
@@ -217,28 +166,13 @@ class Client:
         """The bytes of a range (from `offset` of it, `length` of them; None: to its end).
         With `out` (a writable buffer: bytearray, numpy array, ...) they are written into it
         and `out` is returned."""
-        ref = to_ref(buffer)
-        if length is None and out is not None:
-            length = memoryview(out).nbytes
-        req = pb.ReadRequest(source=pb.BufferRef(
-            node=ref.node, buffer_id=ref.buffer, offset=ref.offset + offset,
-            length=length if length is not None else ref.length), chunk_size=READ_CHUNK)
-        start = ref.offset + offset
+        request, start, view = req.read(buffer, offset, length, out)
         try:
-            stream = self._buffers.Read(req, timeout=self._timeout, metadata=self._metadata)
-            if out is None:
-                parts = [m.data for m in stream]
-                return b"".join(parts)
-            view = memoryview(out).cast("B")
-            if view.readonly:
-                raise ValueError("read's out must be writable")
-            got = 0
+            stream = self._buffers.Read(request, timeout=self._timeout, metadata=self._metadata)
+            if view is None:
+                return b"".join([m.data for m in stream])
             for m in stream:
-                at = m.offset - start
-                if at + len(m.data) > len(view):
-                    raise ValueError(f"out holds {len(view)} bytes; the range has more")
-                view[at:at + len(m.data)] = m.data
-                got = max(got, at + len(m.data))
+                req.place(view, start, m)
             return out
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
@@ -248,11 +182,7 @@ class Client:
                idempotency_key: str = "", timeout: Optional[float] = None) -> List[Transfer]:
         """Submits moves (TransferSpecs, e.g. from gpumove.spec) all at once, accepted or
         refused whole. With `wait`, returns them ended (bounded by `timeout` seconds)."""
-        req = pb.SubmitRequest(transfers=list(specs), idempotency_key=idempotency_key,
-                               wait=wait)
-        if wait and timeout is not None:
-            req.wait_timeout.CopyFrom(_duration(timeout))
-        r = self._call(self._transfers.Submit, req,
+        r = self._call(self._transfers.Submit, req.submit(specs, wait, idempotency_key, timeout),
                        timeout=None if wait else -1.0)
         return [Transfer.from_proto(t) for t in r.transfers]
 
@@ -274,52 +204,40 @@ class Client:
         return t
 
     def transfer(self, transfer: TransferLike) -> Transfer:
-        return Transfer.from_proto(self._call(self._transfers.Get,
-                                              pb.GetTransferRequest(id=_id(transfer))))
+        return Transfer.from_proto(self._call(
+            self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        req = pb.ListTransfersRequest(states=[STATES[s] for s in states], limit=limit)
-        return [Transfer.from_proto(t) for t in self._call(self._transfers.List, req).transfers]
+        r = self._call(self._transfers.List, req.transfers(states, limit))
+        return [Transfer.from_proto(t) for t in r.transfers]
 
     def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         """The transfer once it has ended (DEADLINE_EXCEEDED after `timeout` seconds)."""
-        req = pb.WaitRequest(id=_id(transfer))
-        if timeout is not None:
-            req.timeout.CopyFrom(_duration(timeout))
-        return Transfer.from_proto(self._call(self._transfers.Wait, req, timeout=None))
+        return Transfer.from_proto(self._call(self._transfers.Wait, req.wait(transfer, timeout),
+                                              timeout=None))
 
     def watch(self, transfer: TransferLike, interval: float = 0.1) -> Iterator[Transfer]:
         """The transfer now, then at every change and progress step until it ends."""
-        req = pb.WatchRequest(id=_id(transfer), progress_interval=_duration(interval))
         try:
-            for e in self._transfers.Watch(req, metadata=self._metadata):
+            for e in self._transfers.Watch(req.watch(transfer, interval),
+                                           metadata=self._metadata):
                 yield Transfer.from_proto(e.transfer)
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
     def cancel(self, transfer: TransferLike) -> Transfer:
-        return Transfer.from_proto(self._call(self._transfers.Cancel,
-                                              pb.CancelRequest(id=_id(transfer))))
+        return Transfer.from_proto(self._call(
+            self._transfers.Cancel, pb.CancelRequest(id=req.transfer_id(transfer))))
 
-    def notifications(self, buffers: Iterable[Union[Buffer, Ref, str]] = (),
-                      node: Optional[str] = None, after: Optional[int] = None,
+    def notifications(self, buffers: Iterable[BufferLike] = (), node: Optional[str] = None,
+                      after: Optional[int] = None,
                       timeout: Optional[float] = None) -> NotificationStream:
         """Subscribes to notifications of moves into `buffers` (none named: all the caller
         may see) on `node` (None: this daemon's; a Buffer names its node). Returns once the
         daemon has the subscription, so a move submitted after that is seen. `after`:
         resume after that sequence number (0: from the oldest kept); None: new ones only."""
-        ids, nodes = [], set()
-        for b in buffers:
-            bid, bnode = _buffer_id(b)
-            ids.append(bid)
-            if bnode:
-                nodes.add(bnode)
-        if node is None and len(nodes) == 1:
-            node = nodes.pop()
-        req = pb.NotificationsRequest(node=node or "", buffers=ids)
-        if after is not None:
-            req.after_sequence = after
-        call = self._transfers.Notifications(req, timeout=timeout, metadata=self._metadata)
+        call = self._transfers.Notifications(req.notifications(buffers, node, after),
+                                             timeout=timeout, metadata=self._metadata)
         try:
             call.initial_metadata()  # The daemon sends its headers once subscribed.
         except grpc.RpcError as e:
@@ -334,17 +252,17 @@ class Client:
         to this daemon through CUDA IPC: a buffer over the tensor's bytes, released when
         this process exits. The tensor must stay alive while the buffer is used."""
         from gpumove import _cuda
-        req = _cuda.import_request(tensor, label=label)
-        req.owner_pid = __import__("os").getpid()
+        request = _cuda.import_request(tensor, label=label)
+        request.owner_pid = os.getpid()
         if lease is not None:
-            req.lease_ttl.CopyFrom(_duration(lease))
-        return Buffer.from_proto(self._call(self._buffers.Import, req))
+            request.lease_ttl.CopyFrom(req.duration(lease))
+        return Buffer.from_proto(self._call(self._buffers.Import, request))
 
-    def open(self, buffer: Union[Buffer, Ref, str]):
+    def open(self, buffer: BufferLike):
         """Maps a daemon DEVICE buffer into this process (CUDA IPC): a gpumove.DeviceMemory
         with __cuda_array_interface__ (torch.as_tensor / cupy.asarray take it)."""
         from gpumove import _cuda
-        bid, bnode = _buffer_id(buffer)
+        bid, bnode = buffer_id(buffer)
         r = self._call(self._buffers.Export, pb.ExportRequest(buffer_id=bid, node=bnode))
         return _cuda.DeviceMemory.open(r)
 

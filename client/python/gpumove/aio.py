@@ -2,15 +2,15 @@
 as coroutines; watch() and notifications() are async iterators."""
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterable, List, Optional, Sequence, Union
+from typing import AsyncIterator, Iterable, List, Optional, Sequence
 
 import grpc
 
-from gpumove._client import (READ_CHUNK, WRITE_CHUNK, TransferLike, _buffer_id, _duration, _id,
-                             channel_options, credentials)
-from gpumove._specs import RangeLike, to_ref, transfer_spec
-from gpumove._types import (KINDS, STATES, Buffer, Error, Info, Notification, Peer, Ref,
-                            Transfer)
+from gpumove import _requests as req
+from gpumove._client import channel_options, credentials
+from gpumove._requests import BufferLike, TransferLike, buffer_id
+from gpumove._specs import RangeLike, transfer_spec
+from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
 
@@ -88,21 +88,16 @@ class Client:
     async def allocate(self, size: int, kind: str = "host", device: int = 0,
                        node: Optional[str] = None, lease: Optional[float] = None,
                        label: str = "") -> Buffer:
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
-        req = pb.AllocateRequest(size=size, kind=KINDS[kind], device=device, label=label,
-                                 node=node or "")
-        if lease is not None:
-            req.lease_ttl.CopyFrom(_duration(lease))
-        return Buffer.from_proto(await self._call(self._buffers.Allocate, req))
+        return Buffer.from_proto(await self._call(
+            self._buffers.Allocate, req.allocate(size, kind, device, node, lease, label)))
 
-    async def release(self, buffer: Union[Buffer, Ref, str], node: Optional[str] = None) -> None:
-        bid, bnode = _buffer_id(buffer)
+    async def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
+        bid, bnode = buffer_id(buffer)
         await self._call(self._buffers.Release,
                          pb.ReleaseRequest(buffer_id=bid, node=node or bnode))
 
-    async def buffer(self, buffer: Union[Buffer, Ref, str], node: Optional[str] = None) -> Buffer:
-        bid, bnode = _buffer_id(buffer)
+    async def buffer(self, buffer: BufferLike, node: Optional[str] = None) -> Buffer:
+        bid, bnode = buffer_id(buffer)
         return Buffer.from_proto(await self._call(
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
@@ -110,53 +105,37 @@ class Client:
         r = await self._call(self._buffers.List, pb.ListBuffersRequest(node=node or ""))
         return [Buffer.from_proto(b) for b in r.buffers]
 
-    async def write(self, buffer: RangeLike, data, offset: int = 0) -> int:
-        view = memoryview(data).cast("B")
-        ref = to_ref(buffer)
-        target = pb.BufferRef(node=ref.node, buffer_id=ref.buffer, offset=ref.offset + offset,
-                              length=len(view))
+    async def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
+        return Buffer.from_proto(await self._call(self._buffers.RenewLease,
+                                                  req.renew(buffer, lease)))
 
-        async def messages():
-            if len(view) == 0:
-                yield pb.WriteRequest(target=target)
-                return
-            for at in range(0, len(view), WRITE_CHUNK):
-                chunk = bytes(view[at:at + WRITE_CHUNK])
-                yield (pb.WriteRequest(target=target, data=chunk) if at == 0
-                       else pb.WriteRequest(data=chunk))
-        r = await self._call(self._buffers.Write, messages())
+    async def write(self, buffer: RangeLike, data, offset: int = 0) -> int:
+        messages = req.write_messages(buffer, data, offset)
+
+        async def stream():
+            for m in messages:
+                yield m
+        r = await self._call(self._buffers.Write, stream())
         return r.bytes_written
 
     async def read(self, buffer: RangeLike, offset: int = 0, length: Optional[int] = None,
                    out=None):
-        ref = to_ref(buffer)
-        if length is None and out is not None:
-            length = memoryview(out).nbytes
-        start = ref.offset + offset
-        req = pb.ReadRequest(source=pb.BufferRef(
-            node=ref.node, buffer_id=ref.buffer, offset=start,
-            length=length if length is not None else ref.length), chunk_size=READ_CHUNK)
+        request, start, view = req.read(buffer, offset, length, out)
         try:
-            call = self._buffers.Read(req, timeout=self._timeout, metadata=self._metadata)
-            if out is None:
+            call = self._buffers.Read(request, timeout=self._timeout, metadata=self._metadata)
+            if view is None:
                 return b"".join([m.data async for m in call])
-            view = memoryview(out).cast("B")
             async for m in call:
-                at = m.offset - start
-                if at + len(m.data) > len(view):
-                    raise ValueError(f"out holds {len(view)} bytes; the range has more")
-                view[at:at + len(m.data)] = m.data
+                req.place(view, start, m)
             return out
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
     async def submit(self, specs: Sequence[pb.TransferSpec], wait: bool = False,
                      idempotency_key: str = "", timeout: Optional[float] = None) -> List[Transfer]:
-        req = pb.SubmitRequest(transfers=list(specs), idempotency_key=idempotency_key,
-                               wait=wait)
-        if wait and timeout is not None:
-            req.wait_timeout.CopyFrom(_duration(timeout))
-        r = await self._call(self._transfers.Submit, req, timeout=None if wait else -1.0)
+        r = await self._call(self._transfers.Submit,
+                             req.submit(specs, wait, idempotency_key, timeout),
+                             timeout=None if wait else -1.0)
         return [Transfer.from_proto(t) for t in r.transfers]
 
     async def move(self, source: RangeLike, destination: RangeLike,
@@ -173,48 +152,35 @@ class Client:
         return t
 
     async def transfer(self, transfer: TransferLike) -> Transfer:
-        return Transfer.from_proto(await self._call(self._transfers.Get,
-                                                    pb.GetTransferRequest(id=_id(transfer))))
+        return Transfer.from_proto(await self._call(
+            self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     async def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        req = pb.ListTransfersRequest(states=[STATES[s] for s in states], limit=limit)
-        r = await self._call(self._transfers.List, req)
+        r = await self._call(self._transfers.List, req.transfers(states, limit))
         return [Transfer.from_proto(t) for t in r.transfers]
 
     async def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
-        req = pb.WaitRequest(id=_id(transfer))
-        if timeout is not None:
-            req.timeout.CopyFrom(_duration(timeout))
-        return Transfer.from_proto(await self._call(self._transfers.Wait, req, timeout=None))
+        return Transfer.from_proto(await self._call(self._transfers.Wait,
+                                                    req.wait(transfer, timeout), timeout=None))
 
     async def watch(self, transfer: TransferLike,
                     interval: float = 0.1) -> AsyncIterator[Transfer]:
-        req = pb.WatchRequest(id=_id(transfer), progress_interval=_duration(interval))
         try:
-            async for e in self._transfers.Watch(req, metadata=self._metadata):
+            async for e in self._transfers.Watch(req.watch(transfer, interval),
+                                                 metadata=self._metadata):
                 yield Transfer.from_proto(e.transfer)
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
     async def cancel(self, transfer: TransferLike) -> Transfer:
-        return Transfer.from_proto(await self._call(self._transfers.Cancel,
-                                                    pb.CancelRequest(id=_id(transfer))))
+        return Transfer.from_proto(await self._call(
+            self._transfers.Cancel, pb.CancelRequest(id=req.transfer_id(transfer))))
 
-    async def notifications(self, buffers: Iterable[Union[Buffer, Ref, str]] = (),
+    async def notifications(self, buffers: Iterable[BufferLike] = (),
                             node: Optional[str] = None, after: Optional[int] = None,
                             timeout: Optional[float] = None) -> NotificationStream:
-        ids, nodes = [], set()
-        for b in buffers:
-            bid, bnode = _buffer_id(b)
-            ids.append(bid)
-            if bnode:
-                nodes.add(bnode)
-        if node is None and len(nodes) == 1:
-            node = nodes.pop()
-        req = pb.NotificationsRequest(node=node or "", buffers=ids)
-        if after is not None:
-            req.after_sequence = after
-        call = self._transfers.Notifications(req, timeout=timeout, metadata=self._metadata)
+        call = self._transfers.Notifications(req.notifications(buffers, node, after),
+                                             timeout=timeout, metadata=self._metadata)
         try:
             await call.initial_metadata()  # Sent once the daemon has the subscription.
         except grpc.RpcError as e:
