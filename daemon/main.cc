@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -19,6 +20,7 @@
 #include "daemon/path/mpi/mpi_transport.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/daemon.h"
+#include "daemon/server/service_manager.h"
 
 ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:7470"},
           "Comma-separated addresses to serve on: host:port (port 0 picks a free one) or "
@@ -428,11 +430,17 @@ int main(int argc, char** argv) {
   mpi.engine.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
   mpi.engine.force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
 
+  gpumove::ServiceManager manager;  // systemd's Type=notify, when started by it.
+  manager.Status("starting");
   auto daemon = gpumove::Daemon::Start(options);
   if (!daemon.ok()) {
     LOG(ERROR) << "cannot start: " << daemon.status();
+    manager.Status(absl::StrCat("cannot start: ", daemon.status().message()));
     return 1;
   }
+  // Pools made, peers joined, listeners up: callers are answered from now on.
+  manager.Ready(absl::StrCat("node ", (*daemon)->node(), " serving on ",
+                             absl::StrJoin((*daemon)->addresses(), ", ")));
 
   absl::Notification stop;
   std::thread signal_thread([&] {
@@ -446,6 +454,7 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
   stop.WaitForNotification();
+  manager.Stopping("draining: refusing new transfers");
   (*daemon)->Shutdown(absl::GetFlag(FLAGS_drain_grace));
   (*daemon)->Wait();
   daemon->reset();

@@ -10,7 +10,7 @@ PACKAGES=(
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin libmpich-dev mpich netpipe-openmpi
   iproute2 python3 clang libclang-rt-14-dev libssl-dev openssl
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pytest-asyncio
-  python3-build python3-setuptools python3-wheel python3-venv
+  python3-build python3-setuptools python3-wheel python3-venv libsystemd-dev
 )
 
 missing=()
