@@ -127,6 +127,12 @@ class CudaRuntime : public GpuRuntime {
   }
   const std::vector<GpuDevice>& devices() const override { return devices_; }
 
+  absl::Status UseOnThisThread(int device) override {
+    // CUDA 12 and later make the primary context current here (and create it).
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<void*> DeviceAlloc(int device, uint64_t bytes) override {
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     void* ptr = nullptr;

@@ -72,6 +72,10 @@ class GpuRuntime {
   virtual std::string status() const = 0;
   virtual const std::vector<GpuDevice>& devices() const = 0;
 
+  // Makes `device`'s (primary) context current on the calling thread, for libraries that
+  // take device memory on threads of their own (UCX's progress thread). Host-only: nothing.
+  virtual absl::Status UseOnThisThread(int device) { return absl::OkStatus(); }
+
   virtual absl::StatusOr<void*> DeviceAlloc(int device, uint64_t bytes) = 0;
   virtual void DeviceFree(int device, void* ptr) = 0;
   // Page-locked host memory registered with the driver; UNAVAILABLE without a GPU.

@@ -197,6 +197,17 @@ absl::Status Daemon::FindGpus(const DaemonOptions& options) {
   return absl::OkStatus();
 }
 
+std::function<void()> Daemon::UcxThreadSetup() const {
+  GpuRuntime* gpu = gpu_.get();
+  if (gpu == nullptr || gpus_.empty()) return nullptr;
+  const int device = gpus_.front();
+  return [gpu, device] {
+    if (absl::Status st = gpu->UseOnThisThread(device); !st.ok()) {
+      LOG(WARNING) << "UCX's thread has no CUDA context (device memory will be slow): " << st;
+    }
+  };
+}
+
 absl::Status Daemon::StartUcx(const DaemonOptions& options) {
   // UCX before the pools: it allocates the host pools in shared memory, so that daemons on
   // this host move between them with one memcpy.
@@ -205,6 +216,7 @@ absl::Status Daemon::StartUcx(const DaemonOptions& options) {
     UcxOptions ucx_options = options.ucx.transport;
     ucx_options.net_devices = UcxNetDevices(options.ucx.net_devices, options.serve.listen);
     ucx_options.op_timeout = options.cluster.peer_timeout;
+    ucx_options.thread_setup = UcxThreadSetup();
     auto ucx = UcxTransport::Create(ucx_options);
     if (!ucx.ok()) {
       summary_.ucx = absl::StrCat("UCX did not start: ", ucx.status().message());
@@ -231,6 +243,7 @@ absl::Status Daemon::MakePools(const DaemonOptions& options) {
     lane_options.op_timeout = options.cluster.peer_timeout;
     lane_options.direct = false;
     lane_options.poll_window = options.ucx.transport.poll_window;
+    lane_options.thread_setup = UcxThreadSetup();
     for (int i = 1; i < lanes; ++i) {
       auto lane = UcxTransport::Create(lane_options);
       if (!lane.ok()) {

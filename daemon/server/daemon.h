@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -220,6 +221,8 @@ class Daemon {
   absl::Status JoinMpiJob(DaemonOptions& options);  // As a rank: names, address, peers.
   absl::Status FindGpus(const DaemonOptions& options);
   absl::Status StartUcx(const DaemonOptions& options);          // Before the pools it allocates.
+  // What UCX's progress threads run first: this node's first GPU's context made current.
+  std::function<void()> UcxThreadSetup() const;
   absl::Status MakePools(const DaemonOptions& options);         // And the extra UCX lanes.
   absl::Status ShareDevicePools(const DaemonOptions& options);  // Over CUDA IPC.
   absl::Status MakeRegistry(const DaemonOptions& options);

@@ -18,6 +18,11 @@ _lock = threading.Lock()
 _lib = None
 
 
+class _IpcMemHandle(ctypes.Structure):
+    # CUipcMemHandle: 64 bytes, passed by value to cuIpcOpenMemHandle.
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+
 def _driver():
     global _lib
     with _lock:
@@ -96,9 +101,10 @@ def import_request(tensor, label: str = "") -> pb.ImportRequest:
     alloc = ctypes.c_size_t()
     _check(lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(alloc),
                                        ctypes.c_uint64(ptr)), "cuMemGetAddressRange")
-    handle = (ctypes.c_char * 64)()
-    _check(lib.cuIpcGetMemHandle(handle, base), "cuIpcGetMemHandle")
-    return pb.ImportRequest(cuda_ipc_handle=bytes(handle), offset=ptr - base.value, size=size,
+    handle = _IpcMemHandle()
+    _check(lib.cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
+    return pb.ImportRequest(cuda_ipc_handle=bytes(handle.reserved), offset=ptr - base.value,
+                            size=size,
                             device_uuid=_uuid(lib, ordinal.value), label=label)
 
 
@@ -118,9 +124,14 @@ class DeviceMemory:
     def open(cls, r: pb.ExportResponse) -> "DeviceMemory":
         lib = _driver()
         _use_context(lib, r.device)
-        handle = (ctypes.c_char * 64).from_buffer_copy(r.cuda_ipc_handle)
+        if len(r.cuda_ipc_handle) != 64:
+            raise Error(grpc.StatusCode.INTERNAL, "the daemon sent a handle of "
+                        f"{len(r.cuda_ipc_handle)} bytes, not 64")
+        handle = _IpcMemHandle.from_buffer_copy(r.cuda_ipc_handle)
         base = ctypes.c_uint64()
         CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+        lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcMemHandle,
+                                              ctypes.c_uint]
         _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(base), handle,
                                          CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
                "cuIpcOpenMemHandle")

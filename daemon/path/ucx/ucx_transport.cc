@@ -78,7 +78,10 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
 
   impl->worker_address = address;
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->Loop(); });
+  impl->thread = std::thread([raw, setup = options.thread_setup] {
+    if (setup) setup();
+    raw->Loop();
+  });
   auto transport = std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
   transport->worker_address_ = std::move(address);
   transport->cuda_aware_ = cuda_aware;

@@ -84,6 +84,10 @@ struct UcxOptions {
   // UCX_NET_DEVICES for this context (which network devices its transports listen and
   // connect on, e.g. "lo"); empty: UCX's own (every device), or the environment's.
   std::string net_devices;
+  // Run first on the progress thread, where UCX registers, packs and maps memory: the
+  // daemon makes its GPU's CUDA context current there (UCX's cuda_ipc transport finds no
+  // device without one, and device memory then goes by its software emulation).
+  std::function<void()> thread_setup;
 };
 
 // Threads a direct copy to or from `remote` is split over: one in a staging pipeline
