@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace gpumove {
 namespace {
@@ -383,6 +385,48 @@ absl::StatusOr<v1::NodeInfo> Client::GetInfo() {
   auto st = FromGrpcStatus(node_->GetInfo(&context, v1::GetInfoRequest(), &response));
   if (!st.ok()) return st;
   return response;
+}
+
+absl::Status Client::Health(const std::string& service, absl::Duration timeout) {
+  if (service.size() > 1024) return absl::InvalidArgumentError("health: service name too long");
+  // HealthCheckRequest {string service = 1;}, encoded by hand: the gRPC packages ship no
+  // compiled health.proto, and the message is one field.
+  std::string request_bytes;
+  if (!service.empty()) {
+    request_bytes.push_back('\x0a');
+    size_t n = service.size();
+    do {
+      request_bytes.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+      n >>= 7;
+    } while (n > 0);
+    request_bytes += service;
+  }
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  if (!status.ok()) return FromGrpcStatus(status);
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("health: unreadable response");
+  std::string bytes;
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse {ServingStatus status = 1;}: 0 UNKNOWN, 1 SERVING, 2 NOT_SERVING,
+  // 3 SERVICE_UNKNOWN; absent means 0.
+  int value = 0;
+  if (bytes.size() >= 2 && bytes[0] == '\x08') value = static_cast<unsigned char>(bytes[1]);
+  static const char* const kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  if (value == 1) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("health: ", value < 4 ? kNames[value] : "status " + std::to_string(value)));
 }
 
 absl::StatusOr<std::vector<v1::PeerInfo>> Client::ListPeers() {

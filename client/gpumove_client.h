@@ -144,6 +144,11 @@ class Client {
   // Node.
   absl::StatusOr<v1::NodeInfo> GetInfo();
   absl::StatusOr<std::vector<v1::PeerInfo>> ListPeers();
+  // grpc.health.v1.Health/Check of `service` ("": the server as a whole; "gpumove.v1.
+  // TransferService" etc.): OK when SERVING, UNAVAILABLE with the status's name when not,
+  // DEADLINE_EXCEEDED past `timeout`. Needs no credentials.
+  absl::Status Health(const std::string& service = "",
+                      absl::Duration timeout = absl::Seconds(5));
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 

@@ -173,6 +173,10 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
 ABSL_FLAG(std::string, peer_tls_cert, "",
           "Peers over TLS: PEM certificate presented to peers that require one.");
 ABSL_FLAG(std::string, peer_tls_key, "", "Peers over TLS: the key of --peer_tls_cert.");
+ABSL_FLAG(std::string, peer_tls_server_name, "",
+          "Peers over TLS: the name every peer's certificate carries, checked instead of the "
+          "host of the address dialled (one certificate for nodes reached by IP, e.g. "
+          "Kubernetes pods: the headless Service's name).");
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "A file holding a secret every node of the cluster has (at least 16 bytes; e.g. "
           "openssl rand -hex 32 > FILE): every peer call, over gRPC or UCX, is authenticated "
@@ -365,7 +369,8 @@ int main(int argc, char** argv) {
   serve.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   serve.tls.refresh = std::max(absl::Seconds(1), absl::GetFlag(FLAGS_tls_refresh));
   options.peer_tls = {absl::GetFlag(FLAGS_peer_tls_ca), absl::GetFlag(FLAGS_peer_tls_cert),
-                      absl::GetFlag(FLAGS_peer_tls_key)};
+                      absl::GetFlag(FLAGS_peer_tls_key),
+                      absl::GetFlag(FLAGS_peer_tls_server_name)};
   options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   options.cluster_secret_accept_file = absl::GetFlag(FLAGS_cluster_secret_accept_file);
   options.peer_clock_skew = absl::GetFlag(FLAGS_peer_clock_skew);

@@ -24,6 +24,10 @@ expect_code() {  # expect_code CODE TEXT -- command...
 "$CTL" info | grep -q "node      cli-node" || fail "info does not name the node"
 "$CTL" info | grep -q "host pools only" || fail "info does not say host pools only"
 "$CTL" --json info | grep -q '"node": "cli-node"' || fail "info --json"
+# Health (what container and Kubernetes probes ask): the server and each service.
+expect_code 0 "SERVING" -- "$CTL" health
+expect_code 0 "SERVING" -- "$CTL" health gpumove.v1.TransferService
+expect_code 1 "NOT_FOUND" -- "$CTL" health no.such.Service
 
 A=$("$CTL" alloc 3MiB)
 B=$("$CTL" alloc 3MiB --kind pinned --lease 60s --label target)
@@ -121,6 +125,8 @@ GPUMOVE_TOKEN=cli-token-0123456789 "$CTL" "${S[@]}" "${TLS[@]}" ls | grep -q "$C
 "$CTL" "${S[@]}" "${TLS[@]}" --token_file "$WORK/token" info | grep -q "callers   bearer tokens" \
   || fail "info over the secure daemon does not say how callers are checked"
 "$CTL" info | grep -q "callers   open, plaintext" || fail "info does not say the daemon is open"
+# Health needs no credentials (probes carry none), but does need the transport's TLS.
+expect_code 0 "SERVING" -- "$CTL" "${S[@]}" "${TLS[@]}" health
 if [ ${#TLS[@]} -gt 0 ]; then
   expect_code 1 "UNAVAILABLE" -- "$CTL" "${S[@]}" --token_file "$WORK/token" ls  # Plaintext.
 fi

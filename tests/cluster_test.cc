@@ -424,6 +424,18 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
   } else {
     EXPECT_EQ(Counter(a, "ucx_peer_calls_served_total"), -1);
   }
+  // The runners timed their calls, under the channel they took (histograms for alerts).
+  const std::string channel = GetParam().ucx_calls ? "ucx" : "grpc";
+  double timed = 0;
+  for (const char* method : {"prepare_remote_batch", "complete_remote_batch", "complete_remote"}) {
+    for (Node* n : {&a, &b, &slow}) {
+      timed += std::max(0.0, Counter(*n, absl::StrCat("peer_call_seconds_count{channel=\"",
+                                                      channel, "\",method=\"", method, "\"}")));
+    }
+  }
+  EXPECT_GE(timed, 32) << "peer calls were not timed under channel " << channel;
+  // Every move ended: none still counted active.
+  EXPECT_EQ(Counter(a, "transfers_active"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -422,6 +422,10 @@ TEST(Integration, MetricsCountTransfersAndPools) {
   EXPECT_NE(m.find("gpumoved_transfer_bytes_total{path=\"LOCAL\"} 2097152"), std::string::npos)
       << m;
   EXPECT_NE(m.find("gpumoved_transfer_seconds_count{path=\"LOCAL\"} 2"), std::string::npos) << m;
+  // Submit-to-end latency by path and size class (1 MiB: le_1MiB), for dashboards.
+  EXPECT_NE(m.find("gpumoved_transfer_latency_seconds_count{path=\"LOCAL\",size=\"le_1MiB\"} 2"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("gpumoved_transfers_active 0"), std::string::npos) << m;
   EXPECT_NE(m.find("gpumoved_pool_bytes{device=\"\",kind=\"HOST\",state=\"capacity\"} 536870912"),
             std::string::npos) << m;
 }

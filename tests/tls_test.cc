@@ -249,6 +249,72 @@ TEST_F(TlsTest, AClusterOverMutualTlsMovesBytesAndAPlaintextPeerCannotJoin) {
 namespace gpumove {
 namespace {
 
+// --peer_tls_server_name: one certificate for every node, naming a service rather than
+// the addresses the nodes are dialled at (Kubernetes pods: the headless Service's name,
+// pod IPs unknown in advance). Without the flag a node's certificate is checked for the
+// address's host and the peer is never reached; with it the cluster forms and moves.
+TEST_F(TlsTest, PeersCheckedForAServiceNameInsteadOfTheirAddresses) {
+  const std::string secret = dir_ + "/secret";
+  std::ofstream(secret) << "tls-test-cluster-secret-0123456789\n";
+  const CertFiles shared = Make(MakeCert(dir_, ca_, "peers", 2, "DNS:gpumove-peers.test"));
+  const std::vector<std::string> common = {
+      "--heartbeat=100ms", "--tls_cert=" + shared.cert, "--tls_key=" + shared.key,
+      "--tls_client_ca=" + ca_.cert, "--cluster_secret_file=" + secret};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), common.begin(), common.end());
+    return more;
+  };
+  EXPECT_FALSE(DaemonProcess::Start({"--node=x", "--peer_tls_server_name=a.test"}).ok())
+      << "a server name for peers in plaintext was taken";
+  auto a = DaemonProcess::Start(with({"--node=a", "--peer_tls_server_name=gpumove-peers.test"}));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ConnectOptions o;
+  o.timeout = absl::Seconds(2);
+  o.tls_ca = ca_.cert;
+  o.tls_cert = shared.cert;
+  o.tls_key = shared.key;
+  o.tls_server_name = "gpumove-peers.test";
+  auto ca = Client::Connect((*a)->address(), o);
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto peer_up = [&](const std::string& node, absl::Duration within) {
+    for (absl::Time end = absl::Now() + within; absl::Now() < end;) {
+      auto peers = (*ca)->ListPeers();
+      if (peers.ok()) {
+        for (const auto& p : *peers) {
+          if (p.node() == node && p.up()) return true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  };
+  // Without the name, b checks a's certificate for 127.0.0.1 and never gets through.
+  auto lost = DaemonProcess::Start(with({"--node=lost", "--peers=" + (*a)->address()}));
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_FALSE(peer_up("lost", absl::Seconds(2))) << (*lost)->Log();
+  auto b = DaemonProcess::Start(with({"--node=b", "--peer_tls_server_name=gpumove-peers.test",
+                                      "--peers=" + (*a)->address()}));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(peer_up("b", absl::Seconds(20))) << (*a)->Log() << (*b)->Log();
+  constexpr size_t kSize = 1 << 20;
+  std::string bytes(kSize, '\0');
+  for (size_t i = 0; i < kSize; ++i) bytes[i] = static_cast<char>(i * 7 + 1);
+  auto src = (*ca)->Allocate(kSize);
+  auto dst = (*ca)->Allocate(kSize, v1::HOST, 0, absl::ZeroDuration(), "", "b");
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  ASSERT_TRUE((*ca)->Write(Ref(src->id()), bytes).ok());
+  v1::BufferRef to = Ref(dst->id());
+  to.set_node("b");
+  auto moved = (*ca)->Move(Ref(src->id()), to, {.checksum = true});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  v1::BufferRef back = Ref(dst->id());
+  back.set_node("b");
+  auto read = (*ca)->Read(back);  // Forwarded to b over the peers' TLS.
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(*read == bytes);
+}
+
 // Client certificates as principals (--client_cert_principals): the certificate's name is
 // the caller, with its tenant and role; one it does not name is refused; and a call
 // forwarded by a node (which presents its own certificate) is its caller's, asserted

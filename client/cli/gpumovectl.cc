@@ -87,6 +87,7 @@ Usage: gpumovectl [--addr ADDR] [--json] COMMAND [ARGS] [FLAGS]
 Commands:
   info                               node, GPUs, pools and paths
   peers                              nodes this one knows
+  health [SERVICE]                   gRPC health check (exit 0 when SERVING)
   alloc SIZE [--kind host|pinned|device] [--gpu N] [--lease 30s] [--label L] [--node N]
                                      allocate a buffer (on node N); prints its id
   ls [--node N]                      list buffers
@@ -260,6 +261,14 @@ int Run(Client& c, const std::vector<std::string>& args) {
     if (!info->metrics_address().empty()) {
       std::cout << "metrics   http://" << info->metrics_address() << "/metrics\n";
     }
+    return 0;
+  }
+  if (cmd == "health") {
+    // For container health checks and scripts: exit 0 only when SERVING.
+    if (args.size() > 2) Need(args, 1, "health [SERVICE]");
+    const absl::Status st = c.Health(args.size() == 2 ? args[1] : "");
+    if (!st.ok()) return Fail(st);
+    std::cout << "SERVING\n";
     return 0;
   }
   if (cmd == "peers") {

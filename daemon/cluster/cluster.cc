@@ -102,6 +102,9 @@ std::shared_ptr<grpc::Channel> Cluster::ChannelTo(const std::string& address) {
     // Fail fast on a dead peer instead of waiting out gRPC's long reconnect backoff.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    if (!options_.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options_.tls_server_name);
+    }
     channel = grpc::CreateCustomChannel(
         address,
         options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),

@@ -39,6 +39,9 @@ struct ClusterOptions {
   absl::Duration forward_timeout = absl::Seconds(10);
   // How this node dials peers (TLS where their ports are); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS credentials: the name peers' certificates are checked for (empty: the host
+  // of the address dialled).
+  std::string tls_server_name;
   // Stamps this node's peer calls and checks the answers (null: no cluster secret).
   std::shared_ptr<PeerAuth> auth;
 };

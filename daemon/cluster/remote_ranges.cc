@@ -170,11 +170,38 @@ absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
   return peer;
 }
 
+const char* PeerMethodName(PeerMethod method) {
+  switch (method) {
+    case PeerMethod::kPrepareRemoteBatch: return "prepare_remote_batch";
+    case PeerMethod::kCompleteRemoteBatch: return "complete_remote_batch";
+    case PeerMethod::kCompleteRemote: return "complete_remote";
+    case PeerMethod::kStageChunk: return "stage_chunk";
+    case PeerMethod::kStartMpi: return "start_mpi";
+    case PeerMethod::kStopMpi: return "stop_mpi";
+    case PeerMethod::kTakeStageSlots: return "take_stage_slots";
+    case PeerMethod::kPrepareRemote: return "prepare_remote";
+  }
+  return "unknown";
+}
+
 absl::Status ClusterRemoteRanges::Call(
     const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
     google::protobuf::Message* response,
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
-  if (channel_ != nullptr && channel_->Reaches(peer.descriptor)) {
+  const bool fast = channel_ != nullptr && channel_->Reaches(peer.descriptor);
+  PeerCallObserver* observer = observer_.load(std::memory_order_relaxed);
+  if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc);
+  const absl::Time start = absl::Now();
+  absl::Status st = CallUntimed(peer, method, request, response, fast, rpc);
+  observer->OnPeerCall(method, fast ? "ucx" : "grpc", absl::Now() - start, st);
+  return st;
+}
+
+absl::Status ClusterRemoteRanges::CallUntimed(
+    const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
+    google::protobuf::Message* response, bool fast,
+    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
+  if (fast) {
     auto body =
         channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
     if (!body.ok()) {

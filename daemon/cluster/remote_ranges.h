@@ -3,6 +3,7 @@
 #ifndef GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
 #define GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -45,6 +46,19 @@ class PeerCallChannel {
   // reached or does not answer within `timeout`.
   virtual absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
                                            std::string request, absl::Duration timeout) = 0;
+};
+
+// The name of a peer method in metrics and logs ("prepare_remote_batch", ...).
+const char* PeerMethodName(PeerMethod method);
+
+// Told of every peer call this node makes (for metrics): how long it took, over which
+// channel ("ucx" active messages or "grpc"), and its outcome. Called on the calling
+// thread; must be cheap and thread-safe.
+class PeerCallObserver {
+ public:
+  virtual ~PeerCallObserver() = default;
+  virtual void OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+                          const absl::Status& outcome) = 0;
 };
 
 class ClusterRemoteRanges : public RemoteRanges {
@@ -92,6 +106,8 @@ class ClusterRemoteRanges : public RemoteRanges {
     return Invoke(*peer, method, request, response, rpc);
   }
   peer::v1::NodeDescriptor self() const { return cluster_->self(); }
+  // Who is told of each call from now on (null: nobody); must outlive this.
+  void set_observer(PeerCallObserver* observer) { observer_.store(observer); }
 
  private:
   struct PendingAck {
@@ -156,6 +172,13 @@ class ClusterRemoteRanges : public RemoteRanges {
       google::protobuf::Message* response,
       absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc);
 
+  // Call's body, untimed.
+  absl::Status CallUntimed(
+      const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
+      google::protobuf::Message* response, bool fast,
+      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc);
+
+  std::atomic<PeerCallObserver*> observer_{nullptr};
   Cluster* const cluster_;
   const absl::Duration rpc_timeout_;
   PeerCallChannel* const channel_;

@@ -404,8 +404,14 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
   ClusterOptions cluster_options = options.cluster;
   PeerTlsOptions peer_tls = options.peer_tls;
   if (peer_tls.ca.empty() && peer_tls.cert.empty() && !options.serve.tls.client_ca.empty()) {
-    peer_tls = {options.serve.tls.client_ca, options.serve.tls.cert, options.serve.tls.key};
+    peer_tls = {options.serve.tls.client_ca, options.serve.tls.cert, options.serve.tls.key,
+                options.peer_tls.server_name};
   }
+  if (!peer_tls.server_name.empty() && peer_tls.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_server_name needs peers over TLS (--peer_tls_ca or --tls_client_ca)");
+  }
+  cluster_options.tls_server_name = peer_tls.server_name;
   auto credentials = PeerChannelCredentials(peer_tls.ca, peer_tls.cert, peer_tls.key);
   if (!credentials.ok()) return credentials.status();
   cluster_options.credentials = *credentials;
@@ -530,6 +536,8 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
                        "their bounce slots (taken when the move ran): a pinned pool small "
                        "for the load.",
                        [stage] { return stage != nullptr ? stage->deferred() : 0; });
+    if (remote_ranges_ != nullptr) remote_ranges_->set_observer(metrics_.get());
+
     if (peer_calls_ != nullptr) {
       UcxPeerCalls* calls = peer_calls_.get();
       metrics_->AddTotal("ucx_peer_calls_served_total",
@@ -556,6 +564,12 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   }
   scheduler_ = std::make_unique<TransferScheduler>(sched, registry_.get(), engines_, hasher_,
                                                    remote_ranges_.get());
+  if (metrics_ != nullptr) {
+    TransferScheduler* scheduler = scheduler_.get();
+    metrics_->AddGauge("transfers_active",
+                       "Transfers queued or running that this node runs.",
+                       [scheduler] { return static_cast<double>(scheduler->active()); });
+  }
   return absl::OkStatus();
 }
 
@@ -778,6 +792,12 @@ absl::Status Daemon::Advertise(const DaemonOptions& options) {
     holds->ReleaseFrom(node, incarnation);
     for (UcxTransport* t : ucx_transports) t->Forget(PeerId{node, incarnation}.Key());
   });
+  // The server as a whole ("") and each public service by name, for probes that ask for
+  // one (all turn NOT_SERVING together when the daemon drains).
+  for (const char* service : {"gpumove.v1.BufferService", "gpumove.v1.TransferService",
+                              "gpumove.v1.NodeService"}) {
+    server_->GetHealthCheckService()->SetServingStatus(service, true);
+  }
   server_->GetHealthCheckService()->SetServingStatus(true);
   LOG(INFO) << "gpumoved " << kVersion << " serving node " << node_ << " on "
             << absl::StrJoin(addresses_, ", ");
@@ -788,6 +808,8 @@ absl::Status Daemon::Advertise(const DaemonOptions& options) {
 }
 
 Daemon::~Daemon() {
+  // The metrics' refresher reads the scheduler, which goes first.
+  if (metrics_ != nullptr) metrics_->StopRefreshing();
   // Peer calls stop before the services they run on go.
   if (peer_calls_ != nullptr) peer_calls_->StopServing();
   if (listeners_ != nullptr) listeners_->Stop();
@@ -797,6 +819,8 @@ Daemon::~Daemon() {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
+  // metrics_ goes before remote_ranges_, whose retries may still call peers.
+  if (remote_ranges_ != nullptr) remote_ranges_->set_observer(nullptr);
 }
 
 void Daemon::Shutdown(absl::Duration grace) {

@@ -44,6 +44,22 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& given
                      .Name("gpumoved_transfer_seconds")
                      .Help("Time from start to end of transfers that succeeded, by path")
                      .Register(*m->registry_);
+  m->latency_ = &prometheus::BuildHistogram()
+                     .Name("gpumoved_transfer_latency_seconds")
+                     .Help("Time from Submit to the end of transfers that succeeded (queueing "
+                           "included), by path and size class (le_4KiB, le_64KiB, le_1MiB, "
+                           "le_16MiB, le_256MiB, gt_256MiB)")
+                     .Register(*m->registry_);
+  m->peer_call_seconds_ = &prometheus::BuildHistogram()
+                               .Name("gpumoved_peer_call_seconds")
+                               .Help("Calls this node made to peers during moves (holds, "
+                                     "acknowledgements, staging and MPI steps), by method and "
+                                     "channel (ucx active messages or grpc), failed ones too")
+                               .Register(*m->registry_);
+  m->peer_call_failures_ = &prometheus::BuildCounter()
+                                .Name("gpumoved_peer_call_failures_total")
+                                .Help("Peer calls that failed, by method and gRPC code")
+                                .Register(*m->registry_);
   m->pool_bytes_ = &prometheus::BuildGauge()
                         .Name("gpumoved_pool_bytes")
                         .Help("Pool capacity and free bytes, by kind and device")
@@ -62,8 +78,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& given
   return m;
 }
 
-Metrics::~Metrics() {
-  stop_.Notify();
+Metrics::~Metrics() { StopRefreshing(); }
+
+void Metrics::StopRefreshing() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
   if (refresher_.joinable()) refresher_.join();
 }
 
@@ -76,6 +94,44 @@ void Metrics::OnTransferEnd(const TransferSnapshot& t) {
       1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30};
   seconds_->Add({{"path", path}}, kBuckets)
       .Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
+  if (t.create_time != absl::InfinitePast()) {
+    latency_->Add({{"path", path}, {"size", SizeClass(t.length)}}, kBuckets)
+        .Observe(absl::ToDoubleSeconds(t.end_time - t.create_time));
+  }
+}
+
+const char* Metrics::SizeClass(uint64_t bytes) {
+  if (bytes <= (4u << 10)) return "le_4KiB";
+  if (bytes <= (64u << 10)) return "le_64KiB";
+  if (bytes <= (1u << 20)) return "le_1MiB";
+  if (bytes <= (16u << 20)) return "le_16MiB";
+  if (bytes <= (256u << 20)) return "le_256MiB";
+  return "gt_256MiB";
+}
+
+void Metrics::OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+                         const absl::Status& outcome) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
+  const char* name = PeerMethodName(method);
+  peer_call_seconds_->Add({{"method", name}, {"channel", channel}}, kBuckets)
+      .Observe(absl::ToDoubleSeconds(took));
+  if (!outcome.ok()) {
+    peer_call_failures_->Add({{"method", name}, {"code", absl::StatusCodeToString(outcome.code())}})
+        .Increment();
+  }
+}
+
+void Metrics::AddGauge(const std::string& name, const std::string& help,
+                       std::function<double()> read) {
+  prometheus::Gauge& g = prometheus::BuildGauge()
+                             .Name(absl::StrCat("gpumoved_", name))
+                             .Help(help)
+                             .Register(*registry_)
+                             .Add({});
+  absl::MutexLock lock(&totals_mu_);
+  g.Set(read());
+  gauges_.push_back(Reading{&g, std::move(read)});
 }
 
 void Metrics::AddTotal(const std::string& name, const std::string& help,
@@ -100,6 +156,7 @@ void Metrics::Refresh() {
       if (now > t.seen) t.counter->Increment(static_cast<double>(now - t.seen));
       t.seen = now;
     }
+    for (Reading& r : gauges_) r.gauge->Set(r.read());
   }
   for (const auto& pool : pools_->pools()) {
     const PoolStats s = pool->Stats();

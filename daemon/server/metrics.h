@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/cluster/remote_ranges.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/memory/pool.h"
 
@@ -28,13 +29,15 @@ class Histogram;
 
 namespace gpumove {
 
-class Metrics {
+class Metrics : public PeerCallObserver {
  public:
   // Serves /metrics on `listen` (host:port; port 0 picks one). `pools` and `cluster`
   // (may be null) must outlive this. UNAVAILABLE when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& listen, PoolSet* pools,
                                                         Cluster* cluster);
   ~Metrics();
+  // Stops reading the totals and gauges (before what they read goes). Idempotent.
+  void StopRefreshing();
 
   // host:port actually bound.
   const std::string& address() const { return address_; }
@@ -44,10 +47,16 @@ class Metrics {
   // A counter read from elsewhere (a running total) on every refresh, exported as
   // gpumoved_<name>. Call before the first scrape matters; not thread-safe with itself.
   void AddTotal(const std::string& name, const std::string& help, std::function<uint64_t()> read);
+  // A gauge read from elsewhere on every refresh, exported as gpumoved_<name>; same rules.
+  void AddGauge(const std::string& name, const std::string& help, std::function<double()> read);
+  // gpumoved_peer_call_seconds{method, channel} and gpumoved_peer_call_failures_total.
+  void OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+                  const absl::Status& outcome) override;
 
  private:
   Metrics() = default;
   void Refresh();
+  static const char* SizeClass(uint64_t bytes);
 
   std::string address_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -55,6 +64,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* transfers_ = nullptr;
   prometheus::Family<prometheus::Counter>* bytes_ = nullptr;
   prometheus::Family<prometheus::Histogram>* seconds_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* latency_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* peer_call_seconds_ = nullptr;
+  prometheus::Family<prometheus::Counter>* peer_call_failures_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Gauge* peers_up_ = nullptr;
   struct Total {
@@ -62,8 +74,13 @@ class Metrics {
     std::function<uint64_t()> read;
     uint64_t seen = 0;
   };
+  struct Reading {
+    prometheus::Gauge* gauge;
+    std::function<double()> read;
+  };
   absl::Mutex totals_mu_;
   std::vector<Total> totals_ ABSL_GUARDED_BY(totals_mu_);
+  std::vector<Reading> gauges_ ABSL_GUARDED_BY(totals_mu_);
   PoolSet* pools_ = nullptr;
   Cluster* cluster_ = nullptr;
   absl::Notification stop_;

@@ -66,6 +66,10 @@ struct PeerTlsOptions {
   std::string ca;
   std::string cert;
   std::string key;
+  // The name every peer's certificate must carry (--peer_tls_server_name), checked instead
+  // of the host in the address dialled: one certificate for all nodes reached by IP
+  // (Kubernetes pods). Empty: the address's host.
+  std::string server_name;
 };
 
 // Credentials for calls to peers: TLS verifying the peer's certificate against the PEM

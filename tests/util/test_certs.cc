@@ -31,13 +31,17 @@ absl::StatusOr<CertFiles> MakeCa(const std::string& dir, const std::string& name
 }
 
 absl::StatusOr<CertFiles> MakeCert(const std::string& dir, const CertFiles& ca,
-                                   const std::string& name, int days) {
+                                   const std::string& name, int days, const std::string& san) {
   CertFiles c{absl::StrCat(dir, "/", name, ".pem"), absl::StrCat(dir, "/", name, ".key")};
   const std::string csr = absl::StrCat(dir, "/", name, ".csr");
   const std::string ext = absl::StrCat(dir, "/", name, ".ext");
   {
     std::ofstream out(ext);
-    out << "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:" << name << "\n";
+    if (san.empty()) {
+      out << "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:" << name << "\n";
+    } else {
+      out << "subjectAltName=" << san << "\n";
+    }
   }
   absl::Status st = Run(
       absl::StrCat("openssl req ", kKey, " -keyout ", c.key, " -out ", csr, " -subj /CN=", name));

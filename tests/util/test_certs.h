@@ -19,9 +19,11 @@ bool HaveOpenssl();
 // A self-signed CA named `name` in `dir`.
 absl::StatusOr<CertFiles> MakeCa(const std::string& dir, const std::string& name);
 // A certificate for `name` signed by `ca`, valid for 127.0.0.1 and localhost (a server's
-// and a client's alike); `days` < 0 makes one that has expired.
+// and a client's alike); `days` < 0 makes one that has expired. `san`: its
+// subjectAltName instead (e.g. "DNS:peers.test").
 absl::StatusOr<CertFiles> MakeCert(const std::string& dir, const CertFiles& ca,
-                                   const std::string& name, int days = 2);
+                                   const std::string& name, int days = 2,
+                                   const std::string& san = "");
 
 }  // namespace gpumove
 
