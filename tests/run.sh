@@ -8,8 +8,8 @@ bash deploy/setup.sh
 filters=()
 if [ "$(id -u)" != 0 ]; then
   # Network-namespace tests need root (CI runs as root); say so rather than fail.
-  echo "tests/run.sh: not root, leaving out the netns-tagged tests"
-  filters=(--test_tag_filters=-gpu,-manual,-netns)
+  echo "tests/run.sh: not root, leaving out the netns- and container-tagged tests"
+  filters=(--test_tag_filters=-gpu,-manual,-netns,-container)
 fi
 log=$(mktemp)
 bazel test //... --test_summary=short "${filters[@]}" "$@" 2>&1 | tee "$log"
@@ -44,7 +44,12 @@ bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
 fuzz=$(tail -1 "$log")
 case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
 echo "fuzz pass: $fuzz"
+# deploy/: Kubernetes manifests, Prometheus rules, the Grafana dashboard (tests/deploy).
+bash tests/deploy/run.sh 2>&1 | tee "$log"
+deploy=$(tail -1 "$log")
+case "$deploy" in *" passed, 0 failed") ;; *) rc=1 ;; esac
+echo "deploy pass: $deploy"
 rm -f "$log"
-echo "$first; $mpich; $asan; $tsan; $fuzz" | tr ';' '\n' |
+echo "$first; $mpich; $asan; $tsan; $fuzz; $deploy" | tr ';' '\n' |
   awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
 exit "$rc"
