@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, ucx_net_devices, "auto",
 ABSL_FLAG(bool, ucx, true, "Start the UCX engine for node-to-node moves.");
 ABSL_FLAG(gpumove::ByteSize, ucx_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per UCX put/get; eight are kept in flight per move.");
+ABSL_FLAG(gpumove::ByteSize, ucx_device_chunk, gpumove::ByteSize{256 << 20},
+          "Bytes per UCX put/get when device memory is on either side (a CUDA-aware UCX "
+          "moves it directly): each is one GPU copy or one rendezvous UCX pipelines itself.");
 ABSL_FLAG(bool, ucx_shared_pools, true,
           "Host pools in memory UCX allocates (System V or POSIX shared memory), so that UCX "
           "moves with daemons on this host are one memcpy; off: private memory, which UCX "
@@ -151,6 +154,9 @@ ABSL_FLAG(std::string, mpi_spin, "auto",
           "wake no thread); off: they block; auto: on with 16 CPUs or more.");
 ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
           "Bytes per MPI message of a move; four are kept in flight per move.");
+ABSL_FLAG(gpumove::ByteSize, mpi_device_chunk, gpumove::ByteSize{64 << 20},
+          "Bytes per MPI message of a move whose side on this node is device memory a "
+          "CUDA-aware MPI takes directly.");
 ABSL_FLAG(bool, mpi_force_staging, false,
           "Stage this node's side of every MPI move through pinned bounce buffers, as device "
           "memory is with a host-only MPI (to test that path without a GPU).");
@@ -400,6 +406,8 @@ int main(int argc, char** argv) {
   ucx.lanes = absl::GetFlag(FLAGS_ucx_lanes);
   ucx.lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   ucx.transport.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
+  ucx.transport.device_chunk =
+      std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_device_chunk).bytes);
   ucx.transport.direct = absl::GetFlag(FLAGS_ucx_direct);
   ucx.transport.poll_window = absl::GetFlag(FLAGS_ucx_poll);
   ucx.transport.call_awake = absl::GetFlag(FLAGS_peer_call_awake);
@@ -433,6 +441,9 @@ int main(int argc, char** argv) {
   }
   if (mpi_spin != "auto") mpi.spin = mpi_spin == "on";
   mpi.engine.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_mpi_chunk).bytes);
+  mpi.engine.device_chunk =
+      std::max<uint64_t>(4096, std::min<uint64_t>(absl::GetFlag(FLAGS_mpi_device_chunk).bytes,
+                                                  1ull << 30));
   mpi.engine.force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
 
   gpumove::ServiceManager manager;  // systemd's Type=notify, when started by it.

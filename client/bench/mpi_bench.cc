@@ -24,6 +24,7 @@
 #include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/bytes.h"
+#include "daemon/gpu/gpu.h"
 #include "daemon/path/mpi/mpi_transport.h"
 #include "tests/util/mpi_job.h"
 
@@ -42,6 +43,8 @@ ABSL_FLAG(int, rounds, 1,
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {}, "More flags for every rank.");
 ABSL_FLAG(bool, raw_child, false,
           "Internal: run as a rank of the raw-MPI baseline (started by this benchmark).");
+ABSL_FLAG(gpumove::ByteSize, device_chunk, gpumove::ByteSize{64 << 20},
+          "--device: --mpi_device_chunk of the ranks, and the raw baseline's message size.");
 ABSL_FLAG(bool, device, false,
           "Move GPU buffers (rank0's GPU0 to rank1's last GPU): staged through pinned "
           "buffers on both sides when MPI is not CUDA-aware.");
@@ -109,9 +112,27 @@ int RawChild() {
   }
   const uint64_t min_size = absl::GetFlag(FLAGS_min_size).bytes;
   const uint64_t max_size = absl::GetFlag(FLAGS_max_size).bytes;
-  const uint64_t chunk = absl::GetFlag(FLAGS_chunk).bytes;
-  std::string buffer(max_size, 'x');
+  uint64_t chunk = absl::GetFlag(FLAGS_chunk).bytes;
+  std::string host(absl::GetFlag(FLAGS_device) ? 0 : max_size, 'x');
+  char* buffer = host.data();
   const int rank = (*mpi)->world().rank;
+  // --device: device buffers handed to a CUDA-aware MPI (as osu_bw -d cuda D D does), in
+  // messages of --device_chunk (the daemons' --mpi_device_chunk); nothing to compare with
+  // when MPI is not CUDA-aware.
+  std::unique_ptr<GpuRuntime> gpu;
+  if (absl::GetFlag(FLAGS_device)) {
+    if (!(*mpi)->world().cuda_aware) return 0;
+    gpu = GpuRuntime::Create();
+    const int gpus = static_cast<int>(gpu->devices().size());
+    if (gpus == 0) return 0;
+    auto d = gpu->DeviceAlloc(rank == 0 ? 0 : gpus - 1, max_size);
+    if (!d.ok()) {
+      std::cerr << d.status() << "\n";
+      return 1;
+    }
+    buffer = static_cast<char*>(*d);
+    chunk = std::max(chunk, absl::GetFlag(FLAGS_device_chunk).bytes);
+  }
   // One message of `size` bytes at `base`, timed from both ranks' start to the receiver's
   // completion; nullopt when MPI failed.
   auto once = [&](uint64_t base, uint64_t size) -> std::optional<double> {
@@ -121,7 +142,7 @@ int RawChild() {
     for (uint64_t off = 0; off < size || !window.empty();) {
       while (off < size && window.size() < 4) {
         const uint64_t n = std::min(chunk, size - off);
-        char* at = buffer.data() + base + off;
+        char* at = buffer + base + off;
         window.push_back(rank == 0 ? (*mpi)->Isend(at, n, 1, 7) : (*mpi)->Irecv(at, n, 0, 7));
         off += n;
       }
@@ -171,6 +192,10 @@ RawFigures RawMpi(const std::vector<std::string>& mca) {
   cmd.push_back(absl::StrCat("--min_size=", absl::GetFlag(FLAGS_min_size).bytes));
   cmd.push_back(absl::StrCat("--max_size=", absl::GetFlag(FLAGS_max_size).bytes));
   cmd.push_back(absl::StrCat("--chunk=", absl::GetFlag(FLAGS_chunk).bytes));
+  if (absl::GetFlag(FLAGS_device)) {
+    cmd.push_back("--device");
+    cmd.push_back(absl::StrCat("--device_chunk=", absl::GetFlag(FLAGS_device_chunk).bytes));
+  }
   cmd.push_back(absl::StrCat("--per_submit=", absl::GetFlag(FLAGS_per_submit)));
   cmd.push_back(absl::StrCat("--in_flight=", absl::GetFlag(FLAGS_in_flight)));
   FILE* p = popen(absl::StrCat(absl::StrJoin(cmd, " "), " 2>/dev/null").c_str(), "r");
@@ -203,6 +228,7 @@ absl::StatusOr<Figures> GpumoveRound(const std::string& mca) {
   const bool device = absl::GetFlag(FLAGS_device);
   if (device) {
     flags.push_back(absl::StrCat("--device_pool_size=", max_size + (64 << 20)));
+    flags.push_back(absl::StrCat("--mpi_device_chunk=", absl::GetFlag(FLAGS_device_chunk).bytes));
     flags.push_back("--pinned_pool_size=256MiB");
   }
   for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) flags.push_back(f);
@@ -287,7 +313,14 @@ int Main() {
             << " (" << MpiFlavor() << ", mca " << mca
             << ", " << FormatBytes(absl::GetFlag(FLAGS_chunk).bytes)
             << " messages) vs NetPIPE NPopenmpi, GB/s\n";
-  std::cout << "raw MPI = the same host messages between two ranks, no daemon (the host "
+  if (absl::GetFlag(FLAGS_device)) {
+    std::cout << "device buffers: the ranks' --mpi_device_chunk "
+              << FormatBytes(absl::GetFlag(FLAGS_device_chunk).bytes)
+              << " when MPI is CUDA-aware; raw MPI = device buffers between two ranks of the "
+                 "same MPI, no daemon, messages of that size, four in flight (osu_bw -d cuda D D "
+                 "alike; none when MPI is not CUDA-aware)\n";
+  }
+  std::cout << "raw MPI = the same messages between two ranks, no daemon (the "
                "transport alone), from the same bytes every time as NetPIPE; raw cold = going "
                "round the stream's footprint as its moves do; stream: "
             << absl::GetFlag(FLAGS_per_submit) << " moves per Submit, "

@@ -387,7 +387,11 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
           ucx_lanes_.empty() ? ""
                              : absl::StrCat(", ", ucx_lanes_.size() + 1, " lanes over the network"),
           "; device memory: ",
-          ucx_->cuda_aware() ? "direct (CUDA-aware UCX)" : "staged through pinned bounce buffers",
+          ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
+                             : "staged through pinned bounce buffers (UCX is not CUDA-aware)",
+          options.ucx.force_staging
+              ? "; every range peers move here staged (--ucx_force_staging)"
+              : "",
           options.ucx.peer_calls ? "; peer calls as UCX active messages"
                                  : "; peer calls over gRPC");
       if (options.ucx.peer_calls) {

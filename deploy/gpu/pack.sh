@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //tests:gpu_staging_test
+         //tests:gpu_direct_test
          //tests:gpu_ipc_test //tests:gpu_ipc_client
          //client/bench:gpu_local_bench //client/bench:local_bench //client/bench:node_bench
          //client/bench:gpu_staged_bench //client/bench:mpi_bench //client/bench:rpc_probe

@@ -90,6 +90,20 @@ echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
 LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
 fi
 
+# Opt-in (PARTS=direct): the direct UCX path's GPU tests under the CUDA-aware stack of
+# ../shared/cuda-aware (carried by pack.sh), then its figures (deploy/gpu/direct_bench.sh).
+if part direct; then
+echo "== GPU suite, direct UCX path (CUDA-aware UCX)"
+( source deploy/gpu/cuda_aware_env.sh
+  if [ "$CUDA_AWARE_OK" = 1 ]; then
+    .gpu/bin/gpu_direct_test --gtest_output=xml:"$OUT/gpu_direct_test.xml" 2>&1 |
+      tee "$OUT/gpu_direct_test.log" | grep -E '^\[|Failure|Expected|Which|SKIPPED|error'
+  else
+    echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"
+  fi )
+summary
+fi
+
 # Opt-in (PARTS=security): security on against off (mTLS and the cluster secret).
 if part security; then
 echo "== security on against off"

@@ -128,7 +128,7 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   // Receives posted with the hold are patient (the other node naps over them): tell it
   // they are about to fill.
   side.wake = started;
-  side.chunk = options_.chunk;
+  side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice);
   side.progress = control.Reporter();
   // Our bounce ring first, waiting while other moves use the pool, and only then the
   // other node's half (which takes its own ring as it starts): a runner never has more
@@ -162,7 +162,7 @@ void MpiEngine::PrepareAsk(RemoteAsk& ask) {
   if (!ask.write) return;  // Pulls start the sender once our receives are posted.
   auto mpi = std::make_shared<MpiAsk>();
   mpi->tag = NextTag();
-  mpi->chunk = options_.chunk;
+  mpi->chunk = ChunkFor(ask.local_device);
   ask.path_ask = std::move(mpi);
 }
 

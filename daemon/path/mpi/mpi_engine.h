@@ -16,6 +16,7 @@
 #ifndef GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
 #define GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -32,6 +33,9 @@ namespace gpumove {
 
 struct MpiEngineOptions {
   uint64_t chunk = 4 << 20;  // Bytes per message.
+  // Bytes per message when the runner's side is device memory a CUDA-aware MPI takes
+  // directly: each message is one GPU copy or one rendezvous the library pipelines.
+  uint64_t device_chunk = 64 << 20;
   int window = 4;            // Messages in flight per move, each way (unstaged).
   int stage_slots = 4;       // Bounce buffers per staged side.
   // Stage every range, not only device memory (exercises staging without a GPU).
@@ -114,6 +118,13 @@ class MpiEngine : public Engine {
     return options_.force_staging || (e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware);
   }
   int NextTag();
+  // Bytes per message of a move whose runner's side is (not) device memory; both halves
+  // use the runner's choice (it travels with StartMpi or the hold).
+  uint64_t ChunkFor(bool local_device) const {
+    return local_device && !options_.force_staging && mpi_->world().cuda_aware
+               ? std::max(options_.chunk, options_.device_chunk)
+               : options_.chunk;
+  }
 
   MpiTransport* const mpi_;
   GpuRuntime* const gpu_;

@@ -121,6 +121,7 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   remote.rkey = offer->rkey;
   remote.address = hold.address;
   remote.peer_error_handling = !hold.same_host;
+  remote.device = (push ? src : dst).kind == MemoryKind::kDevice || hold.kind == MemoryKind::kDevice;
   if (control.cancelled()) return absl::CancelledError("cancelled");
   VLOG(2) << "UCX move of " << pieces.list.size() << " pieces (" << pieces.total << " bytes) with "
           << hold.node;
@@ -169,9 +170,13 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       GiveBackLanes(use);
       return st;
     }
-    case UcxStrategy::kWhole:
-      return push ? transport_->Put(remote, src.data, length, progress)
-                  : transport_->Get(remote, dst.data, length, progress);
+    case UcxStrategy::kWhole: {
+      // Device memory on either side, moved by a CUDA-aware UCX: bigger requests.
+      RemoteRange r = remote;
+      r.device = local.kind == MemoryKind::kDevice || hold.kind == MemoryKind::kDevice;
+      return push ? transport_->Put(r, src.data, length, progress)
+                  : transport_->Get(r, dst.data, length, progress);
+    }
     case UcxStrategy::kLocalStaged:
       return MoveLocalStaged(push, remote, src, dst, length, control, progress);
   }

@@ -9,6 +9,14 @@
 #include "daemon/path/ucx/ucx_transport_impl.h"
 
 namespace gpumove {
+namespace {
+
+// Bytes per put/get of a move to or from `remote`.
+uint64_t ChunkFor(const UcxOptions& options, const RemoteRange& remote) {
+  return remote.device ? std::max(options.chunk, options.device_chunk) : options.chunk;
+}
+
+}  // namespace
 
 using ucx_internal::UcxError;
 
@@ -101,14 +109,14 @@ bool UcxTransport::Impl::Advance(Op& op) {
       const Segment& p = op.pieces[op.piece];
       local = (op.put ? p.src : p.dst) + op.in_piece;
       remote = (op.put ? p.dst : p.src) + op.in_piece;
-      n = std::min(options.chunk, p.length - op.in_piece);
+      n = std::min(ChunkFor(options, op.remote), p.length - op.in_piece);
       op.in_piece += n;
       if (op.in_piece == p.length) {
         ++op.piece;
         op.in_piece = 0;
       }
     } else {
-      n = std::min(options.chunk, op.length - op.posted);
+      n = std::min(ChunkFor(options, op.remote), op.length - op.posted);
     }
     ucp_request_param_t param = {};
     void* req =
@@ -147,8 +155,8 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
   }
   // The move is cut into slices that the caller waits for one at a time (with the next
   // already posted), so progress, rate limits and cancel act between slices.
-  const uint64_t slice =
-      std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
+  const uint64_t chunk = ChunkFor(impl_->options, remote);
+  const uint64_t slice = std::max<uint64_t>(chunk * impl_->options.window / 2, chunk);
   const uint64_t generation = impl_->Generation(remote.peer_key);
   return impl_->RunOps(
       put, remote, generation, length,
@@ -224,8 +232,8 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
                                      const Segments& pieces,
                                      const std::function<bool(uint64_t)>& progress) {
   const std::vector<Segment>& list = pieces.list;
-  const uint64_t slice =
-      std::max<uint64_t>(impl_->options.chunk * impl_->options.window / 2, impl_->options.chunk);
+  const uint64_t chunk = ChunkFor(impl_->options, remote);
+  const uint64_t slice = std::max<uint64_t>(chunk * impl_->options.window / 2, chunk);
   if (impl_->options.direct) {
     if (std::shared_ptr<Impl::Direct> d = impl_->AcquireDirect(remote); d != nullptr) {
       // A plain copy per piece through the mapping of the peer's pool.

@@ -31,6 +31,8 @@ struct RemoteRange {
   // (a pull, into our bounce slot or buffer): a direct copy to or from it uses streaming
   // stores from kBounceStreamingMin bytes, not only from kStreamingCopyMin.
   bool bounce = false;
+  // Device memory on one side at least (a CUDA-aware UCX moves it): UcxOptions::device_chunk.
+  bool device = false;
   // The copy is one step of a staging pipeline (a bounce slot on one side at least), run
   // beside GPU copies into and out of bounce slots: a direct copy takes
   // UcxOptions::staged_threads threads, not direct_threads.
@@ -57,6 +59,11 @@ struct UcxOptions {
   // Bytes per ucp_put_nbx / ucp_get_nbx, and how many are in flight per move.
   uint64_t chunk = 4 << 20;
   int window = 8;
+  // Bytes per put/get when either side is device memory (RemoteRange::device): a CUDA-
+  // aware UCX moves each with one GPU copy (cuda_ipc) or a rendezvous it pipelines itself
+  // (RDMA), so per-request costs, not the size, set the pace there (256 MiB: 0.46 -> 0.78
+  // of ucx_perftest for a 64 MiB -> 256 MiB move on the H200, docs/benchmarks.md).
+  uint64_t device_chunk = 256 << 20;
   // A move whose bytes make no progress for this long fails with UNAVAILABLE.
   absl::Duration op_timeout = absl::Seconds(10);
   // Moves to and from peer memory that UCX reaches through shared memory (ucp_rkey_ptr:

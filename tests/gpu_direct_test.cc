@@ -1,0 +1,189 @@
+// GPU suite for the CUDA-aware direct UCX path (tag "gpu"): run on the GPU machine under a
+// CUDA-aware UCX (deploy/gpu/run.sh PARTS=direct sources deploy/gpu/cuda_aware_env.sh;
+// without one every test says SKIPPED). Two daemons on one host, device pointers handed to
+// UCX straight (no staging): device to device across nodes pushed and pulled, device to
+// and from the other node's pinned memory, sizes 1 B to 1 GiB, bytes verified; the probe's
+// answer in GetInfo; a cancel between requests; a node killed mid-move fails the move in
+// bounded time; staging still works when forced (--ucx_force_staging).
+#include <csignal>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
+#include "tests/util/random_bytes.h"
+
+namespace gpumove {
+namespace {
+
+v1::BufferRef On(const std::string& node, const std::string& id) {
+  v1::BufferRef r = Ref(id);
+  r.set_node(node);
+  return r;
+}
+
+std::string UcxReason(Client& c) {
+  auto info = c.GetInfo();
+  if (!info.ok()) return "";
+  for (const auto& p : info->paths()) {
+    if (p.path() == v1::UCX) return p.reason();
+  }
+  return "";
+}
+
+class GpuDirect : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> extra_b = {}, std::vector<std::string> extra_a = {}) {
+    std::vector<std::string> flags_a = {"--node=da", "--device_pool_size=3GiB",
+                                        "--host_pool_size=64MiB", "--pinned_pool_size=1GiB"};
+    flags_a.insert(flags_a.end(), extra_a.begin(), extra_a.end());
+    auto a = DaemonProcess::Start(flags_a);
+    ASSERT_TRUE(a.ok()) << a.status();
+    a_ = *std::move(a);
+    std::vector<std::string> flags = {"--node=db", "--device_pool_size=3GiB",
+                                      "--host_pool_size=64MiB", "--pinned_pool_size=1GiB",
+                                      "--peers=" + a_->address()};
+    flags.insert(flags.end(), extra_b.begin(), extra_b.end());
+    auto b = DaemonProcess::Start(flags);
+    ASSERT_TRUE(b.ok()) << b.status();
+    b_ = *std::move(b);
+    ca_ = *Client::Connect(a_->address());
+    cb_ = *Client::Connect(b_->address());
+    for (int i = 0; i < 200 && (ca_->ListPeers()->empty() || !(*ca_->ListPeers())[0].up()); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(ca_->ListPeers()->size(), 1u);
+    if (ca_->GetInfo()->gpus_size() == 0) GTEST_SKIP() << "SKIPPED: no GPU here";
+  }
+  bool Direct() {
+    return absl::StrContains(UcxReason(*ca_), "device memory: direct (CUDA-aware UCX)");
+  }
+  std::unique_ptr<DaemonProcess> a_, b_;
+  std::unique_ptr<Client> ca_, cb_;
+};
+
+#define SKIP_UNLESS_DIRECT()                                                                  \
+  do {                                                                                        \
+    if (!Direct()) {                                                                          \
+      GTEST_SKIP() << "SKIPPED: UCX is not CUDA-aware here (" << UcxReason(*ca_)            \
+                   << "); run under deploy/gpu/cuda_aware_env.sh";                           \
+    }                                                                                         \
+  } while (0)
+
+TEST_F(GpuDirect, DeviceToDeviceAndPinnedPushedAndPulledVerified) {
+  Start();
+  if (HasFatalFailure() || IsSkipped()) return;
+  SKIP_UNLESS_DIRECT();
+  uint64_t seed = 900;
+  for (uint64_t size : {1ull, 4097ull, (1ull << 20) + 3, (64ull << 20) + 1, 1ull << 30}) {
+    for (bool b_device : {true, false}) {
+      if (!b_device && size > (256ull << 20)) continue;  // The pinned pools' size.
+      SCOPED_TRACE(absl::StrCat(size, " bytes, the other side ", b_device ? "device" : "pinned"));
+      auto src = ca_->Allocate(size, v1::DEVICE, 0);
+      auto far = cb_->Allocate(size, b_device ? v1::DEVICE : v1::PINNED_HOST, 0);
+      auto back = ca_->Allocate(size, v1::DEVICE, 0);
+      ASSERT_TRUE(src.ok() && far.ok() && back.ok())
+          << src.status() << far.status() << back.status();
+      const bool compare = size <= (64ull << 20) + 1;  // 1 GiB: the checksums say it.
+      std::string data;
+      if (compare) {
+        data = RandomBytes(size, seed++);
+        ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+      } else {
+        ASSERT_TRUE(ca_->Write(Ref(src->id(), size - 4096, 4096), RandomBytes(4096, seed++)).ok());
+      }
+      MoveOptions o;
+      o.checksum = true;
+      o.path = v1::UCX;  // AUTO would take CUDA_IPC between daemons on one host.
+      auto push = ca_->Move(Ref(src->id()), On("db", far->id()), o);  // da pushes.
+      ASSERT_TRUE(push.ok()) << push.status();
+      ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+      EXPECT_EQ(push->path(), v1::UCX);
+      EXPECT_EQ(push->source_xxh3(), push->destination_xxh3());
+      auto pull = ca_->Move(On("db", far->id()), Ref(back->id()), o);  // da pulls.
+      ASSERT_TRUE(pull.ok()) << pull.status();
+      ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+      EXPECT_EQ(pull->destination_xxh3(), push->source_xxh3());
+      if (compare) {
+        EXPECT_TRUE(*cb_->Read(Ref(far->id())) == data);
+        EXPECT_TRUE(*ca_->Read(Ref(back->id())) == data);
+      }
+      ASSERT_TRUE(ca_->Release(src->id()).ok());
+      ASSERT_TRUE(ca_->Release(back->id()).ok());
+      ASSERT_TRUE(cb_->Release(far->id()).ok());
+    }
+  }
+}
+
+TEST_F(GpuDirect, CancelledBetweenRequestsAndBothEndsLetGo) {
+  // 4 MiB device requests and a 2 GiB/s cap on db: a 1 GiB move takes half a second.
+  Start({"--ucx_device_chunk=4MiB", "--max_move_rate=2GiB"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  SKIP_UNLESS_DIRECT();
+  auto src = cb_->Allocate(1ull << 30, v1::DEVICE, 0);
+  auto dst = ca_->Allocate(1ull << 30, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  MoveOptions o;
+  o.path = v1::UCX;
+  o.wait = false;
+  auto t = cb_->Move(Ref(src->id()), On("da", dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE(cb_->Cancel(t->id()).ok());
+  auto end = cb_->Wait(t->id(), absl::Seconds(10));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::CANCELLED) << end->error_message();
+  EXPECT_LT(end->bytes_done(), 1ull << 30);
+  EXPECT_EQ(cb_->GetBuffer(src->id())->active_uses(), 0u);
+  EXPECT_EQ(ca_->GetBuffer(dst->id())->active_uses(), 0u);
+}
+
+TEST_F(GpuDirect, ANodeKilledMidMoveFailsItInBoundedTime) {
+  // da runs the move, capped at 1 GiB/s: the kill lands mid-move.
+  Start({}, {"--ucx_device_chunk=4MiB", "--max_move_rate=1GiB"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  SKIP_UNLESS_DIRECT();
+  auto src = ca_->Allocate(1ull << 30, v1::DEVICE, 0);
+  auto dst = cb_->Allocate(1ull << 30, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  MoveOptions o;
+  o.path = v1::UCX;
+  o.wait = false;
+  auto t = ca_->Move(Ref(src->id()), On("db", dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  b_->Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  auto end = ca_->Wait(t->id(), absl::Seconds(30));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::FAILED);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(15)) << "the move outlived its peer too long";
+  EXPECT_EQ(ca_->GetBuffer(src->id())->active_uses(), 0u);
+}
+
+TEST_F(GpuDirect, StagingStillWorksWhenForced) {
+  Start({"--ucx_force_staging"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  SKIP_UNLESS_DIRECT();
+  EXPECT_TRUE(absl::StrContains(UcxReason(*cb_), "staged (--ucx_force_staging)"))
+      << UcxReason(*cb_);
+  const uint64_t size = (48ull << 20) + 7;
+  auto src = ca_->Allocate(size, v1::DEVICE, 0);
+  auto dst = cb_->Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const std::string data = RandomBytes(size, 77);
+  ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+  MoveOptions o;
+  o.checksum = true;
+  o.path = v1::UCX;
+  auto m = ca_->Move(Ref(src->id()), On("db", dst->id()), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->state(), v1::SUCCEEDED) << m->error_message();
+  EXPECT_TRUE(*cb_->Read(Ref(dst->id())) == data);
+}
+
+}  // namespace
+}  // namespace gpumove
