@@ -4,7 +4,8 @@
 // UCX straight (no staging): device to device across nodes pushed and pulled, device to
 // and from the other node's pinned memory, sizes 1 B to 1 GiB, bytes verified; the probe's
 // answer in GetInfo; a cancel between requests; a node killed mid-move fails the move in
-// bounded time; staging still works when forced (--ucx_force_staging).
+// bounded time; staging still works when forced (--ucx_force_staging). The same for path
+// MPI with a CUDA-aware MPI (two ranks of one job): device pointers to MPI_Isend/Irecv.
 #include <csignal>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/mpi_job.h"
 #include "tests/util/random_bytes.h"
 
 namespace gpumove {
@@ -183,6 +185,140 @@ TEST_F(GpuDirect, StagingStillWorksWhenForced) {
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->state(), v1::SUCCEEDED) << m->error_message();
   EXPECT_TRUE(*cb_->Read(Ref(dst->id())) == data);
+}
+
+std::string MpiReason(Client& c) {
+  auto info = c.GetInfo();
+  if (!info.ok()) return "";
+  for (const auto& p : info->paths()) {
+    if (p.path() == v1::MPI) return p.reason();
+  }
+  return "";
+}
+
+// Two ranks of one MPI job; SKIPPED unless their MPI takes device pointers (or, with
+// `staged`, checks that the ranks say they stage).
+class GpuDirectMpi : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--device_pool_size=3GiB", "--pinned_pool_size=512MiB",
+                                      "--host_pool_size=512MiB", "--noucx"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto job = MpiJob::Start(2, MpiLaunch{"default", {}, {}}, flags);
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *std::move(job);
+    for (int i = 0; i < 200 && job_->client(0).ListPeers()->empty(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (job_->client(0).GetInfo()->gpus_size() == 0) GTEST_SKIP() << "SKIPPED: no GPU here";
+    const std::string reason = MpiReason(job_->client(0));
+    if (!absl::StrContains(reason, "device memory: direct") &&
+        !absl::StrContains(reason, "MPI is CUDA-aware")) {
+      GTEST_SKIP() << "SKIPPED: MPI is not CUDA-aware here (" << MpiReason(job_->client(0))
+                   << "); run under deploy/gpu/cuda_aware_env.sh";
+    }
+  }
+  std::unique_ptr<MpiJob> job_;
+};
+
+TEST_F(GpuDirectMpi, DeviceToDeviceAndPinnedPushedAndPulledVerified) {
+  Start();
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client& c0 = job_->client(0);
+  Client& c1 = job_->client(1);
+  ASSERT_TRUE(absl::StrContains(MpiReason(c0), "device memory: direct (CUDA-aware MPI"))
+      << MpiReason(c0);
+  uint64_t seed = 1900;
+  for (uint64_t size : {1ull, (5ull << 20) + 3, (300ull << 20) + 1, 1ull << 30}) {
+    for (bool far_device : {true, false}) {
+      if (!far_device && size > (256ull << 20)) continue;  // The pinned pools' size.
+      SCOPED_TRACE(absl::StrCat(size, " bytes, the other side ", far_device ? "device" : "pinned"));
+      auto src = c0.Allocate(size, v1::DEVICE, 0);
+      auto far = c1.Allocate(size, far_device ? v1::DEVICE : v1::PINNED_HOST, 0);
+      auto back = c0.Allocate(size, v1::DEVICE, 0);
+      ASSERT_TRUE(src.ok() && far.ok() && back.ok())
+          << src.status() << far.status() << back.status();
+      const bool compare = size < (1ull << 30);
+      std::string data;
+      if (compare) {
+        data = RandomBytes(size, seed++);
+        ASSERT_TRUE(c0.Write(Ref(src->id()), data).ok());
+      }
+      MoveOptions o;
+      o.checksum = true;
+      o.path = v1::MPI;
+      auto push = c0.Move(Ref(src->id()), On("rank1", far->id()), o);
+      ASSERT_TRUE(push.ok()) << push.status();
+      ASSERT_EQ(push->state(), v1::SUCCEEDED) << push->error_message();
+      EXPECT_EQ(push->source_xxh3(), push->destination_xxh3());
+      auto pull = c0.Move(On("rank1", far->id()), Ref(back->id()), o);
+      ASSERT_TRUE(pull.ok()) << pull.status();
+      ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+      EXPECT_EQ(pull->destination_xxh3(), push->source_xxh3());
+      if (compare) {
+        EXPECT_TRUE(*c1.Read(Ref(far->id())) == data);
+        EXPECT_TRUE(*c0.Read(Ref(back->id())) == data);
+      }
+      ASSERT_TRUE(c0.Release(src->id()).ok());
+      ASSERT_TRUE(c0.Release(back->id()).ok());
+      ASSERT_TRUE(c1.Release(far->id()).ok());
+    }
+  }
+}
+
+TEST_F(GpuDirectMpi, CancelledBetweenMessagesAndBothEndsLetGo) {
+  Start({"--mpi_device_chunk=4MiB", "--max_move_rate=2GiB"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client& c0 = job_->client(0);
+  Client& c1 = job_->client(1);
+  auto src = c0.Allocate(1ull << 30, v1::DEVICE, 0);
+  auto dst = c1.Allocate(1ull << 30, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  MoveOptions o;
+  o.path = v1::MPI;
+  o.wait = false;
+  auto t = c0.Move(Ref(src->id()), On("rank1", dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE(c0.Cancel(t->id()).ok());
+  auto end = c0.Wait(t->id(), absl::Seconds(15));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::CANCELLED) << end->error_message();
+  EXPECT_LT(end->bytes_done(), 1ull << 30);
+  // Both ranks let go, and the same buffers take a full move afterwards.
+  for (int i = 0; i < 100 && c1.GetBuffer(dst->id())->active_uses() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(c0.GetBuffer(src->id())->active_uses(), 0u);
+  EXPECT_EQ(c1.GetBuffer(dst->id())->active_uses(), 0u);
+  o.wait = true;
+  o.checksum = true;
+  auto again = c0.Move(Ref(src->id()), On("rank1", dst->id()), o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
+}
+
+TEST_F(GpuDirectMpi, StagingStillWorksWhenForced) {
+  Start({"--mpi_force_staging"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client& c0 = job_->client(0);
+  Client& c1 = job_->client(1);
+  EXPECT_TRUE(absl::StrContains(MpiReason(c0), "staged through pinned bounce buffers "
+                                               "(--mpi_force_staging; MPI is CUDA-aware"))
+      << MpiReason(c0);
+  const uint64_t size = (48ull << 20) + 7;
+  auto src = c0.Allocate(size, v1::DEVICE, 0);
+  auto dst = c1.Allocate(size, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const std::string data = RandomBytes(size, 79);
+  ASSERT_TRUE(c0.Write(Ref(src->id()), data).ok());
+  MoveOptions o;
+  o.checksum = true;
+  o.path = v1::MPI;
+  auto m = c0.Move(Ref(src->id()), On("rank1", dst->id()), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->state(), v1::SUCCEEDED) << m->error_message();
+  EXPECT_TRUE(*c1.Read(Ref(dst->id())) == data);
 }
 
 }  // namespace

@@ -175,8 +175,12 @@ absl::Status Daemon::JoinMpiJob(DaemonOptions& options) {
       }
       summary_.mpi = absl::StrCat(
           "two-sided MPI_Isend/MPI_Irecv, rank ", w.rank, " of ", w.size, " (", w.library,
-          "); device memory: ", w.cuda_aware ? "direct" : "staged through pinned bounce buffers",
-          " (", w.cuda_awareness, ")",
+          "); device memory: ",
+          !w.cuda_aware ? "staged through pinned bounce buffers (MPI is not CUDA-aware: "
+          : options.mpi.engine.force_staging
+              ? "staged through pinned bounce buffers (--mpi_force_staging; MPI is CUDA-aware: "
+              : "direct (CUDA-aware MPI: ",
+          w.cuda_awareness, ")",
           mpi_options.spin ? "; MPI thread and waiters poll (--mpi_spin)" : "");
       LOG(INFO) << "MPI rank " << w.rank << " of " << w.size << " (" << w.local_rank
                 << " on this host): " << w.library << "; " << w.cuda_awareness;
