@@ -6,7 +6,11 @@
 // answer in GetInfo; a cancel between requests; a node killed mid-move fails the move in
 // bounded time; staging still works when forced (--ucx_force_staging). The same for path
 // MPI with a CUDA-aware MPI (two ranks of one job): device pointers to MPI_Isend/Irecv.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -164,6 +168,58 @@ TEST_F(GpuDirect, ANodeKilledMidMoveFailsItInBoundedTime) {
   EXPECT_EQ(end->state(), v1::FAILED);
   EXPECT_LT(absl::Now() - killed, absl::Seconds(15)) << "the move outlived its peer too long";
   EXPECT_EQ(ca_->GetBuffer(src->id())->active_uses(), 0u);
+}
+
+// A client's lent GPU memory (Import) over the direct UCX path: pushed from, by the node
+// it was lent to (its device pointer to UCX), and pushed into by the other node (staged on
+// the lender's node: no pool's UCX key covers it), verified.
+TEST_F(GpuDirect, LentDeviceMemoryMovesBothWaysVerified) {
+  Start();
+  if (HasFatalFailure() || IsSkipped()) return;
+  SKIP_UNLESS_DIRECT();
+  const std::string helper = FindBuiltBinary("tests/gpu_ipc_client", "GPU_IPC_CLIENT");
+  constexpr uint64_t kSize = 24ull << 20;
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(out[1], 1);
+    execl(helper.c_str(), helper.c_str(), b_->address().c_str(),
+          std::to_string(kSize).c_str(), "9", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  char line[64] = {};
+  FILE* f = fdopen(out[0], "r");
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr) << "helper " << helper << " printed nothing";
+  std::string lent(line);
+  lent.erase(lent.find_last_not_of("\n") + 1);
+  auto src = ca_->Allocate(kSize, v1::DEVICE, 0);
+  auto got = ca_->Allocate(kSize, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && got.ok());
+  MoveOptions o;
+  o.checksum = true;
+  o.path = v1::UCX;
+  // db pushes the lent memory (the helper filled it with 9s) into da's device pool.
+  auto out_move = cb_->Move(Ref(lent), On("da", got->id()), o);
+  ASSERT_TRUE(out_move.ok()) << out_move.status();
+  ASSERT_EQ(out_move->state(), v1::SUCCEEDED) << out_move->error_message();
+  EXPECT_TRUE(*ca_->Read(Ref(got->id())) == std::string(kSize, '\x09'));
+  // da pushes new bytes into the lent memory on db.
+  const std::string data = RandomBytes(kSize, 4242);
+  ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+  auto in_move = ca_->Move(Ref(src->id()), On("db", lent), o);
+  ASSERT_TRUE(in_move.ok()) << in_move.status();
+  ASSERT_EQ(in_move->state(), v1::SUCCEEDED) << in_move->error_message();
+  EXPECT_TRUE(*cb_->Read(Ref(lent)) == data);
+  // And da pulls it back out of the lent memory.
+  auto pull = ca_->Move(On("db", lent), Ref(got->id()), o);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  ASSERT_EQ(pull->state(), v1::SUCCEEDED) << pull->error_message();
+  EXPECT_TRUE(*ca_->Read(Ref(got->id())) == data);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  fclose(f);
 }
 
 TEST_F(GpuDirect, StagingStillWorksWhenForced) {

@@ -65,6 +65,9 @@ void BufferUse::MarkEnding() {
 MemoryKind BufferUse::kind() const {
   return static_cast<BufferRegistry::Entry*>(entry_.get())->info.kind;
 }
+bool BufferUse::imported() const {
+  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.imported;
+}
 int BufferUse::device() const {
   return static_cast<BufferRegistry::Entry*>(entry_.get())->info.device;
 }

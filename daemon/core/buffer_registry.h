@@ -93,6 +93,8 @@ class BufferUse {
   uint64_t length() const { return length_; }
   MemoryKind kind() const;
   int device() const;
+  // Lent by a client (Import), not in one of this node's pools.
+  bool imported() const;
   const std::string& buffer_id() const;
 
  private:

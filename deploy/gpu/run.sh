@@ -93,8 +93,9 @@ fi
 # Opt-in (PARTS=direct): the direct UCX path's GPU tests under the CUDA-aware stack of
 # ../shared/cuda-aware (carried by pack.sh), then its figures (deploy/gpu/direct_bench.sh).
 if part direct; then
-echo "== GPU suite, direct UCX path (CUDA-aware UCX)"
-( source deploy/gpu/cuda_aware_env.sh
+echo "== GPU suite, direct UCX and MPI paths (CUDA-aware UCX and Open MPI)"
+( export GPU_IPC_CLIENT="$PWD/.gpu/bin/gpu_ipc_client"
+  source deploy/gpu/cuda_aware_env.sh
   if [ "$CUDA_AWARE_OK" = 1 ]; then
     .gpu/bin/gpu_direct_test --gtest_output=xml:"$OUT/gpu_direct_test.xml" 2>&1 |
       tee "$OUT/gpu_direct_test.log" | grep -E '^\[|Failure|Expected|Which|SKIPPED|error'

@@ -43,16 +43,20 @@ class StageHolderTest : public ::testing::Test {
                                          [](const Endpoint&, uint64_t) { return uint64_t{7}; });
   }
   // Holds `length` bytes for node-a's `id` as the peer handler does: the holder's offer.
-  absl::StatusOr<peer::v1::PrepareRemoteResponse> Hold(const std::string& id, uint64_t length) {
+  absl::StatusOr<peer::v1::PrepareRemoteResponse> Hold(const std::string& id, uint64_t length,
+                                                        StageHolder* holder = nullptr,
+                                                        std::string buffer = "") {
+    if (holder == nullptr) holder = holder_.get();
+    if (buffer.empty()) buffer = buffer_;
     peer::v1::PrepareRemoteRequest request;
     request.set_transfer_id(id);
     request.set_path(v1::UCX);
     peer::v1::PrepareRemoteResponse response;
     const HoldContext context{request, [] { return false; }};
     auto held =
-        table_->Hold("node-a", 1, id, "alice", buffer_, 0, length,
+        table_->Hold("node-a", 1, id, "alice", buffer, 0, length,
                      [&](const BufferUse& range, std::vector<std::unique_ptr<HoldPart>>* parts) {
-                       auto part = holder_->Offer(context, range, &response);
+                       auto part = holder->Offer(context, range, &response);
                        if (!part.ok()) return part.status();
                        if (*part != nullptr) parts->push_back(*std::move(part));
                        return absl::OkStatus();
@@ -70,6 +74,32 @@ class StageHolderTest : public ::testing::Test {
   std::unique_ptr<HoldTable> table_;
   std::string buffer_;
 };
+
+// With a CUDA-aware UCX (device memory not staged) a client's lent device memory is still
+// staged: it lies outside every pool UCX registered, so a pool's key cannot reach it.
+// Pool memory is not staged then.
+TEST_F(StageHolderTest, LentDeviceMemoryIsStagedWithACudaAwareUcx) {
+  StageHolderOptions options;
+  options.device = false;  // UCX takes device memory directly.
+  options.gpu = host_.get();
+  options.pinned = pinned_.get();
+  options.staging = {.chunk = 1 << 20, .slots = 2};
+  StageHolder direct(cluster_.get(), options);
+  std::string lent_memory(4 << 20, '\0');
+  AdoptOptions adopt;
+  adopt.data = lent_memory.data();
+  adopt.size = lent_memory.size();
+  adopt.kind = MemoryKind::kDevice;
+  adopt.owner = "alice";
+  auto lent = registry_->Adopt(adopt);
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  auto offer = Hold("lent", 2 << 20, &direct, lent->id);
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  EXPECT_TRUE(offer->has_stage()) << "lent device memory was offered unstaged";
+  auto pooled = Hold("pooled", 2 << 20, &direct);
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+  EXPECT_FALSE(pooled->has_stage()) << "pool memory staged with a CUDA-aware UCX";
+}
 
 // A staged hold copies pieces between its bounce slots and the range, several to a slot
 // (from slot_offset); a piece that runs past its slot or the range is refused and copies
