@@ -52,6 +52,7 @@ python3 client/python/gen_stubs.py .gpu/python
 cp client/python/gpumove/*.py .gpu/python/gpumove/
 cp client/python/tests/daemons.py client/python/tests/gpu_check.py .gpu/python/tests/
 cp client/python/bench.py .gpu/python/
+mkdir -p .gpu/python/examples && cp examples/python/*.py .gpu/python/examples/
 # The CUDA-aware Open MPI + UCX (issue 27; deploy/gpu/cuda_aware_diag.sh unpacks it there).
 for t in ../shared/cuda-aware/*.tar.xz; do [ -f "$t" ] && cp "$t" .gpu/; done
 du -sh .gpu

@@ -146,7 +146,8 @@ fi
 # daemon buffer as a tensor, GPU -> GPU and vectored moves) with this machine's torch.
 if part python; then
 echo "== Python client on the GPU"
-PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/tests/gpu_check.py 2>&1 |
+GPUMOVE_EXAMPLES="$PWD/.gpu/python/examples" \
+  PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/tests/gpu_check.py 2>&1 |
   tee "$OUT/python_gpu.txt"
 echo "== Python client against the C++ client"
 PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/bench.py \

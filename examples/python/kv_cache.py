@@ -29,14 +29,11 @@ def run(prefill: str, decode: str, layers: int = 8, blocks_per_layer: int = 512,
         # The request's blocks: scattered ids on the prefill side, others on the decode side.
         src_ids = rng.choice(blocks_per_layer, request_blocks, replace=False)
         dst_ids = rng.choice(blocks_per_layer, request_blocks, replace=False)
-        specs = [gpumove.spec(src[i], dst[i], blocks=(src_ids, dst_ids), block_size=block,
-                              notify=b"request 42 ready" if i == layers - 1 else None)
-                 for i in range(layers)]
         with d.notifications([dst[-1]]) as ready:
             t0 = time.perf_counter()
-            transfers = p.submit(specs, wait=True, timeout=60)
-            for t in transfers:
-                t.raise_for_state()
+            # One Submit: a vectored move per layer, the last one notifying the decode side.
+            p.move_kv(src, dst, src_ids, dst_ids, block, notify=b"request 42 ready",
+                      timeout=60)
             note = next(iter(ready))
             seconds = time.perf_counter() - t0
         assert note.notify == b"request 42 ready"

@@ -3,6 +3,7 @@ for every node: name others with `node=` or in refs)."""
 from __future__ import annotations
 
 import logging
+import time
 import os
 from typing import Iterable, Iterator, List, Optional, Sequence
 
@@ -10,7 +11,7 @@ import grpc
 
 from gpumove import _requests as req
 from gpumove._requests import BufferLike, TransferLike, buffer_id
-from gpumove._specs import RangeLike, transfer_spec
+from gpumove._specs import RangeLike, kv_specs, transfer_spec
 from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
@@ -189,19 +190,41 @@ class Client:
     def move(self, source: RangeLike, destination: RangeLike, length: Optional[int] = None, *,
              checksum: bool = False, path: str = "auto", blocks=None,
              block_size: Optional[int] = None, segments=None, notify=None, wait: bool = True,
-             timeout: Optional[float] = None, label: str = "", check: bool = True) -> Transfer:
+             timeout: Optional[float] = None, label: str = "", check: bool = True,
+             progress: bool = False) -> Transfer:
         """Moves source's bytes to destination (ranges: Buffers, Refs, "[node/]id").
         Vectored: `blocks=(src_idx, dst_idx)` with `block_size` (numpy arrays welcome), or
         `segments=[(src_off, dst_off, len), ...]`. `notify`: bytes published where the
         destination lives once the bytes are there. Waits for the end unless `wait=False`;
-        with `check`, a move that did not succeed raises Error with its code."""
+        with `check`, a move that did not succeed raises Error with its code. `progress`:
+        while waiting, a tqdm progress bar of the bytes done (when tqdm is installed; else
+        a log line on the "gpumove" logger about every second)."""
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
                              notify=notify, label=label)
-        t = self.submit([spec], wait=wait, timeout=timeout)[0]
+        if progress and wait:
+            t = self.submit([spec], wait=False)[0]
+            t = _show_progress(self.watch(t), t)
+        else:
+            t = self.submit([spec], wait=wait, timeout=timeout)[0]
         if wait and check:
             t.raise_for_state()
         return t
+
+    def move_kv(self, source_layers: Sequence[RangeLike],
+                destination_layers: Sequence[RangeLike], source_blocks, destination_blocks,
+                block_size: int, *, wait: bool = True, timeout: Optional[float] = None,
+                check: bool = True, **kwargs) -> List[Transfer]:
+        """One Submit of gpumove.kv_specs(...) (one vectored move per layer region, the
+        same block ids in each; `notify` on the last layer's): accepted or refused whole.
+        Waits unless `wait=False`; with `check`, raises Error for a move that failed."""
+        specs = kv_specs(source_layers, destination_layers, source_blocks, destination_blocks,
+                         block_size, **kwargs)
+        transfers = self.submit(specs, wait=wait, timeout=timeout)
+        if wait and check:
+            for t in transfers:
+                t.raise_for_state()
+        return transfers
 
     def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(self._call(
@@ -265,6 +288,33 @@ class Client:
         bid, bnode = buffer_id(buffer)
         r = self._call(self._buffers.Export, pb.ExportRequest(buffer_id=bid, node=bnode))
         return _cuda.DeviceMemory.open(r)
+
+
+def _show_progress(events: Iterator[Transfer], first: Transfer) -> Transfer:
+    """Follows a Watch stream to the end, drawing bytes done; returns the last state."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    last = first
+    bar = (tqdm(total=first.length, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=f"move {first.id}") if tqdm is not None else None)
+    shown, logged = 0, time.monotonic()
+    try:
+        for t in events:
+            last = t
+            if bar is not None:
+                bar.update(t.bytes_done - shown)
+                shown = t.bytes_done
+            elif time.monotonic() - logged >= 1.0 or t.done:
+                logged = time.monotonic()
+                log.info("move %s: %d of %d bytes (%s)", t.id, t.bytes_done, t.length, t.state)
+            if t.done:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return last
 
 
 def spec(source: RangeLike, destination: RangeLike, **kwargs) -> pb.TransferSpec:

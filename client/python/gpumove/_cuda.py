@@ -42,12 +42,79 @@ def _check(rc: int, what: str) -> None:
         raise Error(grpc.StatusCode.INTERNAL, f"{what}: CUDA driver error {rc}")
 
 
+# DLPack's C structures (dlpack.h, ABI stable since v0.2): what __dlpack__() returns in a
+# PyCapsule named "dltensor".
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DL_CUDA, _DL_CUDA_MANAGED = 2, 13
+_DL_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
+                    10: "ROCm", 13: "CUDA managed"}
+
+
+def dlpack_pointer(tensor) -> tuple:
+    """(device type, device pointer, bytes) of an object with __dlpack__ (jax, torch,
+    cupy, numpy, ...), read from its DLPack capsule without taking it over: the capsule's
+    own destructor gives the tensor back to its producer."""
+    try:
+        capsule = tensor.__dlpack__(stream=None)
+    except TypeError:
+        capsule = tensor.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    try:
+        address = get(capsule, b"dltensor")
+    except ValueError:
+        raise Error(grpc.StatusCode.INVALID_ARGUMENT,
+                    "__dlpack__ gave no unused 'dltensor' capsule") from None
+    # DLManagedTensor starts with its DLTensor.
+    t = _DLTensor.from_address(address)
+    kind = t.device.device_type
+    count = 1
+    shape = [t.shape[i] for i in range(t.ndim)]
+    for s in shape:
+        count *= s
+    itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
+    if t.strides and count > 1:
+        expected, step = [], 1
+        for s in reversed(shape):
+            expected.insert(0, step)
+            step *= s
+        strides = [t.strides[i] for i in range(t.ndim)]
+        if any(st != ex for st, ex, n in zip(strides, expected, shape) if n > 1):
+            raise Error(grpc.StatusCode.INVALID_ARGUMENT, "register takes contiguous tensors")
+    ptr = (t.data or 0) + t.byte_offset
+    del t, capsule  # The capsule's destructor calls the producer's deleter (it is unused).
+    return kind, ptr, count * itemsize
+
+
 def device_pointer(tensor) -> tuple:
-    """(device pointer, bytes) of a CUDA tensor."""
+    """(device pointer, bytes) of a CUDA tensor: __cuda_array_interface__ (torch, cupy,
+    numba), else DLPack (__dlpack__: jax and the rest)."""
     cai = getattr(tensor, "__cuda_array_interface__", None)
+    if cai is None and hasattr(tensor, "__dlpack__"):
+        kind, ptr, size = dlpack_pointer(tensor)
+        if kind not in (_DL_CUDA, _DL_CUDA_MANAGED):
+            raise Error(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"register takes a CUDA tensor; this one lives on "
+                        f"{_DL_DEVICE_NAMES.get(kind, f'DLPack device type {kind}')}")
+        return ptr, size
     if cai is None:
         raise Error(grpc.StatusCode.INVALID_ARGUMENT,
-                    "register takes a CUDA tensor (__cuda_array_interface__: torch, cupy, ...)")
+                    "register takes a CUDA tensor (__cuda_array_interface__ or __dlpack__: "
+                    "torch, cupy, jax, ...)")
     ptr = cai["data"][0]
     shape = cai["shape"]
     strides = cai.get("strides")

@@ -140,3 +140,27 @@ def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional
     if notify is not None:
         spec.notify = notify.encode() if isinstance(notify, str) else bytes(notify)
     return spec
+
+
+def kv_specs(source_layers: Sequence[RangeLike], destination_layers: Sequence[RangeLike],
+             source_blocks: Any, destination_blocks: Any, block_size: int, *,
+             source_stride: int = 0, destination_stride: int = 0, path: str = "auto",
+             checksum: bool = False, notify: Optional[bytes] = None,
+             label: str = "") -> list:
+    """KV-cache shaped moves: one vectored spec per layer region, source_layers[i] ->
+    destination_layers[i], each moving the same blocks (block source_blocks[j] of the
+    source layer to block destination_blocks[j] of the destination layer; numpy arrays
+    welcome, encoded once for every layer). `notify` goes with the last layer's spec only:
+    it is published once that layer's bytes are in (submit the specs together and their
+    notifications say the request's KV is complete when the last one arrives)."""
+    if len(source_layers) != len(destination_layers):
+        raise ValueError(f"{len(source_layers)} source layers but "
+                         f"{len(destination_layers)} destination layers")
+    if not source_layers:
+        raise ValueError("no layers")
+    blocks = block_list(block_size, source_blocks, destination_blocks,
+                        source_stride=source_stride, destination_stride=destination_stride)
+    last = len(source_layers) - 1
+    return [transfer_spec(s, d, blocks=blocks, path=path, checksum=checksum, label=label,
+                          notify=notify if i == last else None)
+            for i, (s, d) in enumerate(zip(source_layers, destination_layers))]

@@ -9,7 +9,7 @@ import grpc
 from gpumove import _requests as req
 from gpumove._client import channel_options, credentials
 from gpumove._requests import BufferLike, TransferLike, buffer_id
-from gpumove._specs import RangeLike, transfer_spec
+from gpumove._specs import RangeLike, kv_specs, transfer_spec
 from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
@@ -150,6 +150,19 @@ class Client:
         if wait and check:
             t.raise_for_state()
         return t
+
+    async def move_kv(self, source_layers: Sequence[RangeLike],
+                      destination_layers: Sequence[RangeLike], source_blocks,
+                      destination_blocks, block_size: int, *, wait: bool = True,
+                      timeout: Optional[float] = None, check: bool = True,
+                      **kwargs) -> List[Transfer]:
+        specs = kv_specs(source_layers, destination_layers, source_blocks, destination_blocks,
+                         block_size, **kwargs)
+        transfers = await self.submit(specs, wait=wait, timeout=timeout)
+        if wait and check:
+            for t in transfers:
+                t.raise_for_state()
+        return transfers
 
     async def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(await self._call(

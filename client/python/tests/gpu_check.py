@@ -90,6 +90,61 @@ def main():
             assert np.array_equal(got[di], want[si])
         check("vectored move between the daemons' device buffers", vectored_device)
 
+        def register_cupy_and_dlpack():
+            # A cupy array (its __cuda_array_interface__), and an object that offers only
+            # DLPack (as jax arrays do), each lent and moved, verified.
+            class DlpackOnly:
+                def __init__(self, t):
+                    self._t = t
+
+                def __dlpack__(self, stream=None):
+                    return self._t.__dlpack__()
+
+                def __dlpack_device__(self):
+                    return self._t.__dlpack_device__()
+            tensors = [("dlpack", DlpackOnly(torch.full((1 << 16,), 5, dtype=torch.int32,
+                                                        device="cuda")))]
+            try:
+                import cupy
+                tensors.append(("cupy", cupy.full((1 << 16,), 6, dtype=cupy.int32)))
+            except ImportError:
+                print("  (cupy not installed: cupy part SKIPPED)")
+            torch.cuda.synchronize()
+            for name, t in tensors:
+                lent = ca.register(t, label=name)
+                assert lent.imported and lent.size == 1 << 18, (name, lent)
+                want = 5 if name == "dlpack" else 6
+                m = ca.move(lent, dst[0:1 << 18], checksum=True)
+                assert m.ok, (name, m)
+                got = np.frombuffer(cb.read(dst, length=1 << 18), dtype=np.int32)
+                assert (got == want).all(), name
+                ca.release(lent)
+        check("register a cupy array and a DLPack-only tensor", register_cupy_and_dlpack)
+
+        examples = os.environ.get("GPUMOVE_EXAMPLES")
+
+        def load(name):
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(name, os.path.join(examples,
+                                                                             f"{name}.py"))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+
+        def pipeline_with_cuda_tensors():
+            assert examples, "GPUMOVE_EXAMPLES is not set"
+            assert load("pipeline").run(a.address, b.address, batches=6, use_torch=True,
+                                        progress=True) == 6
+        check("examples/python/pipeline.py with CUDA tensors (register, open)",
+              pipeline_with_cuda_tensors)
+
+        def kv_cache_on_device_memory():
+            assert examples, "GPUMOVE_EXAMPLES is not set"
+            rate = load("kv_cache").run(a.address, b.address, layers=8, blocks_per_layer=256,
+                                        block=16 << 10, request_blocks=128, kind="device")
+            print(f"  kv_cache on device memory: {rate / 1e9:.2f} GB/s", flush=True)
+        check("examples/python/kv_cache.py on device memory", kv_cache_on_device_memory)
+
         def lender_exit_releases():
             code = ("import torch, gpumove, sys, time; c = gpumove.Client(sys.argv[1]); "
                     "t = torch.ones(1 << 16, device='cuda'); b = c.register(t); print(b.id)")

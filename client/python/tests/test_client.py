@@ -116,6 +116,47 @@ def test_cancel_a_slow_move():
         d.stop()
 
 
+def test_progress_of_a_long_move(monkeypatch, caplog):
+    """move(progress=True): a tqdm bar when tqdm is there (a stand-in here, to see what it
+    was told), log lines on the "gpumove" logger when not; the move's end either way."""
+    import logging
+    import sys
+    import types
+    from conftest import start
+    d = start("py-progress", "--max_move_rate=16MiB")
+    try:
+        with gpumove.Client(d.address) as c:
+            src, dst = c.allocate(24 << 20), c.allocate(24 << 20)
+            c.write(src, random_bytes(24 << 20, 12))
+            bars = []
+
+            class Bar:
+                def __init__(self, total, **kw):
+                    self.total, self.n, self.closed = total, 0, False
+                    bars.append(self)
+
+                def update(self, n):
+                    self.n += n
+
+                def close(self):
+                    self.closed = True
+            monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=Bar))
+            t = c.move(src, dst, progress=True)
+            assert t.ok and t.bytes_done == 24 << 20
+            assert len(bars) == 1 and bars[0].total == 24 << 20
+            assert bars[0].n == 24 << 20 and bars[0].closed
+            assert c.read(dst) == c.read(src)
+            monkeypatch.setitem(sys.modules, "tqdm", None)  # Not installed.
+            with caplog.at_level(logging.INFO, logger="gpumove"):
+                t = c.move(dst, src, progress=True)
+            assert t.ok
+            lines = [r.getMessage() for r in caplog.records if r.name == "gpumove"]
+            assert len(lines) >= 2, lines  # About a second apart over ~1.5 s, and the end.
+            assert lines[-1].endswith(f"{24 << 20} of {24 << 20} bytes (succeeded)")
+    finally:
+        d.stop()
+
+
 def test_vectored_moves_from_numpy(client):
     n, bs = 4096, 4096
     src = client.allocate(n * bs)
@@ -146,6 +187,60 @@ def test_vectored_moves_from_numpy(client):
         client.move(src, dst, blocks=([-1], [0]), block_size=bs)
     client.release(src)
     client.release(dst)
+
+
+def test_kv_helper_moves_every_layer_in_one_submit(cluster):
+    # Into node c (node b's notification log is another test's).
+    a, b = gpumove.Client(cluster["a"].address), gpumove.Client(cluster["c"].address)
+    try:
+        layers, blocks, bs = 4, 256, 4096
+        src = [a.allocate(blocks * bs) for _ in range(layers)]
+        dst = [b.allocate(blocks * bs) for _ in range(layers)]
+        for i, s in enumerate(src):
+            a.write(s, np.full(blocks * bs, i + 1, dtype=np.uint8))
+        for x in dst:
+            b.write(x, np.zeros(blocks * bs, dtype=np.uint8))
+        rng = np.random.default_rng(11)
+        si, di = rng.permutation(blocks)[:100], rng.permutation(blocks)[:100]
+        specs = gpumove.kv_specs(src, dst, si, di, bs, notify=b"kv in")
+        assert len(specs) == layers and all(s.blocks == specs[0].blocks for s in specs)
+        assert [s.notify for s in specs] == [b""] * (layers - 1) + [b"kv in"]
+        with b.notifications(dst) as stream:
+            ts = a.move_kv(src, dst, si, di, bs, notify=b"kv in", checksum=True)
+            assert len(ts) == layers and all(t.ok and t.pieces == 100 for t in ts)
+            n = next(iter(stream))
+            assert n.notify == b"kv in" and n.destination_buffer == dst[-1].id
+        for i, x in enumerate(dst):
+            got = np.frombuffer(b.read(x), dtype=np.uint8).reshape(blocks, bs)
+            assert (got[di] == i + 1).all()
+            assert (got[np.setdiff1d(np.arange(blocks), di)] == 0).all()
+        # Refused whole: one layer too small for a block moves nothing in any layer.
+        small = b.allocate(16 * bs)
+        snapshot = b.read(dst[0])
+        with pytest.raises(gpumove.Error) as e:
+            a.move_kv(src, dst[:-1] + [small], [0, 1], [5, 200], bs)
+        assert e.value.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE)
+        assert b.read(dst[0]) == snapshot
+        with pytest.raises(ValueError):
+            gpumove.kv_specs(src, dst[:-1], si, di, bs)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_dlpack_tensors_are_read_without_a_copy_and_cpu_ones_refused(client):
+    from gpumove import _cuda
+    x = np.arange(48, dtype=np.float32).reshape(4, 12)
+    kind, ptr, size = _cuda.dlpack_pointer(x[1:])
+    assert (kind, ptr, size) == (1, x[1:].ctypes.data, 3 * 12 * 4)  # DLPack's kDLCPU.
+    with pytest.raises(gpumove.Error) as e:
+        _cuda.dlpack_pointer(x[:, 1:3])
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "contiguous" in e.value.message
+    # A host array offered to register: refused by where it lives, before any CUDA call.
+    with pytest.raises(gpumove.Error) as e:
+        client.register(x)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "CPU" in e.value.message
+    assert float(x.sum()) == float(np.arange(48).sum())  # The producer still owns it.
 
 
 def test_block_lists_encode_like_protobuf():
