@@ -58,7 +58,35 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
-_DL_CUDA, _DL_CUDA_MANAGED = 2, 13
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_MANAGED = 1, 2, 13
+
+
+def dlpack_capsule(ptr: int, size: int, device_type: int, device_id: int, keep: list):
+    """A "dltensor" PyCapsule over `size` bytes at `ptr` (a 1-D uint8 tensor) for a DLPack
+    consumer (torch.from_dlpack, cupy.from_dlpack, jax.dlpack.from_dlpack). No deleter:
+    the memory is not the consumer's to free; the structures are kept alive in `keep`
+    (the caller's, which must outlive the consumer's tensor, as the mapping must)."""
+    shape = (ctypes.c_int64 * 1)(size)
+    managed = _DLManagedTensor()
+    managed.dl_tensor.data = ptr
+    managed.dl_tensor.device = _DLDevice(device_type, device_id)
+    managed.dl_tensor.ndim = 1
+    managed.dl_tensor.dtype = _DLDataType(1, 8, 1)  # kDLUInt, 8 bits, 1 lane.
+    managed.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    managed.dl_tensor.strides = None
+    managed.dl_tensor.byte_offset = 0
+    managed.manager_ctx = None
+    managed.deleter = None
+    keep.extend([shape, managed])
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(managed), b"dltensor", None)
 _DL_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
                     10: "ROCm", 13: "CUDA managed"}
 
@@ -176,9 +204,10 @@ def import_request(tensor, label: str = "") -> pb.ImportRequest:
 
 
 class DeviceMemory:
-    """A daemon buffer mapped into this process: `ptr`, `size`, `device`, and
-    __cuda_array_interface__ (a 1-D uint8 array), so torch.as_tensor(m, device="cuda") or
-    cupy.asarray(m) see it without a copy. close() unmaps it (keep it open while a tensor
+    """A daemon buffer mapped into this process: `ptr`, `size`, `device`,
+    __cuda_array_interface__ (a 1-D uint8 array) and DLPack (__dlpack__), so
+    torch.as_tensor(m, device="cuda"), torch.from_dlpack(m), cupy.asarray(m) or
+    jax.dlpack.from_dlpack(m) see it without a copy. close() unmaps it (keep it open while a tensor
     over it is used)."""
 
     def __init__(self, base: int, offset: int, size: int, device: int):
@@ -186,6 +215,7 @@ class DeviceMemory:
         self.ptr = base + offset
         self.size = size
         self.device = device
+        self._dlpack = []  # DLPack structures handed out, alive as long as this object.
 
     @classmethod
     def open(cls, r: pb.ExportResponse) -> "DeviceMemory":
@@ -208,6 +238,17 @@ class DeviceMemory:
     def __cuda_array_interface__(self) -> dict:
         return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
                 "version": 3, "strides": None}
+
+    def __dlpack__(self, stream=None):
+        """DLPack (torch.from_dlpack, cupy.from_dlpack, jax.dlpack.from_dlpack): a 1-D
+        uint8 tensor over the mapping. The daemon's copies are done before Export and moves
+        answer, so there is no stream to wait on."""
+        if not self._base:
+            raise Error(grpc.StatusCode.FAILED_PRECONDITION, "the mapping is closed")
+        return dlpack_capsule(self.ptr, self.size, _DL_CUDA, self.device, self._dlpack)
+
+    def __dlpack_device__(self):
+        return (_DL_CUDA, self.device)
 
     def close(self) -> None:
         if self._base:

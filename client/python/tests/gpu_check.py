@@ -67,6 +67,13 @@ def main():
             assert (got == 7).all()
         check("open a daemon buffer as a torch tensor, write through it", open_as_tensor)
 
+        def open_through_dlpack():
+            with cb.open(dst) as m:
+                t = torch.from_dlpack(m)  # DLPack, not __cuda_array_interface__.
+                assert t.is_cuda and t.dtype == torch.uint8 and t.numel() == 1 << 20
+                assert int(t.view(torch.int32)[0]) == 7
+        check("open a daemon buffer through DLPack (torch.from_dlpack)", open_through_dlpack)
+
         def open_as_cupy():
             try:
                 import cupy

@@ -241,6 +241,22 @@ def test_dlpack_tensors_are_read_without_a_copy_and_cpu_ones_refused(client):
         client.register(x)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "CPU" in e.value.message
     assert float(x.sum()) == float(np.arange(48).sum())  # The producer still owns it.
+    # What open()'s DeviceMemory hands a DLPack consumer, checked with numpy over host
+    # memory (the same structures, device type CPU): a zero-copy 1-D uint8 view.
+    base = np.arange(64, dtype=np.uint8)
+
+    class Host:
+        keep = []
+
+        def __dlpack__(self, stream=None):
+            return _cuda.dlpack_capsule(base.ctypes.data + 8, 32, 1, 0, self.keep)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+    view = np.from_dlpack(Host())
+    assert view.dtype == np.uint8 and view.shape == (32,)
+    assert view.ctypes.data == base.ctypes.data + 8 and view[0] == 8 and view[-1] == 39
+    del view
 
 
 def test_block_lists_encode_like_protobuf():
