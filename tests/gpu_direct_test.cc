@@ -31,14 +31,16 @@ v1::BufferRef On(const std::string& node, const std::string& id) {
   return r;
 }
 
-std::string UcxReason(Client& c) {
+// What GetInfo says of `path` (how device memory goes, and why).
+std::string PathReason(Client& c, v1::Path path) {
   auto info = c.GetInfo();
   if (!info.ok()) return "";
   for (const auto& p : info->paths()) {
-    if (p.path() == v1::UCX) return p.reason();
+    if (p.path() == path) return p.reason();
   }
   return "";
 }
+std::string UcxReason(Client& c) { return PathReason(c, v1::UCX); }
 
 class GpuDirect : public ::testing::Test {
  protected:
@@ -243,14 +245,7 @@ TEST_F(GpuDirect, StagingStillWorksWhenForced) {
   EXPECT_TRUE(*cb_->Read(Ref(dst->id())) == data);
 }
 
-std::string MpiReason(Client& c) {
-  auto info = c.GetInfo();
-  if (!info.ok()) return "";
-  for (const auto& p : info->paths()) {
-    if (p.path() == v1::MPI) return p.reason();
-  }
-  return "";
-}
+std::string MpiReason(Client& c) { return PathReason(c, v1::MPI); }
 
 // Two ranks of one MPI job; SKIPPED unless their MPI takes device pointers (or, with
 // `staged`, checks that the ranks say they stage).
