@@ -15,6 +15,13 @@ log=$(mktemp)
 bazel test //... --test_summary=short "${filters[@]}" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 first=$(python3 tests/summarize.py "$log" bazel-testlogs)
+# deploy/: Kubernetes manifests, Prometheus rules, the Grafana dashboard (tests/deploy),
+# while the plain build's binaries are the ones in bazel-bin (the sanitizer builds below
+# replace them).
+bash tests/deploy/run.sh 2>&1 | tee "$log"
+deploy=$(tail -1 "$log")
+case "$deploy" in *" passed, 0 failed") ;; *) rc=1 ;; esac
+echo "deploy pass: $deploy"
 # The MPI suite again against MPICH (the daemon rebuilt with --config=mpich).
 bazel test --config=mpich --test_env=GPUMOVE_MPI=mpich //tests:mpi_test --test_summary=short \
     "$@" 2>&1 | tee "$log"
@@ -44,11 +51,6 @@ bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
 fuzz=$(tail -1 "$log")
 case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
 echo "fuzz pass: $fuzz"
-# deploy/: Kubernetes manifests, Prometheus rules, the Grafana dashboard (tests/deploy).
-bash tests/deploy/run.sh 2>&1 | tee "$log"
-deploy=$(tail -1 "$log")
-case "$deploy" in *" passed, 0 failed") ;; *) rc=1 ;; esac
-echo "deploy pass: $deploy"
 rm -f "$log"
 echo "$first; $mpich; $asan; $tsan; $fuzz; $deploy" | tr ';' '\n' |
   awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
