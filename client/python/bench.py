@@ -24,26 +24,31 @@ import gpumove  # noqa: E402
 from daemons import REPO, Daemon  # noqa: E402
 
 
+def p50_us(fn, n, warmup=50):
+    """The median time of `n` calls of fn (after `warmup` more), in microseconds."""
+    us = []
+    for i in range(n + warmup):
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            us.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(us)
+
+
+def grpcio_floor_us(c, src, dst, n):
+    """The floor grpcio itself sets: a 4 KiB Submit (wait) through the generated stub,
+    the request built once, no client code around it (p50, us)."""
+    from gpumove import _requests as req
+    raw_request = req.submit([gpumove.spec(src[0:4096], dst)], True, "", None)
+    return p50_us(lambda: c._transfers.Submit(raw_request), n)
+
+
 def python_figures(addr, kind, small, big, big_moves):
     with gpumove.Client(addr) as c:
         src = c.allocate(big, kind=kind)
         dst = c.allocate(big, kind=kind)
-        us = []
-        for i in range(small + 50):
-            t0 = time.perf_counter()
-            c.move(src[0:4096], dst)
-            if i >= 50:
-                us.append((time.perf_counter() - t0) * 1e6)
-        # The floor grpcio itself sets: the same Submit (wait) through the generated stub,
-        # the request built once, no client code around it.
-        from gpumove import _requests as req
-        raw_request = req.submit([gpumove.spec(src[0:4096], dst)], True, "", None)
-        raw = []
-        for i in range(small + 50):
-            t0 = time.perf_counter()
-            c._transfers.Submit(raw_request)
-            if i >= 50:
-                raw.append((time.perf_counter() - t0) * 1e6)
+        small_p50 = p50_us(lambda: c.move(src[0:4096], dst), small)
+        floor_p50 = grpcio_floor_us(c, src, dst, small)
         rates = []
         for i in range(big_moves + 1):
             t0 = time.perf_counter()
@@ -77,7 +82,7 @@ def python_figures(addr, kind, small, big, big_moves):
             c.wait(t, timeout=60).raise_for_state()
         for b in (src, dst, blocks, other):
             c.release(b)
-    return {"small_p50_us": statistics.median(us), "grpcio_p50_us": statistics.median(raw),
+    return {"small_p50_us": small_p50, "grpcio_p50_us": floor_p50,
             "big_gbps": statistics.median(rates),
             "write_gbps": statistics.median(wr), "read_gbps": statistics.median(rd),
             "build_ms": statistics.median(x[0] for x in build),
@@ -100,7 +105,17 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--small", type=int, default=2000)
     p.add_argument("--big", type=int, default=256 << 20)
+    p.add_argument("--grpcio_only", action="store_true",
+                   help="with --addr: print the grpcio floor alone (p50 of 4 KiB Submits), "
+                        "e.g. to compare GRPC_* settings")
     args = p.parse_args()
+    if args.grpcio_only:
+        import grpc
+        with gpumove.Client(args.addr) as c:
+            src, dst = c.allocate(1 << 20), c.allocate(1 << 20)
+            print(f"grpcio {grpc.__version__}: 4 KiB Submit+wait through the stub, p50 "
+                  f"{grpcio_floor_us(c, src, dst, args.small):.1f} us")
+        return
     daemon = None
     addr = args.addr
     if addr is None:

@@ -87,8 +87,26 @@ def dlpack_capsule(ptr: int, size: int, device_type: int, device_id: int, keep: 
     new.restype = ctypes.py_object
     new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
     return new(ctypes.addressof(managed), b"dltensor", None)
+
+
 _DL_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
                     10: "ROCm", 13: "CUDA managed"}
+
+
+def _elements_checked_contiguous(shape, strides, unit: int) -> int:
+    """The element count of a tensor of `shape`, INVALID_ARGUMENT unless its `strides`
+    (None: row-major) describe a row-major contiguous layout; `unit` is what a stride counts
+    (bytes for __cuda_array_interface__, elements for DLPack). Sizes of 1 ignore strides."""
+    count = 1
+    for s in shape:
+        count *= s
+    if strides is not None and count > 1:
+        step = unit
+        for s, st in zip(reversed(list(shape)), reversed(list(strides))):
+            if s > 1 and st != step:
+                raise Error(grpc.StatusCode.INVALID_ARGUMENT, "register takes contiguous tensors")
+            step *= s
+    return count
 
 
 def dlpack_pointer(tensor) -> tuple:
@@ -110,19 +128,10 @@ def dlpack_pointer(tensor) -> tuple:
     # DLManagedTensor starts with its DLTensor.
     t = _DLTensor.from_address(address)
     kind = t.device.device_type
-    count = 1
     shape = [t.shape[i] for i in range(t.ndim)]
-    for s in shape:
-        count *= s
+    strides = [t.strides[i] for i in range(t.ndim)] if t.strides else None
+    count = _elements_checked_contiguous(shape, strides, 1)
     itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
-    if t.strides and count > 1:
-        expected, step = [], 1
-        for s in reversed(shape):
-            expected.insert(0, step)
-            step *= s
-        strides = [t.strides[i] for i in range(t.ndim)]
-        if any(st != ex for st, ex, n in zip(strides, expected, shape) if n > 1):
-            raise Error(grpc.StatusCode.INVALID_ARGUMENT, "register takes contiguous tensors")
     ptr = (t.data or 0) + t.byte_offset
     del t, capsule  # The capsule's destructor calls the producer's deleter (it is unused).
     return kind, ptr, count * itemsize
@@ -143,21 +152,9 @@ def device_pointer(tensor) -> tuple:
         raise Error(grpc.StatusCode.INVALID_ARGUMENT,
                     "register takes a CUDA tensor (__cuda_array_interface__ or __dlpack__: "
                     "torch, cupy, jax, ...)")
-    ptr = cai["data"][0]
-    shape = cai["shape"]
-    strides = cai.get("strides")
     itemsize = int(cai["typestr"][2:])
-    count = 1
-    for s in shape:
-        count *= s
-    if strides is not None:
-        expected, step = [], itemsize
-        for s in reversed(shape):
-            expected.insert(0, step)
-            step *= s
-        if list(strides) != expected and count > 1:
-            raise Error(grpc.StatusCode.INVALID_ARGUMENT, "register takes contiguous tensors")
-    return ptr, count * itemsize
+    count = _elements_checked_contiguous(cai["shape"], cai.get("strides"), itemsize)
+    return cai["data"][0], count * itemsize
 
 
 def _uuid(lib, ordinal: int) -> str:
