@@ -19,19 +19,36 @@ class EchoService final : public bench::Echo::Service {
   }
 };
 
+// The same echo on gRPC's callback API: the handler runs on the thread that read the
+// request, with no hand-off to a synchronous-server worker.
+class CallbackEchoService final : public bench::Echo::CallbackService {
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
+                                 const bench::EchoMessage* in, bench::EchoMessage* out) override {
+    *out = *in;
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
 }  // namespace
 
-pid_t StartEchoServer(const std::string& listen, std::string* address) {
+pid_t StartEchoServer(const std::string& listen, std::string* address, bool callback) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    EchoService service;
+    EchoService sync_service;
+    CallbackEchoService callback_service;
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
+    if (callback) {
+      builder.RegisterService(&callback_service);
+    } else {
+      builder.RegisterService(&sync_service);
+    }
     auto server = builder.BuildAndStart();
     const std::string bound =
         listen.rfind("unix:", 0) == 0 ? listen : absl::StrCat("127.0.0.1:", port);

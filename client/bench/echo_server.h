@@ -10,8 +10,9 @@
 namespace gpumove {
 
 // Forks a child serving gpumove.bench.Echo on `listen` (host:0 or unix:/path); `address`
-// gets the bound address. Call before this process creates any gRPC state. -1 on error.
-pid_t StartEchoServer(const std::string& listen, std::string* address);
+// gets the bound address; `callback`: on gRPC's callback API rather than the synchronous
+// server. Call before this process creates any gRPC state. -1 on error.
+pid_t StartEchoServer(const std::string& listen, std::string* address, bool callback = false);
 
 // Kills the echo server `pid` and reaps it.
 void StopEchoServer(pid_t pid);

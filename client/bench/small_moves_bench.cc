@@ -36,6 +36,8 @@ ABSL_FLAG(gpumove::ByteSize, size, gpumove::ByteSize{4096}, "Bytes per move.");
 ABSL_FLAG(double, seconds, 2, "Time each point is measured.");
 ABSL_FLAG(int, rounds, 3, "Rounds per point (the median is printed).");
 ABSL_FLAG(int, min_clients, 1, "Smallest number of concurrent clients.");
+ABSL_FLAG(bool, callback_echo, false,
+          "Serve the echo baseline on gRPC's callback API instead of the synchronous server.");
 ABSL_FLAG(bool, local_only, false, "Measure LOCAL moves only (no echo, no node to node).");
 ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
           "More flags for both daemons, comma-separated (e.g. --grpc_max_pollers=2).");
@@ -99,7 +101,7 @@ int Main() {
   }
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   std::string echo_address;
-  const pid_t echo = StartEchoServer("127.0.0.1:0", &echo_address);
+  const pid_t echo = StartEchoServer("127.0.0.1:0", &echo_address, absl::GetFlag(FLAGS_callback_echo));
   if (echo < 0) return 1;
   auto flags = [](std::vector<std::string> own) {
     for (const std::string& f : absl::GetFlag(FLAGS_daemon_flags)) own.push_back(f);

@@ -69,33 +69,40 @@ bool RangeOrder::Add(Id id, const RangeSpec* source, const RangeSpec* destinatio
       AddEdges(id, move, buffer == &sb ? *source : *destination, it->second);
     }
   }
-  by_buffer_[sb].push_back(id);
-  if (db != sb) by_buffer_[db].push_back(id);
+  if (db == sb) {
+    by_buffer_[sb].push_back(Touch{id, true, true});
+  } else {
+    by_buffer_[sb].push_back(Touch{id, true, false});
+    by_buffer_[db].push_back(Touch{id, false, true});
+  }
   return move.pending > 0;
 }
 
-void RangeOrder::AddEdges(Id id, Move& move, const RangeSpec& in, const std::vector<Id>& earlier) {
+void RangeOrder::AddEdges(Id id, Move& move, const RangeSpec& in,
+                          const std::vector<Touch>& earlier) {
   // An earlier e' whose conflict with this move lies in bytes that a move e it waits for
   // writes conflicts with e too, so e (newer) waits for it. The newest are looked at
   // first, the bytes their destinations cover are remembered, and the walk stops once
   // those cover this move's own ranges here.
+  const bool writes = SameBuffer(*move.destination, in);
+  const bool reads = SameBuffer(*move.source, in);
   Covered covered;
   for (auto it = earlier.rbegin(); it != earlier.rend(); ++it) {
-    Move& e = moves_.at(*it);
+    // Two moves that only read this buffer never conflict here (the common case of many
+    // moves out of one source: no lookup, no comparison).
+    if (!writes && !it->writes) continue;
+    Move& e = moves_.at(it->id);
     bool conflict = false, shielded = true;
-    auto consider = [&](const RangeSpec& a, const RangeSpec& b) {
-      if (!SameBuffer(a, in) || !SameBuffer(b, in) ||
-          !RangesOverlap(a.offset, a.length, b.offset, b.length)) {
-        return;
-      }
+    auto consider = [&](bool both_here, const RangeSpec& a, const RangeSpec& b) {
+      if (!both_here || !RangesOverlap(a.offset, a.length, b.offset, b.length)) return;
       conflict = true;
       const uint64_t begin = std::max(a.offset, b.offset);
       const uint64_t end = std::min(a.offset + a.length, b.offset + b.length);
       if (!covered.Covers(begin, end - begin)) shielded = false;
     };
-    consider(*move.destination, *e.destination);
-    consider(*move.destination, *e.source);
-    consider(*move.source, *e.destination);
+    consider(writes && it->writes, *move.destination, *e.destination);
+    consider(writes && it->reads, *move.destination, *e.source);
+    consider(reads && it->writes, *move.source, *e.destination);
     if (!conflict || shielded) continue;
     // Both of this move's buffers' lists may hold e: the edge is made once (only this
     // move is being added now, so it would be e's last dependent).
@@ -103,11 +110,10 @@ void RangeOrder::AddEdges(Id id, Move& move, const RangeSpec& in, const std::vec
       e.dependents.push_back(id);
       ++move.pending;
     }
-    if (SameBuffer(*e.destination, in)) covered.Add(e.destination->offset, e.destination->length);
-    const bool dst_done = !SameBuffer(*move.destination, in) ||
-                          covered.Covers(move.destination->offset, move.destination->length);
-    const bool src_done =
-        !SameBuffer(*move.source, in) || covered.Covers(move.source->offset, move.source->length);
+    if (it->writes) covered.Add(e.destination->offset, e.destination->length);
+    const bool dst_done =
+        !writes || covered.Covers(move.destination->offset, move.destination->length);
+    const bool src_done = !reads || covered.Covers(move.source->offset, move.source->length);
     if (dst_done && src_done) break;
   }
 }
@@ -119,8 +125,9 @@ void RangeOrder::Unlist(Id id, const Move& move) {
     if (b == &db && db == sb) break;
     auto it = by_buffer_.find(*b);
     if (it == by_buffer_.end()) continue;
-    std::vector<Id>& v = it->second;
-    v.erase(std::remove(v.begin(), v.end(), id), v.end());
+    std::vector<Touch>& v = it->second;
+    v.erase(std::remove_if(v.begin(), v.end(), [id](const Touch& t) { return t.id == id; }),
+            v.end());
     if (v.empty()) by_buffer_.erase(it);
   }
 }

@@ -45,15 +45,23 @@ class RangeOrder {
     bool ended = false;
   };
 
+  // A move touching a buffer: whether it reads it (its source is there), writes it, or
+  // both.
+  struct Touch {
+    Id id;
+    bool reads;
+    bool writes;
+  };
+
   static std::string BufferKey(const RangeSpec& r);
   // Makes `id` wait for the moves of `earlier` (unfinished, touching the buffer of `in`,
   // in order) that it must follow.
-  void AddEdges(Id id, Move& move, const RangeSpec& in, const std::vector<Id>& earlier);
+  void AddEdges(Id id, Move& move, const RangeSpec& in, const std::vector<Touch>& earlier);
   void Unlist(Id id, const Move& move);
 
   absl::flat_hash_map<Id, Move> moves_;
   // Unfinished moves touching each buffer, in the order they were added.
-  absl::flat_hash_map<std::string, std::vector<Id>> by_buffer_;
+  absl::flat_hash_map<std::string, std::vector<Touch>> by_buffer_;
 };
 
 }  // namespace gpumove

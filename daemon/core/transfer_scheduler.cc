@@ -541,11 +541,27 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     if (!idem.empty()) idempotency_[idem] = std::move(ids);
     committed = true;
   }
-  for (const std::shared_ptr<Record>& t : run_inline) {
-    Run(t);
+  if (run_inline.empty()) return out;
+  // The caller waits: its small moves run here one after another and their ends are
+  // recorded together, under one lock (not one per move: the lock is every caller's).
+  std::vector<Ended> ended;
+  ended.reserve(run_inline.size());
+  for (const std::shared_ptr<Record>& t : run_inline) Run(t, &ended);
+  bool unrun = false;
+  {
     absl::MutexLock lock(&mu_);
-    --running_;
+    running_ -= static_cast<int>(run_inline.size());
+    for (Ended& e : ended) {
+      e.t->source_xxh3 = e.src_hash;
+      e.t->destination_xxh3 = e.dst_hash;
+      FinishLocked(e.t, std::move(e.status));
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (IsTerminal(batch[i]->state)) out[i] = SnapshotLocked(*batch[i]);
+    }
+    unrun = !unrun_.empty();
   }
+  if (unrun) ReleaseUnrunHolds();
   return out;
 }
 
@@ -571,7 +587,7 @@ void TransferScheduler::WorkerLoop() {
   }
 }
 
-void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
+void TransferScheduler::Run(const std::shared_ptr<Record>& t, std::vector<Ended>* ended) {
   absl::Status status;
   uint64_t src_hash = 0;
   if (t->checksum && t->src.remote == nullptr) {
@@ -598,7 +614,7 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t) {
   const absl::Time move_end = absl::Now();
   if (!status.ok()) t->fence.reset();  // Only a move that went through leaves one.
   if (!t->remote_hold.has_value()) {
-    AfterMove(t, std::move(status), src_hash, 0);
+    AfterMove(t, std::move(status), src_hash, 0, ended);
     return;
   }
   // The other node acknowledges the bytes (or just lets its buffer go when the move
@@ -674,7 +690,8 @@ void TransferScheduler::ReleaseUnrunHolds() {
 }
 
 void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
-                                  uint64_t src_hash, uint64_t dst_hash) {
+                                  uint64_t src_hash, uint64_t dst_hash,
+                                  std::vector<Ended>* ended) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
     auto h = t->pieces != nullptr ? options_.piece_hasher(t->dst, *t->pieces, false)
                                   : hasher_(t->dst, t->length);
@@ -690,6 +707,10 @@ void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status
   }
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     LOG(WARNING) << "transfer " << t->id << " failed: " << status;
+  }
+  if (ended != nullptr) {
+    ended->push_back(Ended{t, std::move(status), src_hash, dst_hash});
+    return;
   }
   bool unrun = false;
   {
@@ -736,7 +757,10 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
     auto mine = active_by_owner_.find(t->owner);
     if (mine != active_by_owner_.end() && --mine->second == 0) active_by_owner_.erase(mine);
   }
-  if (options_.on_end) options_.on_end(SnapshotLocked(*t));
+  if (options_.on_end) {
+    options_.on_end(
+        TransferEnd{t->path, t->state, t->length, t->create_time, t->start_time, t->end_time});
+  }
   finished_.push_back(t->id);
   while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {
     auto it = transfers_.find(finished_.front());

@@ -77,6 +77,17 @@ struct TransferSnapshot {
   uint64_t version = 0;  // Bumped on every state change.
 };
 
+// What the end of a transfer tells the daemon's counters (SchedulerOptions::on_end):
+// nothing that allocates, since it is built under the scheduler's lock.
+struct TransferEnd {
+  PathKind path = PathKind::kAuto;
+  TransferState state = TransferState::kQueued;
+  uint64_t length = 0;
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time start_time = absl::InfinitePast();
+  absl::Time end_time = absl::InfinitePast();
+};
+
 // xxh3-64 of `length` bytes at an endpoint (device memory included).
 using RangeHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)>;
 // xxh3-64 of a vectored move's pieces at an endpoint, in list order: their source sides
@@ -104,7 +115,7 @@ struct SchedulerOptions {
   // go to the workers meanwhile. 0 turns this off.
   uint64_t inline_max_bytes = 64 << 10;
   // Called (under the scheduler's lock: it must not call back) when a transfer ends.
-  std::function<void(const TransferSnapshot&)> on_end;
+  std::function<void(const TransferEnd&)> on_end;
   // Each owner's transfers queued or running at once, past which its Submit is
   // RESOURCE_EXHAUSTED (Quotas::TransferLimit); null: none. Must outlive the scheduler.
   const Quotas* quotas = nullptr;
@@ -130,7 +141,9 @@ class TransferScheduler {
 
   // Accepts all of `specs` or none. With a non-empty idempotency key, a repeat from the
   // same owner returns the transfers of the first call. `caller_waits` says the caller
-  // will Wait for the result, which lets a small move run inline (see inline_max_bytes).
+  // will Wait for the result, which lets a small move run inline (see inline_max_bytes);
+  // the snapshots of moves run inline are taken at their end (the caller need not Wait
+  // for those in an end state).
   absl::StatusOr<std::vector<TransferSnapshot>> Submit(const std::string& owner,
                                                        const std::vector<TransferSpec>& specs,
                                                        const std::string& idempotency_key,
@@ -171,7 +184,15 @@ class TransferScheduler {
   std::vector<absl::StatusOr<std::shared_ptr<Record>>> PrepareAll(
       const std::string& owner, const std::vector<TransferSpec>& specs);
   void WorkerLoop();
-  void Run(const std::shared_ptr<Record>& t);
+  // A move run inline whose end is recorded with the others of its batch (one lock).
+  struct Ended {
+    std::shared_ptr<Record> t;
+    absl::Status status;
+    uint64_t src_hash = 0, dst_hash = 0;
+  };
+  // Runs a move. With `ended`, a move without a remote end leaves its end there for the
+  // caller to record (FinishInline) instead of taking the lock for it.
+  void Run(const std::shared_ptr<Record>& t, std::vector<Ended>* ended = nullptr);
   // Whether moves are queued for a worker (the one running now has more to do after it).
   bool MovesWaiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Lets go of a hold whose move never ran (engines first undo what they started there).
@@ -182,7 +203,7 @@ class TransferScheduler {
   void ReleaseUnrunHolds() ABSL_LOCKS_EXCLUDED(mu_);
   // The end of a move once its bytes are in (acknowledged when remote): checksums, state.
   void AfterMove(const std::shared_ptr<Record>& t, absl::Status status, uint64_t src_hash,
-                 uint64_t dst_hash);
+                 uint64_t dst_hash, std::vector<Ended>* ended = nullptr);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src, const Endpoint& dst,

@@ -568,7 +568,7 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   };
   if (metrics_ != nullptr) {
     Metrics* metrics = metrics_.get();
-    sched.on_end = [metrics](const TransferSnapshot& t) { metrics->OnTransferEnd(t); };
+    sched.on_end = [metrics](const TransferEnd& t) { metrics->OnTransferEnd(t); };
   }
   scheduler_ = std::make_unique<TransferScheduler>(sched, registry_.get(), engines_, hasher_,
                                                    remote_ranges_.get());

@@ -85,28 +85,60 @@ void Metrics::StopRefreshing() {
   if (refresher_.joinable()) refresher_.join();
 }
 
-void Metrics::OnTransferEnd(const TransferSnapshot& t) {
-  const std::string path = PathKindName(t.path);
-  transfers_->Add({{"path", path}, {"outcome", TransferStateName(t.state)}}).Increment();
-  if (t.state != TransferState::kSucceeded) return;
-  bytes_->Add({{"path", path}}).Increment(static_cast<double>(t.length));
+namespace {
+
+constexpr const char* kSizeClassNames[] = {"le_4KiB",   "le_64KiB",  "le_1MiB",
+                                           "le_16MiB", "le_256MiB", "gt_256MiB"};
+
+// The series `slot` caches, made by `make` the first time (two threads that race make the
+// same series: a family hands back the one it has for the same labels).
+template <typename T, typename Make>
+T& Cached(std::atomic<T*>& slot, Make make) {
+  T* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = &make();
+    slot.store(p, std::memory_order_release);
+  }
+  return *p;
+}
+
+}  // namespace
+
+static_assert(static_cast<int>(PathKind::kMpi) + 1 == 5, "Metrics::kPaths");
+static_assert(static_cast<int>(TransferState::kCancelled) + 1 == 5, "Metrics::kStates");
+
+void Metrics::OnTransferEnd(const TransferEnd& t) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30};
-  seconds_->Add({{"path", path}}, kBuckets)
-      .Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
+  const int p = static_cast<int>(t.path), st = static_cast<int>(t.state);
+  if (p < 0 || p >= kPaths || st < 0 || st >= kStates) return;
+  PathSeries& s = series_[p];
+  const char* path = PathKindName(t.path);
+  Cached(s.transfers[st], [&]() -> prometheus::Counter& {
+    return transfers_->Add({{"path", path}, {"outcome", TransferStateName(t.state)}});
+  }).Increment();
+  if (t.state != TransferState::kSucceeded) return;
+  Cached(s.bytes, [&]() -> prometheus::Counter& {
+    return bytes_->Add({{"path", path}});
+  }).Increment(static_cast<double>(t.length));
+  Cached(s.seconds, [&]() -> prometheus::Histogram& {
+    return seconds_->Add({{"path", path}}, kBuckets);
+  }).Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));
   if (t.create_time != absl::InfinitePast()) {
-    latency_->Add({{"path", path}, {"size", SizeClass(t.length)}}, kBuckets)
-        .Observe(absl::ToDoubleSeconds(t.end_time - t.create_time));
+    const int size = SizeClass(t.length);
+    Cached(s.latency[size], [&]() -> prometheus::Histogram& {
+      return latency_->Add({{"path", path}, {"size", kSizeClassNames[size]}}, kBuckets);
+    }).Observe(absl::ToDoubleSeconds(t.end_time - t.create_time));
   }
 }
 
-const char* Metrics::SizeClass(uint64_t bytes) {
-  if (bytes <= (4u << 10)) return "le_4KiB";
-  if (bytes <= (64u << 10)) return "le_64KiB";
-  if (bytes <= (1u << 20)) return "le_1MiB";
-  if (bytes <= (16u << 20)) return "le_16MiB";
-  if (bytes <= (256u << 20)) return "le_256MiB";
-  return "gt_256MiB";
+int Metrics::SizeClass(uint64_t bytes) {
+  if (bytes <= (4u << 10)) return 0;
+  if (bytes <= (64u << 10)) return 1;
+  if (bytes <= (1u << 20)) return 2;
+  if (bytes <= (16u << 20)) return 3;
+  if (bytes <= (256u << 20)) return 4;
+  return 5;
 }
 
 void Metrics::OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,

@@ -3,6 +3,7 @@
 #ifndef GPUMOVE_DAEMON_SERVER_METRICS_H_
 #define GPUMOVE_DAEMON_SERVER_METRICS_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <functional>
@@ -41,9 +42,10 @@ class Metrics : public PeerCallObserver {
 
   // host:port actually bound.
   const std::string& address() const { return address_; }
-  // Counts a transfer that reached its end state. Thread-safe and lock-free enough to be
-  // called under the scheduler's lock.
-  void OnTransferEnd(const TransferSnapshot& t);
+  // Counts a transfer that reached its end state. Thread-safe and lock-free once each
+  // series was seen (its counters are looked up in a table, not by labels), so cheap
+  // enough to be called under the scheduler's lock.
+  void OnTransferEnd(const TransferEnd& t);
   // A counter read from elsewhere (a running total) on every refresh, exported as
   // gpumoved_<name>. Call before the first scrape matters; not thread-safe with itself.
   void AddTotal(const std::string& name, const std::string& help, std::function<uint64_t()> read);
@@ -56,7 +58,17 @@ class Metrics : public PeerCallObserver {
  private:
   Metrics() = default;
   void Refresh();
-  static const char* SizeClass(uint64_t bytes);
+  static int SizeClass(uint64_t bytes);
+
+  // The series of one path (one state, one size class), made on first use.
+  static constexpr int kPaths = 5, kStates = 5, kSizeClasses = 6;
+  struct PathSeries {
+    std::atomic<prometheus::Counter*> transfers[kStates] = {};
+    std::atomic<prometheus::Counter*> bytes{nullptr};
+    std::atomic<prometheus::Histogram*> seconds{nullptr};
+    std::atomic<prometheus::Histogram*> latency[kSizeClasses] = {};
+  };
+  PathSeries series_[kPaths];
 
   std::string address_;
   std::shared_ptr<prometheus::Registry> registry_;

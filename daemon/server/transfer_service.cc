@@ -153,7 +153,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
             << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   };
   for (TransferSnapshot& t : *transfers) {
-    if (request->wait()) {
+    if (request->wait() && !IsTerminal(t.state)) {  // Moves run inline have ended.
       auto done = scheduler_->Wait(owner, t.id, *deadline);
       if (!done.ok()) return ToGrpcStatus(done.status());
       t = *std::move(done);

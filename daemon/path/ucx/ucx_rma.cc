@@ -45,7 +45,9 @@ void UcxTransport::Impl::ReapRequests(Op& op, Peer* peer) {
     }
     ucp_request_free(it->first);
     if (st != UCS_OK) {
-      Fail(op, peer, UcxError(st, op.put ? "ucp_put_nbx" : "ucp_get_nbx"));
+      Fail(op, peer,
+           UcxError(st, it->second == 0 ? "ucp_ep_flush_nbx"
+                                        : (op.put ? "ucp_put_nbx" : "ucp_get_nbx")));
     } else {
       op.done += it->second;
       op.last_progress = absl::Now();
@@ -134,6 +136,17 @@ bool UcxTransport::Impl::Advance(Op& op) {
       op.requests.emplace_back(req, n);
     }
   }
+  if (op.flush_after && !more() && !op.flush_posted) {
+    // Everything is posted: the flush completes once all of it is visible at the peer.
+    ucp_request_param_t param = {};
+    void* req = ucp_ep_flush_nbx(peer->ep, &param);
+    op.flush_posted = true;
+    if (UCS_PTR_IS_ERR(req)) {
+      Fail(op, peer, UcxError(UCS_PTR_STATUS(req), "ucp_ep_flush_nbx"));
+      return op.requests.empty();
+    }
+    if (req != nullptr) op.requests.emplace_back(req, 0);
+  }
   if (absl::Now() - op.last_progress > options.op_timeout) {
     Fail(op, peer,
          absl::UnavailableError(absl::StrCat("no progress from the peer for ",
@@ -171,6 +184,7 @@ absl::Status UcxTransport::Rma(bool put, const RemoteRange& remote, void* local,
         op->remote.address += offset;
         op->local = static_cast<char*>(local) + offset;
         op->length = std::min(slice, length - offset);
+        op->flush_after = put && offset + op->length >= length;
         return op;
       },
       progress);
@@ -198,6 +212,7 @@ absl::Status UcxTransport::Impl::RunOps(
   uint64_t done = 0;
   std::shared_ptr<Op> current = post(next_op(nullptr));
   bool stopped = false;
+  bool flushed = false;  // The last op waited for flushed everything before it.
   while (current != nullptr) {
     std::shared_ptr<Op> next;
     if (!stopped) next = post(next_op(current.get()));
@@ -206,17 +221,20 @@ absl::Status UcxTransport::Impl::RunOps(
       if (next != nullptr) wait(*next).IgnoreError();
       return st;
     }
+    flushed = current->flush_after;
     done += current->length;
     if (progress && !progress(done) && done < total) stopped = true;
     if (stopped && next != nullptr) {
       if (absl::Status n = wait(*next); !n.ok()) return n;
       done += next->length;
+      flushed = next->flush_after;
       next = nullptr;
     }
     current = next;
   }
-  if (put) {
-    // Puts complete locally before they land; the flush makes them visible remotely.
+  if (put && !flushed) {
+    // Puts complete locally before they land; the flush makes them visible remotely
+    // (the last op did it already unless the move stopped early).
     auto flush = std::make_shared<Op>();
     flush->generation = generation;
     flush->put = true;
@@ -280,6 +298,7 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
         op->pieces = list.data();
         op->piece = begin;
         op->piece_end = RoundEnd(list, begin, slice, &op->length);
+        op->flush_after = put && op->piece_end >= list.size();
         return op;
       },
       progress);

@@ -100,6 +100,10 @@ struct UcxTransport::Impl {
     std::vector<std::pair<void*, uint64_t>> requests;
     void* flush_request = nullptr;
     bool flush_posted = false;
+    // The last op of a put: once its puts are posted it posts the flush too (after which
+    // the bytes are visible at the peer) and ends when all of them completed — one
+    // hand-off to the progress thread and back instead of two.
+    bool flush_after = false;
     absl::Status status;
     absl::Time failed_at = absl::InfiniteFuture();
     absl::Time last_progress;
