@@ -8,7 +8,9 @@ Each move's own time is the daemon's (start -> end of the transfer, holds and th
 acknowledgement included); "end to end" adds the client's Submit and wait. The 4 KiB row
 prints latencies (us) instead of GB/s. "stream": STREAM moves of distinct buffer pairs in
 one Submit (as ucx_perftest keeps puts in flight), bytes over first start -> last end.
---perftest: "SIZE MB/s" lines from ucx_perftest."""
+--perftest: "SIZE MB/s" lines from ucx_perftest put_bw (puts in flight, the stream's
+baseline); --perftest_single: the same for one flushed put (-n 1), a single move's
+like-for-like baseline ("1put" ratios)."""
 import argparse
 import statistics
 import time
@@ -31,21 +33,25 @@ def main():
     ap.add_argument("--b-node", default="b")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--perftest", default="")
+    ap.add_argument("--perftest_single", default="")
     ap.add_argument("--paths", default="ucx,cuda_ipc")
     ap.add_argument("--stream", type=int, default=4)
     ap.add_argument("--kind", default="device")
     args = ap.parse_args()
-    base = {}
-    if args.perftest:
-        for line in open(args.perftest):
+    def read(path):
+        out = {}
+        for line in open(path) if path else []:
             parts = line.split()
-            if len(parts) == 2:
-                base[int(parts[0])] = float(parts[1]) * 1e6 / 1e9 * (1 << 20) / 1e6  # MB/s -> GB/s
+            if len(parts) == 2 and parts[1] != "nan":
+                out[int(parts[0])] = float(parts[1]) * (1 << 20) / 1e9  # MB/s -> GB/s
+        return out
+
+    base, single = read(args.perftest), read(args.perftest_single)
     paths = args.paths.split(",")
     print(f"{'size':>8} " + " ".join(f"{p + ' GB/s':>14} {p + ' e2e':>12} {p + ' strm':>12}"
                                      for p in paths) +
-          f" {'perftest GB/s':>14} " + " ".join(f"{p + '/raw':>12} {p + ' strm/raw':>14}"
-                                                for p in paths))
+          f" {'perftest GB/s':>14} {'1 put GB/s':>11} " +
+          " ".join(f"{p + '/raw':>12} {p + ' strm/raw':>14} {p + '/1put':>12}" for p in paths))
     with gpumove.Client(args.a) as c:
         for size in SIZES:
             k = args.stream if size >= (1 << 20) else 1
@@ -83,14 +89,17 @@ def main():
                 else:
                     s = f"{strm[path]:>12.1f}" if strm[path] else f"{'':>12}"
                     cells.append(f"{size / own / 1e9:>14.1f} {size / e2e / 1e9:>12.1f} {s}")
-            raw = base.get(size)
+            raw, raw1 = base.get(size), single.get(size)
             ratios = []
             for p in paths:
-                one = f"{(size / row[p][0] / 1e9) / raw:>12.2f}" if raw and size > 4096 else f"{'':>12}"
+                rate = size / row[p][0] / 1e9
+                one = f"{rate / raw:>12.2f}" if raw and size > 4096 else f"{'':>12}"
                 many = f"{strm[p] / raw:>14.2f}" if raw and strm.get(p) else f"{'':>14}"
-                ratios.append(f"{one} {many}")
+                fair = f"{rate / raw1:>12.2f}" if raw1 and size > 4096 else f"{'':>12}"
+                ratios.append(f"{one} {many} {fair}")
             print(f"{fmt(size):>8} " + " ".join(cells) +
-                  f" {raw if raw else float('nan'):>14.1f} " + " ".join(ratios), flush=True)
+                  f" {raw if raw else float('nan'):>14.1f} {raw1 if raw1 else float('nan'):>11.1f} " +
+                  " ".join(ratios), flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,23 @@ for size in 65536 1048576 16777216 67108864 268435456 1073741824; do
         awk '/Final:/{print $(NF-2)}')
   echo "$size ${mbs:-nan}" | tee -a "$OUT/perftest.txt"
 done
+# The like-for-like baseline of one move: ONE put of the size, flushed (-n 1 after three
+# warm-up puts), where put_bw above keeps n puts in flight and times the stream.
+echo "== ucx_perftest put_bw -m cuda,cuda, a single flushed put (-n 1)"
+: >"$OUT/perftest_single.txt"
+for size in 65536 1048576 16777216 67108864 268435456 1073741824; do
+  best=""
+  for r in 1 2 3; do
+    port=$((port + 1))
+    (ucx_perftest -t ucp_put_bw -m cuda,cuda -s "$size" -n 1 -w 3 -p "$port" >/dev/null 2>&1 &)
+    sleep 0.7
+    mbs=$(ucx_perftest 127.0.0.1 -t ucp_put_bw -m cuda,cuda -s "$size" -n 1 -w 3 -p "$port" 2>&1 |
+          awk '/Final:/{print $(NF-2)}')
+    best="$best ${mbs:-nan}"
+  done
+  med=$(echo $best | tr ' ' '\n' | sort -g | sed -n 2p)
+  echo "$size $med" | tee -a "$OUT/perftest_single.txt"
+done
 "$D" --node=a --listen=127.0.0.1:7801 --host_pool_size=64MiB --pinned_pool_size=256MiB \
   --device_pool_size=12GiB --heartbeat=200ms $DAEMON_FLAGS >"$OUT/direct_a.log" 2>&1 &
 pa=$!
@@ -36,7 +53,8 @@ for _ in $(seq 100); do "$CTL" --addr 127.0.0.1:7801 peers 2>/dev/null | grep -q
 "$CTL" --addr 127.0.0.1:7801 info | grep -E '^  (UCX|CUDA_IPC|MPI) '
 echo "== gpumove device -> device, medians of ${ROUNDS:-5}"
 PYTHONPATH="$PWD/.gpu/python" python3 deploy/gpu/direct_bench.py --a 127.0.0.1:7801 \
-  --rounds "${ROUNDS:-5}" --perftest "$OUT/perftest.txt" 2>&1 | tee "$OUT/direct_bench.txt"
+  --rounds "${ROUNDS:-5}" --perftest "$OUT/perftest.txt" \
+  --perftest_single "$OUT/perftest_single.txt" 2>&1 | tee "$OUT/direct_bench.txt"
 kill $pa $pb 2>/dev/null
 wait 2>/dev/null
 [ "${MPI:-1}" = 1 ] || exit 0

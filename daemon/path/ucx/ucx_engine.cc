@@ -102,15 +102,15 @@ bool UcxEngine::MovesPieces(const Endpoint& src, const Endpoint& dst) const {
   const UcxOffer* offer = hold->offer<UcxOffer>();
   const Endpoint& local = push ? src : dst;
   return offer != nullptr && !offer->stage.has_value() &&
-         !(local.kind == MemoryKind::kDevice && !transport_->cuda_aware());
+         (local.kind != MemoryKind::kDevice || transport_->cuda_aware() || pinned_ != nullptr);
 }
 
 absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
                                    MoveControl& control) {
   if (!MovesPieces(src, dst)) {
     return absl::FailedPreconditionError(
-        "this UCX move is staged; staged moves of pieces are "
-        "not there yet");
+        "this vectored UCX move would be staged by the other node (its device memory and a "
+        "UCX there that is not CUDA-aware); such moves are not there yet");
   }
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
@@ -125,6 +125,11 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   if (control.cancelled()) return absl::CancelledError("cancelled");
   VLOG(2) << "UCX move of " << pieces.list.size() << " pieces (" << pieces.total << " bytes) with "
           << hold.node;
+  const Endpoint& local = push ? src : dst;
+  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
+    remote.device = hold.kind == MemoryKind::kDevice;
+    return MoveLocalStagedPieces(push, remote, local, pieces, control);
+  }
   return push ? transport_->PutPieces(remote, src.data, pieces, control.Reporter())
               : transport_->GetPieces(remote, dst.data, pieces, control.Reporter());
 }
@@ -213,6 +218,121 @@ absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, co
         return transport_->Get(at(offset), host, n, nullptr);
       },
       progress);
+}
+
+absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remote,
+                                              const Endpoint& local, const Segments& pieces,
+                                              MoveControl& control) {
+  auto ring = BounceRing::TakeWaiting(pinned_, SizedFor(staging_, pieces.total),
+                                      absl::Now() + BounceRing::kWait,
+                                      [&control] { return control.cancelled(); });
+  if (!ring.ok()) return ring.status();
+  const uint64_t cap = ring->chunk();
+  // Rounds of whole pieces of at most a slot (a longer piece is cut into slot-sized
+  // parts): `near` maps our device side to the packed slot, `far` the slot to the pieces'
+  // places at the other node.
+  struct Round {
+    std::vector<Segment> near;
+    Segments far;
+  };
+  const std::vector<Segment>& list = pieces.list;
+  size_t next = 0;       // The next piece to pack,
+  uint64_t in_piece = 0;  // and how much of it is packed already.
+  auto make_round = [&](Round& r) {
+    r.near.clear();
+    r.far.list.clear();
+    uint64_t bytes = 0;
+    while (next < list.size() && bytes < cap) {
+      const Segment& p = list[next];
+      const uint64_t n = std::min(p.length - in_piece, cap - bytes);
+      const uint64_t ours = (push ? p.src : p.dst) + in_piece;
+      const uint64_t theirs = (push ? p.dst : p.src) + in_piece;
+      if (push) {
+        r.near.push_back(Segment{ours, bytes, n});
+        r.far.list.push_back(Segment{bytes, theirs, n});
+      } else {
+        r.far.list.push_back(Segment{theirs, bytes, n});
+        r.near.push_back(Segment{bytes, ours, n});
+      }
+      bytes += n;
+      in_piece += n;
+      if (in_piece == p.length) {
+        ++next;
+        in_piece = 0;
+      }
+    }
+    r.far.total = bytes;
+    return bytes;
+  };
+  RemoteRange at = remote;
+  at.staged = push;
+  // The GPU side of a round: gather into slot `slot` (push) or scatter out of it (pull).
+  auto gpu_copy = [&](const Round& r, char* slot) {
+    return push ? gpu_->CopyPieces(slot, kHostDevice, local.data, local.device, r.near.data(),
+                                   r.near.size(), r.far.total, nullptr)
+                : gpu_->CopyPieces(local.data, local.device, slot, kHostDevice, r.near.data(),
+                                   r.near.size(), r.far.total, nullptr);
+  };
+  auto wire = [&](const Round& r, char* slot) {
+    return push ? transport_->PutPieces(at, slot, r.far, nullptr)
+                : transport_->GetPieces(at, slot, r.far, nullptr);
+  };
+  const size_t slots = ring->slots();
+  uint64_t done = 0;
+  size_t k = 0;  // Rounds started.
+  Round rounds[2];
+  if (push) {
+    // Gather round k+1 (on a helper) while round k is on the wire.
+    if (make_round(rounds[0]) == 0) return absl::OkStatus();
+    if (absl::Status st = gpu_copy(rounds[0], ring->slot(0)); !st.ok()) return st;
+    while (true) {
+      Round& cur = rounds[k % 2];
+      Round& nxt = rounds[(k + 1) % 2];
+      char* nxt_slot = ring->slot((k + 1) % slots);
+      const bool more = slots > 1 && make_round(nxt) > 0;
+      absl::Status gathered;
+      std::thread helper;
+      if (more) helper = std::thread([&] { gathered = gpu_copy(nxt, nxt_slot); });
+      absl::Status sent = wire(cur, ring->slot(k % slots));
+      if (helper.joinable()) helper.join();
+      if (!sent.ok()) return sent;
+      if (!gathered.ok()) return gathered;
+      done += cur.far.total;
+      control.Progress(done);
+      if (slots == 1 && make_round(nxt) > 0) {
+        if (absl::Status st = gpu_copy(nxt, nxt_slot); !st.ok()) return st;
+      } else if (!more) {
+        return absl::OkStatus();
+      }
+      ++k;
+      if (control.cancelled()) return absl::CancelledError("cancelled");
+    }
+  }
+  // Pull: get round k+1 into the other slot while round k is scattered on the GPU.
+  if (make_round(rounds[0]) == 0) return absl::OkStatus();
+  if (absl::Status st = wire(rounds[0], ring->slot(0)); !st.ok()) return st;
+  while (true) {
+    Round& cur = rounds[k % 2];
+    Round& nxt = rounds[(k + 1) % 2];
+    char* nxt_slot = ring->slot((k + 1) % slots);
+    const bool more = slots > 1 && make_round(nxt) > 0;
+    absl::Status got;
+    std::thread helper;
+    if (more) helper = std::thread([&] { got = wire(nxt, nxt_slot); });
+    absl::Status scattered = gpu_copy(cur, ring->slot(k % slots));
+    if (helper.joinable()) helper.join();
+    if (!scattered.ok()) return scattered;
+    if (!got.ok()) return got;
+    done += cur.far.total;
+    control.Progress(done);
+    if (slots == 1 && make_round(nxt) > 0) {
+      if (absl::Status st = wire(nxt, nxt_slot); !st.ok()) return st;
+    } else if (!more) {
+      return absl::OkStatus();
+    }
+    ++k;
+    if (control.cancelled()) return absl::CancelledError("cancelled");
+  }
 }
 
 std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {

@@ -94,8 +94,9 @@ class UcxEngine : public Engine {
   }
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
-  // Vectored moves of memory UCX reaches itself (host memory, or device memory with a
-  // CUDA-aware UCX; not staged): one put or get per piece, posted back to back.
+  // Vectored moves of memory the other node's UCX reaches (host memory, or device memory
+  // with a CUDA-aware UCX; not staged there): one put or get per piece, posted back to
+  // back; our own device memory through our bounce slots when our UCX cannot take it.
   bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override;
   absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
                           MoveControl& control) override;
@@ -123,6 +124,12 @@ class UcxEngine : public Engine {
   absl::Status MoveLocalStaged(bool push, const RemoteRange& remote, const Endpoint& src,
                                const Endpoint& dst, uint64_t length, MoveControl& control,
                                const std::function<bool(uint64_t)>& progress);
+  // A vectored move of our device memory with a UCX that cannot take it, to or from
+  // memory the other node's UCX reaches: rounds of pieces packed into our bounce slots by
+  // the GPU (one gather or scatter copy a round), then put to or got from their places
+  // there piece by piece; the next round's GPU copy overlaps this round's wire.
+  absl::Status MoveLocalStagedPieces(bool push, const RemoteRange& remote, const Endpoint& local,
+                                     const Segments& pieces, MoveControl& control);
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, const RemoteHold& hold,
