@@ -322,5 +322,66 @@ TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
   }
 }
 
+// Vectored moves whose far end the other node stages (--ucx_force_staging there: its
+// ranges go through its bounce slots, as its device memory does with a UCX that is not
+// CUDA-aware): rounds of pieces packed into its slots, scattered or gathered there in one
+// call a round. Pieces longer than a slot (cut across rounds), and more tiny pieces than a
+// round takes; push, pull and third party; checksums; every byte checked.
+TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
+  const std::vector<std::string> common = {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB"};
+  TestNode a = LaunchNode("a", "", common);
+  ASSERT_TRUE(a.client);
+  std::vector<std::string> staged = common;
+  staged.push_back("--ucx_force_staging");
+  staged.push_back("--stage_chunk=1MiB");
+  TestNode b = LaunchNode("b", a.process->address(), staged);
+  TestNode c = LaunchNode("c", a.process->address(), common);
+  ASSERT_TRUE(b.client && c.client);
+  for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
+  struct Way {
+    TestNode *from, *to, *via;
+  };
+  struct Shape {
+    size_t n;
+    uint64_t slot, max_len;
+  };
+  uint64_t seed = 700;
+  for (const Shape& k : {Shape{20000, 17, 16}, Shape{300, 4099, 4096},
+                         Shape{6, (3 << 20) + 5, 3 << 20}}) {
+    for (const Way& w : {Way{&a, &b, &a}, Way{&b, &a, &a}, Way{&a, &b, &c}}) {
+      ++seed;
+      SCOPED_TRACE(absl::StrCat(w.from->name, " -> ", w.to->name, " via ", w.via->name, ", ",
+                                k.n, " pieces of up to ", k.max_len));
+      std::mt19937_64 rng(seed);
+      auto pieces = Shuffled(
+          k.n, k.slot, k.slot, [&](size_t) { return 1 + rng() % k.max_len; }, seed);
+      const uint64_t size = k.n * k.slot;
+      auto s = w.from->client->Allocate(size);
+      auto d = w.to->client->Allocate(size);
+      ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
+      const std::string src = RandomBytes(size, seed), dst = RandomBytes(size, seed + 1);
+      ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
+      ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
+      MoveOptions o;
+      o.segments = AsSegments(pieces);
+      o.checksum = true;
+      v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
+      from.set_node(w.from->name);
+      to.set_node(w.to->name);
+      auto t = w.via->client->Move(from, to, o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+      EXPECT_EQ(t->path(), v1::UCX);
+      EXPECT_EQ(t->source_xxh3(), PiecesHash(src, pieces));
+      EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
+      auto back = w.to->client->Read(Ref(d->id()));
+      ASSERT_TRUE(back.ok());
+      EXPECT_TRUE(*back == Expected(src, dst, pieces));
+      ASSERT_TRUE(w.from->client->Release(s->id()).ok());
+      ASSERT_TRUE(w.to->client->Release(d->id()).ok());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpumove

@@ -138,6 +138,21 @@ absl::Status PeerHandler::TakeStageSlots(const peer::v1::TakeStageSlotsRequest& 
 absl::Status PeerHandler::StageChunk(const peer::v1::StageChunkRequest& request,
                                      peer::v1::StageChunkResponse* response) {
   if (stage_ == nullptr) return NotStaged(request.from_node(), request.transfer_id());
+  if (request.piece_offsets_size() > 0 || request.piece_lengths_size() > 0) {
+    if (request.piece_offsets_size() != request.piece_lengths_size()) {
+      return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
+    }
+    if (static_cast<size_t>(request.piece_offsets_size()) > StageHolder::kMaxStagePieces) {
+      return absl::InvalidArgumentError("too many pieces in one stage call");
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+    pieces.reserve(request.piece_offsets_size());
+    for (int i = 0; i < request.piece_offsets_size(); ++i) {
+      pieces.emplace_back(request.piece_offsets(i), request.piece_lengths(i));
+    }
+    return stage_->StagePieces(*holds_, request.from_node(), request.transfer_id(),
+                               request.slot(), request.slot_offset(), pieces, request.to_range());
+  }
   return stage_->StageChunk(*holds_, request.from_node(), request.transfer_id(), request.slot(),
                             request.slot_offset(), request.offset(), request.length(),
                             request.to_range());

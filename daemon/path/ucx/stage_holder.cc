@@ -97,4 +97,46 @@ absl::Status StageHolder::StageChunk(const HoldTable& holds, const std::string& 
                   : options_.gpu->Copy(bounce, kHostDevice, data, device, length, length, nullptr);
 }
 
+absl::Status StageHolder::StagePieces(const HoldTable& holds, const std::string& from_node,
+                                      const std::string& transfer_id, uint32_t slot,
+                                      uint64_t slot_offset,
+                                      const std::vector<std::pair<uint64_t, uint64_t>>& pieces,
+                                      bool to_range) {
+  if (pieces.empty() || pieces.size() > kMaxStagePieces) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pieces.size(), " pieces in one stage call; 1 to ", kMaxStagePieces));
+  }
+  auto hold = holds.Find(from_node, transfer_id);  // Kept until the copy ends.
+  if (!hold.ok()) return hold.status();
+  const StagePart* part = hold->part<StagePart>();
+  if (part == nullptr) return absl::FailedPreconditionError("this range is not staged");
+  const BounceRing* ring = part->ring();
+  if (ring == nullptr) {
+    return absl::FailedPreconditionError("no bounce slots taken for this range yet");
+  }
+  const BufferUse& use = hold->range();
+  if (slot >= ring->slots() || slot_offset > ring->chunk()) {
+    return absl::InvalidArgumentError("stage pieces outside the slot");
+  }
+  // Slot side packed from 0 (the slot pointer below starts at slot_offset).
+  std::vector<Segment> list;
+  list.reserve(pieces.size());
+  uint64_t packed = 0;
+  for (const auto& [offset, length] : pieces) {
+    uint64_t end = 0;
+    if (length == 0 || __builtin_add_overflow(offset, length, &end) || end > use.length() ||
+        length > ring->chunk() - slot_offset - packed) {
+      return absl::InvalidArgumentError("a stage piece lies outside the slot or the held range");
+    }
+    list.push_back(to_range ? Segment{packed, offset, length} : Segment{offset, packed, length});
+    packed += length;
+  }
+  char* bounce = ring->slot(slot) + slot_offset;
+  const int device = use.kind() == MemoryKind::kDevice ? use.device() : kHostDevice;
+  return to_range ? options_.gpu->CopyPieces(use.data(), device, bounce, kHostDevice, list.data(),
+                                             list.size(), packed, nullptr)
+                  : options_.gpu->CopyPieces(bounce, kHostDevice, use.data(), device, list.data(),
+                                             list.size(), packed, nullptr);
+}
+
 }  // namespace gpumove

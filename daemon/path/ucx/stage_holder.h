@@ -76,6 +76,15 @@ class StageHolder : public PathHolder {
   absl::Status StageChunk(const HoldTable& holds, const std::string& from_node,
                           const std::string& transfer_id, uint32_t slot, uint64_t slot_offset,
                           uint64_t offset, uint64_t length, bool to_range);
+  // A round of a vectored staged move: `pieces` of the held range ({offset in the range,
+  // length}), packed one after another in slot `slot` from `slot_offset`, copied between
+  // the two in one gather or scatter copy. INVALID_ARGUMENT for pieces outside the range
+  // or the slot, or more than kMaxStagePieces.
+  absl::Status StagePieces(const HoldTable& holds, const std::string& from_node,
+                           const std::string& transfer_id, uint32_t slot, uint64_t slot_offset,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& pieces,
+                           bool to_range);
+  static constexpr size_t kMaxStagePieces = 65536;
   // Holds of staged ranges made without a ring since start (the pool was busy).
   uint64_t deferred() const { return deferred_.load(); }
 

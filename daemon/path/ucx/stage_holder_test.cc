@@ -144,6 +144,53 @@ TEST_F(StageHolderTest, StageChunkCopiesPiecesWithinTheSlots) {
             absl::StatusCode::kNotFound);
 }
 
+// A round of a vectored move: pieces of the range packed in a slot, scattered into the
+// range (to_range) or gathered out of it in one call; pieces outside the range or the slot,
+// empty lists and pieces of 0 bytes are refused and copy nothing.
+TEST_F(StageHolderTest, StagePiecesScattersAndGathersARound) {
+  auto offer = Hold("t5", 4 << 20);
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  char* slot = reinterpret_cast<char*>(offer->stage().slots(1));
+  char* range = table_->Find("node-a", "t5")->range().data();
+  std::memset(range, '.', 4 << 20);
+  // Three pieces packed from slot offset 100: 10 x's, 5 y's, 3 z's.
+  std::memset(slot + 100, 'x', 10);
+  std::memset(slot + 110, 'y', 5);
+  std::memset(slot + 115, 'z', 3);
+  const std::vector<std::pair<uint64_t, uint64_t>> pieces = {
+      {3 << 20, 10}, {7, 5}, {(4 << 20) - 3, 3}};
+  ASSERT_TRUE(holder_->StagePieces(*table_, "node-a", "t5", 1, 100, pieces, true).ok());
+  EXPECT_EQ(std::string(range + (3 << 20), 10), std::string(10, 'x'));
+  EXPECT_EQ(std::string(range + 7, 5), std::string(5, 'y'));
+  EXPECT_EQ(std::string(range + (4 << 20) - 3, 3), "zzz");
+  EXPECT_EQ(range[6], '.');
+  EXPECT_EQ(range[12], '.');
+  // Gathered back in another order into slot 0 from 0.
+  char* slot0 = reinterpret_cast<char*>(offer->stage().slots(0));
+  ASSERT_TRUE(holder_->StagePieces(*table_, "node-a", "t5", 0, 0,
+                                   {{(4 << 20) - 3, 3}, {7, 2}, {3 << 20, 4}}, false)
+                  .ok());
+  EXPECT_EQ(std::string(slot0, 9), "zzzyyxxxx");
+  const std::string before(range, 4 << 20);
+  for (const auto& [slot_offset, list] :
+       std::vector<std::pair<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>>>{
+           {0, {}},                                      // No pieces.
+           {0, {{0, 0}}},                                // A piece of 0 bytes.
+           {0, {{(4 << 20) - 2, 3}}},                    // Past the range.
+           {0, {{~uint64_t{0} - 1, 4}}},                 // Past 2^64.
+           {(1 << 20) - 4, {{0, 3}, {10, 2}}},           // Past the slot, together.
+           {(1 << 20) + 1, {{0, 1}}}}) {                 // Starts past the slot.
+    EXPECT_EQ(holder_->StagePieces(*table_, "node-a", "t5", 1, slot_offset, list, true).code(),
+              absl::StatusCode::kInvalidArgument)
+        << slot_offset << " " << list.size();
+  }
+  EXPECT_EQ(holder_->StagePieces(*table_, "node-a", "t5", 2, 0, {{0, 1}}, true).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::string(range, 4 << 20) == before);
+  EXPECT_EQ(holder_->StagePieces(*table_, "node-a", "none", 0, 0, {{0, 1}}, true).code(),
+            absl::StatusCode::kNotFound);
+}
+
 // With the pinned pool busy a hold's slots are left for later (TakeRing when the move
 // runs); TakeRing gives the same slots again, and RESOURCE_EXHAUSTED until there is room.
 TEST_F(StageHolderTest, SlotsTakenLaterWhenThePoolIsBusy) {

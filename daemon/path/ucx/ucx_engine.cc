@@ -101,7 +101,7 @@ bool UcxEngine::MovesPieces(const Endpoint& src, const Endpoint& dst) const {
   if (hold == nullptr) return false;
   const UcxOffer* offer = hold->offer<UcxOffer>();
   const Endpoint& local = push ? src : dst;
-  return offer != nullptr && !offer->stage.has_value() &&
+  return offer != nullptr &&
          (local.kind != MemoryKind::kDevice || transport_->cuda_aware() || pinned_ != nullptr);
 }
 
@@ -109,12 +109,15 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
                                    MoveControl& control) {
   if (!MovesPieces(src, dst)) {
     return absl::FailedPreconditionError(
-        "this vectored UCX move would be staged by the other node (its device memory and a "
-        "UCX there that is not CUDA-aware); such moves are not there yet");
+        "this vectored UCX move needs bounce buffers here (device memory, a UCX that is not "
+        "CUDA-aware) and this node has no pinned pool");
   }
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const UcxOffer* offer = hold.offer<UcxOffer>();
+  if (offer->stage.has_value()) {
+    return MoveRemoteStagedPieces(src, dst, hold, *offer, pieces, control);
+  }
   RemoteRange remote;
   remote.peer_key = hold.peer().Key();
   remote.worker_address = offer->worker_address;
@@ -332,6 +335,143 @@ absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remo
     }
     ++k;
     if (control.cancelled()) return absl::CancelledError("cancelled");
+  }
+}
+
+absl::Status UcxEngine::MoveRemoteStagedPieces(const Endpoint& src, const Endpoint& dst,
+                                               const RemoteHold& hold, const UcxOffer& offer,
+                                               const Segments& pieces, MoveControl& control) {
+  const bool push = dst.remote != nullptr;
+  const Endpoint& local = push ? src : dst;
+  const UcxOffer::Stage& offered = *offer.stage;
+  const uint64_t chunk = offered.slot_size;
+  const absl::Time deadline = absl::Now() + BounceRing::kWait;
+  auto cancelled = [&control] { return control.cancelled(); };
+  std::vector<uint64_t> far_slots = offered.slots;
+  if (far_slots.empty()) {
+    auto taken = RetryWhileBusy<StageSlots>(deadline, cancelled,
+                                            [&] { return TakeStageSlots(*remote_, hold); });
+    if (!taken.ok()) return taken.status();
+    if (taken->slots.empty() || taken->slot_size != chunk) {
+      return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
+                                              " bounce slots of ", taken->slot_size, " bytes, not ",
+                                              chunk));
+    }
+    far_slots = std::move(taken->slots);
+  }
+  if (chunk == 0) return absl::InternalError("bounce slots of 0 bytes");
+  std::optional<BounceRing> ours;
+  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
+    auto ring = BounceRing::TakeWaiting(
+        pinned_, {.chunk = chunk, .slots = static_cast<int>(far_slots.size())}, deadline,
+        cancelled);
+    if (!ring.ok()) return ring.status();
+    ours.emplace(*std::move(ring));
+  }
+  // Rounds: whole pieces (a piece longer than a slot cut into slot-sized parts), packed.
+  struct Round {
+    std::vector<std::pair<uint64_t, uint64_t>> theirs;  // {offset in their range, length}.
+    Segments here;  // Ours <-> the packed slot, in the direction of the move.
+  };
+  const std::vector<Segment>& list = pieces.list;
+  size_t next = 0;
+  uint64_t in_piece = 0;
+  auto make_round = [&](Round& r) {
+    r.theirs.clear();
+    r.here.list.clear();
+    uint64_t bytes = 0;
+    while (next < list.size() && bytes < chunk && r.theirs.size() < kRoundPieces) {
+      const Segment& p = list[next];
+      const uint64_t n = std::min(p.length - in_piece, chunk - bytes);
+      const uint64_t mine = (push ? p.src : p.dst) + in_piece;
+      r.theirs.emplace_back((push ? p.dst : p.src) + in_piece, n);
+      r.here.list.push_back(push ? Segment{mine, bytes, n} : Segment{bytes, mine, n});
+      bytes += n;
+      in_piece += n;
+      if (in_piece == p.length) {
+        ++next;
+        in_piece = 0;
+      }
+    }
+    r.here.total = bytes;
+    return bytes;
+  };
+  auto far = [&](size_t slot) {
+    RemoteRange r;
+    r.peer_key = hold.peer().Key();
+    r.worker_address = offer.worker_address;
+    r.rkey = offered.rkey;
+    r.address = far_slots[slot];
+    r.peer_error_handling = !hold.same_host;
+    r.bounce = true;
+    r.staged = true;
+    return r;
+  };
+  const size_t slots = ours.has_value() ? std::min(ours->slots(), far_slots.size())
+                                        : far_slots.size();
+  // This side of round r in slot s: into their slot (push) or out of it (pull).
+  auto near_side = [&](const Round& r, size_t s) -> absl::Status {
+    if (push) {
+      if (ours.has_value()) {
+        absl::Status st = gpu_->CopyPieces(ours->slot(s), kHostDevice, local.data, local.device,
+                                           r.here.list.data(), r.here.list.size(), r.here.total,
+                                           nullptr);
+        if (!st.ok()) return st;
+        return transport_->Put(far(s), ours->slot(s), r.here.total, nullptr);
+      }
+      return transport_->PutPieces(far(s), local.data, r.here, nullptr);
+    }
+    if (ours.has_value()) {
+      absl::Status st = transport_->Get(far(s), ours->slot(s), r.here.total, nullptr);
+      if (!st.ok()) return st;
+      return gpu_->CopyPieces(local.data, local.device, ours->slot(s), kHostDevice,
+                              r.here.list.data(), r.here.list.size(), r.here.total, nullptr);
+    }
+    return transport_->GetPieces(far(s), local.data, r.here, nullptr);
+  };
+  // Their side: the scatter out of their slot (push) or the gather into it (pull).
+  auto far_side = [&](const Round& r, size_t s) {
+    return StagePieces(*remote_, hold, static_cast<uint32_t>(s), 0, r.theirs, /*to_range=*/push);
+  };
+  // Two rounds at once: a push's scatter there of round k runs while round k+1 is put; a
+  // pull's gather there of round k+1 while round k is got. One slot: one at a time.
+  Round rounds[2];
+  uint64_t done = 0;
+  if (make_round(rounds[0]) == 0) return absl::OkStatus();
+  size_t k = 0;
+  if (push) {
+    if (absl::Status st = near_side(rounds[0], 0); !st.ok()) return st;
+  } else {
+    if (absl::Status st = far_side(rounds[0], 0); !st.ok()) return st;
+  }
+  while (true) {
+    Round& cur = rounds[k % 2];
+    Round& nxt = rounds[(k + 1) % 2];
+    const size_t s = k % slots, t = (k + 1) % slots;
+    const bool overlap = slots > 1 && !control.cancelled() && make_round(nxt) > 0;
+    absl::Status mine, theirs;
+    std::thread helper;
+    if (push) {
+      // Theirs for round k on a helper, ours for round k+1 here.
+      helper = std::thread([&] { theirs = far_side(cur, s); });
+      if (overlap) mine = near_side(nxt, t);
+    } else {
+      if (overlap) helper = std::thread([&] { theirs = far_side(nxt, t); });
+      mine = near_side(cur, s);
+    }
+    if (helper.joinable()) helper.join();
+    if (!mine.ok()) return mine;
+    if (!theirs.ok()) return theirs;
+    done += cur.here.total;
+    control.Progress(done);
+    if (!overlap) {
+      if (control.cancelled() && next < list.size()) return absl::CancelledError("cancelled");
+      if (make_round(nxt) == 0) return absl::OkStatus();
+      // One slot (or a cancel seen late): the next round starts from the beginning.
+      absl::Status st = push ? near_side(nxt, t) : far_side(nxt, t);
+      if (!st.ok()) return st;
+    }
+    ++k;
   }
 }
 

@@ -130,6 +130,16 @@ class UcxEngine : public Engine {
   // there piece by piece; the next round's GPU copy overlaps this round's wire.
   absl::Status MoveLocalStagedPieces(bool push, const RemoteRange& remote, const Endpoint& local,
                                      const Segments& pieces, MoveControl& control);
+  // A vectored move whose remote end is staged by the remote node: rounds of pieces
+  // packed into its bounce slots (at most a slot and kRoundPieces pieces a round), which it
+  // scatters into or gathers out of its range in one copy per round (a StageChunk with the
+  // round's pieces); on this side the pieces are put or got at their places, or, for our
+  // device memory with a UCX that cannot take it, packed through our slots by the GPU. The
+  // other node's copy of one round overlaps this side's work on the next.
+  absl::Status MoveRemoteStagedPieces(const Endpoint& src, const Endpoint& dst,
+                                      const RemoteHold& hold, const UcxOffer& offer,
+                                      const Segments& pieces, MoveControl& control);
+  static constexpr size_t kRoundPieces = 16384;
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, const RemoteHold& hold,

@@ -88,4 +88,22 @@ absl::Status StageChunk(ClusterRemoteRanges& remote, const RemoteHold& hold, uin
                            &peer::v1::PeerService::Stub::StageChunk);
 }
 
+absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
+                         uint64_t slot_offset,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& pieces, bool to_range) {
+  peer::v1::StageChunkRequest request;
+  request.set_slot(slot);
+  request.set_slot_offset(slot_offset);
+  request.set_to_range(to_range);
+  request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces.size()));
+  request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces.size()));
+  for (const auto& [offset, length] : pieces) {
+    request.add_piece_offsets(offset);
+    request.add_piece_lengths(length);
+  }
+  peer::v1::StageChunkResponse response;
+  return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
+                           &peer::v1::PeerService::Stub::StageChunk);
+}
+
 }  // namespace gpumove

@@ -85,6 +85,11 @@ absl::StatusOr<StageSlots> TakeStageSlots(ClusterRemoteRanges& remote, const Rem
 // and the range (to_range after a put into the slot, else before a get from it).
 absl::Status StageChunk(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
                         uint64_t slot_offset, uint64_t offset, uint64_t length, bool to_range);
+// Runner: has the holder copy a round of a vectored move, `pieces` of its range ({offset,
+// length}) packed in its slot from `slot_offset`, in one gather or scatter copy.
+absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
+                         uint64_t slot_offset,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& pieces, bool to_range);
 
 }  // namespace gpumove
 
