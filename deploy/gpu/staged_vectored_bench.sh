@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 26 on the GPU machine: vectored device moves over staged UCX (the machine's UCX is
+# not CUDA-aware) against the same bytes moved whole; two daemons on GPU 0.
+# Usage (device machine, after pack.sh): bash deploy/gpu/staged_vectored_bench.sh [ROUNDS=5]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpumove-gpu}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+D=.gpu/bin/gpumoved
+CTL=.gpu/bin/gpumovectl
+"$D" --node=a --listen=127.0.0.1:7811 --host_pool_size=2GiB --pinned_pool_size=256MiB \
+  --device_pool_size=4GiB --heartbeat=200ms ${DAEMON_FLAGS:-} >"$OUT/staged_vec_a.log" 2>&1 &
+pa=$!
+sleep 1.5
+"$D" --node=b --listen=127.0.0.1:7812 --host_pool_size=2GiB --pinned_pool_size=256MiB \
+  --device_pool_size=4GiB --heartbeat=200ms ${DAEMON_FLAGS:-} --peers=127.0.0.1:7811 >"$OUT/staged_vec_b.log" 2>&1 &
+pb=$!
+for _ in $(seq 100); do "$CTL" --addr 127.0.0.1:7811 peers 2>/dev/null | grep -q "b.*up" && break; sleep 0.2; done
+"$CTL" --addr 127.0.0.1:7811 info | grep -E '^  UCX '
+PYTHONPATH="$PWD/.gpu/python" python3 deploy/gpu/staged_vectored_bench.py --a 127.0.0.1:7811 \
+  --rounds "${ROUNDS:-5}" 2>&1 | tee "$OUT/staged_vectored_bench.txt"
+kill $pa $pb 2>/dev/null
+wait 2>/dev/null
