@@ -13,6 +13,7 @@
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/pieces.h"
 #include "tests/util/random_bytes.h"
 
 namespace gpumove {
@@ -25,36 +26,11 @@ v1::BufferRef On(const std::string& node, const std::string& id, uint64_t offset
   return r;
 }
 
-// Shuffled pieces: piece i of `len(i)` bytes from slot si[i] of `slot` bytes to slot
-// di[i] (each side's slots a permutation).
-struct Piece {
-  uint64_t src, dst, len;
-};
+// `n` shuffled pieces of 1..max_len bytes in slots of `slot` bytes on both sides.
 std::vector<Piece> Shuffled(size_t n, uint64_t slot, uint64_t max_len, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint64_t> si(n), di(n);
-  std::iota(si.begin(), si.end(), 0);
-  std::iota(di.begin(), di.end(), 0);
-  std::shuffle(si.begin(), si.end(), rng);
-  std::shuffle(di.begin(), di.end(), rng);
-  std::vector<Piece> out;
-  for (size_t i = 0; i < n; ++i) out.push_back({si[i] * slot, di[i] * slot, 1 + rng() % max_len});
-  return out;
-}
-std::vector<v1::Segment> AsSegments(const std::vector<Piece>& pieces) {
-  std::vector<v1::Segment> out;
-  for (const Piece& p : pieces) {
-    v1::Segment g;
-    g.set_source_offset(p.src);
-    g.set_destination_offset(p.dst);
-    g.set_length(p.len);
-    out.push_back(g);
-  }
-  return out;
-}
-std::string Expected(const std::string& src, std::string dst, const std::vector<Piece>& pieces) {
-  for (const Piece& p : pieces) dst.replace(p.dst, p.len, src, p.src, p.len);
-  return dst;
+  std::mt19937_64 rng(seed + 1);
+  return gpumove::Shuffled(
+      n, slot, slot, [&](size_t) { return 1 + rng() % max_len; }, seed);
 }
 
 class GpuStaging : public ::testing::Test {

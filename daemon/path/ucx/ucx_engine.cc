@@ -352,6 +352,39 @@ absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remo
   }
 }
 
+absl::StatusOr<UcxEngine::StageSides> UcxEngine::TakeStageSides(const Endpoint& local,
+                                                                const RemoteHold& hold,
+                                                                const UcxOffer::Stage& offered,
+                                                                MoveControl& control) {
+  const absl::Time deadline = absl::Now() + BounceRing::kWait;
+  auto cancelled = [&control] { return control.cancelled(); };
+  StageSides sides;
+  sides.far = offered.slots;
+  if (sides.far.empty()) {
+    // Held while the remote node's pinned pool was busy: its slots are taken now, once
+    // there is room (it answers at once; we try again, a little later each time).
+    auto taken = RetryWhileBusy<StageSlots>(deadline, cancelled,
+                                            [&] { return TakeStageSlots(*remote_, hold); });
+    if (!taken.ok()) return taken.status();
+    if (taken->slots.empty() || taken->slot_size != offered.slot_size) {
+      return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
+                                              " bounce slots of ", taken->slot_size, " bytes, not ",
+                                              offered.slot_size));
+    }
+    sides.far = std::move(taken->slots);
+  }
+  if (offered.slot_size == 0) return absl::InternalError("bounce slots of 0 bytes");
+  // Our own device memory goes through bounce slots of ours, as many and as big.
+  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
+    auto ring = BounceRing::TakeWaiting(
+        pinned_, {.chunk = offered.slot_size, .slots = static_cast<int>(sides.far.size())},
+        deadline, cancelled);
+    if (!ring.ok()) return ring.status();
+    sides.ours.emplace(*std::move(ring));
+  }
+  return sides;
+}
+
 absl::Status UcxEngine::MoveRemoteStagedPieces(const Endpoint& src, const Endpoint& dst,
                                                const RemoteHold& hold, const UcxOffer& offer,
                                                const Segments& pieces, MoveControl& control) {
@@ -359,29 +392,10 @@ absl::Status UcxEngine::MoveRemoteStagedPieces(const Endpoint& src, const Endpoi
   const Endpoint& local = push ? src : dst;
   const UcxOffer::Stage& offered = *offer.stage;
   const uint64_t chunk = offered.slot_size;
-  const absl::Time deadline = absl::Now() + BounceRing::kWait;
-  auto cancelled = [&control] { return control.cancelled(); };
-  std::vector<uint64_t> far_slots = offered.slots;
-  if (far_slots.empty()) {
-    auto taken = RetryWhileBusy<StageSlots>(deadline, cancelled,
-                                            [&] { return TakeStageSlots(*remote_, hold); });
-    if (!taken.ok()) return taken.status();
-    if (taken->slots.empty() || taken->slot_size != chunk) {
-      return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
-                                              " bounce slots of ", taken->slot_size, " bytes, not ",
-                                              chunk));
-    }
-    far_slots = std::move(taken->slots);
-  }
-  if (chunk == 0) return absl::InternalError("bounce slots of 0 bytes");
-  std::optional<BounceRing> ours;
-  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    auto ring = BounceRing::TakeWaiting(
-        pinned_, {.chunk = chunk, .slots = static_cast<int>(far_slots.size())}, deadline,
-        cancelled);
-    if (!ring.ok()) return ring.status();
-    ours.emplace(*std::move(ring));
-  }
+  auto sides = TakeStageSides(local, hold, offered, control);
+  if (!sides.ok()) return sides.status();
+  const std::vector<uint64_t>& far_slots = sides->far;
+  std::optional<BounceRing>& ours = sides->ours;
   // Rounds: whole pieces (a piece longer than a slot cut into slot-sized parts), packed.
   struct Round {
     std::vector<std::pair<uint64_t, uint64_t>> theirs;  // {offset in their range, length}.
@@ -612,32 +626,12 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   const Endpoint& local = push ? src : dst;
   const UcxOffer::Stage& offered = *offer.stage;
   const uint64_t chunk = offered.slot_size;
-  const absl::Time deadline = absl::Now() + BounceRing::kWait;
   StageTrace trace(length);
-  auto cancelled = [&control] { return control.cancelled(); };
-  std::vector<uint64_t> stage_slots = offered.slots;
-  if (stage_slots.empty()) {
-    // Held while the remote node's pinned pool was busy: its slots are taken now, once
-    // there is room (it answers at once; we try again, a little later each time).
-    auto taken = RetryWhileBusy<StageSlots>(deadline, cancelled,
-                                            [&] { return TakeStageSlots(*remote_, hold); });
-    if (!taken.ok()) return taken.status();
-    if (taken->slots.empty() || taken->slot_size != chunk) {
-      return absl::InternalError(absl::StrCat("node ", hold.node, " gave ", taken->slots.size(),
-                                              " bounce slots of ", taken->slot_size, " bytes, not ",
-                                              chunk));
-    }
-    stage_slots = std::move(taken->slots);
-  }
+  auto sides = TakeStageSides(local, hold, offered, control);
+  if (!sides.ok()) return sides.status();
+  const std::vector<uint64_t>& stage_slots = sides->far;
   const size_t slots = stage_slots.size();
-  // Our own device memory goes through bounce slots of ours, as many and as big.
-  std::optional<BounceRing> ours;
-  if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
-    auto ring = BounceRing::TakeWaiting(pinned_, {.chunk = chunk, .slots = static_cast<int>(slots)},
-                                        deadline, cancelled);
-    if (!ring.ok()) return ring.status();
-    ours.emplace(*std::move(ring));
-  }
+  std::optional<BounceRing>& ours = sides->ours;
   // The move goes in pieces, several to a slot when it is small (StagePiece), through
   // three steps: in a push our GPU copy into our slot, the wire into the peer's slot, and
   // the peer's copy onto its GPU (a call); in a pull the peer's copy into its slot (a

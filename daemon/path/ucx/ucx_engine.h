@@ -8,6 +8,7 @@
 #define GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -130,6 +131,15 @@ class UcxEngine : public Engine {
   // there piece by piece; the next round's GPU copy overlaps this round's wire.
   absl::Status MoveLocalStagedPieces(bool push, const RemoteRange& remote, const Endpoint& local,
                                      const Segments& pieces, MoveControl& control);
+  // The bounce slots of a move staged by the other node: its slots (taken now if the
+  // hold left them for later) and, for our device memory with a UCX that cannot take it,
+  // as many of ours of the same size.
+  struct StageSides {
+    std::vector<uint64_t> far;
+    std::optional<BounceRing> ours;
+  };
+  absl::StatusOr<StageSides> TakeStageSides(const Endpoint& local, const RemoteHold& hold,
+                                            const UcxOffer::Stage& offered, MoveControl& control);
   // A vectored move whose remote end is staged by the remote node: rounds of pieces
   // packed into its bounce slots (at most a slot and kRoundPieces pieces a round), which it
   // scatters into or gathers out of its range in one copy per round (a StageChunk with the
