@@ -349,6 +349,46 @@ TEST_F(GpuDirectMpi, CancelledBetweenMessagesAndBothEndsLetGo) {
   EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
 }
 
+// A rank killed in the middle of a direct move of device memory: the move fails
+// UNAVAILABLE in bounded time at the rank that runs it, which keeps serving (the launcher
+// runs with --enable-recovery, as a job of daemons should).
+TEST_F(GpuDirectMpi, AKilledRankFailsTheMoveInBoundedTimeAndTheOtherKeepsServing) {
+  Start({"--mpi_device_chunk=4MiB", "--max_move_rate=2GiB"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client& c0 = job_->client(0);
+  Client& c1 = job_->client(1);
+  auto src = c0.Allocate(1ull << 30, v1::DEVICE, 0);
+  auto dst = c1.Allocate(1ull << 30, v1::DEVICE, 0);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  MoveOptions o;
+  o.path = v1::MPI;
+  o.wait = false;
+  auto t = c0.Move(Ref(src->id()), On("rank1", dst->id()), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  const pid_t victim = job_->RankPid(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  auto end = c0.Wait(t->id(), absl::Seconds(30));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state(), v1::FAILED) << end->error_message();
+  EXPECT_EQ(end->error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
+      << end->error_message();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  EXPECT_LT(end->bytes_done(), 1ull << 30);
+  // Rank 0 still serves: a device move of its own, verified, and its buffer let go.
+  auto back = c0.Allocate(5 << 20, v1::DEVICE, 0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const std::string data = RandomBytes(5 << 20, 77);
+  ASSERT_TRUE(c0.Write(Ref(src->id(), 0, data.size()), data).ok());
+  auto local = c0.Move(Ref(src->id(), 0, data.size()), Ref(back->id()));
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->state(), v1::SUCCEEDED) << local->error_message();
+  EXPECT_TRUE(*c0.Read(Ref(back->id())) == data);
+  EXPECT_EQ(c0.GetBuffer(src->id())->active_uses(), 0u);
+}
+
 TEST_F(GpuDirectMpi, StagingStillWorksWhenForced) {
   Start({"--mpi_force_staging"});
   if (HasFatalFailure() || IsSkipped()) return;
