@@ -224,6 +224,52 @@ absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, co
       progress);
 }
 
+namespace {
+
+// The rounds of a vectored staged move through two steps, `first` then `second`, round k
+// in slot k % slots: round k's second step runs while round k+1's first does (with one
+// slot, in turn). `first_here`: the first step stays on the calling thread and the second
+// goes to a helper, else the other way round — the GPU's step stays here (a fresh thread's
+// first CUDA calls cost milliseconds: 16 ms a round measured for gathers on helpers).
+// `make(round)` packs the next round and returns its bytes (0: none left). Progress after
+// each round; a cancel stops between rounds.
+template <typename Round, typename Make, typename First, typename Second>
+absl::Status RunRounds(size_t slots, const Make& make, const First& first, const Second& second,
+                       bool first_here, MoveControl& control) {
+  Round rounds[2];
+  uint64_t bytes[2] = {make(rounds[0]), 0};
+  if (bytes[0] == 0) return absl::OkStatus();
+  if (absl::Status st = first(rounds[0], 0); !st.ok()) return st;
+  uint64_t done = 0;
+  for (size_t k = 0;; ++k) {
+    const size_t c = k % 2, n = (k + 1) % 2;
+    const size_t s = k % slots, t = (k + 1) % slots;
+    const bool overlap = slots > 1 && !control.cancelled() && (bytes[n] = make(rounds[n])) > 0;
+    absl::Status next_first, this_second;
+    std::thread helper;
+    if (first_here) {
+      helper = std::thread([&] { this_second = second(rounds[c], s); });
+      if (overlap) next_first = first(rounds[n], t);
+    } else {
+      if (overlap) helper = std::thread([&] { next_first = first(rounds[n], t); });
+      this_second = second(rounds[c], s);
+    }
+    if (helper.joinable()) helper.join();
+    if (!this_second.ok()) return this_second;
+    if (!next_first.ok()) return next_first;
+    done += bytes[c];
+    control.Progress(done);
+    if (!overlap) {
+      // One slot, a cancel, or the end: the next round (if any) starts from its first step.
+      if ((bytes[n] = make(rounds[n])) == 0) return absl::OkStatus();
+      if (control.cancelled()) return absl::CancelledError("cancelled");
+      if (absl::Status st = first(rounds[n], t); !st.ok()) return st;
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remote,
                                               const Endpoint& local, const Segments& pieces,
                                               MoveControl& control) {
@@ -293,63 +339,15 @@ absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remo
     return push ? transport_->PutPieces(at, slot, r.far, nullptr)
                 : transport_->GetPieces(at, slot, r.far, nullptr);
   };
-  const size_t slots = ring->slots();
-  uint64_t done = 0;
-  size_t k = 0;  // Rounds started.
-  Round rounds[2];
-  // The GPU copies stay on this thread (a fresh thread's first CUDA calls cost
-  // milliseconds: measured 16 ms a round for gathers on helpers), the wire goes to a helper.
-  if (push) {
-    // Gather round k+1 while round k is on the wire.
-    if (make_round(rounds[0]) == 0) return absl::OkStatus();
-    if (absl::Status st = gpu_copy(rounds[0], ring->slot(0)); !st.ok()) return st;
-    while (true) {
-      Round& cur = rounds[k % 2];
-      Round& nxt = rounds[(k + 1) % 2];
-      char* nxt_slot = ring->slot((k + 1) % slots);
-      const bool more = slots > 1 && make_round(nxt) > 0;
-      absl::Status sent;
-      std::thread helper([&] { sent = wire(cur, ring->slot(k % slots)); });
-      absl::Status gathered = more ? gpu_copy(nxt, nxt_slot) : absl::OkStatus();
-      helper.join();
-      if (!sent.ok()) return sent;
-      if (!gathered.ok()) return gathered;
-      done += cur.far.total;
-      control.Progress(done);
-      if (slots == 1 && make_round(nxt) > 0) {
-        if (absl::Status st = gpu_copy(nxt, nxt_slot); !st.ok()) return st;
-      } else if (!more) {
-        return absl::OkStatus();
-      }
-      ++k;
-      if (control.cancelled()) return absl::CancelledError("cancelled");
-    }
-  }
-  // Pull: get round k+1 into the other slot while round k is scattered on the GPU.
-  if (make_round(rounds[0]) == 0) return absl::OkStatus();
-  if (absl::Status st = wire(rounds[0], ring->slot(0)); !st.ok()) return st;
-  while (true) {
-    Round& cur = rounds[k % 2];
-    Round& nxt = rounds[(k + 1) % 2];
-    char* nxt_slot = ring->slot((k + 1) % slots);
-    const bool more = slots > 1 && make_round(nxt) > 0;
-    absl::Status got;
-    std::thread helper;
-    if (more) helper = std::thread([&] { got = wire(nxt, nxt_slot); });
-    absl::Status scattered = gpu_copy(cur, ring->slot(k % slots));
-    if (helper.joinable()) helper.join();
-    if (!scattered.ok()) return scattered;
-    if (!got.ok()) return got;
-    done += cur.far.total;
-    control.Progress(done);
-    if (slots == 1 && make_round(nxt) > 0) {
-      if (absl::Status st = wire(nxt, nxt_slot); !st.ok()) return st;
-    } else if (!more) {
-      return absl::OkStatus();
-    }
-    ++k;
-    if (control.cancelled()) return absl::CancelledError("cancelled");
-  }
+  // Push: gather (here) then put; pull: get then scatter (here).
+  auto gather_or_get = [&](const Round& r, size_t slot) {
+    return push ? gpu_copy(r, ring->slot(slot)) : wire(r, ring->slot(slot));
+  };
+  auto put_or_scatter = [&](const Round& r, size_t slot) {
+    return push ? wire(r, ring->slot(slot)) : gpu_copy(r, ring->slot(slot));
+  };
+  return RunRounds<Round>(ring->slots(), make_round, gather_or_get, put_or_scatter,
+                          /*first_here=*/push, control);
 }
 
 absl::StatusOr<UcxEngine::StageSides> UcxEngine::TakeStageSides(const Endpoint& local,
@@ -472,46 +470,15 @@ absl::Status UcxEngine::MoveRemoteStagedPieces(const Endpoint& src, const Endpoi
     };
     return StagePieces(*remote_, hold, static_cast<uint32_t>(s), 0, r.theirs, /*to_range=*/push);
   };
-  // Two rounds at once: a push's scatter there of round k runs while round k+1 is put; a
-  // pull's gather there of round k+1 while round k is got. One slot: one at a time.
-  Round rounds[2];
-  uint64_t done = 0;
-  if (make_round(rounds[0]) == 0) return absl::OkStatus();
-  size_t k = 0;
-  if (push) {
-    if (absl::Status st = near_side(rounds[0], 0); !st.ok()) return st;
-  } else {
-    if (absl::Status st = far_side(rounds[0], 0); !st.ok()) return st;
-  }
-  while (true) {
-    Round& cur = rounds[k % 2];
-    Round& nxt = rounds[(k + 1) % 2];
-    const size_t s = k % slots, t = (k + 1) % slots;
-    const bool overlap = slots > 1 && !control.cancelled() && make_round(nxt) > 0;
-    absl::Status mine, theirs;
-    std::thread helper;
-    if (push) {
-      // Theirs for round k on a helper, ours for round k+1 here.
-      helper = std::thread([&] { theirs = far_side(cur, s); });
-      if (overlap) mine = near_side(nxt, t);
-    } else {
-      if (overlap) helper = std::thread([&] { theirs = far_side(nxt, t); });
-      mine = near_side(cur, s);
-    }
-    if (helper.joinable()) helper.join();
-    if (!mine.ok()) return mine;
-    if (!theirs.ok()) return theirs;
-    done += cur.here.total;
-    control.Progress(done);
-    if (!overlap) {
-      if (control.cancelled() && next < list.size()) return absl::CancelledError("cancelled");
-      if (make_round(nxt) == 0) return absl::OkStatus();
-      // One slot (or a cancel seen late): the next round starts from the beginning.
-      absl::Status st = push ? near_side(nxt, t) : far_side(nxt, t);
-      if (!st.ok()) return st;
-    }
-    ++k;
-  }
+  // A push: ours (here) then their scatter; a pull: their gather then ours (here). Their
+  // copy of one round overlaps our side of the next.
+  auto first = [&](const Round& r, size_t slot) {
+    return push ? near_side(r, slot) : far_side(r, slot);
+  };
+  auto second = [&](const Round& r, size_t slot) {
+    return push ? far_side(r, slot) : near_side(r, slot);
+  };
+  return RunRounds<Round>(slots, make_round, first, second, /*first_here=*/push, control);
 }
 
 std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {
