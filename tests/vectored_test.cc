@@ -235,6 +235,42 @@ TEST_F(VectoredTest, ACancelledVectoredMoveStopsBetweenPieces) {
   EXPECT_LT(end->bytes_done(), uint64_t{256} << 20);
 }
 
+// A vectored move between nodes: from a buffer of `src_size` random bytes on `from` into
+// one of `dst_size` on `to`, submitted at `via`, checksummed; the end state, the path, the
+// piece count, both hashes and every destination byte checked; both buffers let go.
+struct Way {
+  TestNode *from, *to, *via;
+};
+void MoveBetweenNodesAndCheck(const Way& w, const std::vector<Piece>& pieces, uint64_t src_size,
+                              uint64_t dst_size, uint64_t seed) {
+  SCOPED_TRACE(absl::StrCat(w.from->name, " -> ", w.to->name, " via ", w.via->name, ", ",
+                            pieces.size(), " pieces"));
+  auto s = w.from->client->Allocate(src_size);
+  auto d = w.to->client->Allocate(dst_size);
+  ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
+  const std::string src = RandomBytes(src_size, seed), dst = RandomBytes(dst_size, seed + 1);
+  ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
+  ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
+  MoveOptions o;
+  o.segments = AsSegments(pieces);
+  o.checksum = true;  // The other node hashes its side of the pieces, in list order.
+  v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
+  from.set_node(w.from->name);
+  to.set_node(w.to->name);
+  auto t = w.via->client->Move(from, to, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+  EXPECT_EQ(t->path(), v1::UCX);
+  EXPECT_EQ(t->pieces(), pieces.size());
+  EXPECT_EQ(t->source_xxh3(), PiecesHash(src, pieces));
+  EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
+  auto back = w.to->client->Read(Ref(d->id()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == Expected(src, dst, pieces));
+  ASSERT_TRUE(w.from->client->Release(s->id()).ok());
+  ASSERT_TRUE(w.to->client->Release(d->id()).ok());
+}
+
 // Between nodes over UCX: pushes, pulls and a third-party move (submitted to a node that
 // holds neither end), through UCX's puts and gets and through same-host direct copies,
 // every byte of the destination checked.
@@ -249,40 +285,15 @@ TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
     ASSERT_TRUE(b.client && c.client);
     for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
     uint64_t seed = direct ? 500 : 600;
-    struct Way {
-      TestNode *from, *to, *via;
-    };
     for (const Way& w : {Way{&a, &b, &a}, Way{&a, &b, &b}, Way{&b, &a, &c}}) {
       ++seed;
+      SCOPED_TRACE(absl::StrCat("direct ", direct));
       std::mt19937_64 rng(seed);
       const size_t n = 2000;
       const uint64_t slot = 4099;
       auto pieces = Shuffled(
           n, slot, slot + 1, [&](size_t) { return 1 + rng() % 4096; }, seed);
-      auto s = w.from->client->Allocate(n * slot);
-      auto d = w.to->client->Allocate(n * (slot + 1));
-      ASSERT_TRUE(s.ok() && d.ok());
-      const std::string src = RandomBytes(n * slot, seed),
-                        dst = RandomBytes(n * (slot + 1), seed + 1);
-      ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
-      ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
-      MoveOptions o;
-      o.segments = AsSegments(pieces);
-      o.checksum = true;  // The other node hashes its side of the pieces, in list order.
-      v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
-      from.set_node(w.from->name);
-      to.set_node(w.to->name);
-      auto t = w.via->client->Move(from, to, o);
-      ASSERT_TRUE(t.ok()) << t.status();
-      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
-      EXPECT_EQ(t->path(), v1::UCX);
-      EXPECT_EQ(t->pieces(), n);
-      EXPECT_EQ(t->source_xxh3(), PiecesHash(src, pieces));
-      EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
-      auto back = w.to->client->Read(Ref(d->id()));
-      ASSERT_TRUE(back.ok());
-      EXPECT_TRUE(*back == Expected(src, dst, pieces))
-          << w.from->name << " -> " << w.to->name << " via " << w.via->name << " direct " << direct;
+      MoveBetweenNodesAndCheck(w, pieces, n * slot, n * (slot + 1), seed);
     }
   }
 }
@@ -303,9 +314,6 @@ TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
   TestNode c = LaunchNode("c", a.process->address(), common);
   ASSERT_TRUE(b.client && c.client);
   for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
-  struct Way {
-    TestNode *from, *to, *via;
-  };
   struct Shape {
     size_t n;
     uint64_t slot, max_len;
@@ -315,35 +323,11 @@ TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
                          Shape{6, (3 << 20) + 5, 3 << 20}}) {
     for (const Way& w : {Way{&a, &b, &a}, Way{&b, &a, &a}, Way{&a, &b, &c}}) {
       ++seed;
-      SCOPED_TRACE(absl::StrCat(w.from->name, " -> ", w.to->name, " via ", w.via->name, ", ",
-                                k.n, " pieces of up to ", k.max_len));
+      SCOPED_TRACE(absl::StrCat("pieces of up to ", k.max_len));
       std::mt19937_64 rng(seed);
       auto pieces = Shuffled(
           k.n, k.slot, k.slot, [&](size_t) { return 1 + rng() % k.max_len; }, seed);
-      const uint64_t size = k.n * k.slot;
-      auto s = w.from->client->Allocate(size);
-      auto d = w.to->client->Allocate(size);
-      ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
-      const std::string src = RandomBytes(size, seed), dst = RandomBytes(size, seed + 1);
-      ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
-      ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
-      MoveOptions o;
-      o.segments = AsSegments(pieces);
-      o.checksum = true;
-      v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
-      from.set_node(w.from->name);
-      to.set_node(w.to->name);
-      auto t = w.via->client->Move(from, to, o);
-      ASSERT_TRUE(t.ok()) << t.status();
-      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
-      EXPECT_EQ(t->path(), v1::UCX);
-      EXPECT_EQ(t->source_xxh3(), PiecesHash(src, pieces));
-      EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
-      auto back = w.to->client->Read(Ref(d->id()));
-      ASSERT_TRUE(back.ok());
-      EXPECT_TRUE(*back == Expected(src, dst, pieces));
-      ASSERT_TRUE(w.from->client->Release(s->id()).ok());
-      ASSERT_TRUE(w.to->client->Release(d->id()).ok());
+      MoveBetweenNodesAndCheck(w, pieces, k.n * k.slot, k.n * k.slot, seed);
     }
   }
 }
