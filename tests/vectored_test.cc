@@ -8,9 +8,6 @@
 #include <string>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -25,12 +22,6 @@ namespace gpumove {
 namespace {
 
 using absl::StatusCode;
-
-uint64_t PiecesHash(const std::string& src, const std::vector<Piece>& pieces) {
-  std::string all;
-  for (const Piece& p : pieces) all.append(src, p.src, p.len);
-  return XXH3_64bits(all.data(), all.size());
-}
 
 class VectoredTest : public ::testing::Test {
  protected:
@@ -235,40 +226,14 @@ TEST_F(VectoredTest, ACancelledVectoredMoveStopsBetweenPieces) {
   EXPECT_LT(end->bytes_done(), uint64_t{256} << 20);
 }
 
-// A vectored move between nodes: from a buffer of `src_size` random bytes on `from` into
-// one of `dst_size` on `to`, submitted at `via`, checksummed; the end state, the path, the
-// piece count, both hashes and every destination byte checked; both buffers let go.
 struct Way {
   TestNode *from, *to, *via;
 };
 void MoveBetweenNodesAndCheck(const Way& w, const std::vector<Piece>& pieces, uint64_t src_size,
                               uint64_t dst_size, uint64_t seed) {
-  SCOPED_TRACE(absl::StrCat(w.from->name, " -> ", w.to->name, " via ", w.via->name, ", ",
-                            pieces.size(), " pieces"));
-  auto s = w.from->client->Allocate(src_size);
-  auto d = w.to->client->Allocate(dst_size);
-  ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
-  const std::string src = RandomBytes(src_size, seed), dst = RandomBytes(dst_size, seed + 1);
-  ASSERT_TRUE(w.from->client->Write(Ref(s->id()), src).ok());
-  ASSERT_TRUE(w.to->client->Write(Ref(d->id()), dst).ok());
-  MoveOptions o;
-  o.segments = AsSegments(pieces);
-  o.checksum = true;  // The other node hashes its side of the pieces, in list order.
-  v1::BufferRef from = Ref(s->id()), to = Ref(d->id());
-  from.set_node(w.from->name);
-  to.set_node(w.to->name);
-  auto t = w.via->client->Move(from, to, o);
-  ASSERT_TRUE(t.ok()) << t.status();
-  ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
-  EXPECT_EQ(t->path(), v1::UCX);
-  EXPECT_EQ(t->pieces(), pieces.size());
-  EXPECT_EQ(t->source_xxh3(), PiecesHash(src, pieces));
-  EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
-  auto back = w.to->client->Read(Ref(d->id()));
-  ASSERT_TRUE(back.ok());
-  EXPECT_TRUE(*back == Expected(src, dst, pieces));
-  ASSERT_TRUE(w.from->client->Release(s->id()).ok());
-  ASSERT_TRUE(w.to->client->Release(d->id()).ok());
+  auto end = [](TestNode* n) { return NodeEnd{n->client.get(), n->name}; };
+  MoveVectoredAndCheck(end(w.from), end(w.to), end(w.via), v1::PATH_AUTO, v1::UCX, pieces, src_size,
+                       dst_size, seed);
 }
 
 // Between nodes over UCX: pushes, pulls and a third-party move (submitted to a node that

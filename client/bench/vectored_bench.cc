@@ -5,6 +5,8 @@
 //   (b) LOCAL: a same-process gather memcpy of the same blocks on as many threads,
 //   (c) the same blocks as separate TransferSpecs (Submits of up to 1024),
 // and how long a Submit of the whole block list takes to be accepted (wait = false).
+// With --mpi=LAUNCH (one of tests/util/mpi_job's launches: ob1_tcp, ucx, ob1_shm_staged;
+// mpich, mpich_staged with GPUMOVE_MPI=mpich): path MPI between two ranks of a job instead.
 // Medians of --rounds; the ratios printed are vectored / baseline. With --device: LOCAL
 // device -> device, pinned -> device and device -> pinned instead (GPU 0), where "in
 // daemon" is the transfer's own time (start to end, without the Submit of the list) and
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -25,9 +28,11 @@
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/mpi_job.h"
 
 ABSL_FLAG(int, rounds, 5, "Rounds; medians are printed.");
 ABSL_FLAG(bool, device, false, "Measure LOCAL moves with GPU 0's memory (see above).");
+ABSL_FLAG(std::string, mpi, "", "Measure path MPI between two ranks started with this launch.");
 ABSL_FLAG(int, separate_blocks, 8192,
           "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
           "the whole list).");
@@ -93,10 +98,11 @@ absl::Duration Ran(const v1::Transfer& t) {
 
 absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
                                 const Shape& shape, const std::vector<uint64_t>& si,
-                                const std::vector<uint64_t>& di) {
+                                const std::vector<uint64_t>& di, v1::Path path = v1::PATH_AUTO) {
   const uint64_t bytes = shape.block * shape.count;
   Figures f;
   MoveOptions o;
+  o.path = path;
   o.blocks.set_block_size(shape.block);
   for (size_t i = 0; i < shape.count; ++i) {
     o.blocks.add_source_blocks(si[i]);
@@ -115,7 +121,9 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     v1::BufferRef s = src, d = dst;
     s.set_length(bytes);
     t0 = absl::Now();
-    auto w = c.Move(s, d);
+    MoveOptions whole_move;
+    whole_move.path = path;
+    auto w = c.Move(s, d, whole_move);
     if (!w.ok() || w->state() != v1::SUCCEEDED) return absl::InternalError("contiguous move");
     whole.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
     // Accepted: a Submit of the whole list that does not wait.
@@ -141,6 +149,7 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     req.set_wait(true);
     for (size_t i = at; i < std::min(n, at + 1024); ++i) {
       v1::TransferSpec* spec = req.add_transfers();
+      spec->set_path(path);
       *spec->mutable_source() = src;
       spec->mutable_source()->set_offset(src.offset() + si[i] * shape.block);
       spec->mutable_source()->set_length(shape.block);
@@ -199,7 +208,51 @@ int DeviceRows(Client& c) {
   return 0;
 }
 
+// Path MPI between two ranks of a job: host memory, rank0 -> rank1.
+int MpiRows(const std::string& name) {
+  std::optional<MpiLaunch> launch;
+  for (const MpiLaunch& l : MpiLaunches()) {
+    if (l.name == name) launch = l;
+  }
+  if (!launch) return std::printf("no MPI launch %s here\n", name.c_str()), 1;
+  auto job = MpiJob::Start(2, *launch, {"--host_pool_size=1536MiB", "--mpi_chunk=4MiB"});
+  if (!job.ok()) return std::printf("%s\n", job.status().ToString().c_str()), 1;
+  Client& c = (*job)->client(0);
+  for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
+    auto peers = c.ListPeers();
+    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) break;
+    if (absl::Now() > end) return std::printf("rank1 did not join rank0\n"), 1;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::printf("%-30s %10s %10s %10s %8s %8s %10s\n", "path, blocks", "vectored", "(a) whole",
+              "(c) specs", "v/(a)", "v/(c)", "accept ms");
+  for (const Shape& shape : {Shape{4096, 65536}, Shape{65536, 8192}}) {
+    const uint64_t bytes = shape.block * shape.count;
+    std::vector<uint64_t> si, di;
+    Shuffle(shape.count, shape.block, &si, &di);
+    auto src = c.Allocate(bytes);
+    auto remote = c.Allocate(bytes, v1::HOST, 0, absl::ZeroDuration(), "", "rank1");
+    if (!src.ok() || !remote.ok()) return std::printf("allocation failed\n"), 1;
+    v1::BufferRef to = Ref(remote->id());
+    to.set_node("rank1");
+    auto f = Measure(c, Ref(src->id()), to, shape, si, di, v1::MPI);
+    if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
+    std::printf("%-30s %10.2f %10.2f %10.3f %8.2f %8.0f %10.2f\n",
+                absl::StrCat("MPI ", name, " r0->r1, ", shape.count, " x ", shape.block >> 10,
+                             " KiB")
+                    .c_str(),
+                f->vectored, f->contiguous, f->separate, f->vectored / f->contiguous,
+                f->vectored / f->separate, f->accept_ms);
+    (void)c.Release(src->id());
+    (void)c.Release(remote->id(), "rank1");
+  }
+  std::printf("GB/s, medians of %d rounds; (c) moves the first %d blocks as separate specs\n",
+              absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_separate_blocks));
+  return 0;
+}
+
 int Main() {
+  if (!absl::GetFlag(FLAGS_mpi).empty()) return MpiRows(absl::GetFlag(FLAGS_mpi));
   const bool device = absl::GetFlag(FLAGS_device);
   std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--pinned_pool_size=16MiB"};
   if (device) {

@@ -69,14 +69,8 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
   if (!use.ok()) return use.status();
   if (!ask.pieces.empty()) {
     // Untrusted: every piece must lie in the range just held.
-    const uint64_t held = use->length();
-    for (size_t i = 0; i < ask.pieces.size(); ++i) {
-      const Segment& p = ask.pieces[i];
-      if (p.length == 0 || p.src > held || p.length > held - p.src) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "piece ", i, " (", p.src, "+", p.length, ") is not in the ", held, "-byte range"));
-      }
-    }
+    auto checked = CheckPiecesIn(ask.pieces, use->length(), ask.pieces.size());
+    if (!checked.ok()) return checked.status();
   }
   auto entry = std::make_shared<Entry>();
   entry->incarnation = from_incarnation;

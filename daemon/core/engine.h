@@ -107,6 +107,8 @@ struct RemoteAsk {
   // A checksummed vectored move's pieces (relative to the held ranges): the remote node
   // hashes its side of them (dst when `write`, else src) instead of the whole range.
   std::shared_ptr<const Segments> pieces;
+  // A vectored move (its pieces travel with the hold only when checksummed, above).
+  bool vectored = false;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement

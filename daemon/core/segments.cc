@@ -169,6 +169,25 @@ void CopyPieces(char* dst, const char* src, const std::vector<Segment>& list, si
   });
 }
 
+absl::StatusOr<uint64_t> CheckPiecesIn(const std::vector<Segment>& pieces, uint64_t range,
+                                       size_t max_pieces) {
+  if (pieces.size() > max_pieces) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pieces.size(), " pieces; at most ", max_pieces));
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Segment& p = pieces[i];
+    if (p.length == 0 || p.src > range || p.length > range - p.src) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "piece ", i, " (", p.src, "+", p.length, ") is not in the ", range, "-byte range"));
+    }
+    if (total + p.length < total) return absl::InvalidArgumentError("the pieces add up past 2^64");
+    total += p.length;
+  }
+  return total;
+}
+
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s) {
   if (s->src_lo == 0 && s->dst_lo == 0) return s;
   return Rebased(*s);

@@ -42,6 +42,11 @@ absl::StatusOr<std::shared_ptr<const Segments>> MakeSegments(std::vector<Segment
 // block size of 0, lists of different lengths, index × stride past 2^64).
 absl::StatusOr<std::shared_ptr<const Segments>> ExpandBlocks(const BlockListSpec& blocks,
                                                              size_t max_pieces);
+// Checks pieces another node named in a range of `range` bytes it holds (untrusted):
+// each non-empty and inside the range (Segment.src is the offset; dst is not looked at),
+// at most `max_pieces` of them (INVALID_ARGUMENT otherwise). Returns their total bytes.
+absl::StatusOr<uint64_t> CheckPiecesIn(const std::vector<Segment>& pieces, uint64_t range,
+                                       size_t max_pieces);
 // The same pieces with their offsets made relative to [src_lo, ...) and [dst_lo, ...):
 // for the bounding ranges a transfer holds.
 std::shared_ptr<const Segments> Rebased(const Segments& s);

@@ -86,5 +86,22 @@ TEST(Segments, CutsAtPieceBoundariesByBytes) {
   EXPECT_EQ(CutPieces(list, 0, 4, 60, 1), (std::vector<size_t>{0, 4}));
 }
 
+TEST(Segments, PiecesAnotherNodeNamesMustLieInTheHeldRange) {
+  auto total = CheckPiecesIn({{0, 0, 10}, {90, 0, 10}, {50, 0, 1}}, 100, 3);
+  ASSERT_TRUE(total.ok()) << total.status();
+  EXPECT_EQ(*total, 21u);
+  for (const Segment& bad : {Segment{91, 0, 10}, Segment{0, 0, 0}, Segment{101, 0, 1},
+                             Segment{1, 0, UINT64_MAX}}) {
+    EXPECT_EQ(CheckPiecesIn({{0, 0, 1}, bad}, 100, 3).status().code(),
+              StatusCode::kInvalidArgument)
+        << bad.src << "+" << bad.length;
+  }
+  EXPECT_EQ(CheckPiecesIn({{0, 0, 1}, {1, 0, 1}}, 100, 1).status().code(),
+            StatusCode::kInvalidArgument);  // Too many.
+  // Pieces may repeat (a source read twice); their sum is still checked for overflow.
+  EXPECT_EQ(CheckPiecesIn({{0, 0, UINT64_MAX}, {0, 0, UINT64_MAX}}, UINT64_MAX, 2).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gpumove

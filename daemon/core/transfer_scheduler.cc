@@ -327,6 +327,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
         if (write) asks.back().notify = spec.notify;
         if (spec.checksum) asks.back().pieces = spec.pieces;
+        asks.back().vectored = spec.pieces != nullptr;
         // A path asked for by name may have the other node start its half with the hold.
         if (spec.path != PathKind::kAuto) {
           for (Engine* e : engines_) {

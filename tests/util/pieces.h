@@ -1,5 +1,5 @@
-// Piece lists for the vectored-move tests: shuffled pieces, as request segments, and the
-// bytes a destination should hold after them.
+// Piece lists for the vectored-move tests: shuffled pieces, as request segments, the
+// bytes a destination should hold after them, and a checked move between two nodes.
 #ifndef GPUMOVE_TESTS_UTIL_PIECES_H_
 #define GPUMOVE_TESTS_UTIL_PIECES_H_
 
@@ -11,7 +11,14 @@
 #include <string>
 #include <vector>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
+#include "tests/util/random_bytes.h"
 
 namespace gpumove {
 
@@ -51,6 +58,56 @@ inline std::string Expected(const std::string& src, std::string dst,
                             const std::vector<Piece>& pieces) {
   for (const Piece& p : pieces) dst.replace(p.dst, p.len, src, p.src, p.len);
   return dst;
+}
+
+// xxh3-64 of the pieces' source bytes in list order (what a vectored move's checksum is).
+inline uint64_t PiecesHash(const std::string& src, const std::vector<Piece>& pieces) {
+  std::string all;
+  for (const Piece& p : pieces) all.append(src, p.src, p.len);
+  return XXH3_64bits(all.data(), all.size());
+}
+
+// One end of a move between nodes: the node's name and a client of it.
+struct NodeEnd {
+  Client* client;
+  std::string node;
+};
+
+// A vectored move between nodes: from a buffer of `src_size` random bytes on `from` into
+// one of `dst_size` on `to`, submitted at `via` on `path`, checksummed; the end state, the
+// path (`expected`), the piece count, both hashes and every destination byte checked; both
+// buffers let go.
+inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const NodeEnd& via,
+                                 v1::Path path, v1::Path expected,
+                                 const std::vector<Piece>& pieces, uint64_t src_size,
+                                 uint64_t dst_size, uint64_t seed) {
+  SCOPED_TRACE(absl::StrCat(from.node, " -> ", to.node, " via ", via.node, ", ", pieces.size(),
+                            " pieces"));
+  auto s = from.client->Allocate(src_size);
+  auto d = to.client->Allocate(dst_size);
+  ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
+  const std::string src = RandomBytes(src_size, seed), dst = RandomBytes(dst_size, seed + 1);
+  ASSERT_TRUE(from.client->Write(Ref(s->id()), src).ok());
+  ASSERT_TRUE(to.client->Write(Ref(d->id()), dst).ok());
+  MoveOptions o;
+  o.segments = AsSegments(pieces);
+  o.checksum = true;  // The other node hashes its side of the pieces, in list order.
+  o.path = path;
+  v1::BufferRef f = Ref(s->id()), t = Ref(d->id());
+  f.set_node(from.node);
+  t.set_node(to.node);
+  auto moved = via.client->Move(f, t, o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_EQ(moved->path(), expected);
+  EXPECT_EQ(moved->pieces(), pieces.size());
+  EXPECT_EQ(moved->source_xxh3(), PiecesHash(src, pieces));
+  EXPECT_EQ(moved->destination_xxh3(), moved->source_xxh3());
+  auto back = to.client->Read(Ref(d->id()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == Expected(src, dst, pieces));
+  ASSERT_TRUE(from.client->Release(s->id()).ok());
+  ASSERT_TRUE(to.client->Release(d->id()).ok());
 }
 
 }  // namespace gpumove

@@ -1,9 +1,11 @@
 #include "daemon/path/mpi/mpi_engine.h"
 
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -83,7 +85,278 @@ class PostedReceive : public PassiveHalf {
   absl::Status status_;
 };
 
+
+// A vectored side's messages: message k is parts [begin[k], begin[k + 1]), each
+// {src: the offset in the side's range, dst: the offset in the message, length}; every
+// message but the last is `chunk` bytes.
+struct MessagePlan {
+  std::vector<Segment> parts;
+  std::vector<size_t> begin{0};
+  size_t messages() const { return begin.size() - 1; }
+};
+
+MessagePlan PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk) {
+  MessagePlan plan;
+  plan.parts.reserve(pieces.size() + 1);
+  uint64_t filled = 0;  // Bytes in the message being planned.
+  for (const Segment& p : pieces) {
+    for (uint64_t at = p.src, left = p.length; left > 0;) {
+      const uint64_t n = std::min(left, chunk - filled);
+      plan.parts.push_back(Segment{at, filled, n});
+      at += n;
+      left -= n;
+      filled += n;
+      if (filled == chunk) {
+        plan.begin.push_back(plan.parts.size());
+        filled = 0;
+      }
+    }
+  }
+  if (filled > 0) plan.begin.push_back(plan.parts.size());
+  return plan;
+}
+
 }  // namespace
+
+struct MpiEngine::Slots {
+  std::optional<BounceRing> ring;  // Staged: the ring's slots (when not the caller's).
+  std::vector<Scratch> scratch;    // Else: scratch buffers.
+  std::vector<char*> at;
+  int device = kHostDevice;  // Where the slots are.
+  // MPI may still read or write them (the wire failed with operations in flight): they
+  // are not used again.
+  bool abandoned = false;
+};
+
+MpiEngine::~MpiEngine() {
+  absl::MutexLock lock(&scratch_mu_);
+  for (const Scratch& s : scratch_) {
+    if (s.device == kHostDevice) {
+      std::free(s.data);
+    } else {
+      gpu_->DeviceFree(s.device, s.data);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<MpiEngine::Slots>> MpiEngine::SlotsFor(const Side& side) {
+  auto slots = std::make_unique<Slots>();
+  if (Staged(side.local)) {
+    absl::StatusOr<const BounceRing*> ring = RingOf(side, slots->ring);
+    if (!ring.ok()) return ring.status();
+    for (size_t i = 0; i < (*ring)->slots(); ++i) slots->at.push_back((*ring)->slot(i));
+    return slots;
+  }
+  const int device = side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
+  slots->device = device;
+  const uint64_t messages = (side.length + side.chunk - 1) / side.chunk;
+  const size_t want = std::clamp<uint64_t>(messages, 1, std::max(options_.window, 1));
+  {
+    absl::MutexLock lock(&scratch_mu_);
+    for (auto it = scratch_.begin(); it != scratch_.end() && slots->scratch.size() < want;) {
+      if (it->device == device && it->bytes == side.chunk) {
+        slots->scratch.push_back(*it);
+        it = scratch_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  while (slots->scratch.size() < want) {
+    char* data = nullptr;
+    if (device == kHostDevice) {
+      data = static_cast<char*>(std::aligned_alloc(4096, (side.chunk + 4095) / 4096 * 4096));
+    } else {
+      absl::StatusOr<void*> d = gpu_->DeviceAlloc(device, side.chunk);
+      if (d.ok()) data = static_cast<char*>(*d);
+    }
+    if (data == nullptr) {
+      GiveBack(*slots);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no room for ", want, " message slots of ", side.chunk, " bytes on ",
+          device == kHostDevice ? std::string("the host") : absl::StrCat("GPU ", device)));
+    }
+    slots->scratch.push_back(Scratch{device, side.chunk, data});
+  }
+  for (const Scratch& s : slots->scratch) slots->at.push_back(s.data);
+  return slots;
+}
+
+void MpiEngine::GiveBack(Slots& slots) {
+  if (slots.abandoned) {
+    LOG(WARNING) << "left " << slots.scratch.size()
+                 << " MPI message slots to the library (operations on them never ended)";
+    slots.scratch.clear();
+    return;
+  }
+  std::vector<Scratch> extra;
+  {
+    absl::MutexLock lock(&scratch_mu_);
+    for (const Scratch& s : slots.scratch) {
+      if (scratch_.size() < kKeptScratch) {
+        scratch_.push_back(s);
+      } else {
+        extra.push_back(s);
+      }
+    }
+  }
+  for (const Scratch& s : extra) {
+    if (s.device == kHostDevice) {
+      std::free(s.data);
+    } else {
+      gpu_->DeviceFree(s.device, s.data);
+    }
+  }
+  slots.scratch.clear();
+}
+
+absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* slot,
+                                    const std::vector<Segment>& parts, size_t begin, size_t end,
+                                    uint64_t bytes, bool pack) {
+  const int local_device =
+      side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
+  // Packing copies parts as they are (local -> slot); unpacking the other way round.
+  thread_local std::vector<Segment> swapped;
+  const std::vector<Segment>* list = &parts;
+  if (!pack) {
+    swapped.assign(parts.begin() + begin, parts.begin() + end);
+    for (Segment& p : swapped) std::swap(p.src, p.dst);
+    list = &swapped;
+    end -= begin;
+    begin = 0;
+  }
+  char* dst = pack ? slot : side.local.data;
+  const char* src = pack ? side.local.data : slot;
+  const int dst_device = pack ? slots.device : local_device;
+  const int src_device = pack ? local_device : slots.device;
+  if (dst_device == kHostDevice && src_device == kHostDevice) {
+    CopyPieces(dst, src, *list, begin, end, bytes, kCopyThreads);
+    return absl::OkStatus();
+  }
+  return gpu_->CopyPieces(dst, dst_device, src, src_device, list->data() + begin, end - begin,
+                          bytes, nullptr);
+}
+
+absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t* sent) {
+  auto slots = SlotsFor(side);
+  if (!slots.ok()) return slots.status();
+  absl::Cleanup give_back = [&] { GiveBack(**slots); };
+  const MessagePlan plan = PlanMessages(*side.pieces, side.chunk);
+  const size_t window = (*slots)->at.size();
+  // A message that is one piece's bytes goes from the range itself where MPI takes it.
+  const bool direct_ok = !Staged(side.local);
+  struct Sending {
+    std::shared_ptr<MpiTransport::Op> op;
+    uint64_t end;
+  };
+  std::deque<Sending> in_flight;
+  absl::Status st;
+  bool stopped = false;
+  for (size_t k = 0; k < plan.messages(); ++k) {
+    if (in_flight.size() == window) {
+      auto r = mpi_->Wait(in_flight.front().op);
+      if (!r.ok()) {
+        *wire_failed = true;
+        (*slots)->abandoned = true;
+        return r.status();
+      }
+      *sent = in_flight.front().end;
+      in_flight.pop_front();
+      if (!side.progress(*sent)) {
+        stopped = true;
+        break;
+      }
+    }
+    const size_t b = plan.begin[k], e = plan.begin[k + 1];
+    const uint64_t at = k * side.chunk;
+    const uint64_t n = std::min(side.chunk, side.length - at);
+    const char* data = nullptr;
+    if (direct_ok && e - b == 1) {
+      data = side.local.data + plan.parts[b].src;
+    } else {
+      char* slot = (*slots)->at[k % window];
+      st = CopyMessage(side, **slots, slot, plan.parts, b, e, n, /*pack=*/true);
+      if (!st.ok()) break;
+      data = slot;
+    }
+    in_flight.push_back(Sending{mpi_->Isend(data, n, side.peer, side.tag), at + n});
+  }
+  while (!in_flight.empty()) {
+    auto r = mpi_->Wait(in_flight.front().op);
+    if (!r.ok()) {
+      *wire_failed = true;
+      (*slots)->abandoned = true;
+      return r.status();
+    }
+    *sent = in_flight.front().end;
+    in_flight.pop_front();
+    if (!stopped && st.ok() && !side.progress(*sent) && *sent < side.length) stopped = true;
+  }
+  if (st.ok() && stopped && *sent < side.length) st = absl::CancelledError("cancelled");
+  return st;
+}
+
+absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl::Status()>& posted,
+                                      const std::function<bool(uint64_t)>& progress) {
+  auto slots = SlotsFor(side);
+  if (!slots.ok()) return slots.status();
+  absl::Cleanup give_back = [&] { GiveBack(**slots); };
+  const MessagePlan plan = PlanMessages(*side.pieces, side.chunk);
+  const size_t window = (*slots)->at.size();
+  const bool direct_ok = !Staged(side.local);
+  std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, size_t>> in_flight;  // Message k.
+  size_t next = 0;
+  auto is_direct = [&](size_t k) { return direct_ok && plan.begin[k + 1] - plan.begin[k] == 1; };
+  auto bytes_of = [&](size_t k) { return std::min(side.chunk, side.length - k * side.chunk); };
+  auto post = [&] {
+    while (next < plan.messages() && in_flight.size() < window) {
+      char* into = is_direct(next) ? side.local.data + plan.parts[plan.begin[next]].src
+                                   : (*slots)->at[next % window];
+      in_flight.emplace_back(
+          mpi_->Irecv(into, bytes_of(next), side.peer, side.tag, side.patient && next == 0), next);
+      ++next;
+    }
+  };
+  auto cancel_rest = [&] {
+    std::vector<std::shared_ptr<MpiTransport::Op>> rest;
+    for (auto& [op, unused] : in_flight) rest.push_back(op);
+    mpi_->CancelReceives(rest);
+    in_flight.clear();
+  };
+  post();
+  if (absl::Status s = posted(); !s.ok()) {
+    cancel_rest();
+    return s;
+  }
+  absl::Status st;
+  uint64_t done = 0;
+  while (!in_flight.empty()) {
+    auto [op, k] = in_flight.front();
+    in_flight.pop_front();
+    const uint64_t n = bytes_of(k);
+    auto r = mpi_->Wait(op);
+    if (!r.ok()) {
+      st = r.status();
+      (*slots)->abandoned = true;  // Receives cancelled by then, but not surely.
+    } else if (*r == 0) {
+      st = absl::AbortedError(kSenderStopped);
+    } else if (*r != n) {
+      st = absl::DataLossError(
+          absl::StrCat("message ", k, ": ", *r, " bytes came, ", n, " expected"));
+    } else if (!is_direct(k)) {
+      st = CopyMessage(side, **slots, (*slots)->at[k % window], plan.parts, plan.begin[k],
+                       plan.begin[k + 1], n, /*pack=*/false);
+    }
+    if (!st.ok()) {
+      cancel_rest();
+      break;
+    }
+    done += n;
+    progress(done);
+    post();
+  }
+  return st;
+}
 
 int MpiEngine::NextTag() {
   // Tags only need to differ among this runner's moves still in flight with one peer;
@@ -113,6 +386,16 @@ absl::Status MpiEngine::CanServe(const Endpoint& src, const Endpoint& dst) const
 
 absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                              MoveControl& control) {
+  return RunMove(src, dst, length, nullptr, control);
+}
+
+absl::Status MpiEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
+                                   const Segments& pieces, MoveControl& control) {
+  return RunMove(src, dst, pieces.total, &pieces, control);
+}
+
+absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                                const Segments* pieces, MoveControl& control) {
   if (control.cancelled()) return absl::CancelledError("cancelled");
   const bool push = dst.remote != nullptr;
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
@@ -122,14 +405,32 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   side.local = push ? src : dst;
   side.length = length;
   side.peer = offer->rank;
-  // A push whose receiver started with the hold uses the hold's tag and chunk.
+  // A push whose receiver started with the hold uses the hold's tag and chunk (never a
+  // vectored move's: its receiver needs its pieces, which StartMpi brings).
   const bool started = push && offer->started_tag != 0;
+  if (started && pieces != nullptr) {
+    return absl::InternalError("the receiver of a vectored move started with its hold");
+  }
   side.tag = started ? offer->started_tag : NextTag();
   // Receives posted with the hold are patient (the other node naps over them): tell it
   // they are about to fill.
   side.wake = started;
-  side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice);
+  side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
   side.progress = control.Reporter();
+  // A vectored move: each side's pieces in list order (the other node's go with StartMpi).
+  std::vector<Segment> theirs;
+  if (pieces != nullptr) {
+    auto ours = std::make_shared<std::vector<Segment>>();
+    ours->reserve(pieces->list.size());
+    theirs.reserve(pieces->list.size());
+    for (const Segment& p : pieces->list) {
+      const uint64_t here = push ? p.src : p.dst, there = push ? p.dst : p.src;
+      ours->push_back(Segment{here, here, p.length});
+      theirs.push_back(Segment{there, there, p.length});
+    }
+    side.pieces = std::move(ours);
+  }
+  const std::vector<Segment>* their_pieces = pieces != nullptr ? &theirs : nullptr;
   // Our bounce ring first, waiting while other moves use the pool, and only then the
   // other node's half (which takes its own ring as it starts): a runner never has more
   // halves waiting on the other node than it has rings to feed them.
@@ -143,13 +444,15 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   if (push) {
     // The destination posts its receives before we send (with the hold, or now).
     if (!started) {
-      absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/false);
+      absl::Status st =
+          StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/false, their_pieces);
       if (!st.ok()) return st;
     }
     return Send(side);
   }
   absl::Status st = Receive(
-      side, [&] { return StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/true); },
+      side,
+      [&] { return StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/true, their_pieces); },
       [&] { StopMpi(*remote_, hold).IgnoreError(); });
   if (IsSenderStopped(st)) {
     return absl::AbortedError(
@@ -159,10 +462,12 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
 }
 
 void MpiEngine::PrepareAsk(RemoteAsk& ask) {
-  if (!ask.write) return;  // Pulls start the sender once our receives are posted.
+  // Pulls start the sender once our receives are posted; a vectored move's receiver
+  // starts with StartMpi, which brings its pieces.
+  if (!ask.write || ask.vectored) return;
   auto mpi = std::make_shared<MpiAsk>();
   mpi->tag = NextTag();
-  mpi->chunk = ChunkFor(ask.local_device);
+  mpi->chunk = ChunkFor(ask.local_device, false);
   ask.path_ask = std::move(mpi);
 }
 
@@ -191,7 +496,9 @@ absl::Status MpiEngine::Send(const Side& side) {
   bool stopped = false;
   bool wire_failed = false;
   absl::Status st;
-  if (Staged(side.local)) {
+  if (side.pieces != nullptr) {
+    st = SendPieces(side, &wire_failed, &sent);
+  } else if (Staged(side.local)) {
     std::optional<BounceRing> own;
     absl::StatusOr<const BounceRing*> ring = RingOf(side, own);
     if (!ring.ok()) {
@@ -257,7 +564,9 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
     return true;  // Keep receiving until the sender says it stopped.
   };
   absl::Status st;
-  if (Staged(side.local)) {
+  if (side.pieces != nullptr) {
+    st = ReceivePieces(side, posted, progress);
+  } else if (Staged(side.local)) {
     std::optional<BounceRing> own;
     absl::StatusOr<const BounceRing*> ring = RingOf(side, own);
     if (!ring.ok()) return ring.status();
@@ -330,7 +639,8 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
                                                                      uint64_t length,
                                                                      int runner_rank, int tag,
                                                                      uint64_t chunk, bool send,
-                                                                     bool patient) {
+                                                                     bool patient,
+                                                                     std::vector<Segment> pieces) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
@@ -341,7 +651,16 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
     return absl::FailedPreconditionError(
         "this node has no pinned pool to stage device memory for MPI");
   }
-  if (!send && !Staged(range) && (length + chunk - 1) / chunk <= uint64_t(options_.window)) {
+  std::shared_ptr<const std::vector<Segment>> packed;
+  if (!pieces.empty()) {
+    // Untrusted: every piece must lie in the range held.
+    auto total = CheckPiecesIn(pieces, length, kMaxHalfPieces);
+    if (!total.ok()) return total.status();
+    length = *total;
+    packed = std::make_shared<const std::vector<Segment>>(std::move(pieces));
+  }
+  if (packed == nullptr && !send && !Staged(range) &&
+      (length + chunk - 1) / chunk <= uint64_t(options_.window)) {
     auto posted = std::make_unique<PostedReceive>(mpi_);
     for (uint64_t offset = 0; offset < length; offset += chunk) {
       const uint64_t n = std::min(chunk, length - offset);
@@ -358,6 +677,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpo
   side.tag = tag;
   side.chunk = chunk;
   side.patient = patient;
+  side.pieces = std::move(packed);
   side.progress = [p](uint64_t) { return !p->stop_.load(); };
   p->thread_ = std::thread([this, p, side, send] {
     if (send) {

@@ -13,6 +13,14 @@
 //
 // Device memory goes straight to a CUDA-aware MPI; otherwise each side stages it through
 // its own pinned bounce buffers with the shared staging pipeline (staging.h).
+//
+// Vectored moves: both sides see the move as its pieces' bytes one after another in the
+// runner's list order, cut into `chunk`-byte messages; each side packs (sender) or
+// unpacks (receiver) a message with one gather or scatter copy (host threads, or one GPU
+// kernel) through slots of its own: pinned bounce buffers where it stages, else scratch
+// buffers of the range's own kind (device memory for a CUDA-aware MPI), kept for later
+// moves. A message that is one piece's bytes in memory MPI takes goes without a copy. The
+// other node learns its pieces with StartMpi.
 #ifndef GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
 #define GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
 
@@ -21,8 +29,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "daemon/core/engine.h"
+#include "daemon/core/segments.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/mpi/mpi_protocol.h"
@@ -66,6 +77,10 @@ class MpiEngine : public Engine {
   void Abandon(const RemoteHold& hold) override;
   absl::Status Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
                     MoveControl& control) override;
+  bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override { return true; }
+  absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                          MoveControl& control) override;
+  ~MpiEngine() override;
 
   // This node's half of a move run by `runner_rank`: sends `range` to it (`send`) or
   // receives into it. Returns once the first receives are posted. A `patient` receiver
@@ -74,7 +89,10 @@ class MpiEngine : public Engine {
   absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range, uint64_t length,
                                                             int runner_rank, int tag,
                                                             uint64_t chunk, bool send,
-                                                            bool patient = false);
+                                                            bool patient = false,
+                                                            std::vector<Segment> pieces = {});
+  // At most this many pieces in one StartMpi.
+  static constexpr size_t kMaxHalfPieces = size_t{1} << 22;
 
   // One side of a move; `progress(done)` false asks to stop.
   struct Side {
@@ -91,6 +109,9 @@ class MpiEngine : public Engine {
     bool wake = false;
     // Staged: the bounce ring the caller took (RingFor); null: taken here (RingOf).
     const BounceRing* ring = nullptr;
+    // A vectored move: this side's pieces in list order (Segment.src = the offset in
+    // `local`; `length` is their sum). Null: the whole range.
+    std::shared_ptr<const std::vector<Segment>> pieces;
   };
   // The bounce ring a staged side uses: sized to the move, alike on both ends so that
   // their messages match (whole chunks, or one of the move).
@@ -114,17 +135,36 @@ class MpiEngine : public Engine {
                        const std::function<void()>& ask_stop);
 
  private:
+  // Slots a vectored side packs messages in: a bounce ring's, or scratch buffers.
+  struct Slots;
+  absl::StatusOr<std::unique_ptr<Slots>> SlotsFor(const Side& side);
+  void GiveBack(Slots& slots);
+  // Gather (`pack`) or scatter of one message through `slot` with one copy.
+  absl::Status CopyMessage(const Side& side, const Slots& slots, char* slot,
+                           const std::vector<Segment>& parts, size_t begin, size_t end,
+                           uint64_t bytes, bool pack);
+  // Host threads a host message's gather or scatter is split over.
+  static constexpr int kCopyThreads = 4;
+  absl::Status SendPieces(const Side& side, bool* wire_failed, uint64_t* sent);
+  absl::Status ReceivePieces(const Side& side, const std::function<absl::Status()>& posted,
+                             const std::function<bool(uint64_t)>& progress);
+
   bool Staged(const Endpoint& e) const {
     return options_.force_staging || (e.kind == MemoryKind::kDevice && !mpi_->world().cuda_aware);
   }
   int NextTag();
   // Bytes per message of a move whose runner's side is (not) device memory; both halves
-  // use the runner's choice (it travels with StartMpi or the hold).
-  uint64_t ChunkFor(bool local_device) const {
-    return local_device && !options_.force_staging && mpi_->world().cuda_aware
-               ? std::max(options_.chunk, options_.device_chunk)
-               : options_.chunk;
+  // use the runner's choice (it travels with StartMpi or the hold). A vectored move's
+  // messages are packed in slots: device ones get kDevicePieceChunk, not device_chunk.
+  uint64_t ChunkFor(bool local_device, bool vectored) const {
+    if (!local_device || options_.force_staging || !mpi_->world().cuda_aware) {
+      return options_.chunk;
+    }
+    return std::max(options_.chunk, vectored ? kDevicePieceChunk : options_.device_chunk);
   }
+  static constexpr uint64_t kDevicePieceChunk = 16 << 20;
+  absl::Status RunMove(const Endpoint& src, const Endpoint& dst, uint64_t length,
+                       const Segments* pieces, MoveControl& control);
 
   MpiTransport* const mpi_;
   GpuRuntime* const gpu_;
@@ -132,6 +172,15 @@ class MpiEngine : public Engine {
   ClusterRemoteRanges* const remote_;
   const MpiEngineOptions options_;
   std::atomic<uint64_t> next_tag_{0};
+  // Scratch buffers of finished vectored moves, for the next: {device, bytes, address}.
+  struct Scratch {
+    int device;
+    uint64_t bytes;
+    char* data;
+  };
+  absl::Mutex scratch_mu_;
+  std::vector<Scratch> scratch_ ABSL_GUARDED_BY(scratch_mu_);
+  static constexpr size_t kKeptScratch = 16;
 };
 
 }  // namespace gpumove

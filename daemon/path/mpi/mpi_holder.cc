@@ -73,9 +73,19 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
     return absl::AlreadyExistsError(
         absl::StrCat("transfer ", Quoted(request.transfer_id()), " already started"));
   }
+  if (request.piece_offsets_size() != request.piece_lengths_size()) {
+    return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
+  }
+  std::vector<Segment> pieces;
+  pieces.reserve(request.piece_offsets_size());
+  for (int i = 0; i < request.piece_offsets_size(); ++i) {
+    const uint64_t at = request.piece_offsets(i);
+    pieces.push_back(Segment{at, at, request.piece_lengths(i)});
+  }
+  // StartPassive checks every piece against the range.
   auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
                                     range.length(), request.from_rank(), request.tag(),
-                                    request.chunk(), request.send(), patient);
+                                    request.chunk(), request.send(), patient, std::move(pieces));
   if (!half.ok()) return half.status();
   part.half_ = *std::move(half);
   return absl::OkStatus();

@@ -29,12 +29,20 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 }
 
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send) {
+                      bool send, const std::vector<Segment>* pieces) {
   peer::v1::StartMpiRequest request;
   request.set_from_rank(remote.self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
+  if (pieces != nullptr) {
+    request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces->size()));
+    request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces->size()));
+    for (const Segment& p : *pieces) {
+      request.add_piece_offsets(p.src);
+      request.add_piece_lengths(p.length);
+    }
+  }
   peer::v1::StartMpiResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
                            &peer::v1::PeerService::Stub::StartMpi);

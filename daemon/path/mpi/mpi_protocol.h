@@ -6,9 +6,11 @@
 #define GPUMOVE_DAEMON_PATH_MPI_PROTOCOL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "daemon/cluster/path_codec.h"
 #include "daemon/cluster/remote_ranges.h"
+#include "daemon/common/segment.h"
 
 namespace gpumove {
 
@@ -38,9 +40,10 @@ class MpiCodec : public PathCodec {
 
 // Runner: has the holder start its half of the move, sending the held range to our rank
 // (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
-// its first receives are posted.
+// its first receives are posted. A vectored move names the holder's pieces (`pieces`,
+// Segment.src = the offset in the held range), packed in list order.
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send);
+                      bool send, const std::vector<Segment>* pieces = nullptr);
 // Runner: asks the holder, the sender of a pull, to stop after the chunks in flight (a
 // cancel).
 absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold);
