@@ -22,6 +22,7 @@
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/mpi_job.h"
+#include "tests/util/pieces.h"
 #include "tests/util/random_bytes.h"
 
 #ifdef GPUMOVE_HAVE_CUDA
@@ -542,6 +543,20 @@ TEST(GpuMpi, DeviceBuffersMoveOverStagedMpiVerified) {
     ASSERT_TRUE(c0.Release(src->id()).ok());
     ASSERT_TRUE(c1.Release(dst->id()).ok());
     ASSERT_TRUE(c0.Release(back->id()).ok());
+  }
+  // Vectored: each rank packs its pieces on the GPU into its bounce slots (many tiny pieces
+  // to a message; pieces longer than a message cut across several); device <-> device
+  // both ways, and device -> host.
+  for (const auto& [n, slot, max_len] : {std::tuple<size_t, uint64_t, uint64_t>{20000, 17, 16},
+                                        {2000, 4099, 4096},
+                                        {6, (9 << 20) + 5, 9 << 20}}) {
+    const NodeEnd r0{&c0, "rank0"}, r1{&c1, "rank1"};
+    for (const auto& [from, to, to_kind] :
+         {std::tuple{r0, r1, v1::DEVICE}, {r1, r0, v1::DEVICE}, {r1, r0, v1::HOST}}) {
+      MoveVectoredAndCheck(from, to, r0, v1::MPI, v1::MPI, RandomPieces(n, slot, max_len, seed),
+                           n * slot, n * (slot + 3), seed, v1::DEVICE, to_kind);
+      ++seed;
+    }
   }
   auto info = c0.GetInfo();
   for (const auto& p : info->paths()) {

@@ -239,9 +239,7 @@ TEST_P(MpiTest, VectoredMovesEveryWayVerified) {
     for (const Way& w : {Way{&r0, &r1, &r0}, Way{&r1, &r0, &r0}, Way{&r1, &r2, &r0}}) {
       ++seed;
       SCOPED_TRACE(absl::StrCat("pieces of up to ", k.max_len));
-      std::mt19937_64 rng(seed);
-      auto pieces = Shuffled(
-          k.n, k.slot, k.slot + 3, [&](size_t) { return 1 + rng() % k.max_len; }, seed);
+      auto pieces = RandomPieces(k.n, k.slot, k.max_len, seed);
       MoveVectoredAndCheck(*w.from, *w.to, *w.via, v1::MPI, v1::MPI, pieces, k.n * k.slot,
                            k.n * (k.slot + 3), seed);
     }

@@ -32,7 +32,10 @@
 
 ABSL_FLAG(int, rounds, 5, "Rounds; medians are printed.");
 ABSL_FLAG(bool, device, false, "Measure LOCAL moves with GPU 0's memory (see above).");
-ABSL_FLAG(std::string, mpi, "", "Measure path MPI between two ranks started with this launch.");
+ABSL_FLAG(std::string, mpi, "",
+          "Measure path MPI between two ranks started with this launch (\"default\": no "
+          "launcher options).");
+ABSL_FLAG(bool, mpi_device, false, "With --mpi: GPU 0's memory on both ranks.");
 ABSL_FLAG(int, separate_blocks, 8192,
           "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
           "the whole list).");
@@ -205,17 +208,44 @@ int DeviceRows(Client& c) {
       "GB/s, medians of %d rounds; in daemon: the transfer's start to end; (c) moves the first "
       "%d blocks as separate specs\n",
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_separate_blocks));
+  // What a checksum costs a device move: 256 MiB device -> device with and without.
+  const uint64_t bytes = 256 << 20;
+  auto src = c.Allocate(bytes, v1::DEVICE, 0);
+  auto dst = c.Allocate(bytes, v1::DEVICE, 0);
+  if (!src.ok() || !dst.ok()) return std::printf("allocation failed\n"), 1;
+  std::vector<double> plain, summed;
+  for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
+    for (bool checksum : {false, true}) {
+      MoveOptions o;
+      o.checksum = checksum;
+      const absl::Time t0 = absl::Now();
+      auto t = c.Move(Ref(src->id()), Ref(dst->id()), o);
+      if (!t.ok() || t->state() != v1::SUCCEEDED) return std::printf("checksummed move\n"), 1;
+      (checksum ? summed : plain)
+          .push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+    }
+  }
+  std::printf("LOCAL device->device 256 MiB: %.2f GB/s, with checksums %.2f GB/s (%.2f)\n",
+              Median(plain), Median(summed), Median(summed) / Median(plain));
   return 0;
 }
 
 // Path MPI between two ranks of a job: host memory, rank0 -> rank1.
 int MpiRows(const std::string& name) {
   std::optional<MpiLaunch> launch;
+  if (name == "default") launch = MpiLaunch{"default", {}, {}};
   for (const MpiLaunch& l : MpiLaunches()) {
     if (l.name == name) launch = l;
   }
   if (!launch) return std::printf("no MPI launch %s here\n", name.c_str()), 1;
-  auto job = MpiJob::Start(2, *launch, {"--host_pool_size=1536MiB", "--mpi_chunk=4MiB"});
+  const bool device = absl::GetFlag(FLAGS_mpi_device);
+  const v1::MemoryKind kind = device ? v1::DEVICE : v1::HOST;
+  std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--mpi_chunk=4MiB"};
+  if (device) {
+    flags = {"--host_pool_size=64MiB", "--pinned_pool_size=512MiB", "--device_pool_size=2GiB",
+             "--gpus=0", "--noucx", "--mpi_chunk=4MiB"};
+  }
+  auto job = MpiJob::Start(2, *launch, flags);
   if (!job.ok()) return std::printf("%s\n", job.status().ToString().c_str()), 1;
   Client& c = (*job)->client(0);
   for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
@@ -230,16 +260,16 @@ int MpiRows(const std::string& name) {
     const uint64_t bytes = shape.block * shape.count;
     std::vector<uint64_t> si, di;
     Shuffle(shape.count, shape.block, &si, &di);
-    auto src = c.Allocate(bytes);
-    auto remote = c.Allocate(bytes, v1::HOST, 0, absl::ZeroDuration(), "", "rank1");
+    auto src = c.Allocate(bytes, kind, 0);
+    auto remote = c.Allocate(bytes, kind, 0, absl::ZeroDuration(), "", "rank1");
     if (!src.ok() || !remote.ok()) return std::printf("allocation failed\n"), 1;
     v1::BufferRef to = Ref(remote->id());
     to.set_node("rank1");
     auto f = Measure(c, Ref(src->id()), to, shape, si, di, v1::MPI);
     if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
     std::printf("%-30s %10.2f %10.2f %10.3f %8.2f %8.0f %10.2f\n",
-                absl::StrCat("MPI ", name, " r0->r1, ", shape.count, " x ", shape.block >> 10,
-                             " KiB")
+                absl::StrCat("MPI ", name, device ? " dev" : "", " r0->r1, ", shape.count,
+                             " x ", shape.block >> 10, " KiB")
                     .c_str(),
                 f->vectored, f->contiguous, f->separate, f->vectored / f->contiguous,
                 f->vectored / f->separate, f->accept_ms);

@@ -54,6 +54,14 @@ inline std::vector<v1::Segment> AsSegments(const std::vector<Piece>& pieces) {
 }
 
 // `dst` after every piece copied from `src`.
+// Shuffled pieces of 1 to `max_len` bytes in slots of `slot` bytes (3 more on the
+// destination side, so that bytes between pieces are there to stay untouched).
+inline std::vector<Piece> RandomPieces(size_t n, uint64_t slot, uint64_t max_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return Shuffled(
+      n, slot, slot + 3, [&](size_t) { return 1 + rng() % max_len; }, seed);
+}
+
 inline std::string Expected(const std::string& src, std::string dst,
                             const std::vector<Piece>& pieces) {
   for (const Piece& p : pieces) dst.replace(p.dst, p.len, src, p.src, p.len);
@@ -76,15 +84,18 @@ struct NodeEnd {
 // A vectored move between nodes: from a buffer of `src_size` random bytes on `from` into
 // one of `dst_size` on `to`, submitted at `via` on `path`, checksummed; the end state, the
 // path (`expected`), the piece count, both hashes and every destination byte checked; both
-// buffers let go.
+// buffers (of `from_kind` and `to_kind`, on GPU 0 if device memory) let go.
 inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const NodeEnd& via,
                                  v1::Path path, v1::Path expected,
                                  const std::vector<Piece>& pieces, uint64_t src_size,
-                                 uint64_t dst_size, uint64_t seed) {
+                                 uint64_t dst_size, uint64_t seed,
+                                 v1::MemoryKind from_kind = v1::HOST,
+                                 v1::MemoryKind to_kind = v1::HOST) {
   SCOPED_TRACE(absl::StrCat(from.node, " -> ", to.node, " via ", via.node, ", ", pieces.size(),
-                            " pieces"));
-  auto s = from.client->Allocate(src_size);
-  auto d = to.client->Allocate(dst_size);
+                            " pieces, ", v1::MemoryKind_Name(from_kind), " -> ",
+                            v1::MemoryKind_Name(to_kind)));
+  auto s = from.client->Allocate(src_size, from_kind, 0);
+  auto d = to.client->Allocate(dst_size, to_kind, 0);
   ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
   const std::string src = RandomBytes(src_size, seed), dst = RandomBytes(dst_size, seed + 1);
   ASSERT_TRUE(from.client->Write(Ref(s->id()), src).ok());

@@ -82,45 +82,57 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
-                                    bool source) {
+namespace {
+
+// xxh3-64 of device bytes: the parts (offsets from e.data, in order) gathered by the GPU,
+// one kernel a fill, into one of two page-locked bounces while a helper thread hashes the
+// other (the copy of fill k overlaps the hash of fill k - 1).
+absl::StatusOr<uint64_t> HashDevice(GpuRuntime* gpu, const Endpoint& e,
+                                    const std::vector<Segment>& parts, bool source) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);
   XXH3_64bits_reset(state.get());
-  if (e.kind != MemoryKind::kDevice) {
-    for (const Segment& p : pieces.list) {
-      XXH3_64bits_update(state.get(), e.data + (source ? p.src : p.dst), p.length);
-    }
-    return XXH3_64bits_digest(state.get());
-  }
-  // Device memory: the pieces gathered into a page-locked bounce (one kernel per fill),
-  // hashed there in list order.
   constexpr uint64_t kBounce = 8ull << 20;
-  auto pinned = gpu->PinnedAlloc(kBounce);
-  std::unique_ptr<char[]> plain;
-  char* bounce = nullptr;
-  if (pinned.ok()) {
-    bounce = static_cast<char*>(*pinned);
-  } else {
-    plain.reset(new char[kBounce]);
-    bounce = plain.get();
-  }
+  char* bounce[2] = {nullptr, nullptr};
+  std::unique_ptr<char[]> plain[2];
+  void* pinned[2] = {nullptr, nullptr};
   absl::Cleanup free_pinned = [&] {
-    if (pinned.ok()) gpu->PinnedFree(*pinned);
+    for (void* p : pinned) {
+      if (p != nullptr) gpu->PinnedFree(p);
+    }
+  };
+  for (int i = 0; i < 2; ++i) {
+    auto p = gpu->PinnedAlloc(kBounce);
+    if (p.ok()) {
+      pinned[i] = *p;
+      bounce[i] = static_cast<char*>(*p);
+    } else {
+      plain[i].reset(new char[kBounce]);
+      bounce[i] = plain[i].get();
+    }
+  }
+  std::thread hashing;  // Of the fill before the one being copied.
+  absl::Cleanup join = [&] {
+    if (hashing.joinable()) hashing.join();
   };
   std::vector<Segment> fill;
   uint64_t filled = 0;
+  size_t fills = 0;
   auto flush = [&]() -> absl::Status {
     if (fill.empty()) return absl::OkStatus();
-    absl::Status st = gpu->CopyPieces(bounce, kHostDevice, e.data, e.device, fill.data(),
-                                      fill.size(), kBounce, nullptr);
+    char* into = bounce[fills % 2];
+    absl::Status st =
+        gpu->CopyPieces(into, kHostDevice, e.data, e.device, fill.data(), fill.size(), kBounce,
+                        nullptr);
+    if (hashing.joinable()) hashing.join();
     if (!st.ok()) return st;
-    XXH3_64bits_update(state.get(), bounce, filled);
+    hashing = std::thread([&state, into, n = filled] { XXH3_64bits_update(state.get(), into, n); });
+    ++fills;
     fill.clear();
     filled = 0;
     return absl::OkStatus();
   };
-  for (const Segment& p : pieces.list) {
+  for (const Segment& p : parts) {
     const uint64_t at = source ? p.src : p.dst;
     for (uint64_t off = 0; off < p.length;) {
       const uint64_t n = std::min(kBounce - filled, p.length - off);
@@ -133,24 +145,29 @@ absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Se
     }
   }
   if (absl::Status st = flush(); !st.ok()) return st;
+  if (hashing.joinable()) hashing.join();
   return XXH3_64bits_digest(state.get());
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
+                                    bool source) {
+  if (e.kind != MemoryKind::kDevice) {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                   &XXH3_freeState);
+    XXH3_64bits_reset(state.get());
+    for (const Segment& p : pieces.list) {
+      XXH3_64bits_update(state.get(), e.data + (source ? p.src : p.dst), p.length);
+    }
+    return XXH3_64bits_digest(state.get());
+  }
+  return HashDevice(gpu, e, pieces.list, source);
 }
 
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
   if (e.kind != MemoryKind::kDevice) return XXH3_64bits(e.data, length);
-  constexpr uint64_t kBounce = 8ull << 20;
-  std::unique_ptr<char[]> bounce(new char[std::min(length, kBounce)]);
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  XXH3_64bits_reset(state.get());
-  for (uint64_t done = 0; done < length;) {
-    const uint64_t n = std::min(kBounce, length - done);
-    absl::Status st = gpu->Copy(bounce.get(), kHostDevice, e.data + done, e.device, n, n, nullptr);
-    if (!st.ok()) return st;
-    XXH3_64bits_update(state.get(), bounce.get(), n);
-    done += n;
-  }
-  return XXH3_64bits_digest(state.get());
+  return HashDevice(gpu, e, {Segment{0, 0, length}}, /*source=*/true);
 }
 
 }  // namespace gpumove
