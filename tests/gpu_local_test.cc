@@ -91,6 +91,7 @@ TEST_F(GpuLocal, EveryDirectionMovesVerifiedBytes) {
         ASSERT_TRUE(t.ok()) << t.status();
         ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
         EXPECT_EQ(t->source_xxh3(), t->destination_xxh3());
+        EXPECT_EQ(t->source_xxh3(), XXH3_64bits(data.data() + 64, size));
         const std::string after = *client_->Read(Ref(dst->id()));
         EXPECT_TRUE(after.substr(0, 32) == before.substr(0, 32));
         EXPECT_TRUE(after.substr(32, size) == data.substr(64, size));
@@ -98,6 +99,33 @@ TEST_F(GpuLocal, EveryDirectionMovesVerifiedBytes) {
         ASSERT_TRUE(client_->Release(src->id()).ok());
         ASSERT_TRUE(client_->Release(dst->id()).ok());
       }
+    }
+  }
+}
+
+// Checksums of device ranges: from 1 MiB the GPU sums the 1 KiB blocks (8-byte aligned
+// starts; others are hashed on the host), and both must be the xxh3 the client computes.
+TEST_F(GpuLocal, DeviceChecksumsAreTheHostsXxh3) {
+  uint64_t seed = 300;
+  for (uint64_t size : {(1ull << 20) - 1, 1ull << 20, (1ull << 20) + 1, (64ull << 20) + 1024,
+                        (200ull << 20) + 17}) {
+    for (uint64_t offset : {0ull, 1ull, 8ull}) {
+      SCOPED_TRACE(absl::StrCat(size, " bytes at ", offset));
+      auto src = client_->Allocate(size + offset, v1::DEVICE, 0);
+      auto dst = client_->Allocate(size + 8, v1::DEVICE, 0);
+      ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+      const std::string data = RandomBytes(size + offset, seed++);
+      ASSERT_TRUE(client_->Write(Ref(src->id()), data).ok());
+      MoveOptions o;
+      o.checksum = true;
+      auto t = client_->Move(Ref(src->id(), offset, size), Ref(dst->id(), 8 - offset % 8), o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+      const uint64_t want = XXH3_64bits(data.data() + offset, size);
+      EXPECT_EQ(t->source_xxh3(), want);
+      EXPECT_EQ(t->destination_xxh3(), want);
+      ASSERT_TRUE(client_->Release(src->id()).ok());
+      ASSERT_TRUE(client_->Release(dst->id()).ok());
     }
   }
 }

@@ -232,6 +232,27 @@ class CudaRuntime : public GpuRuntime {
                                   progress);
   }
 
+  absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
+                             uint64_t* out) override {
+#ifdef GPUMOVE_HAVE_GATHER
+    const char* sums = KernelAddress(reinterpret_cast<const char*>(out), kHostDevice, device);
+    if (sums == nullptr || reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+      return absl::UnimplementedError("the sums' memory is not mapped, or the data unaligned");
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    auto taken = streams_.Take(device);
+    if (!taken.ok()) return taken.status();
+    StreamLease lease(&streams_, *taken);
+    CUDA_RETURN_IF_ERROR(LaunchXxh3Sums(data, blocks,
+                                        reinterpret_cast<uint64_t*>(const_cast<char*>(sums)),
+                                        (*lease).stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize((*lease).stream));
+    return absl::OkStatus();
+#else
+    return GpuRuntime::Xxh3BlockSums(device, data, blocks, out);
+#endif
+  }
+
   absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device,
                                                         const void* src, int src_device,
                                                         uint64_t bytes, uint64_t chunk,

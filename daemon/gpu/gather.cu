@@ -1,5 +1,7 @@
 #include "daemon/gpu/gather.h"
 
+#include "daemon/common/xxh3_split.h"
+
 namespace gpumove {
 namespace {
 
@@ -30,7 +32,48 @@ __global__ void Gather(const GatherPiece* pieces, const char* src, char* dst) {
   for (uint64_t i = threadIdx.x; i < len; i += kThreads) d[i] = s[i];
 }
 
+struct StripeSecret {
+  uint64_t w[kXxh3StripeWords];
+};
+
+// Eight threads a block, one a lane: lane i of stripe n adds its neighbour's word (lane
+// i ^ 1, the next thread over: a shuffle) and the product of the halves of its own word
+// xor the secret's word n + i. Consecutive threads read consecutive words.
+__global__ void Xxh3Sums(const uint64_t* data, uint64_t blocks, uint64_t* out, StripeSecret s) {
+  __shared__ uint64_t secret[kXxh3StripeWords];
+  if (threadIdx.x < kXxh3StripeWords) secret[threadIdx.x] = s.w[threadIdx.x];
+  __syncthreads();
+  const uint64_t t = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t b = t / kXxh3Lanes;
+  const int lane = static_cast<int>(t % kXxh3Lanes);
+  // Whole warps take part in the shuffles: threads past the end read block 0 and store
+  // nothing.
+  const uint64_t* block = data + (b < blocks ? b : 0) * (kXxh3Block / 8);
+  uint64_t sum = 0;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    const uint64_t mine = block[n * kXxh3Lanes + lane];
+    const uint64_t other = __shfl_xor_sync(0xffffffffu, mine, 1);
+    const uint64_t key = mine ^ secret[n + lane];
+    sum += other + (key & 0xffffffffull) * (key >> 32);
+  }
+  if (b < blocks) out[t] = sum;
+}
+
 }  // namespace
+
+cudaError_t LaunchXxh3Sums(const char* data, uint64_t blocks, uint64_t* out,
+                           cudaStream_t stream) {
+  if (blocks == 0) return cudaSuccess;
+  StripeSecret s;
+  for (int w = 0; w < kXxh3StripeWords; ++w) s.w[w] = kXxh3StripeSecret[w];
+  const uint64_t threads = blocks * kXxh3Lanes;
+  const uint64_t grid = (threads + kThreads - 1) / kThreads;
+  if (grid > (1ull << 31) - 1) return cudaErrorInvalidValue;
+  Xxh3Sums<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      reinterpret_cast<const uint64_t*>(data), blocks, out, s);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchGather(const GatherPiece* pieces, uint64_t n, const char* src, char* dst,
                          cudaStream_t stream) {

@@ -22,6 +22,12 @@ inline constexpr uint64_t kGatherPieceMax = 64 << 10;
 cudaError_t LaunchGather(const GatherPiece* pieces, uint64_t n, const char* src, char* dst,
                          cudaStream_t stream);
 
+// Queues the xxh3 block sums (daemon/common/xxh3_split.h) of `blocks` 1 KiB blocks at
+// `data` (8-byte aligned) into out[8 * b + lane] on `stream`; `out` is an address the
+// kernel's device reaches (its memory, or mapped page-locked host memory).
+cudaError_t LaunchXxh3Sums(const char* data, uint64_t blocks, uint64_t* out,
+                           cudaStream_t stream);
+
 }  // namespace gpumove
 
 #endif  // GPUMOVE_DAEMON_GPU_GATHER_H_

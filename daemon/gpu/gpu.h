@@ -103,6 +103,15 @@ class GpuRuntime {
                                   const Segment* pieces, size_t n, uint64_t round_bytes,
                                   const CopyProgress& progress);
 
+  // The xxh3 block sums (daemon/common/xxh3_split.h) of `blocks` 1 KiB blocks of device
+  // memory at `data` (on `device`, 8-byte aligned), computed on that GPU into `out`
+  // (page-locked host memory from PinnedAlloc, 8 words a block). UNIMPLEMENTED where the
+  // runtime has no kernel for it (the caller hashes on the CPU).
+  virtual absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
+                                     uint64_t* out) {
+    return absl::UnimplementedError("no GPU hashing in this runtime");
+  }
+
   // Copy, but the last chunk is only queued: returns with a fence behind it. Progress is
   // reported for the chunks before it. A copy that stopped early returns CANCELLED as Copy
   // does (after waiting). Runtimes without interprocess events copy to the end and return

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "daemon/common/xxh3_split.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpumove {
@@ -165,8 +166,50 @@ absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Se
   return HashDevice(gpu, e, pieces.list, source);
 }
 
+namespace {
+
+// xxh3-64 of a whole device range on its GPU: the sums of its 1 KiB blocks computed there
+// (rounds of 64 MiB, the sums written into page-locked memory), the scrambles between
+// them and the end here (daemon/common/xxh3_split.h). UNIMPLEMENTED where the runtime
+// cannot.
+absl::StatusOr<uint64_t> HashOnGpu(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
+  constexpr uint64_t kRoundBlocks = 65536;
+  const uint64_t full = (length - 1) / kXxh3Block;
+  auto pinned = gpu->PinnedAlloc(std::max<uint64_t>(1, std::min(full, kRoundBlocks)) *
+                                 kXxh3Lanes * sizeof(uint64_t));
+  if (!pinned.ok()) return absl::UnimplementedError("no page-locked memory for the sums");
+  absl::Cleanup free_pinned = [&] { gpu->PinnedFree(*pinned); };
+  uint64_t* sums = static_cast<uint64_t*>(*pinned);
+  Xxh3Long h;
+  for (uint64_t b = 0; b < full; b += kRoundBlocks) {
+    const uint64_t n = std::min(kRoundBlocks, full - b);
+    if (absl::Status st = gpu->Xxh3BlockSums(e.device, e.data + b * kXxh3Block, n, sums);
+        !st.ok()) {
+      return st;
+    }
+    h.AddBlocks(sums, n);
+  }
+  char end[2 * kXxh3Block];
+  const uint64_t tail = std::min<uint64_t>(length, sizeof(end));
+  if (absl::Status st = gpu->Copy(end, kHostDevice, e.data + length - tail, e.device, tail, tail,
+                                  nullptr);
+      !st.ok()) {
+    return st;
+  }
+  bool ok = false;
+  const uint64_t hash = h.Finish(length, end, tail, &ok);
+  if (!ok) return absl::InternalError("the split xxh3 could not finish");
+  return hash;
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
   if (e.kind != MemoryKind::kDevice) return XXH3_64bits(e.data, length);
+  if (length >= kGpuHashMin) {
+    auto h = HashOnGpu(gpu, e, length);
+    if (h.ok() || h.status().code() != absl::StatusCode::kUnimplemented) return h;
+  }
   return HashDevice(gpu, e, {Segment{0, 0, length}}, /*source=*/true);
 }
 

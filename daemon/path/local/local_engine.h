@@ -27,8 +27,12 @@ class LocalEngine : public Engine {
   GpuRuntime* const gpu_;
 };
 
-// xxh3-64 of `length` bytes at `e`; device memory is hashed through a host bounce buffer.
+// xxh3-64 of `length` bytes at `e`. Device memory from kGpuHashMin bytes: the sums of its
+// 1 KiB blocks on its GPU, the rest on the CPU (daemon/common/xxh3_split.h), the same
+// xxh3 as the host's; shorter ranges, or a runtime without the kernel: copied to the host
+// (two page-locked bounces, the copy of one overlapping the hash of the other).
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length);
+inline constexpr uint64_t kGpuHashMin = 1 << 20;
 // xxh3-64 of the pieces' bytes at `e` one after another in list order: their source
 // sides (`source`) or destination sides. The same bytes hash the same as HashRange of
 // their concatenation.
