@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
+#include "daemon/common/xxh3_split.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/gpu/gpu.h"
@@ -56,6 +57,21 @@ struct CopyStream {
     CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_pieces, want * sizeof(GatherPiece), 0));
     CUDA_RETURN_IF_ERROR(cudaMalloc(&device_pieces, want * sizeof(GatherPiece)));
     capacity = want;
+    return absl::OkStatus();
+  }
+  // xxh3 block sums: mapped page-locked memory the kernel writes, grown likewise.
+  uint64_t* sums = nullptr;
+  uint64_t* device_sums = nullptr;  // Its address for the kernel.
+  uint64_t sums_capacity = 0;
+  absl::Status ReserveSums(uint64_t n) {
+    if (n <= sums_capacity) return absl::OkStatus();
+    if (sums != nullptr) cudaFreeHost(sums);
+    sums = device_sums = nullptr;
+    sums_capacity = 0;
+    CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&sums, n * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_sums), sums, 0));
+    sums_capacity = n;
     return absl::OkStatus();
   }
 #endif
@@ -233,23 +249,23 @@ class CudaRuntime : public GpuRuntime {
   }
 
   absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
-                             uint64_t* out) override {
+                             const std::function<void(const uint64_t* sums)>& use) override {
 #ifdef GPUMOVE_HAVE_GATHER
-    const char* sums = KernelAddress(reinterpret_cast<const char*>(out), kHostDevice, device);
-    if (sums == nullptr || reinterpret_cast<uintptr_t>(data) % 8 != 0) {
-      return absl::UnimplementedError("the sums' memory is not mapped, or the data unaligned");
+    if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+      return absl::UnimplementedError("device data not 8-byte aligned");
     }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     auto taken = streams_.Take(device);
     if (!taken.ok()) return taken.status();
     StreamLease lease(&streams_, *taken);
-    CUDA_RETURN_IF_ERROR(LaunchXxh3Sums(data, blocks,
-                                        reinterpret_cast<uint64_t*>(const_cast<char*>(sums)),
-                                        (*lease).stream));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize((*lease).stream));
+    CopyStream& s = *lease;
+    if (absl::Status st = s.ReserveSums(blocks * kXxh3Lanes); !st.ok()) return st;
+    CUDA_RETURN_IF_ERROR(LaunchXxh3Sums(data, blocks, s.device_sums, s.stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+    use(s.sums);
     return absl::OkStatus();
 #else
-    return GpuRuntime::Xxh3BlockSums(device, data, blocks, out);
+    return GpuRuntime::Xxh3BlockSums(device, data, blocks, use);
 #endif
   }
 

@@ -104,11 +104,12 @@ class GpuRuntime {
                                   const CopyProgress& progress);
 
   // The xxh3 block sums (daemon/common/xxh3_split.h) of `blocks` 1 KiB blocks of device
-  // memory at `data` (on `device`, 8-byte aligned), computed on that GPU into `out`
-  // (page-locked host memory from PinnedAlloc, 8 words a block). UNIMPLEMENTED where the
-  // runtime has no kernel for it (the caller hashes on the CPU).
+  // memory at `data` (on `device`, 8-byte aligned), computed on that GPU into page-locked
+  // memory kept for the next time, and handed to `use` (8 words a block) before this
+  // returns. UNIMPLEMENTED where the runtime has no kernel for it (the caller hashes on
+  // the CPU).
   virtual absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
-                                     uint64_t* out) {
+                                     const std::function<void(const uint64_t* sums)>& use) {
     return absl::UnimplementedError("no GPU hashing in this runtime");
   }
 

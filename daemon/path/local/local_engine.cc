@@ -175,19 +175,12 @@ namespace {
 absl::StatusOr<uint64_t> HashOnGpu(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
   constexpr uint64_t kRoundBlocks = 65536;
   const uint64_t full = (length - 1) / kXxh3Block;
-  auto pinned = gpu->PinnedAlloc(std::max<uint64_t>(1, std::min(full, kRoundBlocks)) *
-                                 kXxh3Lanes * sizeof(uint64_t));
-  if (!pinned.ok()) return absl::UnimplementedError("no page-locked memory for the sums");
-  absl::Cleanup free_pinned = [&] { gpu->PinnedFree(*pinned); };
-  uint64_t* sums = static_cast<uint64_t*>(*pinned);
   Xxh3Long h;
   for (uint64_t b = 0; b < full; b += kRoundBlocks) {
     const uint64_t n = std::min(kRoundBlocks, full - b);
-    if (absl::Status st = gpu->Xxh3BlockSums(e.device, e.data + b * kXxh3Block, n, sums);
-        !st.ok()) {
-      return st;
-    }
-    h.AddBlocks(sums, n);
+    absl::Status st = gpu->Xxh3BlockSums(e.device, e.data + b * kXxh3Block, n,
+                                         [&](const uint64_t* sums) { h.AddBlocks(sums, n); });
+    if (!st.ok()) return st;
   }
   char end[2 * kXxh3Block];
   const uint64_t tail = std::min<uint64_t>(length, sizeof(end));
