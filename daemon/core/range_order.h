@@ -3,10 +3,13 @@
 #define GPUMOVE_DAEMON_CORE_RANGE_ORDER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "daemon/common/segment.h"
 #include "daemon/core/range.h"
 
 namespace gpumove {
@@ -17,14 +20,27 @@ namespace gpumove {
 // each other. A move waits directly only for the earlier conflicting moves not already
 // ordered before one it waits for, so a batch of moves over one range costs one edge
 // each, not one per move before it. Not thread-safe: the scheduler's lock guards it.
+// The bytes a vectored move reads and writes within its ranges: sorted, merged, disjoint
+// [begin, end) spans of buffer offsets (absolute, not relative to the range).
+struct PieceSpans {
+  std::vector<std::pair<uint64_t, uint64_t>> source, destination;
+};
+// The spans of `pieces` (offsets relative to source_offset and destination_offset).
+PieceSpans SpansOf(const std::vector<Segment>& pieces, uint64_t source_offset,
+                   uint64_t destination_offset);
+
 class RangeOrder {
  public:
   using Id = uint64_t;
 
-  // Adds move `id` (new) after every move added before it. The ranges are read until
+  // Adds move `id` (new) after every move added before it. The ranges (and `pieces`, a
+  // vectored move's pieces relative to them, or null for whole ranges) are read until
   // End(id) and must stay valid until then. Returns whether it waits for an earlier move
-  // (false: it may run now).
-  bool Add(Id id, const RangeSpec* source, const RangeSpec* destination);
+  // (false: it may run now). Vectored moves conflict only where their pieces do; their
+  // spans are made the first time a move's ranges meet another's (a move alone on its
+  // buffers costs nothing for them).
+  bool Add(Id id, const RangeSpec* source, const RangeSpec* destination,
+           const std::vector<Segment>* pieces = nullptr);
   // Move `id` ended: ran, failed, or was cancelled while it waited. Appends to `ready` the
   // moves that wait for nothing now and have not ended. One that ended while it waited
   // keeps the moves after it waiting until its own predecessors end (they may be ordered
@@ -40,6 +56,8 @@ class RangeOrder {
   struct Move {
     const RangeSpec* source;
     const RangeSpec* destination;
+    const std::vector<Segment>* pieces = nullptr;
+    std::unique_ptr<PieceSpans> spans;  // Of the pieces, made when first needed.
     int pending = 0;  // Earlier moves it waits for.
     std::vector<Id> dependents;
     bool ended = false;
@@ -54,10 +72,15 @@ class RangeOrder {
   };
 
   static std::string BufferKey(const RangeSpec& r);
+  // A vectored move's spans are remembered as covering bytes up to this many (each is a
+  // linear insert); past it they cover nothing (safe: only more edges).
+  static constexpr size_t kMaxCoveredSpans = 64;
   // Makes `id` wait for the moves of `earlier` (unfinished, touching the buffer of `in`,
   // in order) that it must follow.
   void AddEdges(Id id, Move& move, const RangeSpec& in, const std::vector<Touch>& earlier);
   void Unlist(Id id, const Move& move);
+  // The spans of a vectored move (made now if not yet); null for whole ranges.
+  static const PieceSpans* SpansFor(Move& move);
 
   absl::flat_hash_map<Id, Move> moves_;
   // Unfinished moves touching each buffer, in the order they were added.

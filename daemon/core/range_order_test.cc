@@ -1,7 +1,9 @@
 // The order of moves over overlapping bytes (RangeOrder), apart from the scheduler.
 #include "daemon/core/range_order.h"
 
+#include <algorithm>
 #include <deque>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,20 @@ class RangeOrderTest : public ::testing::Test {
     waited_.push_back(order_.Add(id, s, d));
     return id;
   }
+  // A vectored move: `pieces` ({src, dst, length}, relative to the ranges' offsets) in
+  // ranges of `length` bytes.
+  RangeOrder::Id Vectored(const std::string& src, uint64_t src_offset, const std::string& dst,
+                          uint64_t dst_offset, uint64_t length,
+                          const std::vector<Segment>& pieces) {
+    ranges_.push_back(RangeSpec{"", src, src_offset, length});
+    const RangeSpec* s = &ranges_.back();
+    ranges_.push_back(RangeSpec{"", dst, dst_offset, length});
+    const RangeSpec* d = &ranges_.back();
+    pieces_.push_back(pieces);
+    const RangeOrder::Id id = ++next_;
+    waited_.push_back(order_.Add(id, s, d, &pieces_.back()));
+    return id;
+  }
   bool Waited(RangeOrder::Id id) const { return waited_[id - 1]; }
   std::vector<RangeOrder::Id> End(RangeOrder::Id id) {
     std::vector<RangeOrder::Id> ready;
@@ -33,6 +49,7 @@ class RangeOrderTest : public ::testing::Test {
 
   RangeOrder order_;
   std::deque<RangeSpec> ranges_;
+  std::deque<std::vector<Segment>> pieces_;
   std::vector<bool> waited_;
   RangeOrder::Id next_ = 0;
 };
@@ -117,6 +134,92 @@ TEST_F(RangeOrderTest, AMoveAddedAfterOneEndedWhileWaitingDoesNotWaitForIt) {
   const auto c = Move("s", 0, "y", 0, 10);  // Sees a only.
   EXPECT_EQ(order_.waits_for(c), 1);
   EXPECT_EQ(End(a), Ids{c});
+}
+
+// Vectored moves conflict where their pieces do, not where their ranges (the pieces'
+// hull) do: moves into interleaved blocks of one buffer run at once, each behind the
+// moves that touch its own blocks.
+TEST_F(RangeOrderTest, VectoredMovesConflictOnlyWhereTheirPiecesDo) {
+  // Even and odd 10-byte blocks of y's first 100 bytes, from separate sources.
+  std::vector<Segment> even, odd;
+  for (uint64_t b = 0; b < 10; ++b) (b % 2 ? odd : even).push_back({b * 10, b * 10, 10});
+  const auto e = Vectored("s", 0, "y", 0, 100, even);
+  const auto o = Vectored("t", 0, "y", 0, 100, odd);
+  EXPECT_FALSE(Waited(o)) << "interleaved blocks are disjoint";
+  // A whole move over block 3 (odd) waits for o only; one over bytes 95..105 (the last
+  // odd block and past the hull) waits for o only; one over 40..45 for e only.
+  const auto w3 = Move("u", 0, "y", 30, 10);
+  EXPECT_EQ(order_.waits_for(w3), 1);
+  const auto past = Move("u", 0, "y", 95, 10);
+  EXPECT_EQ(order_.waits_for(past), 1);
+  const auto w4 = Move("u", 0, "y", 40, 5);
+  EXPECT_EQ(order_.waits_for(w4), 1);
+  // A read of all of y's 100 bytes waits for every writer of them.
+  const auto reader = Move("y", 0, "z", 0, 100);
+  EXPECT_EQ(order_.waits_for(reader), 5);
+  EXPECT_EQ(End(e), (Ids{w4}));
+  EXPECT_EQ(End(o), (Ids{w3, past}));
+  EXPECT_EQ(order_.waits_for(reader), 3);
+}
+
+// A vectored move whose pieces miss an earlier move's bytes does not wait, even inside
+// its hull; one whose piece touches a single byte of it does.
+TEST_F(RangeOrderTest, ABytesOverlapOfPiecesIsEnough) {
+  const auto whole = Move("s", 0, "y", 50, 10);  // Writes y 50..60.
+  const auto miss = Vectored("t", 0, "y", 0, 100, {{0, 0, 50}, {60, 60, 40}});
+  EXPECT_FALSE(Waited(miss));
+  const auto touch = Vectored("t", 0, "y", 0, 100, {{55, 55, 2}});  // y 55..57 only.
+  EXPECT_EQ(order_.waits_for(touch), 1);
+  // A vectored read of y 20..25 waits for miss (it writes y 0..50), not for the others.
+  const auto r = Vectored("y", 20, "z", 0, 10, {{0, 0, 5}});
+  EXPECT_EQ(order_.waits_for(r), 1);
+  EXPECT_EQ(End(whole), Ids{touch});
+  EXPECT_EQ(End(miss), Ids{r});
+}
+
+// SpansOf against a plain sort-and-merge, on lists the bitmap takes (aligned blocks,
+// strides, repeats on the source side) and lists it leaves to the sort (odd offsets, a
+// few pieces far apart).
+TEST(SpansOfTest, MatchesASortAndMerge) {
+  using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+  auto reference = [](const std::vector<Segment>& list, bool source, uint64_t base) {
+    Spans v;
+    for (const Segment& p : list) {
+      const uint64_t o = base + (source ? p.src : p.dst);
+      v.emplace_back(o, o + p.length);
+    }
+    std::sort(v.begin(), v.end());
+    Spans out;
+    for (const auto& x : v) {
+      if (!out.empty() && x.first <= out.back().second) {
+        out.back().second = std::max(out.back().second, x.second);
+      } else {
+        out.push_back(x);
+      }
+    }
+    return out;
+  };
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 3000;
+    const int shape = round % 4;
+    std::vector<Segment> list;
+    for (size_t i = 0; i < n; ++i) {
+      if (shape == 0) {  // 4 KiB blocks, shuffled indices with gaps.
+        list.push_back({(rng() % (4 * n)) * 4096, (rng() % (4 * n)) * 4096, 4096});
+      } else if (shape == 1) {  // Strided 3 x 512.
+        list.push_back({(rng() % (2 * n)) * 1536, (rng() % (2 * n)) * 1536, 512});
+      } else if (shape == 2) {  // Odd offsets and lengths.
+        list.push_back({rng() % 100000, rng() % 100000, 1 + rng() % 700});
+      } else {  // A few pieces far apart.
+        list.push_back({rng() % (uint64_t{1} << 40), rng() % (uint64_t{1} << 40), 64});
+      }
+    }
+    const uint64_t sb = rng() % 1000, db = (rng() % 1000) * 4096;
+    const PieceSpans got = SpansOf(list, sb, db);
+    EXPECT_EQ(got.source, reference(list, true, sb)) << "round " << round;
+    EXPECT_EQ(got.destination, reference(list, false, db)) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -516,7 +516,8 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       t->create_time = now;
       t->version = ++sequence_;
       t->order = ++orders_;
-      const bool waits = order_.Add(t->order, &t->source, &t->destination);
+      const bool waits = order_.Add(t->order, &t->source, &t->destination,
+                                    t->pieces != nullptr ? &t->pieces->list : nullptr);
       if (waits) waiting_.emplace(t->order, t);
       transfers_.emplace(t->id, t);
       ++active_;

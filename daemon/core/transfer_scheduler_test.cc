@@ -49,6 +49,21 @@ class FakeEngine : public Engine {
     }
     return absl::OkStatus();
   }
+  bool MovesPieces(const Endpoint& src, const Endpoint& dst) const override {
+    return CanServe(src, dst).ok();
+  }
+  absl::Status MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                          MoveControl& control) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++started_;
+      move_threads_.push_back(std::this_thread::get_id());
+      mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
+    }
+    for (const Segment& p : pieces.list) std::memcpy(dst.data + p.dst, src.data + p.src, p.length);
+    control.Progress(pieces.total);
+    return absl::OkStatus();
+  }
   void Hold() { absl::MutexLock lock(&mu_); open_ = false; }
   void Open() { absl::MutexLock lock(&mu_); open_ = true; }
   void AwaitStarted(int n) {
@@ -295,6 +310,39 @@ TEST_F(SchedulerTest, DisjointMovesRunConcurrently) {
   engine_.Open();
   EXPECT_EQ(WaitDone(t1.id).state, TransferState::kSucceeded);
   EXPECT_EQ(WaitDone(t2.id).state, TransferState::kSucceeded);
+}
+
+// Vectored moves into interleaved blocks of one buffer run at once (ordered by their
+// pieces, not their hull); a move over one of their blocks waits for the one writing it.
+TEST_F(SchedulerTest, VectoredMovesIntoInterleavedBlocksRunConcurrently) {
+  Start({.workers = 3});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b'), c = Buffer(4096, 'c'),
+              y = Buffer(4096, 'y');
+  auto blocks = [&](const std::string& from, int parity) {
+    std::vector<Segment> list;
+    for (uint64_t k = parity; k < 64; k += 2) list.push_back({k * 64, k * 64, 64});
+    TransferSpec s = Move(from, y);
+    s.destination.length = 0;
+    s.pieces = *MakeSegments(std::move(list), 1000);
+    return s;
+  };
+  engine_.Hold();
+  TransferSnapshot even = SubmitOne(blocks(a, 0));
+  TransferSnapshot odd = SubmitOne(blocks(b, 1));
+  engine_.AwaitStarted(2);  // Both are inside the engine at once.
+  // Block 0 of y is even's: a whole move over it waits.
+  TransferSnapshot over = SubmitOne(Move(c, y, 0, 0, 64));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(sched_->Get("me", over.id)->state, TransferState::kQueued);
+  engine_.Open();
+  for (const auto* t : {&even, &odd, &over}) {
+    EXPECT_EQ(WaitDone(t->id).state, TransferState::kSucceeded);
+  }
+  const std::string got = Contents(y);
+  EXPECT_EQ(got.substr(0, 64), std::string(64, 'c'));
+  for (uint64_t k = 1; k < 64; ++k) {
+    EXPECT_EQ(got[k * 64], k % 2 ? 'b' : 'a') << "block " << k;
+  }
 }
 
 TEST_F(SchedulerTest, CancelQueuedAndRunning) {
