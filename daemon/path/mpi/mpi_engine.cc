@@ -150,7 +150,9 @@ absl::StatusOr<std::unique_ptr<MpiEngine::Slots>> MpiEngine::SlotsFor(const Side
   const int device = side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
   slots->device = device;
   const uint64_t messages = (side.length + side.chunk - 1) / side.chunk;
-  const size_t want = std::clamp<uint64_t>(messages, 1, std::max(options_.window, 1));
+  const int most = device == kHostDevice ? options_.window
+                                         : std::min(options_.window, kDeviceScratchSlots);
+  const size_t want = std::clamp<uint64_t>(messages, 1, std::max(most, 1));
   {
     absl::MutexLock lock(&scratch_mu_);
     for (auto it = scratch_.begin(); it != scratch_.end() && slots->scratch.size() < want;) {

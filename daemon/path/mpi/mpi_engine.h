@@ -154,15 +154,16 @@ class MpiEngine : public Engine {
   }
   int NextTag();
   // Bytes per message of a move whose runner's side is (not) device memory; both halves
-  // use the runner's choice (it travels with StartMpi or the hold). A vectored move's
-  // messages are packed in slots: device ones get kDevicePieceChunk, not device_chunk.
+  // use the runner's choice (it travels with StartMpi or the hold).
   uint64_t ChunkFor(bool local_device, bool vectored) const {
     if (!local_device || options_.force_staging || !mpi_->world().cuda_aware) {
       return options_.chunk;
     }
-    return std::max(options_.chunk, vectored ? kDevicePieceChunk : options_.device_chunk);
+    return std::max(options_.chunk, options_.device_chunk);
   }
-  static constexpr uint64_t kDevicePieceChunk = 16 << 20;
+  // Device scratch slots a vectored side packs in (each device_chunk bytes): the packing
+  // copy of one message overlaps the library's move of the other.
+  static constexpr int kDeviceScratchSlots = 2;
   absl::Status RunMove(const Endpoint& src, const Endpoint& dst, uint64_t length,
                        const Segments* pieces, MoveControl& control);
 
