@@ -232,7 +232,17 @@ int DeviceRows(Client& c) {
   return 0;
 }
 
-// Path MPI between two ranks of a job: host memory, rank0 -> rank1.
+// Whether the node `c` talks to sees its one peer up within 20 s.
+bool AwaitOnePeer(Client& c) {
+  for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
+    auto peers = c.ListPeers();
+    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) return true;
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+// Path MPI between two ranks of a job: host (or device) memory, rank0 -> rank1.
 int MpiRows(const std::string& name) {
   std::optional<MpiLaunch> launch;
   if (name == "default") launch = MpiLaunch{"default", {}, {}};
@@ -251,12 +261,7 @@ int MpiRows(const std::string& name) {
   auto job = MpiJob::Start(2, *launch, flags);
   if (!job.ok()) return std::printf("%s\n", job.status().ToString().c_str()), 1;
   Client& c = (*job)->client(0);
-  for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
-    auto peers = c.ListPeers();
-    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) break;
-    if (absl::Now() > end) return std::printf("rank1 did not join rank0\n"), 1;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  if (!AwaitOnePeer(c)) return std::printf("rank1 did not join rank0\n"), 1;
   std::printf("%-30s %10s %10s %10s %10s %8s %8s %8s %10s\n", "path, blocks", "vectored",
               "in daemon", "(a) whole", "(c) specs", "v/(a)", "d/(a)", "v/(c)", "accept ms");
   for (const Shape& shape : {Shape{4096, 65536}, Shape{65536, 8192}}) {
@@ -310,12 +315,7 @@ int Main() {
   if (!b.ok()) return std::printf("%s\n", b.status().ToString().c_str()), 1;
   auto c = Client::Connect((*a)->address(), ConnectOptions{});
   if (!c.ok()) return 1;
-  for (absl::Time end = absl::Now() + absl::Seconds(20);;) {
-    auto peers = (*c)->ListPeers();
-    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) break;
-    if (absl::Now() > end) return std::printf("b did not join a\n"), 1;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  if (!AwaitOnePeer(**c)) return std::printf("b did not join a\n"), 1;
   if (device) return DeviceRows(**c);
   const int threads =
       static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));

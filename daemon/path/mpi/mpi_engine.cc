@@ -86,36 +86,6 @@ class PostedReceive : public PassiveHalf {
 };
 
 
-// A vectored side's messages: message k is parts [begin[k], begin[k + 1]), each
-// {src: the offset in the side's range, dst: the offset in the message, length}; every
-// message but the last is `chunk` bytes.
-struct MessagePlan {
-  std::vector<Segment> parts;
-  std::vector<size_t> begin{0};
-  size_t messages() const { return begin.size() - 1; }
-};
-
-MessagePlan PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk) {
-  MessagePlan plan;
-  plan.parts.reserve(pieces.size() + 1);
-  uint64_t filled = 0;  // Bytes in the message being planned.
-  for (const Segment& p : pieces) {
-    for (uint64_t at = p.src, left = p.length; left > 0;) {
-      const uint64_t n = std::min(left, chunk - filled);
-      plan.parts.push_back(Segment{at, filled, n});
-      at += n;
-      left -= n;
-      filled += n;
-      if (filled == chunk) {
-        plan.begin.push_back(plan.parts.size());
-        filled = 0;
-      }
-    }
-  }
-  if (filled > 0) plan.begin.push_back(plan.parts.size());
-  return plan;
-}
-
 }  // namespace
 
 struct MpiEngine::Slots {
@@ -128,15 +98,17 @@ struct MpiEngine::Slots {
   bool abandoned = false;
 };
 
+void MpiEngine::Free(const Scratch& s) {
+  if (s.device == kHostDevice) {
+    std::free(s.data);
+  } else {
+    gpu_->DeviceFree(s.device, s.data);
+  }
+}
+
 MpiEngine::~MpiEngine() {
   absl::MutexLock lock(&scratch_mu_);
-  for (const Scratch& s : scratch_) {
-    if (s.device == kHostDevice) {
-      std::free(s.data);
-    } else {
-      gpu_->DeviceFree(s.device, s.data);
-    }
-  }
+  for (const Scratch& s : scratch_) Free(s);
 }
 
 absl::StatusOr<std::unique_ptr<MpiEngine::Slots>> MpiEngine::SlotsFor(const Side& side) {
@@ -202,14 +174,42 @@ void MpiEngine::GiveBack(Slots& slots) {
       }
     }
   }
-  for (const Scratch& s : extra) {
-    if (s.device == kHostDevice) {
-      std::free(s.data);
-    } else {
-      gpu_->DeviceFree(s.device, s.data);
+  for (const Scratch& s : extra) Free(s);
+  slots.scratch.clear();
+}
+
+MpiEngine::MessagePlan MpiEngine::PlanMessages(const std::vector<Segment>& pieces,
+                                               uint64_t chunk) {
+  MessagePlan plan;
+  plan.parts.reserve(pieces.size() + 1);
+  uint64_t filled = 0;  // Bytes in the message being planned.
+  for (const Segment& p : pieces) {
+    for (uint64_t at = p.src, left = p.length; left > 0;) {
+      const uint64_t n = std::min(left, chunk - filled);
+      plan.parts.push_back(Segment{at, filled, n});
+      at += n;
+      left -= n;
+      filled += n;
+      if (filled == chunk) {
+        plan.begin.push_back(plan.parts.size());
+        filled = 0;
+      }
     }
   }
-  slots.scratch.clear();
+  if (filled > 0) plan.begin.push_back(plan.parts.size());
+  return plan;
+}
+
+absl::StatusOr<MpiEngine::Packing> MpiEngine::StartPacking(const Side& side) {
+  auto slots = SlotsFor(side);
+  if (!slots.ok()) return slots.status();
+  Packing p;
+  p.slots = *std::move(slots);
+  p.plan = PlanMessages(*side.pieces, side.chunk);
+  // A message that is one piece's bytes goes from or into the range itself where MPI
+  // takes it.
+  p.direct_ok = !Staged(side.local);
+  return p;
 }
 
 absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* slot,
@@ -240,13 +240,13 @@ absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* 
 }
 
 absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t* sent) {
-  auto slots = SlotsFor(side);
-  if (!slots.ok()) return slots.status();
-  absl::Cleanup give_back = [&] { GiveBack(**slots); };
-  const MessagePlan plan = PlanMessages(*side.pieces, side.chunk);
-  const size_t window = (*slots)->at.size();
-  // A message that is one piece's bytes goes from the range itself where MPI takes it.
-  const bool direct_ok = !Staged(side.local);
+  auto packing = StartPacking(side);
+  if (!packing.ok()) return packing.status();
+  absl::Cleanup give_back = [&] { GiveBack(*packing->slots); };
+  Slots* const slots = packing->slots.get();
+  const MessagePlan& plan = packing->plan;
+  const size_t window = slots->at.size();
+  const bool direct_ok = packing->direct_ok;
   struct Sending {
     std::shared_ptr<MpiTransport::Op> op;
     uint64_t end;
@@ -259,7 +259,7 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
       auto r = mpi_->Wait(in_flight.front().op);
       if (!r.ok()) {
         *wire_failed = true;
-        (*slots)->abandoned = true;
+        slots->abandoned = true;
         return r.status();
       }
       *sent = in_flight.front().end;
@@ -276,8 +276,8 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
     if (direct_ok && e - b == 1) {
       data = side.local.data + plan.parts[b].src;
     } else {
-      char* slot = (*slots)->at[k % window];
-      st = CopyMessage(side, **slots, slot, plan.parts, b, e, n, /*pack=*/true);
+      char* slot = slots->at[k % window];
+      st = CopyMessage(side, *slots, slot, plan.parts, b, e, n, /*pack=*/true);
       if (!st.ok()) break;
       data = slot;
     }
@@ -287,7 +287,7 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
     auto r = mpi_->Wait(in_flight.front().op);
     if (!r.ok()) {
       *wire_failed = true;
-      (*slots)->abandoned = true;
+      slots->abandoned = true;
       return r.status();
     }
     *sent = in_flight.front().end;
@@ -300,12 +300,13 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
 
 absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl::Status()>& posted,
                                       const std::function<bool(uint64_t)>& progress) {
-  auto slots = SlotsFor(side);
-  if (!slots.ok()) return slots.status();
-  absl::Cleanup give_back = [&] { GiveBack(**slots); };
-  const MessagePlan plan = PlanMessages(*side.pieces, side.chunk);
-  const size_t window = (*slots)->at.size();
-  const bool direct_ok = !Staged(side.local);
+  auto packing = StartPacking(side);
+  if (!packing.ok()) return packing.status();
+  absl::Cleanup give_back = [&] { GiveBack(*packing->slots); };
+  Slots* const slots = packing->slots.get();
+  const MessagePlan& plan = packing->plan;
+  const size_t window = slots->at.size();
+  const bool direct_ok = packing->direct_ok;
   std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, size_t>> in_flight;  // Message k.
   size_t next = 0;
   auto is_direct = [&](size_t k) { return direct_ok && plan.begin[k + 1] - plan.begin[k] == 1; };
@@ -313,7 +314,7 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
   auto post = [&] {
     while (next < plan.messages() && in_flight.size() < window) {
       char* into = is_direct(next) ? side.local.data + plan.parts[plan.begin[next]].src
-                                   : (*slots)->at[next % window];
+                                   : slots->at[next % window];
       in_flight.emplace_back(
           mpi_->Irecv(into, bytes_of(next), side.peer, side.tag, side.patient && next == 0), next);
       ++next;
@@ -339,14 +340,14 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
     auto r = mpi_->Wait(op);
     if (!r.ok()) {
       st = r.status();
-      (*slots)->abandoned = true;  // Receives cancelled by then, but not surely.
+      slots->abandoned = true;  // Receives cancelled by then, but not surely.
     } else if (*r == 0) {
       st = absl::AbortedError(kSenderStopped);
     } else if (*r != n) {
       st = absl::DataLossError(
           absl::StrCat("message ", k, ": ", *r, " bytes came, ", n, " expected"));
     } else if (!is_direct(k)) {
-      st = CopyMessage(side, **slots, (*slots)->at[k % window], plan.parts, plan.begin[k],
+      st = CopyMessage(side, *slots, slots->at[k % window], plan.parts, plan.begin[k],
                        plan.begin[k + 1], n, /*pack=*/false);
     }
     if (!st.ok()) {

@@ -139,6 +139,22 @@ class MpiEngine : public Engine {
   struct Slots;
   absl::StatusOr<std::unique_ptr<Slots>> SlotsFor(const Side& side);
   void GiveBack(Slots& slots);
+  // A vectored side's messages: message k is parts [begin[k], begin[k + 1]), each
+  // {src: the offset in the side's range, dst: the offset in the message, length}; every
+  // message but the last is `chunk` bytes.
+  struct MessagePlan {
+    std::vector<Segment> parts;
+    std::vector<size_t> begin{0};
+    size_t messages() const { return begin.size() - 1; }
+  };
+  // What both halves of a vectored move start with: their slots and messages.
+  struct Packing {
+    std::unique_ptr<Slots> slots;
+    MessagePlan plan;
+    bool direct_ok = false;  // Whether a message of one piece may skip the slots.
+  };
+  absl::StatusOr<Packing> StartPacking(const Side& side);
+  static MessagePlan PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk);
   // Gather (`pack`) or scatter of one message through `slot` with one copy.
   absl::Status CopyMessage(const Side& side, const Slots& slots, char* slot,
                            const std::vector<Segment>& parts, size_t begin, size_t end,
@@ -179,6 +195,7 @@ class MpiEngine : public Engine {
     uint64_t bytes;
     char* data;
   };
+  void Free(const Scratch& s);
   absl::Mutex scratch_mu_;
   std::vector<Scratch> scratch_ ABSL_GUARDED_BY(scratch_mu_);
   static constexpr size_t kKeptScratch = 16;
