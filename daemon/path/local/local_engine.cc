@@ -1,7 +1,9 @@
 #include "daemon/path/local/local_engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -9,8 +11,8 @@
 #include <xxhash.h>
 
 #include "absl/cleanup/cleanup.h"
-#include "daemon/common/xxh3_split.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/xxh3_split.h"
 
 namespace gpumove {
 namespace {
@@ -150,6 +152,80 @@ absl::StatusOr<uint64_t> HashDevice(GpuRuntime* gpu, const Endpoint& e,
   return XXH3_64bits_digest(state.get());
 }
 
+// xxh3-64 of a stream of `total` device bytes on `device`, on that GPU: the sums of its
+// 1 KiB blocks computed there, a round of kGpuHashRound bytes at a time (`bytes_at`
+// makes stream bytes [r0, r0 + n) addressable on the GPU: in place, or gathered), the
+// scrambles between blocks and the end here (daemon/common/xxh3_split.h). UNIMPLEMENTED
+// where the runtime cannot (or the bytes are not 8-byte aligned).
+constexpr uint64_t kGpuHashRound = 64 << 20;
+absl::StatusOr<uint64_t> HashStreamOnGpu(
+    GpuRuntime* gpu, int device, uint64_t total,
+    const std::function<absl::StatusOr<const char*>(uint64_t r0, uint64_t n)>& bytes_at) {
+  static_assert(kGpuHashRound % kXxh3Block == 0);
+  const uint64_t full = (total - 1) / kXxh3Block;
+  Xxh3Long h;
+  std::string end;  // The stream's last bytes so far (at most kEnd).
+  constexpr uint64_t kEnd = 2 * kXxh3Block;
+  char last[kEnd];
+  for (uint64_t r0 = 0; r0 < total; r0 += kGpuHashRound) {
+    const uint64_t n = std::min(kGpuHashRound, total - r0);
+    absl::StatusOr<const char*> at = bytes_at(r0, n);
+    if (!at.ok()) return at.status();
+    const uint64_t first = r0 / kXxh3Block, past = std::min((r0 + n) / kXxh3Block, full);
+    if (past > first) {
+      absl::Status st = gpu->Xxh3BlockSums(
+          device, *at, past - first, [&](const uint64_t* sums) { h.AddBlocks(sums, past - first); });
+      if (!st.ok()) return st;
+    }
+    const uint64_t keep = std::min(n, kEnd);
+    if (absl::Status st = gpu->Copy(last, kHostDevice, *at + n - keep, device, keep, keep, nullptr);
+        !st.ok()) {
+      return st;
+    }
+    end.append(last, keep);
+    if (end.size() > kEnd) end.erase(0, end.size() - kEnd);
+  }
+  bool ok = false;
+  const uint64_t hash = h.Finish(total, end.data(), end.size(), &ok);
+  if (!ok) return absl::InternalError("the split xxh3 could not finish");
+  return hash;
+}
+
+// The pieces' bytes (their `source` or destination sides at `e`) on the GPU: each round
+// gathered into device scratch by the copy kernel, then hashed there.
+absl::StatusOr<uint64_t> HashPiecesOnGpu(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
+                                         bool source) {
+  const uint64_t bytes = std::min(pieces.total, kGpuHashRound);
+  absl::StatusOr<void*> scratch = gpu->DeviceAlloc(e.device, bytes);
+  if (!scratch.ok()) return absl::UnimplementedError("no device memory to gather pieces into");
+  absl::Cleanup free_scratch = [&] { gpu->DeviceFree(e.device, *scratch); };
+  char* into = static_cast<char*>(*scratch);
+  size_t next = 0;        // The next piece,
+  uint64_t in_piece = 0;  // and how much of it went into earlier rounds.
+  std::vector<Segment> round;
+  return HashStreamOnGpu(gpu, e.device, pieces.total,
+                         [&](uint64_t, uint64_t n) -> absl::StatusOr<const char*> {
+                           round.clear();
+                           for (uint64_t filled = 0; filled < n;) {
+                             const Segment& p = pieces.list[next];
+                             const uint64_t take = std::min(p.length - in_piece, n - filled);
+                             round.push_back(
+                                 Segment{(source ? p.src : p.dst) + in_piece, filled, take});
+                             filled += take;
+                             in_piece += take;
+                             if (in_piece == p.length) {
+                               ++next;
+                               in_piece = 0;
+                             }
+                           }
+                           absl::Status st =
+                               gpu->CopyPieces(into, e.device, e.data, e.device, round.data(),
+                                               round.size(), n, nullptr);
+                           if (!st.ok()) return st;
+                           return into;
+                         });
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Segments& pieces,
@@ -163,44 +239,20 @@ absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Se
     }
     return XXH3_64bits_digest(state.get());
   }
+  if (pieces.total >= kGpuHashMin) {
+    auto h = HashPiecesOnGpu(gpu, e, pieces, source);
+    if (h.ok() || h.status().code() != absl::StatusCode::kUnimplemented) return h;
+  }
   return HashDevice(gpu, e, pieces.list, source);
 }
-
-namespace {
-
-// xxh3-64 of a whole device range on its GPU: the sums of its 1 KiB blocks computed there
-// (rounds of 64 MiB, the sums written into page-locked memory), the scrambles between
-// them and the end here (daemon/common/xxh3_split.h). UNIMPLEMENTED where the runtime
-// cannot.
-absl::StatusOr<uint64_t> HashOnGpu(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
-  constexpr uint64_t kRoundBlocks = 65536;
-  const uint64_t full = (length - 1) / kXxh3Block;
-  Xxh3Long h;
-  for (uint64_t b = 0; b < full; b += kRoundBlocks) {
-    const uint64_t n = std::min(kRoundBlocks, full - b);
-    absl::Status st = gpu->Xxh3BlockSums(e.device, e.data + b * kXxh3Block, n,
-                                         [&](const uint64_t* sums) { h.AddBlocks(sums, n); });
-    if (!st.ok()) return st;
-  }
-  char end[2 * kXxh3Block];
-  const uint64_t tail = std::min<uint64_t>(length, sizeof(end));
-  if (absl::Status st = gpu->Copy(end, kHostDevice, e.data + length - tail, e.device, tail, tail,
-                                  nullptr);
-      !st.ok()) {
-    return st;
-  }
-  bool ok = false;
-  const uint64_t hash = h.Finish(length, end, tail, &ok);
-  if (!ok) return absl::InternalError("the split xxh3 could not finish");
-  return hash;
-}
-
-}  // namespace
 
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
   if (e.kind != MemoryKind::kDevice) return XXH3_64bits(e.data, length);
   if (length >= kGpuHashMin) {
-    auto h = HashOnGpu(gpu, e, length);
+    auto h = HashStreamOnGpu(gpu, e.device, length,
+                             [&](uint64_t r0, uint64_t) -> absl::StatusOr<const char*> {
+                               return e.data + r0;
+                             });
     if (h.ok() || h.status().code() != absl::StatusCode::kUnimplemented) return h;
   }
   return HashDevice(gpu, e, {Segment{0, 0, length}}, /*source=*/true);
