@@ -80,6 +80,10 @@ echo "no credentials: refused ($rc)"
 
 echo "== two-node cluster on an internal network"
 podman network create --internal "$NET" >/dev/null
+# Names resolve only on a network with DNS: netavark with aardvark-dns (CNI without the
+# dnsname plugin makes networks without it).
+[ "$(podman network inspect "$NET" --format '{{.DNSEnabled}}')" = true ] ||
+  fail "podman network $NET has no DNS: backend $(podman info --format '{{.Host.NetworkBackend}}'); install netavark and aardvark-dns (deploy/setup.sh) and use deploy/container/containers.conf"
 # Callers need a token; the nodes prove themselves to each other with the cluster secret.
 echo "container-test-token-$id,ops,team-a,admin" >"$work/tokens"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
