@@ -172,15 +172,14 @@ void CopyPieces(char* dst, const char* src, const std::vector<Segment>& list, si
 absl::StatusOr<uint64_t> CheckPiecesIn(const std::vector<Segment>& pieces, uint64_t range,
                                        size_t max_pieces) {
   if (pieces.size() > max_pieces) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(pieces.size(), " pieces; at most ", max_pieces));
+    return absl::InvalidArgumentError(absl::StrCat(pieces.size(), " pieces; at most ", max_pieces));
   }
   uint64_t total = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Segment& p = pieces[i];
     if (p.length == 0 || p.src > range || p.length > range - p.src) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "piece ", i, " (", p.src, "+", p.length, ") is not in the ", range, "-byte range"));
+      return absl::InvalidArgumentError(absl::StrCat("piece ", i, " (", p.src, "+", p.length,
+                                                     ") is not in the ", range, "-byte range"));
     }
     if (total + p.length < total) return absl::InvalidArgumentError("the pieces add up past 2^64");
     total += p.length;
@@ -203,6 +202,28 @@ std::shared_ptr<const Segments> Rebased(const Segments& s) {
   out->dst_hi -= s.dst_lo;
   out->src_lo = out->dst_lo = 0;
   return out;
+}
+
+PackedPieces::PackedPieces(const Segments& s) : list_(&s.list) {
+  starts_.reserve(s.list.size());
+  for (const Segment& p : s.list) {
+    starts_.push_back(total_);
+    total_ += p.length;
+  }
+}
+
+size_t PackedPieces::First(uint64_t offset) const {
+  return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) -
+                             starts_.begin()) -
+         (starts_.empty() ? 0 : 1);
+}
+
+size_t PackedPieces::Count(uint64_t offset, uint64_t n) const {
+  if (n == 0 || starts_.empty()) return 0;
+  const size_t first = First(offset);
+  const size_t past = static_cast<size_t>(
+      std::lower_bound(starts_.begin(), starts_.end(), offset + n) - starts_.begin());
+  return past - first;
 }
 
 }  // namespace gpumove

@@ -6,6 +6,7 @@
 #ifndef GPUMOVE_DAEMON_CORE_SEGMENTS_H_
 #define GPUMOVE_DAEMON_CORE_SEGMENTS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -63,6 +64,36 @@ size_t RoundEnd(const std::vector<Segment>& list, size_t begin, uint64_t round_b
 // kParallelCopyPart bytes.
 void CopyPieces(char* dst, const char* src, const std::vector<Segment>& list, size_t begin,
                 size_t end, uint64_t bytes, int threads);
+// The pieces' bytes one after another in list order (the packed stream a staged or MPI
+// move carries): which parts of which pieces packed bytes [offset, offset + n) are, for
+// moving a vectored transfer through a pipeline of contiguous chunks.
+class PackedPieces {
+ public:
+  explicit PackedPieces(const Segments& s);
+  uint64_t total() const { return total_; }
+  // Calls `part(src, dst, length, at)` for each part of a piece in packed bytes
+  // [offset, offset + n), in order: the part's offsets in the source and destination
+  // ranges and its place in the window (`at` from 0 to n).
+  template <typename Part>
+  void ForEach(uint64_t offset, uint64_t n, const Part& part) const {
+    const uint64_t end = offset + n;
+    for (size_t i = First(offset); i < list_->size() && starts_[i] < end; ++i) {
+      const Segment& p = (*list_)[i];
+      const uint64_t lo = std::max(offset, starts_[i]);
+      const uint64_t hi = std::min(end, starts_[i] + p.length);
+      part(p.src + (lo - starts_[i]), p.dst + (lo - starts_[i]), hi - lo, lo - offset);
+    }
+  }
+  // The number of pieces (or parts of them) in packed bytes [offset, offset + n).
+  size_t Count(uint64_t offset, uint64_t n) const;
+
+ private:
+  size_t First(uint64_t offset) const;  // The piece holding packed byte `offset`.
+  const std::vector<Segment>* list_;
+  std::vector<uint64_t> starts_;  // Packed offset of each piece.
+  uint64_t total_ = 0;
+};
+
 // The same, without a copy when the offsets start at 0 already.
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s);
 

@@ -1,6 +1,8 @@
 #include "daemon/core/segments.h"
 
+#include <algorithm>
 #include <limits>
+#include <random>
 
 #include "gtest/gtest.h"
 
@@ -90,10 +92,9 @@ TEST(Segments, PiecesAnotherNodeNamesMustLieInTheHeldRange) {
   auto total = CheckPiecesIn({{0, 0, 10}, {90, 0, 10}, {50, 0, 1}}, 100, 3);
   ASSERT_TRUE(total.ok()) << total.status();
   EXPECT_EQ(*total, 21u);
-  for (const Segment& bad : {Segment{91, 0, 10}, Segment{0, 0, 0}, Segment{101, 0, 1},
-                             Segment{1, 0, UINT64_MAX}}) {
-    EXPECT_EQ(CheckPiecesIn({{0, 0, 1}, bad}, 100, 3).status().code(),
-              StatusCode::kInvalidArgument)
+  for (const Segment& bad :
+       {Segment{91, 0, 10}, Segment{0, 0, 0}, Segment{101, 0, 1}, Segment{1, 0, UINT64_MAX}}) {
+    EXPECT_EQ(CheckPiecesIn({{0, 0, 1}, bad}, 100, 3).status().code(), StatusCode::kInvalidArgument)
         << bad.src << "+" << bad.length;
   }
   EXPECT_EQ(CheckPiecesIn({{0, 0, 1}, {1, 0, 1}}, 100, 1).status().code(),
@@ -101,6 +102,45 @@ TEST(Segments, PiecesAnotherNodeNamesMustLieInTheHeldRange) {
   // Pieces may repeat (a source read twice); their sum is still checked for overflow.
   EXPECT_EQ(CheckPiecesIn({{0, 0, UINT64_MAX}, {0, 0, UINT64_MAX}}, UINT64_MAX, 2).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Every window of the packed stream names exactly its bytes: the parts, laid at their
+// places in the window, give the pieces' bytes in list order, whatever the cut.
+TEST(Segments, PackedWindowsNameTheirPiecesBytes) {
+  std::mt19937_64 rng(7);
+  std::vector<Segment> list;
+  uint64_t dst = 0;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t length = 1 + rng() % (i % 3 == 0 ? 5000 : 17);
+    list.push_back(Segment{rng() % 100000, dst, length});
+    dst += length + rng() % 3;
+  }
+  auto s = MakeSegments(list, 1000);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const PackedPieces packed(**s);
+  ASSERT_EQ(packed.total(), (*s)->total);
+  // The packed stream as (src offset) per byte.
+  std::vector<uint64_t> want;
+  for (const Segment& p : list) {
+    for (uint64_t k = 0; k < p.length; ++k) want.push_back(p.src + k);
+  }
+  for (int round = 0; round < 200; ++round) {
+    const uint64_t offset = rng() % packed.total();
+    const uint64_t n = 1 + rng() % (packed.total() - offset);
+    std::vector<uint64_t> got(n, ~uint64_t{0});
+    size_t parts = 0;
+    uint64_t next_at = 0;
+    packed.ForEach(offset, n, [&](uint64_t src, uint64_t, uint64_t length, uint64_t at) {
+      EXPECT_EQ(at, next_at);
+      next_at = at + length;
+      ++parts;
+      for (uint64_t k = 0; k < length; ++k) got[at + k] = src + k;
+    });
+    EXPECT_EQ(next_at, n);
+    EXPECT_EQ(parts, packed.Count(offset, n));
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + offset)) << offset << "+" << n;
+  }
+  EXPECT_EQ(packed.Count(0, packed.total()), list.size());
 }
 
 }  // namespace

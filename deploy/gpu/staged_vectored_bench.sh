@@ -16,9 +16,19 @@ sleep 1.5
 "$D" --node=b --listen=127.0.0.1:7812 --host_pool_size=2GiB --pinned_pool_size=256MiB \
   --device_pool_size=4GiB --heartbeat=200ms ${DAEMON_FLAGS:-} --peers=127.0.0.1:7811 >"$OUT/staged_vec_b.log" 2>&1 &
 pb=$!
-for _ in $(seq 100); do "$CTL" --addr 127.0.0.1:7811 peers 2>/dev/null | grep -q "b.*up" && break; sleep 0.2; done
+up=0
+for _ in $(seq 100); do
+  "$CTL" --addr 127.0.0.1:7811 peers 2>/dev/null | grep -q "b.*up" && { up=1; break; }
+  sleep 0.2
+done
+if [ "$up" != 1 ]; then
+  echo "FAIL: the two daemons did not come up; their logs:"
+  tail -5 "$OUT/staged_vec_a.log" "$OUT/staged_vec_b.log"
+  kill $pa $pb 2>/dev/null
+  exit 1
+fi
 "$CTL" --addr 127.0.0.1:7811 info | grep -E '^  UCX '
-PYTHONPATH="$PWD/.gpu/python" python3 deploy/gpu/staged_vectored_bench.py --a 127.0.0.1:7811 \
+PYTHONPATH="$PWD/.gpu/python" timeout "${BENCH_TIMEOUT:-300}" python3 deploy/gpu/staged_vectored_bench.py --a 127.0.0.1:7811 \
   --rounds "${ROUNDS:-5}" 2>&1 | tee "$OUT/staged_vectored_bench.txt"
 kill $pa $pb 2>/dev/null
 wait 2>/dev/null

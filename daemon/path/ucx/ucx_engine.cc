@@ -117,7 +117,8 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const UcxOffer* offer = hold.offer<UcxOffer>();
   if (offer->stage.has_value()) {
-    return MoveRemoteStagedPieces(src, dst, hold, *offer, pieces, control);
+    return MoveRemoteStaged(src, dst, hold, *offer, pieces.total, control, control.Reporter(),
+                            &pieces);
   }
   RemoteRange remote;
   remote.peer_key = hold.peer().Key();
@@ -125,14 +126,16 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   remote.rkey = offer->rkey;
   remote.address = hold.address;
   remote.peer_error_handling = !hold.same_host;
-  remote.device = (push ? src : dst).kind == MemoryKind::kDevice || hold.kind == MemoryKind::kDevice;
+  remote.device =
+      (push ? src : dst).kind == MemoryKind::kDevice || hold.kind == MemoryKind::kDevice;
   if (control.cancelled()) return absl::CancelledError("cancelled");
   VLOG(2) << "UCX move of " << pieces.list.size() << " pieces (" << pieces.total << " bytes) with "
           << hold.node;
   const Endpoint& local = push ? src : dst;
   if (local.kind == MemoryKind::kDevice && !transport_->cuda_aware()) {
     remote.device = hold.kind == MemoryKind::kDevice;
-    return MoveLocalStagedPieces(push, remote, local, pieces, control);
+    return MoveLocalStaged(push, remote, src, dst, pieces.total, control, control.Reporter(),
+                           &pieces);
   }
   return push ? transport_->PutPieces(remote, src.data, pieces, control.Reporter())
               : transport_->GetPieces(remote, dst.data, pieces, control.Reporter());
@@ -194,7 +197,8 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
 
 absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, const Endpoint& src,
                                         const Endpoint& dst, uint64_t length, MoveControl& control,
-                                        const std::function<bool(uint64_t)>& progress) {
+                                        const std::function<bool(uint64_t)>& progress,
+                                        const Segments* pieces) {
   auto ring =
       BounceRing::TakeWaiting(pinned_, SizedFor(staging_, length), absl::Now() + BounceRing::kWait,
                               [&control] { return control.cancelled(); });
@@ -207,6 +211,42 @@ absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, co
     r.staged = push;
     return r;
   };
+  if (pieces != nullptr) {
+    // The pieces' bytes one after another, through the same ring: a chunk of them is
+    // gathered into a slot by the GPU and put to its places there piece by piece (a pull:
+    // got piece by piece into a slot and scattered by the GPU).
+    const PackedPieces packed(*pieces);
+    const BounceRing& r = *ring;
+    auto gpu_side = [&](size_t slot, uint64_t offset, uint64_t n) {
+      std::vector<Segment> near;
+      near.reserve(packed.Count(offset, n));
+      packed.ForEach(offset, n, [&](uint64_t s, uint64_t d, uint64_t len, uint64_t at) {
+        near.push_back(push ? Segment{s, at, len} : Segment{at, d, len});
+      });
+      return push ? gpu_->CopyPieces(r.slot(slot), kHostDevice, src.data, src.device, near.data(),
+                                     near.size(), n, nullptr)
+                  : gpu_->CopyPieces(dst.data, dst.device, r.slot(slot), kHostDevice, near.data(),
+                                     near.size(), n, nullptr);
+    };
+    auto wire_side = [&](size_t slot, uint64_t offset, uint64_t n) {
+      Segments far;
+      far.total = n;
+      far.list.reserve(packed.Count(offset, n));
+      packed.ForEach(offset, n, [&](uint64_t s, uint64_t d, uint64_t len, uint64_t at) {
+        far.list.push_back(push ? Segment{at, d, len} : Segment{s, at, len});
+      });
+      // Copies of small pieces (with a peer on this host) gain from every direct copy
+      // thread, where whole chunks are capped at a share of them (H200, 65536 x 4 KiB
+      // device -> the other node's host: 1 thread 10.1 GB/s, 4 threads 28.3).
+      RemoteRange whole = at(0);
+      whole.staged = false;
+      return push ? transport_->PutPieces(whole, r.slot(slot), far, nullptr)
+                  : transport_->GetPieces(whole, r.slot(slot), far, nullptr);
+    };
+    return push ? RunStaged(length, r.chunk(), r.slots(), gpu_side, wire_side, progress,
+                            /*consumers=*/2)
+                : RunStaged(length, r.chunk(), r.slots(), wire_side, gpu_side, progress);
+  }
   if (push) {
     // Puts land at distinct offsets: two at once keep the wire busy while one waits.
     return StageOut(
@@ -222,132 +262,6 @@ absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, co
         return transport_->Get(at(offset), host, n, nullptr);
       },
       progress);
-}
-
-namespace {
-
-// The rounds of a vectored staged move through two steps, `first` then `second`, round k
-// in slot k % slots: round k's second step runs while round k+1's first does (with one
-// slot, in turn). `first_here`: the first step stays on the calling thread and the second
-// goes to a helper, else the other way round — the GPU's step stays here (a fresh thread's
-// first CUDA calls cost milliseconds: 16 ms a round measured for gathers on helpers).
-// `make(round)` packs the next round and returns its bytes (0: none left). Progress after
-// each round; a cancel stops between rounds.
-template <typename Round, typename Make, typename First, typename Second>
-absl::Status RunRounds(size_t slots, const Make& make, const First& first, const Second& second,
-                       bool first_here, MoveControl& control) {
-  Round rounds[2];
-  uint64_t bytes[2] = {make(rounds[0]), 0};
-  if (bytes[0] == 0) return absl::OkStatus();
-  if (absl::Status st = first(rounds[0], 0); !st.ok()) return st;
-  uint64_t done = 0;
-  for (size_t k = 0;; ++k) {
-    const size_t c = k % 2, n = (k + 1) % 2;
-    const size_t s = k % slots, t = (k + 1) % slots;
-    const bool overlap = slots > 1 && !control.cancelled() && (bytes[n] = make(rounds[n])) > 0;
-    absl::Status next_first, this_second;
-    std::thread helper;
-    if (first_here) {
-      helper = std::thread([&] { this_second = second(rounds[c], s); });
-      if (overlap) next_first = first(rounds[n], t);
-    } else {
-      if (overlap) helper = std::thread([&] { next_first = first(rounds[n], t); });
-      this_second = second(rounds[c], s);
-    }
-    if (helper.joinable()) helper.join();
-    if (!this_second.ok()) return this_second;
-    if (!next_first.ok()) return next_first;
-    done += bytes[c];
-    control.Progress(done);
-    if (!overlap) {
-      // One slot, a cancel, or the end: the next round (if any) starts from its first step.
-      if ((bytes[n] = make(rounds[n])) == 0) return absl::OkStatus();
-      if (control.cancelled()) return absl::CancelledError("cancelled");
-      if (absl::Status st = first(rounds[n], t); !st.ok()) return st;
-    }
-  }
-}
-
-}  // namespace
-
-absl::Status UcxEngine::MoveLocalStagedPieces(bool push, const RemoteRange& remote,
-                                              const Endpoint& local, const Segments& pieces,
-                                              MoveControl& control) {
-  auto ring = BounceRing::TakeWaiting(pinned_, SizedFor(staging_, pieces.total),
-                                      absl::Now() + BounceRing::kWait,
-                                      [&control] { return control.cancelled(); });
-  if (!ring.ok()) return ring.status();
-  const uint64_t cap = ring->chunk();
-  // Rounds of whole pieces of at most a slot (a longer piece is cut into slot-sized
-  // parts): `near` maps our device side to the packed slot, `far` the slot to the pieces'
-  // places at the other node.
-  struct Round {
-    std::vector<Segment> near;
-    Segments far;
-  };
-  const std::vector<Segment>& list = pieces.list;
-  size_t next = 0;       // The next piece to pack,
-  uint64_t in_piece = 0;  // and how much of it is packed already.
-  auto make_round = [&](Round& r) {
-    r.near.clear();
-    r.far.list.clear();
-    uint64_t bytes = 0;
-    while (next < list.size() && bytes < cap) {
-      const Segment& p = list[next];
-      const uint64_t n = std::min(p.length - in_piece, cap - bytes);
-      const uint64_t ours = (push ? p.src : p.dst) + in_piece;
-      const uint64_t theirs = (push ? p.dst : p.src) + in_piece;
-      if (push) {
-        r.near.push_back(Segment{ours, bytes, n});
-        r.far.list.push_back(Segment{bytes, theirs, n});
-      } else {
-        r.far.list.push_back(Segment{theirs, bytes, n});
-        r.near.push_back(Segment{bytes, ours, n});
-      }
-      bytes += n;
-      in_piece += n;
-      if (in_piece == p.length) {
-        ++next;
-        in_piece = 0;
-      }
-    }
-    r.far.total = bytes;
-    return bytes;
-  };
-  RemoteRange at = remote;
-  at.staged = push;
-  // The GPU side of a round: gather into slot `slot` (push) or scatter out of it (pull).
-  auto gpu_copy = [&](const Round& r, char* slot) {
-    const absl::Time t0 = absl::Now();
-    absl::Cleanup log = [&] {
-      VLOG(1) << "staged pieces: GPU copy of " << r.near.size() << " pieces ("
-              << r.far.total << " bytes) " << absl::ToDoubleMicroseconds(absl::Now() - t0)
-              << " us";
-    };
-    return push ? gpu_->CopyPieces(slot, kHostDevice, local.data, local.device, r.near.data(),
-                                   r.near.size(), r.far.total, nullptr)
-                : gpu_->CopyPieces(local.data, local.device, slot, kHostDevice, r.near.data(),
-                                   r.near.size(), r.far.total, nullptr);
-  };
-  auto wire = [&](const Round& r, char* slot) {
-    const absl::Time t0 = absl::Now();
-    absl::Cleanup log = [&] {
-      VLOG(1) << "staged pieces: wire of " << r.far.list.size() << " pieces ("
-              << r.far.total << " bytes) " << absl::ToDoubleMicroseconds(absl::Now() - t0)
-              << " us";
-    };
-    return push ? transport_->PutPieces(at, slot, r.far, nullptr)
-                : transport_->GetPieces(at, slot, r.far, nullptr);
-  };
-  // Push: gather (here) then put; pull: get then scatter (here).
-  auto gather_or_get = [&](const Round& r, size_t slot) {
-    return push ? gpu_copy(r, ring->slot(slot)) : wire(r, ring->slot(slot));
-  };
-  auto put_or_scatter = [&](const Round& r, size_t slot) {
-    return push ? wire(r, ring->slot(slot)) : gpu_copy(r, ring->slot(slot));
-  };
-  return RunRounds<Round>(ring->slots(), make_round, gather_or_get, put_or_scatter,
-                          /*first_here=*/push, control);
 }
 
 absl::StatusOr<UcxEngine::StageSides> UcxEngine::TakeStageSides(const Endpoint& local,
@@ -381,104 +295,6 @@ absl::StatusOr<UcxEngine::StageSides> UcxEngine::TakeStageSides(const Endpoint& 
     sides.ours.emplace(*std::move(ring));
   }
   return sides;
-}
-
-absl::Status UcxEngine::MoveRemoteStagedPieces(const Endpoint& src, const Endpoint& dst,
-                                               const RemoteHold& hold, const UcxOffer& offer,
-                                               const Segments& pieces, MoveControl& control) {
-  const bool push = dst.remote != nullptr;
-  const Endpoint& local = push ? src : dst;
-  const UcxOffer::Stage& offered = *offer.stage;
-  const uint64_t chunk = offered.slot_size;
-  auto sides = TakeStageSides(local, hold, offered, control);
-  if (!sides.ok()) return sides.status();
-  const std::vector<uint64_t>& far_slots = sides->far;
-  std::optional<BounceRing>& ours = sides->ours;
-  // Rounds: whole pieces (a piece longer than a slot cut into slot-sized parts), packed.
-  struct Round {
-    std::vector<std::pair<uint64_t, uint64_t>> theirs;  // {offset in their range, length}.
-    Segments here;  // Ours <-> the packed slot, in the direction of the move.
-  };
-  const std::vector<Segment>& list = pieces.list;
-  size_t next = 0;
-  uint64_t in_piece = 0;
-  auto make_round = [&](Round& r) {
-    r.theirs.clear();
-    r.here.list.clear();
-    uint64_t bytes = 0;
-    while (next < list.size() && bytes < chunk && r.theirs.size() < kRoundPieces) {
-      const Segment& p = list[next];
-      const uint64_t n = std::min(p.length - in_piece, chunk - bytes);
-      const uint64_t mine = (push ? p.src : p.dst) + in_piece;
-      r.theirs.emplace_back((push ? p.dst : p.src) + in_piece, n);
-      r.here.list.push_back(push ? Segment{mine, bytes, n} : Segment{bytes, mine, n});
-      bytes += n;
-      in_piece += n;
-      if (in_piece == p.length) {
-        ++next;
-        in_piece = 0;
-      }
-    }
-    r.here.total = bytes;
-    return bytes;
-  };
-  auto far = [&](size_t slot) {
-    RemoteRange r;
-    r.peer_key = hold.peer().Key();
-    r.worker_address = offer.worker_address;
-    r.rkey = offered.rkey;
-    r.address = far_slots[slot];
-    r.peer_error_handling = !hold.same_host;
-    r.bounce = true;
-    r.staged = true;
-    return r;
-  };
-  const size_t slots = ours.has_value() ? std::min(ours->slots(), far_slots.size())
-                                        : far_slots.size();
-  // This side of round r in slot s: into their slot (push) or out of it (pull).
-  auto near_side = [&](const Round& r, size_t s) -> absl::Status {
-    const absl::Time t0 = absl::Now();
-    absl::Cleanup log = [&] {
-      VLOG(1) << "far-staged pieces: this side of " << r.here.list.size() << " pieces ("
-              << r.here.total << " bytes) " << absl::ToDoubleMicroseconds(absl::Now() - t0)
-              << " us";
-    };
-    if (push) {
-      if (ours.has_value()) {
-        absl::Status st = gpu_->CopyPieces(ours->slot(s), kHostDevice, local.data, local.device,
-                                           r.here.list.data(), r.here.list.size(), r.here.total,
-                                           nullptr);
-        if (!st.ok()) return st;
-        return transport_->Put(far(s), ours->slot(s), r.here.total, nullptr);
-      }
-      return transport_->PutPieces(far(s), local.data, r.here, nullptr);
-    }
-    if (ours.has_value()) {
-      absl::Status st = transport_->Get(far(s), ours->slot(s), r.here.total, nullptr);
-      if (!st.ok()) return st;
-      return gpu_->CopyPieces(local.data, local.device, ours->slot(s), kHostDevice,
-                              r.here.list.data(), r.here.list.size(), r.here.total, nullptr);
-    }
-    return transport_->GetPieces(far(s), local.data, r.here, nullptr);
-  };
-  // Their side: the scatter out of their slot (push) or the gather into it (pull).
-  auto far_side = [&](const Round& r, size_t s) {
-    const absl::Time t0 = absl::Now();
-    absl::Cleanup log = [&] {
-      VLOG(1) << "far-staged pieces: their side of " << r.theirs.size() << " pieces "
-              << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
-    };
-    return StagePieces(*remote_, hold, static_cast<uint32_t>(s), 0, r.theirs, /*to_range=*/push);
-  };
-  // A push: ours (here) then their scatter; a pull: their gather then ours (here). Their
-  // copy of one round overlaps our side of the next.
-  auto first = [&](const Round& r, size_t slot) {
-    return push ? near_side(r, slot) : far_side(r, slot);
-  };
-  auto second = [&](const Round& r, size_t slot) {
-    return push ? far_side(r, slot) : near_side(r, slot);
-  };
-  return RunRounds<Round>(slots, make_round, first, second, /*first_here=*/push, control);
 }
 
 std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {
@@ -588,7 +404,8 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote, cons
 absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,
                                          const RemoteHold& hold, const UcxOffer& offer,
                                          uint64_t length, MoveControl& control,
-                                         const std::function<bool(uint64_t)>& progress) {
+                                         const std::function<bool(uint64_t)>& progress,
+                                         const Segments* pieces) {
   const bool push = dst.remote != nullptr;
   const Endpoint& local = push ? src : dst;
   const UcxOffer::Stage& offered = *offer.stage;
@@ -633,6 +450,90 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
   };
   trace.Mark(0, "slots");  // Ours and the peer's taken.
   ThreeSteps steps;
+  steps.fill_threads = 2;
+  steps.carry_threads = kWireThreads;
+  if (pieces != nullptr) {
+    // A vectored move: the pieces' bytes one after another (PackedPieces) through the same
+    // pipeline, each window of them gathered into a slot piece and scattered out of it
+    // by a GPU copy or, in host memory here, put or got piece by piece; the peer's copy
+    // between its slot and its range is one gather or scatter a window (StagePieces).
+    const auto packed = std::make_shared<PackedPieces>(*pieces);
+    // This side's parts of window [offset, offset + n): {here, slot, length} in the
+    // direction of the move.
+    auto here = [packed, push](uint64_t offset, uint64_t n) {
+      Segments s;
+      s.total = n;
+      s.list.reserve(packed->Count(offset, n));
+      packed->ForEach(offset, n, [&](uint64_t src, uint64_t dst, uint64_t len, uint64_t at) {
+        s.list.push_back(push ? Segment{src, at, len} : Segment{at, dst, len});
+      });
+      return s;
+    };
+    // The peer's copy of window [offset, offset + n) in slot piece i, in rounds of at most
+    // kRoundPieces pieces.
+    // Piece by piece between our host memory and their slot: on every direct copy thread
+    // (see MoveLocalStaged).
+    auto far_pieces = [&](size_t i) {
+      RemoteRange r = far(i);
+      r.staged = false;
+      return r;
+    };
+    auto theirs = [&, packed](size_t i, uint64_t offset, uint64_t n) -> absl::Status {
+      std::vector<std::pair<uint64_t, uint64_t>> round;
+      uint64_t round_at = 0;
+      absl::Status st;
+      auto flush = [&] {
+        if (round.empty() || !st.ok()) return;
+        st = StagePieces(*remote_, hold, static_cast<uint32_t>(i / per_slot),
+                         (i % per_slot) * piece + round_at, round, /*to_range=*/push);
+        round.clear();
+      };
+      packed->ForEach(offset, n, [&](uint64_t src, uint64_t dst, uint64_t len, uint64_t at) {
+        if (round.size() == kRoundPieces) flush();
+        if (round.empty()) round_at = at;
+        round.emplace_back(push ? dst : src, len);
+      });
+      flush();
+      return st;
+    };
+    if (push) {
+      steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) -> absl::Status {
+        if (!ours.has_value()) return absl::OkStatus();
+        const Segments s = here(offset, n);
+        return trace.Marked(offset, "gather",
+                            gpu_->CopyPieces(near(a, offset), kHostDevice, src.data, src.device,
+                                             s.list.data(), s.list.size(), n, nullptr));
+      };
+      steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
+        return trace.Marked(offset, "put",
+                            ours.has_value() ? transport_->Put(far(b), near(a, offset), n, nullptr)
+                                             : transport_->PutPieces(far_pieces(b), local.data,
+                                                                     here(offset, n), nullptr));
+      };
+      steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) {
+        return trace.Marked(offset, "scatter", theirs(b, offset, n));
+      };
+      steps.drain_threads = 4;
+      return RunThreeSteps(length, piece, near_slots, far_slots, steps, progress);
+    }
+    steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) {
+      return trace.Marked(offset, "gather", theirs(a, offset, n));
+    };
+    steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
+      return trace.Marked(offset, "get",
+                          ours.has_value() ? transport_->Get(far(a), near(b, offset), n, nullptr)
+                                           : transport_->GetPieces(far_pieces(a), local.data,
+                                                                   here(offset, n), nullptr));
+    };
+    steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
+      if (!ours.has_value()) return absl::OkStatus();
+      const Segments s = here(offset, n);
+      return trace.Marked(offset, "scatter",
+                          gpu_->CopyPieces(dst.data, dst.device, near(b, offset), kHostDevice,
+                                           s.list.data(), s.list.size(), n, nullptr));
+    };
+    return RunThreeSteps(length, piece, far_slots, near_slots, steps, progress);
+  }
   if (push) {
     steps.fill = [&](size_t a, size_t, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
@@ -646,8 +547,6 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) {
       return trace.Marked(offset, "h2d", stage(b, offset, n, /*to_range=*/true));
     };
-    steps.fill_threads = 2;
-    steps.carry_threads = kWireThreads;
     steps.drain_threads = 4;
     return RunThreeSteps(length, piece, near_slots, far_slots, steps, progress);
   }
@@ -663,8 +562,6 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
         offset, "h2d",
         gpu_->Copy(dst.data + offset, dst.device, near(b, offset), kHostDevice, n, n, nullptr));
   };
-  steps.fill_threads = 2;
-  steps.carry_threads = kWireThreads;
   return RunThreeSteps(length, piece, far_slots, near_slots, steps, progress);
 }
 

@@ -121,16 +121,14 @@ class UcxEngine : public Engine {
   // Pieces on the wire at once in a move staged by the remote node (see MoveRemoteStaged).
   static constexpr int kWireThreads = 2;
   // Our device memory and a UCX that cannot take it: through our pinned bounce slots
-  // (waiting for room while other moves use the pool).
+  // (waiting for room while other moves use the pool). A vectored move (`pieces`) goes
+  // through the same pipeline as its pieces' bytes one after another: a window of them
+  // gathered into a slot by the GPU and put to their places piece by piece (a pull: got
+  // piece by piece into a slot and scattered by the GPU).
   absl::Status MoveLocalStaged(bool push, const RemoteRange& remote, const Endpoint& src,
                                const Endpoint& dst, uint64_t length, MoveControl& control,
-                               const std::function<bool(uint64_t)>& progress);
-  // A vectored move of our device memory with a UCX that cannot take it, to or from
-  // memory the other node's UCX reaches: rounds of pieces packed into our bounce slots by
-  // the GPU (one gather or scatter copy a round), then put to or got from their places
-  // there piece by piece; the next round's GPU copy overlaps this round's wire.
-  absl::Status MoveLocalStagedPieces(bool push, const RemoteRange& remote, const Endpoint& local,
-                                     const Segments& pieces, MoveControl& control);
+                               const std::function<bool(uint64_t)>& progress,
+                               const Segments* pieces = nullptr);
   // The bounce slots of a move staged by the other node: its slots (taken now if the
   // hold left them for later) and, for our device memory with a UCX that cannot take it,
   // as many of ours of the same size.
@@ -140,21 +138,16 @@ class UcxEngine : public Engine {
   };
   absl::StatusOr<StageSides> TakeStageSides(const Endpoint& local, const RemoteHold& hold,
                                             const UcxOffer::Stage& offered, MoveControl& control);
-  // A vectored move whose remote end is staged by the remote node: rounds of pieces
-  // packed into its bounce slots (at most a slot and kRoundPieces pieces a round), which it
-  // scatters into or gathers out of its range in one copy per round (a StageChunk with the
-  // round's pieces); on this side the pieces are put or got at their places, or, for our
-  // device memory with a UCX that cannot take it, packed through our slots by the GPU. The
-  // other node's copy of one round overlaps this side's work on the next.
-  absl::Status MoveRemoteStagedPieces(const Endpoint& src, const Endpoint& dst,
-                                      const RemoteHold& hold, const UcxOffer& offer,
-                                      const Segments& pieces, MoveControl& control);
-  static constexpr size_t kRoundPieces = 16384;
   // A move whose remote end is staged by the remote node: pieces go through its bounce
   // slots, with a StageChunk call per piece (and through ours when ours is device memory).
+  // A vectored move (`pieces`, `length` their total) goes through the same pipeline as
+  // its pieces' bytes one after another; the peer's copy of a window is one gather or
+  // scatter (StagePieces, at most kRoundPieces pieces a call).
   absl::Status MoveRemoteStaged(const Endpoint& src, const Endpoint& dst, const RemoteHold& hold,
                                 const UcxOffer& offer, uint64_t length, MoveControl& control,
-                                const std::function<bool(uint64_t)>& progress);
+                                const std::function<bool(uint64_t)>& progress,
+                                const Segments* pieces = nullptr);
+  static constexpr size_t kRoundPieces = 16384;
 
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;
