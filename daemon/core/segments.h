@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "daemon/common/segment.h"
 
 namespace gpumove {
@@ -23,8 +24,9 @@ struct BlockListSpec {
   uint64_t block_size = 0;
   uint64_t source_stride = 0;
   uint64_t destination_stride = 0;
-  std::vector<uint64_t> source_blocks;
-  std::vector<uint64_t> destination_blocks;
+  // Views of the request's own index arrays (no copies of up to 1 MB a Submit).
+  absl::Span<const uint64_t> source_blocks;
+  absl::Span<const uint64_t> destination_blocks;
 };
 
 struct Segments {

@@ -47,9 +47,16 @@ TEST(Segments, BadListsAreRefused) {
 
 TEST(Segments, BlockListsExpandWithStrides) {
   BlockListSpec b;
+  // The spec views index arrays it does not own.
+  std::vector<uint64_t> src, dst;
+  auto set = [&](std::vector<uint64_t> s, std::vector<uint64_t> d) {
+    src = std::move(s);
+    dst = std::move(d);
+    b.source_blocks = src;
+    b.destination_blocks = dst;
+  };
   b.block_size = 4096;
-  b.source_blocks = {3, 0, 7};
-  b.destination_blocks = {0, 2, 1};
+  set({3, 0, 7}, {0, 2, 1});
   auto s = ExpandBlocks(b, 16);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ((*s)->list.size(), 3u);
@@ -63,18 +70,18 @@ TEST(Segments, BlockListsExpandWithStrides) {
   EXPECT_EQ((*s)->list[0].src, 3u * 8192);
   EXPECT_EQ((*s)->list[1].dst, 2u * 16384);
   // A destination block named twice (the bitmap's check, and the sort's with a stride).
-  b.destination_blocks = {0, 2, 0};
+  set({3, 0, 7}, {0, 2, 0});
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
-  b.destination_blocks = {0, 2, 1};
+  set({3, 0, 7}, {0, 2, 1});
   // A stride smaller than the block makes destination blocks overlap.
   b.destination_stride = 1024;
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
   b.destination_stride = 0;
-  b.source_blocks = {uint64_t{1} << 60, 0, 1};
+  set({uint64_t{1} << 60, 0, 1}, {0, 2, 1});
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);  // Overflow.
-  b.source_blocks = {0, 1};
+  set({0, 1}, {0, 2, 1});
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);  // Lengths.
-  b.source_blocks = {0, 1, 2};
+  set({0, 1, 2}, {0, 2, 1});
   b.block_size = 0;
   EXPECT_EQ(ExpandBlocks(b, 16).status().code(), StatusCode::kInvalidArgument);
   b.block_size = 1;

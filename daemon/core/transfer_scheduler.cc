@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <optional>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -59,8 +59,10 @@ struct TransferScheduler::Record {
   RangeSpec source;
   RangeSpec destination;
   uint64_t length = 0;
-  // A vectored move's pieces, relative to the ranges held (src.data, dst.data).
+  // A vectored move's pieces, relative to the ranges held (src.data, dst.data); let go
+  // when it ends (a finished move is kept as a record, its list of up to megabytes not).
   std::shared_ptr<const Segments> pieces;
+  size_t piece_count = 0;
   PathKind path = PathKind::kAuto;
   bool checksum = false;
   std::optional<std::string> notify;
@@ -103,8 +105,7 @@ class TransferScheduler::Control : public MoveControl {
   // own copy. With moves waiting, the worker's next copy overlaps it instead, and an
   // acknowledgement that waits for the copy would hold up the others batched with it.
   bool AcceptsFence() const override {
-    return t_->remote_hold.has_value() && t_->remote_hold->waits_fences &&
-           !s_->MovesWaiting();
+    return t_->remote_hold.has_value() && t_->remote_hold->waits_fences && !s_->MovesWaiting();
   }
   void KeepRunning(std::unique_ptr<CopyFence> fence) override { t_->fence = std::move(fence); }
   uint64_t rate_limit() const override { return rate_limit_; }
@@ -269,15 +270,16 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     if (remote_ == nullptr) {
       for (const std::string* n : {&d.src_node, &d.dst_node}) {
         if (*n != options_.node && d.error.ok()) {
-          d.error = absl::NotFoundError(absl::StrCat("unknown node ", Quoted(*n), " (this node is \"",
-                                                     options_.node, "\" and has no peers)"));
+          d.error =
+              absl::NotFoundError(absl::StrCat("unknown node ", Quoted(*n), " (this node is \"",
+                                               options_.node, "\" and has no peers)"));
         }
       }
       if (!d.error.ok()) continue;
     }
     if (spec.notify.has_value() && spec.notify->size() > kMaxNotifyBytes) {
-      d.error = absl::InvalidArgumentError(absl::StrCat(
-          "notify has ", spec.notify->size(), " bytes; at most ", kMaxNotifyBytes));
+      d.error = absl::InvalidArgumentError(
+          absl::StrCat("notify has ", spec.notify->size(), " bytes; at most ", kMaxNotifyBytes));
       continue;
     }
     if (spec.notify.has_value() && d.dst_local && options_.notifications == nullptr) {
@@ -295,6 +297,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
     d.t->label = spec.label;
     d.t->checksum = spec.checksum;
     d.t->pieces = spec.pieces;
+    d.t->piece_count = spec.pieces != nullptr ? spec.pieces->list.size() : 0;
     d.t->notify = spec.notify;
   }
 
@@ -322,8 +325,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         auto our_info = registry_->Get(owner, ours.buffer_id);
         uint64_t length = r.length;
         if (write && length == 0 && spec.pieces == nullptr) length = drafts[i].t->source.length;
-        asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write,
-                                 spec.path,
+        asks.push_back(RemoteAsk{drafts[i].t->id, r.buffer_id, r.offset, length, write, spec.path,
                                  our_info.ok() && our_info->kind == MemoryKind::kDevice});
         if (write) asks.back().notify = spec.notify;
         if (spec.checksum) asks.back().pieces = spec.pieces;
@@ -659,9 +661,9 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t, std::vector<Ended>
         if (st.ok() && !copied.ok()) {
           st = absl::Status(copied.code(), absl::StrCat("the copy failed: ", copied.message()));
         } else if (st.ok() && !ack.ok()) {
-          st = absl::UnavailableError(absl::StrCat("node ", t->remote_hold->node,
-                                                   " did not acknowledge the move: ",
-                                                   ack.status().message()));
+          st = absl::UnavailableError(
+              absl::StrCat("node ", t->remote_hold->node,
+                           " did not acknowledge the move: ", ack.status().message()));
         } else if (st.ok() && t->checksum) {
           (t->remote_hold->write ? dst : src) = *ack;
         }
@@ -692,8 +694,7 @@ void TransferScheduler::ReleaseUnrunHolds() {
 }
 
 void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status status,
-                                  uint64_t src_hash, uint64_t dst_hash,
-                                  std::vector<Ended>* ended) {
+                                  uint64_t src_hash, uint64_t dst_hash, std::vector<Ended>* ended) {
   if (status.ok() && t->checksum && t->dst.remote == nullptr) {
     auto h = t->pieces != nullptr ? options_.piece_hasher(t->dst, *t->pieces, false)
                                   : hasher_(t->dst, t->length);
@@ -749,6 +750,9 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   std::vector<RangeOrder::Id> ready;
   order_.End(t->order, ready);
   waiting_.erase(t->order);
+  // Its pieces' memory goes back to the heap for the next Submit's list (fresh pages are
+  // a fault each). Nothing reads them now: it ran, or never will, and ordering is done.
+  t->pieces.reset();
   for (const RangeOrder::Id id : ready) {
     auto it = waiting_.find(id);
     ready_.push_back(std::move(it->second));
@@ -801,7 +805,7 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.end_time = t.end_time;
   s.status = t.status;
   s.checksum = t.checksum;
-  s.pieces = t.pieces != nullptr ? t.pieces->list.size() : 0;
+  s.pieces = t.piece_count;
   s.source_xxh3 = t.source_xxh3;
   s.destination_xxh3 = t.destination_xxh3;
   s.version = t.version;

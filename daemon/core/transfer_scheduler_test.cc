@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +34,8 @@ class FakeEngine : public Engine {
       absl::MutexLock lock(&mu_);
       ++started_;
       move_threads_.push_back(std::this_thread::get_id());
-      mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
+      mu_.Await(absl::Condition(
+          +[](bool* open) { return *open; }, &open_));
     }
     for (uint64_t done = 0; done < length;) {
       if (control.cancelled()) return absl::CancelledError("stopped");
@@ -58,14 +59,21 @@ class FakeEngine : public Engine {
       absl::MutexLock lock(&mu_);
       ++started_;
       move_threads_.push_back(std::this_thread::get_id());
-      mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
+      mu_.Await(absl::Condition(
+          +[](bool* open) { return *open; }, &open_));
     }
     for (const Segment& p : pieces.list) std::memcpy(dst.data + p.dst, src.data + p.src, p.length);
     control.Progress(pieces.total);
     return absl::OkStatus();
   }
-  void Hold() { absl::MutexLock lock(&mu_); open_ = false; }
-  void Open() { absl::MutexLock lock(&mu_); open_ = true; }
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
   void AwaitStarted(int n) {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
@@ -90,7 +98,8 @@ class FakeEngine : public Engine {
 
 uint64_t SumHash(const Endpoint& e, uint64_t n) {
   uint64_t h = 1469598103934665603ull;
-  for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(e.data[i])) * 1099511628211ull;
+  for (uint64_t i = 0; i < n; ++i)
+    h = (h ^ static_cast<unsigned char>(e.data[i])) * 1099511628211ull;
   return h;
 }
 
@@ -105,8 +114,7 @@ class SchedulerTest : public ::testing::Test {
     registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
     options.node = "n1";
     sched_ = std::make_unique<TransferScheduler>(
-        options, registry_.get(),
-        engines_.empty() ? std::vector<Engine*>{&engine_} : engines_,
+        options, registry_.get(), engines_.empty() ? std::vector<Engine*>{&engine_} : engines_,
         [this](const Endpoint& e, uint64_t n) -> absl::StatusOr<uint64_t> {
           if (corrupt_hash_ && e.data == corrupt_target_) return 42;
           return SumHash(e, n);
@@ -345,6 +353,33 @@ TEST_F(SchedulerTest, VectoredMovesIntoInterleavedBlocksRunConcurrently) {
   }
 }
 
+// A finished vectored move keeps its record (and its count of pieces), not its list: the
+// memory goes back for later Submits' lists.
+TEST_F(SchedulerTest, FinishedVectoredMovesLetTheirPieceListGo) {
+  Start({.workers = 1});
+  std::string a = Buffer(4096, 'a'), y = Buffer(4096, 'y');
+  std::weak_ptr<const Segments> list;
+  std::string id;
+  {
+    std::vector<Segment> pieces;
+    for (uint64_t k = 0; k < 64; k += 2) pieces.push_back({k * 64, (62 - k) * 64, 64});
+    TransferSpec s = Move(a, y);
+    s.destination.length = 0;
+    s.pieces = *MakeSegments(std::move(pieces), 1000);
+    list = s.pieces;
+    engine_.Hold();
+    id = SubmitOne(s).id;
+    engine_.AwaitStarted(1);
+  }
+  EXPECT_FALSE(list.expired());  // Running: the engine reads it.
+  engine_.Open();
+  TransferSnapshot done = WaitDone(id);
+  EXPECT_EQ(done.state, TransferState::kSucceeded);
+  EXPECT_EQ(done.pieces, 32u);
+  EXPECT_TRUE(list.expired());
+  EXPECT_EQ(Contents(y).substr(62 * 64, 128), std::string(64, 'a') + std::string(64, 'y'));
+}
+
 TEST_F(SchedulerTest, CancelQueuedAndRunning) {
   Start({.workers = 1});
   std::string a = Buffer(1 << 20, 'a'), b = Buffer(1 << 20, 'b'), c = Buffer(4096, 'c'),
@@ -438,8 +473,7 @@ TEST_F(SchedulerTest, DrainWaitsThenRefusesNewWork) {
   TransferSnapshot t = SubmitOne(Move(a, b));
   engine_.AwaitStarted(1);
   EXPECT_FALSE(sched_->Drain(absl::Now() + absl::Milliseconds(50)));
-  EXPECT_EQ(sched_->Submit("me", {Move(a, b)}, "").status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sched_->Submit("me", {Move(a, b)}, "").status().code(), absl::StatusCode::kUnavailable);
   engine_.Open();
   EXPECT_TRUE(sched_->Drain(absl::Now() + absl::Seconds(10)));
   EXPECT_EQ(WaitDone(t.id).state, TransferState::kSucceeded);
@@ -511,7 +545,6 @@ TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
   EXPECT_EQ(WaitDone(queued->at(0).id).state, TransferState::kSucceeded);
   EXPECT_EQ(Contents(d), std::string(8192, 'c'));
 }
-
 
 TEST_F(SchedulerTest, ABatchForAWaitingCallerRunsItsSmallMovesInline) {
   Start({.workers = 2, .inline_max_bytes = 4096});
@@ -886,8 +919,7 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
     fenced.push_back(one->at(0));
     remote.AwaitAcks(i);
   }
-  EXPECT_EQ(remote.fences(),
-            (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
+  EXPECT_EQ(remote.fences(), (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
   EXPECT_EQ(remote.fence_bytes(), (std::vector<uint64_t>{0, 3000, 3000}));
   EXPECT_EQ(remote.busy(), (std::vector<bool>{false, false, false}));  // Each move alone.
   EXPECT_EQ(engine.fences_ended_.load(), 0);
@@ -900,8 +932,8 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   for (const TransferSnapshot& t : fenced) {
     ends.insert(sched.Wait("me", t.id, absl::Now() + absl::Seconds(10))->state);
   }
-  EXPECT_EQ(ends, (std::multiset<TransferState>{TransferState::kSucceeded,
-                                                TransferState::kFailed}));
+  EXPECT_EQ(ends,
+            (std::multiset<TransferState>{TransferState::kSucceeded, TransferState::kFailed}));
   EXPECT_EQ(engine.fences_ended_.load(), 2);
 }
 
