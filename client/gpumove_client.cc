@@ -1,5 +1,6 @@
 #include "client/gpumove_client.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -270,6 +271,21 @@ absl::StatusOr<v1::SubmitResponse> Client::Submit(const v1::SubmitRequest& reque
   return response;
 }
 
+void CompactBlockIndices(v1::BlockList* blocks) {
+  auto compact = [](google::protobuf::RepeatedField<uint64_t>* wide,
+                    google::protobuf::RepeatedField<uint32_t>* narrow) {
+    if (wide->empty() || !narrow->empty()) return;
+    for (uint64_t v : *wide) {
+      if (v > UINT32_MAX) return;
+    }
+    narrow->Resize(wide->size(), 0);
+    std::copy(wide->begin(), wide->end(), narrow->begin());
+    wide->Clear();
+  };
+  compact(blocks->mutable_source_blocks(), blocks->mutable_source_blocks32());
+  compact(blocks->mutable_destination_blocks(), blocks->mutable_destination_blocks32());
+}
+
 absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
                                           const v1::BufferRef& destination,
                                           const MoveOptions& options) {
@@ -281,7 +297,10 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
   spec->set_checksum(options.checksum);
   spec->set_label(options.label);
   for (const v1::Segment& g : options.segments) *spec->add_segments() = g;
-  if (options.blocks.block_size() != 0) *spec->mutable_blocks() = options.blocks;
+  if (options.blocks.block_size() != 0) {
+    *spec->mutable_blocks() = options.blocks;
+    CompactBlockIndices(spec->mutable_blocks());
+  }
   if (options.notify.has_value()) spec->set_notify(*options.notify);
   request.set_idempotency_key(options.idempotency_key);
   request.set_wait(options.wait);
@@ -408,8 +427,8 @@ absl::Status Client::Health(const std::string& service, absl::Duration timeout) 
   grpc::ByteBuffer request(&slice, 1), response;
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });

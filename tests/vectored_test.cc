@@ -136,6 +136,59 @@ TEST_F(VectoredTest, BlockListsWithAndWithoutStrides) {
   EXPECT_TRUE(Destination() == Expected(src_, dst_, {{4096 + 3 * 512, 100 + 512, 512}}));
 }
 
+// Block indices as varints (*_blocks) or fixed 32-bit integers (*_blocks32), each side in
+// either form, move the same bytes; a side in both forms is refused and writes nothing.
+TEST_F(VectoredTest, BlockIndicesInEitherFormMoveTheSameBytes) {
+  const size_t n = 3000;
+  const uint64_t block = 256;
+  auto pieces = Shuffled(
+      n, block, block, [&](size_t) { return block; }, 77);
+  for (int form = 0; form < 4; ++form) {  // Bit 0: source 32-bit, bit 1: destination.
+    Buffers(n * block, n * block, 300 + form);
+    v1::SubmitRequest request;
+    v1::TransferSpec* spec = request.add_transfers();
+    *spec->mutable_source() = Ref(src_id_);
+    *spec->mutable_destination() = Ref(dst_id_);
+    v1::BlockList* b = spec->mutable_blocks();
+    b->set_block_size(block);
+    for (const Piece& p : pieces) {
+      if (form & 1) {
+        b->add_source_blocks32(static_cast<uint32_t>(p.src / block));
+      } else {
+        b->add_source_blocks(p.src / block);
+      }
+      if (form & 2) {
+        b->add_destination_blocks32(static_cast<uint32_t>(p.dst / block));
+      } else {
+        b->add_destination_blocks(p.dst / block);
+      }
+    }
+    request.set_wait(true);
+    auto r = c_->Submit(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->transfers(0).state(), v1::SUCCEEDED) << r->transfers(0).error_message();
+    EXPECT_EQ(r->transfers(0).pieces(), n);
+    EXPECT_TRUE(Destination() == Expected(src_, dst_, pieces)) << "form " << form;
+    if (form == 3) {
+      // Both forms on one side: refused whole.
+      Buffers(n * block, n * block, 400);
+      b->add_source_blocks(0);
+      auto refused = c_->Submit(request);
+      EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+      EXPECT_TRUE(Destination() == dst_);
+    }
+  }
+  // The client packs indices below 2^32 in the 32-bit form, and leaves bigger ones.
+  v1::BlockList small, big;
+  small.add_source_blocks(7);
+  small.add_destination_blocks(uint64_t{1} << 32);
+  CompactBlockIndices(&small);
+  EXPECT_EQ(small.source_blocks32_size(), 1);
+  EXPECT_EQ(small.source_blocks_size(), 0);
+  EXPECT_EQ(small.destination_blocks_size(), 1);
+  EXPECT_EQ(small.destination_blocks32_size(), 0);
+}
+
 TEST_F(VectoredTest, BadListsAreRefusedAndNothingIsWritten) {
   Buffers(1 << 20, 1 << 20, 9);
   auto expect = [&](StatusCode code, const MoveOptions& o, v1::BufferRef to, const char* why) {
@@ -284,8 +337,8 @@ TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
     uint64_t slot, max_len;
   };
   uint64_t seed = 700;
-  for (const Shape& k : {Shape{20000, 17, 16}, Shape{300, 4099, 4096},
-                         Shape{6, (3 << 20) + 5, 3 << 20}}) {
+  for (const Shape& k :
+       {Shape{20000, 17, 16}, Shape{300, 4099, 4096}, Shape{6, (3 << 20) + 5, 3 << 20}}) {
     for (const Way& w : {Way{&a, &b, &a}, Way{&b, &a, &a}, Way{&a, &b, &c}}) {
       ++seed;
       SCOPED_TRACE(absl::StrCat("pieces of up to ", k.max_len));

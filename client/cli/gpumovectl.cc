@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, kind, "host", "alloc: memory kind, host | pinned | device
 ABSL_FLAG(int, gpu, 0, "alloc: GPU index for --kind=device.");
 ABSL_FLAG(absl::Duration, lease, absl::ZeroDuration(), "alloc/renew: lease TTL (e.g. 30s).");
 ABSL_FLAG(std::string, label, "", "alloc/move: a label shown in listings.");
-ABSL_FLAG(std::string, node, "", "alloc/ls: another node of the cluster (default: the one --addr is).");
+ABSL_FLAG(std::string, node, "",
+          "alloc/ls: another node of the cluster (default: the one --addr is).");
 ABSL_FLAG(std::string, offset, "0", "read/write: offset into the buffer (size suffixes work).");
 ABSL_FLAG(std::string, length, "0", "read/move: bytes (0: to the end of the buffer).");
 ABSL_FLAG(bool, checksum, false, "move: verify with xxh3 on both sides (DATA_LOSS on mismatch).");
@@ -234,8 +235,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
                               : ", plaintext")
               << "\n";
     std::cout << "peers     " << info->peer_authentication() << "\n";
-    std::cout << "cpus      " << info->cpus() << " (" << info->workers()
-              << " transfer workers)\n";
+    std::cout << "cpus      " << info->cpus() << " (" << info->workers() << " transfer workers)\n";
     std::cout << "gpus      " << info->gpu_status()
               << (info->cuda_compiled() ? "" : " [built without CUDA]") << "\n";
     for (const auto& g : info->gpus()) {
@@ -245,11 +245,11 @@ int Run(Client& c, const std::vector<std::string>& args) {
     }
     std::cout << "pools\n";
     for (const auto& p : info->pools()) {
-      std::cout << absl::StrFormat("  %-7s capacity %-10s free %-10s largest free %-10s buffers %d%s\n",
-                                   Kind(p.kind(), p.device()), FormatBytes(p.capacity()),
-                                   FormatBytes(p.free()), FormatBytes(p.largest_free()),
-                                   p.buffers(),
-                                   p.kind() == v1::PINNED_HOST && !p.locked() ? " (not locked)" : "");
+      std::cout << absl::StrFormat(
+          "  %-7s capacity %-10s free %-10s largest free %-10s buffers %d%s\n",
+          Kind(p.kind(), p.device()), FormatBytes(p.capacity()), FormatBytes(p.free()),
+          FormatBytes(p.largest_free()), p.buffers(),
+          p.kind() == v1::PINNED_HOST && !p.locked() ? " (not locked)" : "");
     }
     std::cout << "paths\n";
     for (const auto& p : info->paths()) {
@@ -277,24 +277,29 @@ int Run(Client& c, const std::vector<std::string>& args) {
     if (!peers.ok()) return Fail(peers.status());
     if (peers->empty()) std::cout << "no peers\n";
     for (const auto& p : *peers) {
-      if (json) std::cout << Json(p);
-      else std::cout << absl::StrFormat("%s  %s  %s\n", p.node(), p.address(), p.up() ? "up" : "DOWN");
+      if (json)
+        std::cout << Json(p);
+      else
+        std::cout << absl::StrFormat("%s  %s  %s\n", p.node(), p.address(), p.up() ? "up" : "DOWN");
     }
     return 0;
   }
   if (cmd == "alloc") {
     Need(args, 1, "alloc SIZE [--kind host|pinned|device] [--gpu N]");
     const std::string k = absl::GetFlag(FLAGS_kind);
-    v1::MemoryKind kind = k == "host" ? v1::HOST
+    v1::MemoryKind kind = k == "host"     ? v1::HOST
                           : k == "pinned" ? v1::PINNED_HOST
-                          : k == "device" ? v1::DEVICE
-                                          : throw UsageError{"--kind must be host, pinned or device"};
-    auto b = c.Allocate(SizeArg(args[1]), kind, absl::GetFlag(FLAGS_gpu),
-                        absl::GetFlag(FLAGS_lease), absl::GetFlag(FLAGS_label),
-                        absl::GetFlag(FLAGS_node));
+                          : k == "device"
+                              ? v1::DEVICE
+                              : throw UsageError{"--kind must be host, pinned or device"};
+    auto b =
+        c.Allocate(SizeArg(args[1]), kind, absl::GetFlag(FLAGS_gpu), absl::GetFlag(FLAGS_lease),
+                   absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_node));
     if (!b.ok()) return Fail(b.status());
-    if (json) std::cout << Json(*b);
-    else std::cout << b->id() << "\n";
+    if (json)
+      std::cout << Json(*b);
+    else
+      std::cout << b->id() << "\n";
     return 0;
   }
   if (cmd == "ls") {
@@ -343,8 +348,8 @@ int Run(Client& c, const std::vector<std::string>& args) {
   if (cmd == "import") {
     Need(args, 2, "import HANDLE_HEX SIZE --gpu_uuid GPU-... [--offset N] [--pid P]");
     v1::ImportRequest r;
-    if (args[1].size() != 128 || args[1].find_first_not_of("0123456789abcdefABCDEF") !=
-                                     std::string::npos) {
+    if (args[1].size() != 128 ||
+        args[1].find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
       throw UsageError{"HANDLE_HEX must be the 64-byte CUDA IPC handle as 128 hex digits"};
     }
     r.set_cuda_ipc_handle(absl::HexStringToBytes(args[1]));
@@ -361,8 +366,10 @@ int Run(Client& c, const std::vector<std::string>& args) {
     }
     auto b = c.Import(r);
     if (!b.ok()) return Fail(b.status());
-    if (json) std::cout << Json(*b);
-    else std::cout << b->id() << "\n";
+    if (json)
+      std::cout << Json(*b);
+    else
+      std::cout << b->id() << "\n";
     return 0;
   }
   if (cmd == "release") {
@@ -385,7 +392,8 @@ int Run(Client& c, const std::vector<std::string>& args) {
     if (target.offset() == 0) target.set_offset(SizeArg(absl::GetFlag(FLAGS_offset)));
     absl::StatusOr<v1::WriteResponse> r;
     if (args[2] == "-") {
-      std::string data((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+      std::string data((std::istreambuf_iterator<char>(std::cin)),
+                       std::istreambuf_iterator<char>());
       r = c.Write(target, data);
     } else {
       FILE* f = std::fopen(args[2].c_str(), "rb");
@@ -398,8 +406,10 @@ int Run(Client& c, const std::vector<std::string>& args) {
       std::fclose(f);
     }
     if (!r.ok()) return Fail(r.status());
-    if (json) std::cout << Json(*r);
-    else std::cerr << "wrote " << FormatBytes(r->bytes_written()) << "\n";
+    if (json)
+      std::cout << Json(*r);
+    else
+      std::cerr << "wrote " << FormatBytes(r->bytes_written()) << "\n";
     return 0;
   }
   if (cmd == "read") {
@@ -417,8 +427,10 @@ int Run(Client& c, const std::vector<std::string>& args) {
       }
       return absl::OkStatus();
     });
-    if (f != stdout) std::fclose(f);
-    else std::fflush(stdout);
+    if (f != stdout)
+      std::fclose(f);
+    else
+      std::fflush(stdout);
     if (!st.ok()) return Fail(st);
     return 0;
   }
@@ -454,19 +466,23 @@ int Run(Client& c, const std::vector<std::string>& args) {
         b->add_source_blocks(si);
         b->add_destination_blocks(di);
       }
+      CompactBlockIndices(b);
     }
     v1::Path path;
     std::string p = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_path));
     if (p == "AUTO") p = "PATH_AUTO";
-    if (!v1::Path_Parse(p, &path)) throw UsageError{"--path must be auto, local, cuda_ipc, ucx or mpi"};
+    if (!v1::Path_Parse(p, &path))
+      throw UsageError{"--path must be auto, local, cuda_ipc, ucx or mpi"};
     spec->set_path(path);
     request.set_idempotency_key(absl::GetFlag(FLAGS_idempotency_key));
     auto submitted = c.Submit(request);
     if (!submitted.ok()) return Fail(submitted.status());
     v1::Transfer t = submitted->transfers(0);
     if (!absl::GetFlag(FLAGS_wait)) {
-      if (json) std::cout << Json(t);
-      else std::cout << t.id() << "\n";
+      if (json)
+        std::cout << Json(t);
+      else
+        std::cout << t.id() << "\n";
       return 0;
     }
     const bool tty = isatty(STDERR_FILENO) && !json;
@@ -476,8 +492,10 @@ int Run(Client& c, const std::vector<std::string>& args) {
     });
     bar.End();
     if (!end.ok()) return Fail(end.status());
-    if (json) std::cout << Json(*end);
-    else PrintTransfer(*end);
+    if (json)
+      std::cout << Json(*end);
+    else
+      PrintTransfer(*end);
     return end->state() == v1::SUCCEEDED ? 0 : 1;
   }
   if (cmd == "notifications") {
@@ -539,8 +557,10 @@ int Run(Client& c, const std::vector<std::string>& args) {
              : cmd == "wait"   ? c.Wait(args[1])
                                : c.Cancel(args[1]);
     if (!t.ok()) return Fail(t.status());
-    if (json) std::cout << Json(*t);
-    else PrintTransfer(*t);
+    if (json)
+      std::cout << Json(*t);
+    else
+      PrintTransfer(*t);
     if (cmd == "wait" && t->state() != v1::SUCCEEDED) return 1;
     return 0;
   }

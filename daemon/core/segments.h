@@ -20,13 +20,29 @@ namespace gpumove {
 // A block list as the API gives it: block i copies block_size bytes from
 // source_blocks[i] * source_stride to destination_blocks[i] * destination_stride
 // (strides 0: block_size).
+// One side's block indices, a view of 64-bit or of 32-bit integers (the API's two forms;
+// no copy of the request's arrays).
+class BlockIndices {
+ public:
+  BlockIndices() = default;
+  BlockIndices(absl::Span<const uint64_t> wide) : wide_(wide) {}
+  BlockIndices(absl::Span<const uint32_t> narrow) : narrow_(narrow) {}
+  BlockIndices(const std::vector<uint64_t>& wide) : wide_(wide) {}
+  BlockIndices(const std::vector<uint32_t>& narrow) : narrow_(narrow) {}
+  size_t size() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+  uint64_t operator[](size_t i) const { return wide_.empty() ? narrow_[i] : wide_[i]; }
+
+ private:
+  absl::Span<const uint64_t> wide_;
+  absl::Span<const uint32_t> narrow_;
+};
+
 struct BlockListSpec {
   uint64_t block_size = 0;
   uint64_t source_stride = 0;
   uint64_t destination_stride = 0;
-  // Views of the request's own index arrays (no copies of up to 1 MB a Submit).
-  absl::Span<const uint64_t> source_blocks;
-  absl::Span<const uint64_t> destination_blocks;
+  BlockIndices source_blocks;
+  BlockIndices destination_blocks;
 };
 
 struct Segments {

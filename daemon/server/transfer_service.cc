@@ -131,9 +131,20 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
         list.block_size = b.block_size();
         list.source_stride = b.source_stride();
         list.destination_stride = b.destination_stride();
-        list.source_blocks = absl::MakeConstSpan(b.source_blocks().data(), b.source_blocks_size());
-        list.destination_blocks =
-            absl::MakeConstSpan(b.destination_blocks().data(), b.destination_blocks_size());
+        if ((b.source_blocks_size() > 0 && b.source_blocks32_size() > 0) ||
+            (b.destination_blocks_size() > 0 && b.destination_blocks32_size() > 0)) {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrCat("transfer ", i,
+                                           ": the indices of a side in one form: *_blocks or "
+                                           "*_blocks32, not both"));
+        }
+        // Each side's indices in the form given (views of the request's arrays).
+        auto side = [](const auto& wide, const auto& narrow) {
+          return wide.empty() ? BlockIndices(absl::MakeConstSpan(narrow.data(), narrow.size()))
+                              : BlockIndices(absl::MakeConstSpan(wide.data(), wide.size()));
+        };
+        list.source_blocks = side(b.source_blocks(), b.source_blocks32());
+        list.destination_blocks = side(b.destination_blocks(), b.destination_blocks32());
         pieces = ExpandBlocks(list, scheduler_->max_pieces());
       } else if (static_cast<size_t>(in.segments_size()) > scheduler_->max_pieces()) {
         pieces = absl::ResourceExhaustedError(

@@ -3,6 +3,7 @@ without a Python loop per block (packed varints encoded with numpy, parsed by pr
 from __future__ import annotations
 
 import numbers
+import struct
 from typing import Any, Optional, Sequence, Union
 
 from gpumove._types import PATHS, Buffer, Ref
@@ -88,6 +89,33 @@ def _varints(values) -> bytes:
     return groups[np.arange(width)[None, :] < lengths[:, None]].tobytes()
 
 
+def _fixed32(values) -> Optional[bytes]:
+    """Little-endian 32-bit integers when every value is a non-negative integer below 2^32
+    (the daemon parses those as one copy), else None."""
+    if np is not None:
+        a = values if isinstance(values, np.ndarray) else np.array(values)
+        if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
+            return None
+        if (a.dtype.kind == "i" and a.min() < 0) or a.max() > 0xFFFFFFFF:
+            return None
+        return a.astype("<u4").tobytes()
+    items = list(values)
+    if not items or not all(isinstance(v, numbers.Integral) and 0 <= v <= 0xFFFFFFFF
+                            for v in items):
+        return None
+    return struct.pack(f"<{len(items)}I", *items)
+
+
+def _indices(wide: int, narrow: int, values) -> bytes:
+    """One side's block indices as a BlockList field: fixed 32-bit (field `narrow`) when
+    they fit, else varints (field `wide`)."""
+    packed = _fixed32(values)
+    if packed is not None:
+        return _field(narrow, packed)
+    varints = _varints(values)
+    return _field(wide, varints) if varints else b""
+
+
 def _field(number: int, payload: bytes) -> bytes:
     return _varints([(number << 3) | 2]) + _varints([len(payload)]) + payload
 
@@ -99,12 +127,10 @@ def block_list(block_size: int, source_blocks, destination_blocks,
     (numpy arrays or sequences of ints) are packed without a loop per block."""
     if block_size <= 0:
         raise ValueError("block_size must be positive")
-    src = _varints(source_blocks)
-    dst = _varints(destination_blocks)
     data = (_varints([(1 << 3) | 0, block_size]) +
             (_varints([(2 << 3) | 0, source_stride]) if source_stride else b"") +
             (_varints([(3 << 3) | 0, destination_stride]) if destination_stride else b"") +
-            (_field(4, src) if src else b"") + (_field(5, dst) if dst else b""))
+            _indices(4, 6, source_blocks) + _indices(5, 7, destination_blocks))
     out = pb.BlockList()
     out.MergeFromString(data)
     return out

@@ -267,9 +267,17 @@ def test_block_lists_encode_like_protobuf():
         want = pb.BlockList(block_size=4096, source_stride=8192, source_blocks=values,
                             destination_blocks=values[::-1])
         assert got == want
+    # Indices below 2^32 go as fixed 32-bit integers (one copy for the daemon to parse).
     big = np.random.default_rng(6).permutation(150_000)
     bl = gpumove.block_list(16, big, big)
-    assert list(bl.source_blocks) == big.tolist()
+    assert list(bl.source_blocks32) == big.tolist() and not bl.source_blocks
+    small = [0, 5, 2**32 - 1]
+    for arr in (small, np.array(small, dtype=np.uint32), np.array(small, dtype=np.int64)):
+        got = gpumove.block_list(8, arr, values[-3:])
+        assert got == pb.BlockList(block_size=8, source_blocks32=small,
+                                   destination_blocks=values[-3:])
+    assert gpumove.block_list(8, [2**32], [1]) == pb.BlockList(
+        block_size=8, source_blocks=[2**32], destination_blocks32=[1])
 
 
 def test_moves_between_nodes_and_notifications(cluster):
