@@ -45,8 +45,8 @@ struct MoveOptions {
 };
 
 // Moves each side's block indices into the 32-bit form (BlockList.*_blocks32) when all of
-// them fit: the daemon parses those as one copy, the varint form ~15 times slower (65536
-// pairs: milliseconds of a Submit). Client::Move does this; callers of Submit may.
+// them fit: the daemon parses those as one copy, the varint form several times slower
+// (docs/vectored.md). Client::Move does this; callers of Submit may.
 void CompactBlockIndices(v1::BlockList* blocks);
 
 // An open TransferService.Notifications stream. Next blocks for the next notification;

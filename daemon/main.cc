@@ -297,8 +297,8 @@ int main(int argc, char** argv) {
   // First, while this is the only thread (it sets environment variables UCX reads).
   gpumove::UcxTransport::SetProcessDefaults();
   // Requests' big buffers (a Submit of 65536 blocks parses and expands ~3 MB) come from
-  // memory the heap keeps rather than fresh pages from the kernel each time: each fresh
-  // page is a fault, and a 1.5 MB block list took 385 of them.
+  // memory the heap keeps rather than fresh pages from the kernel each time, a fault a
+  // page (docs/performance/tuning.md, "Vectored moves").
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   absl::SetProgramUsageMessage(

@@ -47,6 +47,14 @@ class StageTrace {
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
 
+// A range for copies piece by piece with a peer on this host: on every direct copy thread
+// (small pieces gain from them all; whole chunks of a staged move keep their share of
+// them; docs/performance/tuning.md, "Vectored moves").
+RemoteRange ForPieceCopies(RemoteRange r) {
+  r.staged = false;
+  return r;
+}
+
 }  // namespace
 
 absl::Status UcxEngine::CanServe(const Endpoint& src, const Endpoint& dst) const {
@@ -235,13 +243,9 @@ absl::Status UcxEngine::MoveLocalStaged(bool push, const RemoteRange& remote, co
       packed.ForEach(offset, n, [&](uint64_t s, uint64_t d, uint64_t len, uint64_t at) {
         far.list.push_back(push ? Segment{at, d, len} : Segment{s, at, len});
       });
-      // Copies of small pieces (with a peer on this host) gain from every direct copy
-      // thread, where whole chunks are capped at a share of them (H200, 65536 x 4 KiB
-      // device -> the other node's host: 1 thread 10.1 GB/s, 4 threads 28.3).
-      RemoteRange whole = at(0);
-      whole.staged = false;
-      return push ? transport_->PutPieces(whole, r.slot(slot), far, nullptr)
-                  : transport_->GetPieces(whole, r.slot(slot), far, nullptr);
+      const RemoteRange range = ForPieceCopies(at(0));
+      return push ? transport_->PutPieces(range, r.slot(slot), far, nullptr)
+                  : transport_->GetPieces(range, r.slot(slot), far, nullptr);
     };
     return push ? RunStaged(length, r.chunk(), r.slots(), gpu_side, wire_side, progress,
                             /*consumers=*/2)
@@ -471,13 +475,6 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     };
     // The peer's copy of window [offset, offset + n) in slot piece i, in rounds of at most
     // kRoundPieces pieces.
-    // Piece by piece between our host memory and their slot: on every direct copy thread
-    // (see MoveLocalStaged).
-    auto far_pieces = [&](size_t i) {
-      RemoteRange r = far(i);
-      r.staged = false;
-      return r;
-    };
     auto theirs = [&, packed](size_t i, uint64_t offset, uint64_t n) -> absl::Status {
       std::vector<std::pair<uint64_t, uint64_t>> round;
       uint64_t round_at = 0;
@@ -506,9 +503,10 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
       };
       steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
         return trace.Marked(offset, "put",
-                            ours.has_value() ? transport_->Put(far(b), near(a, offset), n, nullptr)
-                                             : transport_->PutPieces(far_pieces(b), local.data,
-                                                                     here(offset, n), nullptr));
+                            ours.has_value()
+                                ? transport_->Put(far(b), near(a, offset), n, nullptr)
+                                : transport_->PutPieces(ForPieceCopies(far(b)), local.data,
+                                                        here(offset, n), nullptr));
       };
       steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) {
         return trace.Marked(offset, "scatter", theirs(b, offset, n));
@@ -521,9 +519,10 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     };
     steps.carry = [&](size_t a, size_t b, uint64_t offset, uint64_t n) {
       return trace.Marked(offset, "get",
-                          ours.has_value() ? transport_->Get(far(a), near(b, offset), n, nullptr)
-                                           : transport_->GetPieces(far_pieces(a), local.data,
-                                                                   here(offset, n), nullptr));
+                          ours.has_value()
+                              ? transport_->Get(far(a), near(b, offset), n, nullptr)
+                              : transport_->GetPieces(ForPieceCopies(far(a)), local.data,
+                                                      here(offset, n), nullptr));
     };
     steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
