@@ -196,6 +196,10 @@ ABSL_FLAG(std::string, cluster_secret_accept_file, "",
           "re-read when they change.");
 ABSL_FLAG(absl::Duration, peer_clock_skew, absl::Minutes(2),
           "With --cluster_secret_file: how far a peer call's clock may be from this node's.");
+ABSL_FLAG(bool, peer_fixed_width_pieces, true,
+          "Peers may send this node the piece lists of vectored moves as fixed-width arrays "
+          "(read in one copy); off: only as varint pairs, as nodes of earlier versions read "
+          "them (for testing mixed clusters).");
 ABSL_FLAG(std::string, auth_tokens, "",
           "Bearer tokens callers must present (authorization: Bearer TOKEN): a file of "
           "token,principal,tenant,role lines (role admin, user or reader; # comments), re-read "
@@ -385,6 +389,7 @@ int main(int argc, char** argv) {
   options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   options.cluster_secret_accept_file = absl::GetFlag(FLAGS_cluster_secret_accept_file);
   options.peer_clock_skew = absl::GetFlag(FLAGS_peer_clock_skew);
+  options.fixed_width_pieces = absl::GetFlag(FLAGS_peer_fixed_width_pieces);
 
   gpumove::SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));

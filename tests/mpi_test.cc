@@ -107,8 +107,8 @@ TEST_P(MpiTest, EveryDirectionEveryWayVerified) {
       for (int to = 0; to < 3; ++to) {
         if (from == to) continue;
         const int submit_at = case_no++ % 3;  // Push, pull or third party, in turn.
-        SCOPED_TRACE(absl::StrCat("rank", from, " -> rank", to, " ", size, " bytes at rank",
-                                  submit_at));
+        SCOPED_TRACE(
+            absl::StrCat("rank", from, " -> rank", to, " ", size, " bytes at rank", submit_at));
         Client& f = job_->client(from);
         Client& t = job_->client(to);
         auto src = f.Allocate(size + 16, case_no % 2 ? v1::HOST : v1::PINNED_HOST);
@@ -166,8 +166,7 @@ TEST_P(MpiTest, ManyConcurrentMoves) {
       }
       const std::string data = RandomBytes(size, 1000 + i);
       if (!f.Write(Ref(src->id()), data).ok()) errors[i] = "write failed";
-      auto moved =
-          job_->client((i + 2) % 3).Move(On(from, src->id()), On(to, dst->id()), ViaMpi());
+      auto moved = job_->client((i + 2) % 3).Move(On(from, src->id()), On(to, dst->id()), ViaMpi());
       if (!moved.ok() || moved->state() != v1::SUCCEEDED) {
         errors[i] = moved.ok() ? moved->error_message() : moved.status().ToString();
         return;
@@ -234,14 +233,34 @@ TEST_P(MpiTest, VectoredMovesEveryWayVerified) {
     const NodeEnd *from, *to, *via;
   };
   uint64_t seed = 900;
-  for (const Shape& k : {Shape{2000, 4099, 4096}, Shape{20000, 17, 16},
-                         Shape{6, (3 << 20) + 5, 3 << 20}}) {
+  for (const Shape& k :
+       {Shape{2000, 4099, 4096}, Shape{20000, 17, 16}, Shape{6, (3 << 20) + 5, 3 << 20}}) {
     for (const Way& w : {Way{&r0, &r1, &r0}, Way{&r1, &r0, &r0}, Way{&r1, &r2, &r0}}) {
       ++seed;
       SCOPED_TRACE(absl::StrCat("pieces of up to ", k.max_len));
       auto pieces = RandomPieces(k.n, k.slot, k.max_len, seed);
       MoveVectoredAndCheck(*w.from, *w.to, *w.via, v1::MPI, v1::MPI, pieces, k.n * k.slot,
                            k.n * (k.slot + 3), seed);
+    }
+  }
+}
+
+// Ranks that read piece lists only as varint pairs (as nodes of earlier versions) are
+// sent them in that form: StartMpi's and the holds' (checksums) pieces.
+TEST(MpiVectoredTest, PieceListsGoAsVarintsToNodesThatReadOnlyThose) {
+  auto job = MpiJob::Start(2, MpiLaunches().front(), {"--peer_fixed_width_pieces=false"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitMembership(**job);
+  const NodeEnd r0{&(*job)->client(0), "rank0"}, r1{&(*job)->client(1), "rank1"};
+  uint64_t seed = 950;
+  for (bool uniform : {false, true}) {
+    for (const auto& [from, to] : {std::pair{&r0, &r1}, std::pair{&r1, &r0}}) {
+      ++seed;
+      auto pieces = uniform ? Shuffled(
+                                  3000, 4096, 4096, [](size_t) { return 4096; }, seed)
+                            : RandomPieces(3000, 4099, 4096, seed);
+      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, pieces, 3000 * 4099, 3000 * 4102,
+                           seed);
     }
   }
 }
@@ -273,8 +292,9 @@ INSTANTIATE_TEST_SUITE_P(Flavors, MpiTest, ::testing::ValuesIn(MpiLaunches()),
 TEST(MpiWakeTest, LongMessagesIntoPatientReceivesLandAndWakeTheReceiver) {
   MpiLaunch launch = MpiLaunches().front();
   if (MpiFlavor() != "mpich") {
-    launch.mpi_args = {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
-                       "btl_vader_single_copy_mechanism", "none"};
+    launch.mpi_args = {"--mca", "pml",        "ob1",   "--mca",
+                       "btl",   "self,vader", "--mca", "btl_vader_single_copy_mechanism",
+                       "none"};
   }
   auto job = MpiJob::Start(2, launch, {"--mpi_chunk=32MiB", "--v=2"});
   ASSERT_TRUE(job.ok()) << job.status();
@@ -352,8 +372,9 @@ TEST(MpiCpuTest, ALaunchersOneCoreBindingIsWidened) {
     bound.mpi_args.push_back(a);
   }
   for (bool keep : {false, true}) {
-    auto job = MpiJob::Start(2, bound, keep ? std::vector<std::string>{"--keep_cpu_binding"}
-                                            : std::vector<std::string>{});
+    auto job = MpiJob::Start(
+        2, bound,
+        keep ? std::vector<std::string>{"--keep_cpu_binding"} : std::vector<std::string>{});
     ASSERT_TRUE(job.ok()) << job.status();
     for (int r = 0; r < 2; ++r) {
       auto info = (*job)->client(r).GetInfo();
@@ -420,8 +441,7 @@ void MpiFailureTest::CancelPushAndPullThenMoveAgain(bool vectored) {
   auto again = job_->client(0).Move(On(0, src->id(), 0, data.size()), On(1, dst->id()), ViaMpi());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
-  auto pulled =
-      job_->client(0).Move(On(1, dst->id(), 0, data.size()), Ref(back->id()), ViaMpi());
+  auto pulled = job_->client(0).Move(On(1, dst->id(), 0, data.size()), Ref(back->id()), ViaMpi());
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(pulled->state(), v1::SUCCEEDED) << pulled->error_message();
   EXPECT_TRUE(*job_->client(0).Read(Ref(back->id(), 0, data.size())) == data);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/cluster/kinds.h"
+#include "daemon/cluster/piece_list.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -78,12 +79,12 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
       item->set_runner_device(a.local_device);
       if (a.write && a.notify.has_value()) item->set_notify(*a.notify);
       if (a.pieces != nullptr) {
-        item->mutable_piece_offsets()->Reserve(static_cast<int>(a.pieces->list.size()));
-        item->mutable_piece_lengths()->Reserve(static_cast<int>(a.pieces->list.size()));
-        for (const Segment& p : a.pieces->list) {
-          item->add_piece_offsets(a.write ? p.dst : p.src);
-          item->add_piece_lengths(p.length);
-        }
+        const Segment* p = a.pieces->list.data();
+        const bool write = a.write;
+        EncodePieces(
+            a.pieces->list.size(), [p, write](size_t i) { return write ? p[i].dst : p[i].src; },
+            [p](size_t i) { return p[i].length; }, peer->descriptor.fixed_width_pieces(),
+            item->mutable_piece_offsets(), item->mutable_piece_lengths(), item->mutable_pieces());
       }
       if (a.path_ask != nullptr) {
         for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, item);
@@ -156,6 +157,7 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
   hold.device = response.device();
   hold.write = ask.write;
   hold.same_host = peer.host_id() == self.host_id();
+  hold.fixed_width_pieces = peer.fixed_width_pieces();
   hold.waits_fences = response.waits_fences();
   for (const PathCodec* c : codecs_) c->DecodeOffer(peer, self, ask, response, &hold);
   return hold;
@@ -172,14 +174,22 @@ absl::StatusOr<PeerView> ClusterRemoteRanges::PeerFor(const RemoteHold& hold) {
 
 const char* PeerMethodName(PeerMethod method) {
   switch (method) {
-    case PeerMethod::kPrepareRemoteBatch: return "prepare_remote_batch";
-    case PeerMethod::kCompleteRemoteBatch: return "complete_remote_batch";
-    case PeerMethod::kCompleteRemote: return "complete_remote";
-    case PeerMethod::kStageChunk: return "stage_chunk";
-    case PeerMethod::kStartMpi: return "start_mpi";
-    case PeerMethod::kStopMpi: return "stop_mpi";
-    case PeerMethod::kTakeStageSlots: return "take_stage_slots";
-    case PeerMethod::kPrepareRemote: return "prepare_remote";
+    case PeerMethod::kPrepareRemoteBatch:
+      return "prepare_remote_batch";
+    case PeerMethod::kCompleteRemoteBatch:
+      return "complete_remote_batch";
+    case PeerMethod::kCompleteRemote:
+      return "complete_remote";
+    case PeerMethod::kStageChunk:
+      return "stage_chunk";
+    case PeerMethod::kStartMpi:
+      return "start_mpi";
+    case PeerMethod::kStopMpi:
+      return "stop_mpi";
+    case PeerMethod::kTakeStageSlots:
+      return "take_stage_slots";
+    case PeerMethod::kPrepareRemote:
+      return "prepare_remote";
   }
   return "unknown";
 }
@@ -202,8 +212,7 @@ absl::Status ClusterRemoteRanges::CallUntimed(
     google::protobuf::Message* response, bool fast,
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
   if (fast) {
-    auto body =
-        channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
+    auto body = channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
     if (!body.ok()) {
       return absl::Status(body.status().code(),
                           absl::StrCat(body.status().message(), " (node ", peer.node, ")"));
@@ -285,8 +294,8 @@ ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& nod
 }
 
 void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
-                                        bool checksum, const AckFence& fence,
-                                        bool caller_busy, AckCallback done) {
+                                        bool checksum, const AckFence& fence, bool caller_busy,
+                                        AckCallback done) {
   Acker* a = AckerFor(hold.node);
   {
     absl::MutexLock lock(&a->mu);
@@ -359,9 +368,8 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
     absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
                              &peer::v1::PeerService::Stub::CompleteRemoteBatch);
     if (st.ok() && response.results_size() != part.items_size()) {
-      st = absl::UnavailableError(absl::StrCat("node ", node, " answered ",
-                                               response.results_size(), " of ",
-                                               part.items_size(), " acknowledgements"));
+      st = absl::UnavailableError(absl::StrCat("node ", node, " answered ", response.results_size(),
+                                               " of ", part.items_size(), " acknowledgements"));
     }
     for (size_t i = first; i < last; ++i) {
       if (!st.ok()) {
@@ -396,8 +404,8 @@ void ClusterRemoteRanges::Linger(const RemoteHold& hold, const absl::Status& why
           << " is told again later: " << why;
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  lingering_.push_back(Lingering{hold, now + absl::Milliseconds(250), now,
-                                 absl::Milliseconds(250)});
+  lingering_.push_back(
+      Lingering{hold, now + absl::Milliseconds(250), now, absl::Milliseconds(250)});
   lingered_ = true;  // The release loop sets its next wake-up anew.
 }
 

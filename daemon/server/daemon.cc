@@ -97,9 +97,9 @@ absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
                                                      devices.size(), " present)"));
     }
     if (found.size() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--gpus: \"", item, "\" names ", found.size(), " GPUs (GPU ",
-                       absl::StrJoin(found, ", GPU "), "): give more of the UUID"));
+      return absl::InvalidArgumentError(absl::StrCat("--gpus: \"", item, "\" names ", found.size(),
+                                                     " GPUs (GPU ", absl::StrJoin(found, ", GPU "),
+                                                     "): give more of the UUID"));
     }
     const int index = found[0];
     if (std::find(out.begin(), out.end(), index) == out.end()) out.push_back(index);
@@ -323,6 +323,7 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
   self_.set_host_id(HostId());
   self_.set_incarnation(NewIncarnation());
   self_.set_version(kVersion);
+  self_.set_fixed_width_pieces(options.fixed_width_pieces);
   if (!options.cluster_secret_file.empty()) {
     auto secret = ReadClusterSecret(options.cluster_secret_file);
     if (!secret.ok()) return secret.status();
@@ -393,9 +394,8 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
           "; device memory: ",
           ucx_->cuda_aware() ? "direct (CUDA-aware UCX)"
                              : "staged through pinned bounce buffers (UCX is not CUDA-aware)",
-          options.ucx.force_staging
-              ? "; every range peers move here staged (--ucx_force_staging)"
-              : "",
+          options.ucx.force_staging ? "; every range peers move here staged (--ucx_force_staging)"
+                                    : "",
           options.ucx.peer_calls ? "; peer calls as UCX active messages"
                                  : "; peer calls over gRPC");
       if (options.ucx.peer_calls) {
@@ -574,8 +574,7 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
                                                    remote_ranges_.get());
   if (metrics_ != nullptr) {
     TransferScheduler* scheduler = scheduler_.get();
-    metrics_->AddGauge("transfers_active",
-                       "Transfers queued or running that this node runs.",
+    metrics_->AddGauge("transfers_active", "Transfers queued or running that this node runs.",
                        [scheduler] { return static_cast<double>(scheduler->active()); });
   }
   return absl::OkStatus();
@@ -622,9 +621,8 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   }
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());
-  transfer_service_ =
-      std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), cluster_.get(), node_,
-                                            notifications_.get());
+  transfer_service_ = std::make_unique<TransferServiceImpl>(
+      auth_.get(), scheduler_.get(), cluster_.get(), node_, notifications_.get());
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
   const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;
@@ -802,8 +800,8 @@ absl::Status Daemon::Advertise(const DaemonOptions& options) {
   });
   // The server as a whole ("") and each public service by name, for probes that ask for
   // one (all turn NOT_SERVING together when the daemon drains).
-  for (const char* service : {"gpumove.v1.BufferService", "gpumove.v1.TransferService",
-                              "gpumove.v1.NodeService"}) {
+  for (const char* service :
+       {"gpumove.v1.BufferService", "gpumove.v1.TransferService", "gpumove.v1.NodeService"}) {
     server_->GetHealthCheckService()->SetServingStatus(service, true);
   }
   server_->GetHealthCheckService()->SetServingStatus(true);

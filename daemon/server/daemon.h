@@ -180,6 +180,9 @@ struct DaemonOptions {
   std::string cluster_secret_accept_file;
   // How far a peer call's clock may be from this node's.
   absl::Duration peer_clock_skew = absl::Minutes(2);
+  // Peers may send this node vectored moves' piece lists in the fixed-width form
+  // (NodeDescriptor.fixed_width_pieces); false: only the varint pairs every version reads.
+  bool fixed_width_pieces = true;
   UcxPathOptions ucx;
   // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
   StagingOptions staging;
@@ -220,7 +223,7 @@ class Daemon {
   // the parts made before it.
   absl::Status JoinMpiJob(DaemonOptions& options);  // As a rank: names, address, peers.
   absl::Status FindGpus(const DaemonOptions& options);
-  absl::Status StartUcx(const DaemonOptions& options);          // Before the pools it allocates.
+  absl::Status StartUcx(const DaemonOptions& options);  // Before the pools it allocates.
   // What UCX's progress threads run first: this node's first GPU's context made current.
   std::function<void()> UcxThreadSetup() const;
   absl::Status MakePools(const DaemonOptions& options);         // And the extra UCX lanes.
@@ -294,7 +297,7 @@ class Daemon {
   // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
   std::unique_ptr<PeerHandler> peer_handler_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
-  std::unique_ptr<TlsFiles> tls_;  // Before server_: its ports use the credentials.
+  std::unique_ptr<TlsFiles> tls_;         // Before server_: its ports use the credentials.
   std::unique_ptr<Listeners> listeners_;  // Stopped before server_ shuts down.
   std::unique_ptr<grpc::Server> server_;
 };

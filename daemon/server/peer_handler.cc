@@ -2,11 +2,15 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/cluster/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
+
+// Pieces one hold may name (a move's own cap, --max_blocks_per_move, is the runner's).
+constexpr size_t kMaxHeldPieces = size_t{1} << 22;
 
 absl::Status PeerHandler::Hello(const peer::v1::HelloRequest& request,
                                 peer::v1::HelloResponse* response) {
@@ -29,13 +33,14 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
                             }};
   HoldAsk ask;
   if (request.write() && request.has_notify()) ask.notify = request.notify();
-  if (request.piece_offsets_size() != request.piece_lengths_size()) {
-    return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
-  }
-  ask.pieces.reserve(request.piece_offsets_size());
-  for (int i = 0; i < request.piece_offsets_size(); ++i) {
-    const uint64_t at = request.piece_offsets(i);
-    ask.pieces.push_back(Segment{at, at, request.piece_lengths(i)});
+  auto pieces = PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
+                                  request.has_pieces() ? &request.pieces() : nullptr,
+                                  kMaxHeldPieces, cluster_->self().fixed_width_pieces());
+  if (!pieces.ok()) return pieces.status();
+  ask.pieces.resize(pieces->size());
+  for (size_t i = 0; i < pieces->size(); ++i) {
+    const uint64_t at = pieces->offset(i);
+    ask.pieces[i] = Segment{at, at, pieces->length(i)};
   }
   // Each path offers what reaches the range, and keeps its part with the hold.
   auto held = holds_->Hold(
@@ -138,20 +143,18 @@ absl::Status PeerHandler::TakeStageSlots(const peer::v1::TakeStageSlotsRequest& 
 absl::Status PeerHandler::StageChunk(const peer::v1::StageChunkRequest& request,
                                      peer::v1::StageChunkResponse* response) {
   if (stage_ == nullptr) return NotStaged(request.from_node(), request.transfer_id());
-  if (request.piece_offsets_size() > 0 || request.piece_lengths_size() > 0) {
-    if (request.piece_offsets_size() != request.piece_lengths_size()) {
-      return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
+  auto listed =
+      PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
+                        request.has_pieces() ? &request.pieces() : nullptr,
+                        StageHolder::kMaxStagePieces, cluster_->self().fixed_width_pieces());
+  if (!listed.ok()) return listed.status();
+  if (!listed->empty()) {
+    std::vector<std::pair<uint64_t, uint64_t>> pieces(listed->size());
+    for (size_t i = 0; i < listed->size(); ++i) {
+      pieces[i] = {listed->offset(i), listed->length(i)};
     }
-    if (static_cast<size_t>(request.piece_offsets_size()) > StageHolder::kMaxStagePieces) {
-      return absl::InvalidArgumentError("too many pieces in one stage call");
-    }
-    std::vector<std::pair<uint64_t, uint64_t>> pieces;
-    pieces.reserve(request.piece_offsets_size());
-    for (int i = 0; i < request.piece_offsets_size(); ++i) {
-      pieces.emplace_back(request.piece_offsets(i), request.piece_lengths(i));
-    }
-    return stage_->StagePieces(*holds_, request.from_node(), request.transfer_id(),
-                               request.slot(), request.slot_offset(), pieces, request.to_range());
+    return stage_->StagePieces(*holds_, request.from_node(), request.transfer_id(), request.slot(),
+                               request.slot_offset(), pieces, request.to_range());
   }
   return stage_->StageChunk(*holds_, request.from_node(), request.transfer_id(), request.slot(),
                             request.slot_offset(), request.offset(), request.length(),

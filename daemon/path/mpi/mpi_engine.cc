@@ -85,7 +85,6 @@ class PostedReceive : public PassiveHalf {
   absl::Status status_;
 };
 
-
 }  // namespace
 
 struct MpiEngine::Slots {
@@ -122,8 +121,8 @@ absl::StatusOr<std::unique_ptr<MpiEngine::Slots>> MpiEngine::SlotsFor(const Side
   const int device = side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
   slots->device = device;
   const uint64_t messages = (side.length + side.chunk - 1) / side.chunk;
-  const int most = device == kHostDevice ? options_.window
-                                         : std::min(options_.window, kDeviceScratchSlots);
+  const int most =
+      device == kHostDevice ? options_.window : std::min(options_.window, kDeviceScratchSlots);
   const size_t want = std::clamp<uint64_t>(messages, 1, std::max(most, 1));
   {
     absl::MutexLock lock(&scratch_mu_);
@@ -178,8 +177,7 @@ void MpiEngine::GiveBack(Slots& slots) {
   slots.scratch.clear();
 }
 
-MpiEngine::MessagePlan MpiEngine::PlanMessages(const std::vector<Segment>& pieces,
-                                               uint64_t chunk) {
+MpiEngine::MessagePlan MpiEngine::PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk) {
   MessagePlan plan;
   plan.parts.reserve(pieces.size() + 1);
   uint64_t filled = 0;  // Bytes in the message being planned.
@@ -215,8 +213,7 @@ absl::StatusOr<MpiEngine::Packing> MpiEngine::StartPacking(const Side& side) {
 absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* slot,
                                     const std::vector<Segment>& parts, size_t begin, size_t end,
                                     uint64_t bytes, bool pack) {
-  const int local_device =
-      side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
+  const int local_device = side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
   // Packing copies parts as they are (local -> slot); unpacking the other way round.
   thread_local std::vector<Segment> swapped;
   const std::vector<Segment>* list = &parts;
@@ -254,9 +251,21 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
   std::deque<Sending> in_flight;
   absl::Status st;
   bool stopped = false;
+  // --v=2: where a vectored send's time goes (packing, waiting for sends).
+  const absl::Time began = absl::Now();
+  absl::Duration pack_time, waiting;
+  absl::Cleanup trace = [&] {
+    VLOG(2) << "MPI vectored send to rank " << side.peer << ": " << plan.messages()
+            << " messages of " << plan.parts.size() << " parts in "
+            << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; packing "
+            << absl::ToDoubleMicroseconds(pack_time) << " us, waits "
+            << absl::ToDoubleMicroseconds(waiting) << " us";
+  };
   for (size_t k = 0; k < plan.messages(); ++k) {
     if (in_flight.size() == window) {
+      const absl::Time t = absl::Now();
       auto r = mpi_->Wait(in_flight.front().op);
+      waiting += absl::Now() - t;
       if (!r.ok()) {
         *wire_failed = true;
         slots->abandoned = true;
@@ -277,14 +286,18 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
       data = side.local.data + plan.parts[b].src;
     } else {
       char* slot = slots->at[k % window];
+      const absl::Time t = absl::Now();
       st = CopyMessage(side, *slots, slot, plan.parts, b, e, n, /*pack=*/true);
+      pack_time += absl::Now() - t;
       if (!st.ok()) break;
       data = slot;
     }
     in_flight.push_back(Sending{mpi_->Isend(data, n, side.peer, side.tag), at + n});
   }
   while (!in_flight.empty()) {
+    const absl::Time t = absl::Now();
     auto r = mpi_->Wait(in_flight.front().op);
+    waiting += absl::Now() - t;
     if (!r.ok()) {
       *wire_failed = true;
       slots->abandoned = true;
@@ -333,11 +346,23 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
   }
   absl::Status st;
   uint64_t done = 0;
+  // --v=2: where a vectored receive's time goes (waiting for messages, unpacking).
+  const absl::Time began = absl::Now();
+  absl::Duration unpacking, waiting;
+  absl::Cleanup trace = [&] {
+    VLOG(2) << "MPI vectored receive from rank " << side.peer << ": " << plan.messages()
+            << " messages of " << plan.parts.size() << " parts in "
+            << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; waits "
+            << absl::ToDoubleMicroseconds(waiting) << " us, unpacking "
+            << absl::ToDoubleMicroseconds(unpacking) << " us";
+  };
   while (!in_flight.empty()) {
     auto [op, k] = in_flight.front();
     in_flight.pop_front();
     const uint64_t n = bytes_of(k);
+    const absl::Time t = absl::Now();
     auto r = mpi_->Wait(op);
+    waiting += absl::Now() - t;
     if (!r.ok()) {
       st = r.status();
       slots->abandoned = true;  // Receives cancelled by then, but not surely.
@@ -347,8 +372,10 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
       st = absl::DataLossError(
           absl::StrCat("message ", k, ": ", *r, " bytes came, ", n, " expected"));
     } else if (!is_direct(k)) {
+      const absl::Time u = absl::Now();
       st = CopyMessage(side, *slots, slots->at[k % window], plan.parts, plan.begin[k],
                        plan.begin[k + 1], n, /*pack=*/false);
+      unpacking += absl::Now() - u;
     }
     if (!st.ok()) {
       cancel_rest();
@@ -392,8 +419,8 @@ absl::Status MpiEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
   return RunMove(src, dst, length, nullptr, control);
 }
 
-absl::Status MpiEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
-                                   const Segments& pieces, MoveControl& control) {
+absl::Status MpiEngine::MovePieces(const Endpoint& src, const Endpoint& dst, const Segments& pieces,
+                                   MoveControl& control) {
   return RunMove(src, dst, pieces.total, &pieces, control);
 }
 
@@ -434,6 +461,14 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
     side.pieces = std::move(ours);
   }
   const std::vector<Segment>* their_pieces = pieces != nullptr ? &theirs : nullptr;
+  auto start_half = [&](bool send) {
+    const absl::Time t = absl::Now();
+    absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, send, their_pieces);
+    VLOG(2) << "StartMpi of transfer " << hold.transfer_id << " at node " << hold.node << " ("
+            << (their_pieces != nullptr ? their_pieces->size() : 0)
+            << " pieces): " << absl::ToDoubleMicroseconds(absl::Now() - t) << " us";
+    return st;
+  };
   // Our bounce ring first, waiting while other moves use the pool, and only then the
   // other node's half (which takes its own ring as it starts): a runner never has more
   // halves waiting on the other node than it has rings to feed them.
@@ -447,15 +482,13 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   if (push) {
     // The destination posts its receives before we send (with the hold, or now).
     if (!started) {
-      absl::Status st =
-          StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/false, their_pieces);
+      absl::Status st = start_half(/*send=*/false);
       if (!st.ok()) return st;
     }
     return Send(side);
   }
   absl::Status st = Receive(
-      side,
-      [&] { return StartMpi(*remote_, hold, side.tag, side.chunk, /*send=*/true, their_pieces); },
+      side, [&] { return start_half(/*send=*/true); },
       [&] { StopMpi(*remote_, hold).IgnoreError(); });
   if (IsSenderStopped(st)) {
     return absl::AbortedError(
@@ -638,12 +671,9 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
   return st;
 }
 
-absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(const Endpoint& range,
-                                                                     uint64_t length,
-                                                                     int runner_rank, int tag,
-                                                                     uint64_t chunk, bool send,
-                                                                     bool patient,
-                                                                     std::vector<Segment> pieces) {
+absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
+    const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
+    bool patient, std::vector<Segment> pieces) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }

@@ -1,6 +1,9 @@
 #include "daemon/path/mpi/mpi_holder.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/cluster/piece_list.h"
+#include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 
 namespace gpumove {
@@ -73,19 +76,24 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
     return absl::AlreadyExistsError(
         absl::StrCat("transfer ", Quoted(request.transfer_id()), " already started"));
   }
-  if (request.piece_offsets_size() != request.piece_lengths_size()) {
-    return absl::InvalidArgumentError("piece_offsets and piece_lengths differ in length");
+  const absl::Time began = absl::Now();
+  auto listed = PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
+                                  request.has_pieces() ? &request.pieces() : nullptr,
+                                  MpiEngine::kMaxHalfPieces, cluster_->self().fixed_width_pieces());
+  if (!listed.ok()) return listed.status();
+  std::vector<Segment> pieces(listed->size());
+  for (size_t i = 0; i < listed->size(); ++i) {
+    const uint64_t at = listed->offset(i);
+    pieces[i] = Segment{at, at, listed->length(i)};
   }
-  std::vector<Segment> pieces;
-  pieces.reserve(request.piece_offsets_size());
-  for (int i = 0; i < request.piece_offsets_size(); ++i) {
-    const uint64_t at = request.piece_offsets(i);
-    pieces.push_back(Segment{at, at, request.piece_lengths(i)});
-  }
+  const absl::Time read = absl::Now();
   // StartPassive checks every piece against the range.
   auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
                                     range.length(), request.from_rank(), request.tag(),
                                     request.chunk(), request.send(), patient, std::move(pieces));
+  VLOG(2) << "MPI half of transfer " << request.transfer_id() << " (" << listed->size()
+          << " pieces) started: pieces read in " << absl::ToDoubleMicroseconds(read - began)
+          << " us, started in " << absl::ToDoubleMicroseconds(absl::Now() - read) << " us";
   if (!half.ok()) return half.status();
   part.half_ = *std::move(half);
   return absl::OkStatus();

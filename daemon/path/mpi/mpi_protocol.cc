@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "daemon/cluster/piece_list.h"
+
 namespace gpumove {
 
 void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
@@ -36,12 +38,11 @@ absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int t
   request.set_chunk(chunk);
   request.set_send(send);
   if (pieces != nullptr) {
-    request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces->size()));
-    request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces->size()));
-    for (const Segment& p : *pieces) {
-      request.add_piece_offsets(p.src);
-      request.add_piece_lengths(p.length);
-    }
+    const Segment* p = pieces->data();
+    EncodePieces(
+        pieces->size(), [p](size_t i) { return p[i].src; }, [p](size_t i) { return p[i].length; },
+        hold.fixed_width_pieces, request.mutable_piece_offsets(), request.mutable_piece_lengths(),
+        request.mutable_pieces());
   }
   peer::v1::StartMpiResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
@@ -56,3 +57,5 @@ absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold) {
 }
 
 }  // namespace gpumove
+
+#include "daemon/cluster/piece_list.h"

@@ -112,8 +112,9 @@ bool ProbeCudaAwareness(std::string* how) {
     *how = absl::StrCat("MPIX_GPU_query_support(CUDA) = ", aware);
     return aware == 1;
   }
-  *how = "the library has no CUDA query (MPIX_Query_cuda_support, MPIX_GPU_query_support); "
-         "taken as host-only";
+  *how =
+      "the library has no CUDA query (MPIX_Query_cuda_support, MPIX_GPU_query_support); "
+      "taken as host-only";
   return false;
 }
 

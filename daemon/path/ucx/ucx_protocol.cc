@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "daemon/cluster/kinds.h"
+#include "daemon/cluster/piece_list.h"
 
 namespace gpumove {
 
@@ -95,12 +96,11 @@ absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, ui
   request.set_slot(slot);
   request.set_slot_offset(slot_offset);
   request.set_to_range(to_range);
-  request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces.size()));
-  request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces.size()));
-  for (const auto& [offset, length] : pieces) {
-    request.add_piece_offsets(offset);
-    request.add_piece_lengths(length);
-  }
+  const std::pair<uint64_t, uint64_t>* p = pieces.data();
+  EncodePieces(
+      pieces.size(), [p](size_t i) { return p[i].first; }, [p](size_t i) { return p[i].second; },
+      hold.fixed_width_pieces, request.mutable_piece_offsets(), request.mutable_piece_lengths(),
+      request.mutable_pieces());
   peer::v1::StageChunkResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
                            &peer::v1::PeerService::Stub::StageChunk);

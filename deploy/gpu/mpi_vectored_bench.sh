@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Vectored MPI moves of device memory on the GPU machine, one command: two ranks on GPU 0,
+# 65536 x 4 KiB and 8192 x 64 KiB shuffled blocks against the same bytes as one contiguous
+# MPI move (client/bench/vectored_bench --mpi --mpi_device): staged through Debian's Open
+# MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
+# pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
+# (StartMpi, packing, waits, unpacking).
+# Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpumove-gpu}
+mkdir -p "$OUT"
+ROUNDS=${1:-5}
+export GPUMOVED=$PWD/.gpu/bin/gpumoved LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
+flags=()
+if [ "${TRACE:-0}" = 1 ]; then
+  flags=(--rank_flags=--v=2)
+  export GPUMOVE_KEEP_LOGS=1
+fi
+trace() {  # The kept job logs' trace lines (the bench prints where they were kept).
+  [ "${TRACE:-0}" = 1 ] || return 0
+  grep -h 'MPI job log kept' "$1" | awk '{print $NF}' | while read -r log; do
+    grep -hE 'StartMpi of|MPI vectored' "$log" | sed 's/^.*\] //' | head -60
+  done
+}
+echo "== vectored MPI, device memory staged (Debian's Open MPI, ob1 + shared memory)"
+timeout 300 .gpu/bin/vectored_bench --mpi=ob1_shm_staged --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
+  2>&1 | tee "$OUT/mpi_vectored_staged.txt" | grep -v 'MPI job log kept'
+trace "$OUT/mpi_vectored_staged.txt"
+( source deploy/gpu/cuda_aware_env.sh
+  [ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
+  echo "== vectored MPI, device memory direct (CUDA-aware Open MPI + UCX)"
+  timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
+    2>&1 | tee "$OUT/mpi_vectored_direct.txt" | grep -v 'MPI job log kept'
+  trace "$OUT/mpi_vectored_direct.txt" )
