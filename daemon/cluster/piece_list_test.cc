@@ -48,9 +48,9 @@ TEST(PieceList, EitherFormReadsBackTheSamePieces) {
   EXPECT_EQ(e.fixed.lengths_size(), 0);
   EXPECT_EQ(e.fixed.length(), 4096u);
   // It survives the wire.
-  peer::v1::StartMpiRequest request;
+  peer::v1::StageChunkRequest request;
   *request.mutable_pieces() = e.fixed;
-  peer::v1::StartMpiRequest parsed;
+  peer::v1::StageChunkRequest parsed;
   ASSERT_TRUE(parsed.ParseFromString(request.SerializeAsString()));
   auto v = PieceListView::Of(parsed.piece_offsets(), parsed.piece_lengths(), &parsed.pieces(), 16);
   ASSERT_TRUE(v.ok()) << v.status();

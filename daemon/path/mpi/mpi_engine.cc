@@ -1,5 +1,6 @@
 #include "daemon/path/mpi/mpi_engine.h"
 
+#include <bit>
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -388,6 +389,36 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
   return st;
 }
 
+absl::Status MpiEngine::SendPieceList(const std::vector<uint64_t>& list, int peer, int tag) {
+  auto r = mpi_->Wait(mpi_->Isend(list.data(), list.size() * sizeof(uint64_t), peer, tag));
+  return r.status();
+}
+
+absl::StatusOr<std::shared_ptr<const std::vector<Segment>>> MpiEngine::ReceivePieceList(
+    int peer, int tag, uint64_t count, uint64_t range, const std::function<void()>& posted,
+    uint64_t* total) {
+  static_assert(std::endian::native == std::endian::little,
+                "the list's integers are little-endian");
+  std::vector<uint64_t> raw(2 * count);
+  const uint64_t bytes = raw.size() * sizeof(uint64_t);
+  auto op = mpi_->Irecv(raw.data(), bytes, peer, tag);
+  posted();
+  auto r = mpi_->Wait(op);
+  if (!r.ok()) return r.status();
+  if (*r != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the piece list came as ", *r, " bytes; ", count, " pieces are ", bytes));
+  }
+  auto pieces = std::make_shared<std::vector<Segment>>(count);
+  Segment* out = pieces->data();
+  for (uint64_t i = 0; i < count; ++i) out[i] = Segment{raw[2 * i], raw[2 * i], raw[2 * i + 1]};
+  // Untrusted: every piece must lie in the range held.
+  auto sum = CheckPiecesIn(*pieces, range, kMaxHalfPieces);
+  if (!sum.ok()) return sum.status();
+  *total = *sum;
+  return pieces;
+}
+
 int MpiEngine::NextTag() {
   // Tags only need to differ among this runner's moves still in flight with one peer;
   // they go round the library's tag space (at least 32767 values) below the transport's
@@ -447,26 +478,49 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   side.wake = started;
   side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
   side.progress = control.Reporter();
-  // A vectored move: each side's pieces in list order (the other node's go with StartMpi).
+  // A vectored move: each side's pieces in list order. The other node's go as a message
+  // of their own right after StartMpi where it reads that (a node of an earlier version:
+  // in the call).
+  const bool list_message = pieces != nullptr && hold.fixed_width_pieces;
   std::vector<Segment> theirs;
+  std::vector<uint64_t> their_list;
   if (pieces != nullptr) {
-    auto ours = std::make_shared<std::vector<Segment>>();
-    ours->reserve(pieces->list.size());
-    theirs.reserve(pieces->list.size());
-    for (const Segment& p : pieces->list) {
-      const uint64_t here = push ? p.src : p.dst, there = push ? p.dst : p.src;
-      ours->push_back(Segment{here, here, p.length});
-      theirs.push_back(Segment{there, there, p.length});
+    const size_t n = pieces->list.size();
+    auto ours = std::make_shared<std::vector<Segment>>(n);
+    Segment* o = ours->data();
+    const Segment* in = pieces->list.data();
+    if (list_message) {
+      their_list.resize(2 * n);
+    } else {
+      theirs.resize(n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t here = push ? in[i].src : in[i].dst, there = push ? in[i].dst : in[i].src;
+      o[i] = Segment{here, here, in[i].length};
+      if (list_message) {
+        their_list[2 * i] = there;
+        their_list[2 * i + 1] = in[i].length;
+      } else {
+        theirs[i] = Segment{there, there, in[i].length};
+      }
     }
     side.pieces = std::move(ours);
   }
-  const std::vector<Segment>* their_pieces = pieces != nullptr ? &theirs : nullptr;
+  const std::vector<Segment>* their_pieces = pieces != nullptr && !list_message ? &theirs : nullptr;
   auto start_half = [&](bool send) {
     const absl::Time t = absl::Now();
-    absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, send, their_pieces);
+    absl::Status st =
+        StartMpi(*remote_, hold, side.tag, side.chunk, send, their_pieces, their_list.size() / 2);
+    const absl::Time started = absl::Now();
+    if (st.ok() && list_message) st = SendPieceList(their_list, side.peer, side.tag);
     VLOG(2) << "StartMpi of transfer " << hold.transfer_id << " at node " << hold.node << " ("
-            << (their_pieces != nullptr ? their_pieces->size() : 0)
-            << " pieces): " << absl::ToDoubleMicroseconds(absl::Now() - t) << " us";
+            << (pieces != nullptr ? pieces->list.size() : 0) << " pieces"
+            << (list_message ? " to follow" : "")
+            << "): " << absl::ToDoubleMicroseconds(started - t) << " us"
+            << (list_message
+                    ? absl::StrCat(", its piece list sent in ",
+                                   absl::ToDoubleMicroseconds(absl::Now() - started), " us")
+                    : "");
     return st;
   };
   // Our bounce ring first, waiting while other moves use the pool, and only then the
@@ -673,7 +727,7 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
 
 absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
-    bool patient, std::vector<Segment> pieces) {
+    bool patient, std::vector<Segment> pieces, uint64_t listed) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
@@ -684,6 +738,11 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     return absl::FailedPreconditionError(
         "this node has no pinned pool to stage device memory for MPI");
   }
+  if (listed > 0 && (!pieces.empty() || listed > kMaxHalfPieces)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(listed, " pieces to come as a message (at most ", kMaxHalfPieces,
+                     pieces.empty() ? ")" : ") besides pieces in the call"));
+  }
   std::shared_ptr<const std::vector<Segment>> packed;
   if (!pieces.empty()) {
     // Untrusted: every piece must lie in the range held.
@@ -692,7 +751,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     length = *total;
     packed = std::make_shared<const std::vector<Segment>>(std::move(pieces));
   }
-  if (packed == nullptr && !send && !Staged(range) &&
+  if (packed == nullptr && listed == 0 && !send && !Staged(range) &&
       (length + chunk - 1) / chunk <= uint64_t(options_.window)) {
     auto posted = std::make_unique<PostedReceive>(mpi_);
     for (uint64_t offset = 0; offset < length; offset += chunk) {
@@ -712,15 +771,32 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
   side.patient = patient;
   side.pieces = std::move(packed);
   side.progress = [p](uint64_t) { return !p->stop_.load(); };
-  p->thread_ = std::thread([this, p, side, send] {
+  p->thread_ = std::thread([this, p, side, send, listed, range_length = length]() mutable {
+    auto notify_posted = [p] {
+      if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
+    };
+    if (listed > 0) {
+      uint64_t total = 0;
+      auto got = ReceivePieceList(side.peer, side.tag, listed, range_length, notify_posted, &total);
+      if (!got.ok()) {
+        LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
+                     << ": its piece list: " << got.status();
+        p->status_ = got.status();
+        notify_posted();
+        p->done_.Notify();
+        return;
+      }
+      side.pieces = *std::move(got);
+      side.length = total;
+    }
     if (send) {
-      p->posted_.Notify();
+      notify_posted();
       p->status_ = Send(side);
     } else {
       p->status_ = Receive(
           side,
-          [p] {
-            p->posted_.Notify();
+          [notify_posted] {
+            notify_posted();
             return absl::OkStatus();
           },
           [] {});

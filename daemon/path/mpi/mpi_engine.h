@@ -47,8 +47,8 @@ struct MpiEngineOptions {
   // Bytes per message when the runner's side is device memory a CUDA-aware MPI takes
   // directly: each message is one GPU copy or one rendezvous the library pipelines.
   uint64_t device_chunk = 64 << 20;
-  int window = 4;            // Messages in flight per move, each way (unstaged).
-  int stage_slots = 4;       // Bounce buffers per staged side.
+  int window = 4;       // Messages in flight per move, each way (unstaged).
+  int stage_slots = 4;  // Bounce buffers per staged side.
   // Stage every range, not only device memory (exercises staging without a GPU).
   bool force_staging = false;
 };
@@ -85,12 +85,12 @@ class MpiEngine : public Engine {
   // This node's half of a move run by `runner_rank`: sends `range` to it (`send`) or
   // receives into it. Returns once the first receives are posted. A `patient` receiver
   // (started with the hold, before the runner's move may run) does not time out before
-  // the first bytes come.
-  absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(const Endpoint& range, uint64_t length,
-                                                            int runner_rank, int tag,
-                                                            uint64_t chunk, bool send,
-                                                            bool patient = false,
-                                                            std::vector<Segment> pieces = {});
+  // the first bytes come. A vectored move's half gets its pieces here (`pieces`) or, with
+  // `listed` > 0, as the runner's first message (SendPieceList), read and checked before
+  // the half moves a byte; it then returns once that message's receive is posted.
+  absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(
+      const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
+      bool patient = false, std::vector<Segment> pieces = {}, uint64_t listed = 0);
   // At most this many pieces in one StartMpi.
   static constexpr size_t kMaxHalfPieces = size_t{1} << 22;
 
@@ -124,6 +124,14 @@ class MpiEngine : public Engine {
   // receiving half waits inside the runner's StartMpi call.
   absl::StatusOr<const BounceRing*> RingOf(const Side& side, std::optional<BounceRing>& own);
   static constexpr absl::Duration kHalfRingWait = absl::Milliseconds(500);
+  // The other node's pieces as the message StartMpiRequest.piece_count announces:
+  // {offset, length} pairs of 64-bit integers, sent and waited for.
+  absl::Status SendPieceList(const std::vector<uint64_t>& list, int peer, int tag);
+  // A half's side of it: receives `count` pieces from `peer` (posted() once the receive
+  // is posted), each checked against the `range` bytes held; their sum in *total.
+  absl::StatusOr<std::shared_ptr<const std::vector<Segment>>> ReceivePieceList(
+      int peer, int tag, uint64_t count, uint64_t range, const std::function<void()>& posted,
+      uint64_t* total);
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);
   // Receives; `posted` runs once the first receives are posted (an error from it cancels

@@ -1,5 +1,7 @@
 #include "daemon/path/mpi/mpi_holder.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/cluster/piece_list.h"
@@ -77,10 +79,17 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
         absl::StrCat("transfer ", Quoted(request.transfer_id()), " already started"));
   }
   const absl::Time began = absl::Now();
-  auto listed = PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
-                                  request.has_pieces() ? &request.pieces() : nullptr,
-                                  MpiEngine::kMaxHalfPieces, cluster_->self().fixed_width_pieces());
+  auto listed = PieceListView::Of(request.piece_offsets(), request.piece_lengths(), nullptr,
+                                  MpiEngine::kMaxHalfPieces);
   if (!listed.ok()) return listed.status();
+  if (request.piece_count() > 0) {
+    if (!self.fixed_width_pieces()) {
+      return absl::InvalidArgumentError(
+          "this node reads an MPI half's pieces only in the call "
+          "(--peer_fixed_width_pieces=false)");
+    }
+    if (!listed->empty()) return absl::InvalidArgumentError("pieces in the call and as a message");
+  }
   std::vector<Segment> pieces(listed->size());
   for (size_t i = 0; i < listed->size(); ++i) {
     const uint64_t at = listed->offset(i);
@@ -88,10 +97,12 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
   }
   const absl::Time read = absl::Now();
   // StartPassive checks every piece against the range.
-  auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
-                                    range.length(), request.from_rank(), request.tag(),
-                                    request.chunk(), request.send(), patient, std::move(pieces));
-  VLOG(2) << "MPI half of transfer " << request.transfer_id() << " (" << listed->size()
+  auto half =
+      engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()}, range.length(),
+                            request.from_rank(), request.tag(), request.chunk(), request.send(),
+                            patient, std::move(pieces), request.piece_count());
+  VLOG(2) << "MPI half of transfer " << request.transfer_id() << " ("
+          << std::max<uint64_t>(listed->size(), request.piece_count())
           << " pieces) started: pieces read in " << absl::ToDoubleMicroseconds(read - began)
           << " us, started in " << absl::ToDoubleMicroseconds(absl::Now() - read) << " us";
   if (!half.ok()) return half.status();

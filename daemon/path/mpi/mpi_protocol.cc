@@ -2,8 +2,6 @@
 
 #include <memory>
 
-#include "daemon/cluster/piece_list.h"
-
 namespace gpumove {
 
 void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
@@ -31,18 +29,20 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 }
 
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, const std::vector<Segment>* pieces) {
+                      bool send, const std::vector<Segment>* pieces, uint64_t piece_count) {
   peer::v1::StartMpiRequest request;
   request.set_from_rank(remote.self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
+  request.set_piece_count(piece_count);
   if (pieces != nullptr) {
-    const Segment* p = pieces->data();
-    EncodePieces(
-        pieces->size(), [p](size_t i) { return p[i].src; }, [p](size_t i) { return p[i].length; },
-        hold.fixed_width_pieces, request.mutable_piece_offsets(), request.mutable_piece_lengths(),
-        request.mutable_pieces());
+    request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces->size()));
+    request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces->size()));
+    for (const Segment& p : *pieces) {
+      request.add_piece_offsets(p.src);
+      request.add_piece_lengths(p.length);
+    }
   }
   peer::v1::StartMpiResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
