@@ -98,6 +98,10 @@ ABSL_FLAG(absl::Duration, ucx_poll, absl::Milliseconds(1),
 ABSL_FLAG(int, direct_copy_threads, 0,
           "Threads one direct copy with a same-host peer is split over; 0: a quarter of the "
           "CPUs, at most 8.");
+ABSL_FLAG(int, piece_copy_threads, 0,
+          "Threads a vectored move's piece copies with a same-host peer are split over; 0: the "
+          "CPUs, at most 8 (as LOCAL's host piece copies); never fewer than "
+          "--direct_copy_threads.");
 ABSL_FLAG(int, staged_copy_threads, 0,
           "Threads one such copy in a staged move (into or out of bounce slots, beside the "
           "move's GPU copies) is split over; 0: half of --direct_copy_threads for the wire step "
@@ -424,6 +428,7 @@ int main(int argc, char** argv) {
   ucx.transport.call_awake = absl::GetFlag(FLAGS_peer_call_awake);
   ucx.transport.direct_threads = absl::GetFlag(FLAGS_direct_copy_threads);
   ucx.transport.staged_threads = absl::GetFlag(FLAGS_staged_copy_threads);
+  ucx.transport.piece_threads = absl::GetFlag(FLAGS_piece_copy_threads);
   options.staging.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_stage_chunk).bytes);
   options.staging.slots = std::max(2, absl::GetFlag(FLAGS_stage_slots));
 

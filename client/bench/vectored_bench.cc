@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, mpi, "",
           "launcher options).");
 ABSL_FLAG(bool, mpi_device, false, "With --mpi: GPU 0's memory on both ranks.");
 ABSL_FLAG(std::vector<std::string>, rank_flags, {},
-          "With --mpi: more gpumoved flags for the ranks (comma-separated).");
+          "More gpumoved flags for the two daemons (with --mpi: the ranks), comma-separated.");
 ABSL_FLAG(int, separate_blocks, 8192,
           "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
           "the whole list).");
@@ -267,8 +267,12 @@ int MpiRows(const std::string& name) {
   const v1::MemoryKind kind = device ? v1::DEVICE : v1::HOST;
   std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--mpi_chunk=4MiB"};
   if (device) {
-    flags = {"--host_pool_size=64MiB", "--pinned_pool_size=512MiB", "--device_pool_size=2GiB",
-             "--gpus=0", "--noucx", "--mpi_chunk=4MiB"};
+    flags = {"--host_pool_size=64MiB",
+             "--pinned_pool_size=512MiB",
+             "--device_pool_size=2GiB",
+             "--gpus=0",
+             "--noucx",
+             "--mpi_chunk=4MiB"};
   }
   for (const std::string& f : absl::GetFlag(FLAGS_rank_flags)) flags.push_back(f);
   auto job = MpiJob::Start(2, *launch, flags);
@@ -289,12 +293,11 @@ int MpiRows(const std::string& name) {
     auto f = Measure(c, Ref(src->id()), to, shape, si, di, v1::MPI);
     if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
     std::printf("%-30s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n",
-                absl::StrCat("MPI ", name, device ? " dev" : "", " r0->r1, ", shape.count,
-                             " x ", shape.block >> 10, " KiB")
+                absl::StrCat("MPI ", name, device ? " dev" : "", " r0->r1, ", shape.count, " x ",
+                             shape.block >> 10, " KiB")
                     .c_str(),
-                f->vectored, f->in_daemon, f->contiguous, f->separate,
-                f->vectored / f->contiguous, f->in_daemon / f->contiguous,
-                f->vectored / f->separate, f->accept_ms);
+                f->vectored, f->in_daemon, f->contiguous, f->separate, f->vectored / f->contiguous,
+                f->in_daemon / f->contiguous, f->vectored / f->separate, f->accept_ms);
     (void)c.Release(src->id());
     (void)c.Release(remote->id(), "rank1");
   }
@@ -313,6 +316,7 @@ int Main() {
     flags = {"--host_pool_size=64MiB", "--pinned_pool_size=1100MiB", "--device_pool_size=2GiB",
              "--gpus=0"};
   }
+  for (const std::string& f : absl::GetFlag(FLAGS_rank_flags)) flags.push_back(f);
   auto a = DaemonProcess::Start([&] {
     auto f = flags;
     f.push_back("--node=a");

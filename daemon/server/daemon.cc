@@ -125,6 +125,8 @@ DaemonOptions WithMachineDefaults(DaemonOptions o, unsigned cpus) {
   }
   if (ucx.call_awake < zero) ucx.call_awake = large ? absl::Milliseconds(10) : zero;
   if (ucx.direct_threads <= 0) ucx.direct_threads = std::clamp(n / 4, 1, 8);
+  // Piece copies: as many threads as LOCAL's host piece copies (the CPUs, at most 8).
+  if (ucx.piece_threads <= 0) ucx.piece_threads = std::clamp(n, 1, 8);
   // Lanes carry host moves over the wire only: direct copies stay with the first.
   if (o.ucx.lanes <= 0) o.ucx.lanes = std::clamp(n / 8, 1, 4);
   if (!o.mpi.spin.has_value()) o.mpi.spin = large;

@@ -12,9 +12,10 @@ TEST(MachineDefaults, ASmallMachineSparesItsCpus) {
   EXPECT_EQ(o.ucx.peer_call_poll, absl::Microseconds(200));  // A fifth of the poll window.
   EXPECT_EQ(o.ucx.transport.call_awake, absl::ZeroDuration());
   EXPECT_EQ(o.ucx.transport.direct_threads, 1);
+  EXPECT_EQ(o.ucx.transport.piece_threads, 2);  // Every CPU, as LOCAL's piece copies.
   EXPECT_EQ(o.ucx.lanes, 1);
   EXPECT_EQ(o.mpi.spin, false);
-  EXPECT_FALSE(o.mpi.transport.spin);  // What the MPI transport is started with.
+  EXPECT_FALSE(o.mpi.transport.spin);       // What the MPI transport is started with.
   EXPECT_EQ(o.serve.completion_queues, 0);  // gRPC's own.
   EXPECT_EQ(o.serve.max_pollers, 0);
 }
@@ -25,11 +26,13 @@ TEST(MachineDefaults, ALargeMachinePolls) {
   EXPECT_EQ(o.ucx.peer_call_poll, absl::Milliseconds(1));
   EXPECT_EQ(o.ucx.transport.call_awake, absl::Milliseconds(10));
   EXPECT_EQ(o.ucx.transport.direct_threads, 4);
+  EXPECT_EQ(o.ucx.transport.piece_threads, 8);
   EXPECT_EQ(o.ucx.lanes, 2);
   EXPECT_EQ(o.mpi.spin, true);
   EXPECT_TRUE(o.mpi.transport.spin);
   const DaemonOptions big = WithMachineDefaults(DaemonOptions{}, 128);
   EXPECT_EQ(big.ucx.transport.direct_threads, 8);
+  EXPECT_EQ(big.ucx.transport.piece_threads, 8);
   EXPECT_EQ(big.ucx.lanes, 4);
 }
 
@@ -39,6 +42,7 @@ TEST(MachineDefaults, WhatWasSetStays) {
   set.ucx.peer_call_poll = absl::Microseconds(50);
   set.ucx.transport.call_awake = absl::Milliseconds(3);
   set.ucx.transport.direct_threads = 3;
+  set.ucx.transport.piece_threads = 5;
   set.ucx.lanes = 1;
   set.mpi.spin = false;
   set.ucx.transport.poll_window = absl::Milliseconds(-5);  // Negative polls nothing.
@@ -50,6 +54,7 @@ TEST(MachineDefaults, WhatWasSetStays) {
   EXPECT_EQ(o.ucx.peer_call_poll, absl::Microseconds(50));
   EXPECT_EQ(o.ucx.transport.call_awake, absl::Milliseconds(3));
   EXPECT_EQ(o.ucx.transport.direct_threads, 3);
+  EXPECT_EQ(o.ucx.transport.piece_threads, 5);
   EXPECT_EQ(o.ucx.lanes, 1);
   EXPECT_EQ(o.mpi.spin, false);
   EXPECT_EQ(o.ucx.transport.poll_window, absl::ZeroDuration());

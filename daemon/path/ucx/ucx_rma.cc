@@ -257,7 +257,9 @@ absl::Status UcxTransport::RmaPieces(bool put, const RemoteRange& remote, char* 
       // A plain copy per piece through the mapping of the peer's pool.
       char* mapped = reinterpret_cast<char*>(remote.address + d->delta);
       const uint64_t generation = impl_->Generation(remote.peer_key);
-      const int threads = DirectCopyThreads(impl_->options, remote);
+      const int direct_threads = DirectCopyThreads(impl_->options, remote);
+      const int threads =
+          remote.staged ? direct_threads : std::max(direct_threads, impl_->options.piece_threads);
       absl::Status st;
       uint64_t done = 0;
       // Rounds of about 16 MiB per thread, split over the threads at piece boundaries.

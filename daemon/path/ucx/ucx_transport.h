@@ -77,6 +77,12 @@ struct UcxOptions {
   // host's memory bandwidth with them. 0: half or a quarter of direct_threads, at least 1
   // (see DirectCopyThreads).
   int staged_threads = 0;
+  // Threads a vectored move's piece copies with a same-host peer are split over (outside
+  // a staging pipeline's own window copies, which keep DirectCopyThreads): small scattered
+  // copies wait on memory latency more than on bandwidth and gain from more threads than
+  // a whole range's copy (docs/performance/tuning.md). Below direct_threads:
+  // direct_threads.
+  int piece_threads = 0;
   // After activity the progress thread keeps polling this long before it sleeps, and a
   // caller waits this long for its reply before it blocks: a peer call's answer then
   // needs no thread wake-up on this side. Zero: always sleep (small machines, where
