@@ -24,7 +24,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "tests/util/daemon_process.h"
@@ -38,6 +40,9 @@ ABSL_FLAG(std::string, mpi, "",
 ABSL_FLAG(bool, mpi_device, false, "With --mpi: GPU 0's memory on both ranks.");
 ABSL_FLAG(std::vector<std::string>, rank_flags, {},
           "More gpumoved flags for the two daemons (with --mpi: the ranks), comma-separated.");
+ABSL_FLAG(bool, trace, false,
+          "At the end, the two daemons' log lines on vectored moves (start them with "
+          "--rank_flags=--v=2): where each move's time went.");
 ABSL_FLAG(int, separate_blocks, 8192,
           "Blocks moved as separate TransferSpecs for baseline (c) (its time is scaled to "
           "the whole list).");
@@ -308,6 +313,8 @@ int MpiRows(const std::string& name) {
   return 0;
 }
 
+int HostRows(Client& client);
+
 int Main() {
   if (!absl::GetFlag(FLAGS_mpi).empty()) return MpiRows(absl::GetFlag(FLAGS_mpi));
   const bool device = absl::GetFlag(FLAGS_device);
@@ -333,7 +340,22 @@ int Main() {
   auto c = Client::Connect((*a)->address(), ConnectOptions{});
   if (!c.ok()) return 1;
   if (!AwaitOnePeer(**c)) return std::printf("b did not join a\n"), 1;
-  if (device) return DeviceRows(**c);
+  const int rc = device ? DeviceRows(**c) : HostRows(**c);
+  if (absl::GetFlag(FLAGS_trace)) {
+    for (const auto* d : {&*a, &*b}) {
+      int lines = 0;
+      for (absl::string_view line : absl::StrSplit((*d)->Log(), '\n')) {
+        if (absl::StrContains(line, " pieces") && ++lines <= 200) {
+          std::printf("%s| %s\n", d == &*a ? "a" : "b", std::string(line).c_str());
+        }
+      }
+    }
+  }
+  return rc;
+}
+
+int HostRows(Client& client) {
+  Client* const c = &client;
   const int threads =
       static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   std::printf("%-22s %10s %10s %10s %10s %8s %8s %8s %10s\n", "path, blocks", "vectored",
@@ -343,14 +365,14 @@ int Main() {
     std::vector<uint64_t> si, di;
     Shuffle(shape.count, shape.block, &si, &di);
     const double gather = GatherMemcpy(shape, si, di, threads);
-    auto src = (*c)->Allocate(bytes);
-    auto local = (*c)->Allocate(bytes);
-    auto remote = (*c)->Allocate(bytes, v1::HOST, 0, absl::ZeroDuration(), "", "b");
+    auto src = c->Allocate(bytes);
+    auto local = c->Allocate(bytes);
+    auto remote = c->Allocate(bytes, v1::HOST, 0, absl::ZeroDuration(), "", "b");
     if (!src.ok() || !local.ok() || !remote.ok()) return std::printf("allocation failed\n"), 1;
     v1::BufferRef on_b = Ref(remote->id());
     on_b.set_node("b");
     for (bool ucx : {false, true}) {
-      auto f = Measure(**c, Ref(src->id()), ucx ? on_b : Ref(local->id()), shape, si, di);
+      auto f = Measure(*c, Ref(src->id()), ucx ? on_b : Ref(local->id()), shape, si, di);
       if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
       std::printf("%-22s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n",
                   absl::StrCat(ucx ? "UCX a->b" : "LOCAL host", ", ", shape.count, " x ",
@@ -360,9 +382,9 @@ int Main() {
                   f->vectored / f->contiguous, ucx ? 0.0 : f->vectored / gather,
                   f->vectored / f->separate, f->accept_ms);
     }
-    (void)(*c)->Release(src->id());
-    (void)(*c)->Release(local->id());
-    (void)(*c)->Release(remote->id(), "b");
+    (void)c->Release(src->id());
+    (void)c->Release(local->id());
+    (void)c->Release(remote->id(), "b");
   }
   std::printf(
       "GB/s, medians of %d rounds; (b) is %d threads' memcpy of the same blocks in one "

@@ -11,11 +11,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
-#include "daemon/common/xxh3_split.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "daemon/common/host_copy.h"
+#include "daemon/common/log.h"
+#include "daemon/common/xxh3_split.h"
 #include "daemon/gpu/gpu.h"
 #ifdef GPUMOVE_HAVE_GATHER
 #include "daemon/gpu/gather.h"
@@ -29,9 +31,9 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
       absl::StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
 }
 
-#define CUDA_RETURN_IF_ERROR(call)                       \
-  do {                                                   \
-    cudaError_t cuda_err_ = (call);                      \
+#define CUDA_RETURN_IF_ERROR(call)                                    \
+  do {                                                                \
+    cudaError_t cuda_err_ = (call);                                   \
     if (cuda_err_ != cudaSuccess) return CudaError(cuda_err_, #call); \
   } while (0)
 
@@ -198,8 +200,8 @@ class CudaRuntime : public GpuRuntime {
     cudaError_t err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       cudaGetLastError();  // Not sticky: clear it.
-      return absl::InvalidArgumentError(absl::StrCat("cudaIpcOpenMemHandle: ", cudaGetErrorName(err),
-                                                     ": ", cudaGetErrorString(err)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cudaIpcOpenMemHandle: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
     }
     IpcMapping m;
     m.base = static_cast<char*>(ptr);
@@ -269,9 +271,9 @@ class CudaRuntime : public GpuRuntime {
 #endif
   }
 
-  absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device,
-                                                        const void* src, int src_device,
-                                                        uint64_t bytes, uint64_t chunk,
+  absl::StatusOr<std::unique_ptr<CopyFence>> CopyFenced(void* dst, int dst_device, const void* src,
+                                                        int src_device, uint64_t bytes,
+                                                        uint64_t chunk,
                                                         const CopyProgress& progress) override {
     if (dst_device == kHostDevice && src_device == kHostDevice) {
       return GpuRuntime::CopyFenced(dst, dst_device, src, src_device, bytes, chunk, progress);
@@ -410,7 +412,8 @@ class CudaRuntime : public GpuRuntime {
         const uint64_t n = std::min(chunk, bytes - done);
         HostCopy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done, n);
         done += n;
-        if (progress && !progress(done) && done < bytes) return absl::CancelledError("copy stopped");
+        if (progress && !progress(done) && done < bytes)
+          return absl::CancelledError("copy stopped");
       }
       return absl::OkStatus();
     }
@@ -511,17 +514,20 @@ class CudaRuntime : public GpuRuntime {
   absl::Status Gather(int device, char* dst, const char* src, const Segment* pieces, size_t n,
                       uint64_t round_bytes, const CopyProgress& progress) {
     uint64_t count = 0;
-    for (size_t i = 0; i < n; ++i) count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
+    for (size_t i = 0; i < n; ++i)
+      count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
     if (count == 0) {
       if (progress) progress(0);
       return absl::OkStatus();
     }
+    const absl::Time began = absl::Now();
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     auto taken = streams_.Take(device);
     if (!taken.ok()) return taken.status();
     StreamLease lease(&streams_, *taken);
     CopyStream& s = *lease;
     if (absl::Status st = s.Reserve(count); !st.ok()) return st;
+    const absl::Time reserved = absl::Now();
     struct Round {
       uint64_t end;   // Gather pieces [previous end, end).
       uint64_t done;  // Bytes done once it has landed.
@@ -542,13 +548,14 @@ class CudaRuntime : public GpuRuntime {
       }
     }
     if (rounds.empty() || rounds.back().end != k) rounds.push_back(Round{k, done});
+    const absl::Time built = absl::Now();
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.device_pieces, s.host_pieces, k * sizeof(GatherPiece),
                                          cudaMemcpyHostToDevice, s.stream));
     size_t issued = 0, landed = 0;
     auto issue = [&]() -> absl::Status {
       const uint64_t begin = issued == 0 ? 0 : rounds[issued - 1].end;
-      CUDA_RETURN_IF_ERROR(LaunchGather(s.device_pieces + begin, rounds[issued].end - begin, src,
-                                        dst, s.stream));
+      CUDA_RETURN_IF_ERROR(
+          LaunchGather(s.device_pieces + begin, rounds[issued].end - begin, src, dst, s.stream));
       CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[issued % 2], s.stream));
       ++issued;
       return absl::OkStatus();
@@ -564,6 +571,11 @@ class CudaRuntime : public GpuRuntime {
       ++landed;
       if (progress && !progress(now) && landed < rounds.size()) stop = true;
     }
+    VLOG(2) << "GPU gather of " << n << " pieces (" << k << " descriptors, " << rounds.size()
+            << " rounds, " << done << " bytes) on GPU " << device
+            << ": stream and descriptor room in " << absl::ToDoubleMicroseconds(reserved - began)
+            << " us, descriptors written in " << absl::ToDoubleMicroseconds(built - reserved)
+            << " us, copied in " << absl::ToDoubleMicroseconds(absl::Now() - built) << " us";
     if (landed < rounds.size()) return absl::CancelledError("copy stopped");
     return absl::OkStatus();
   }
@@ -609,8 +621,8 @@ std::unique_ptr<GpuRuntime> GpuRuntime::Create() {
     d.name = prop.name;
     d.uuid = FormatGpuUuid(prop.uuid.bytes);
     d.total_memory = prop.totalGlobalMem;
-    d.pci_bus_id = absl::StrFormat("%08x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID,
-                                   prop.pciDeviceID);
+    d.pci_bus_id =
+        absl::StrFormat("%08x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
     for (int j = 0; j < count; ++j) {
       int can = 0;
       if (j == i || cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can) continue;

@@ -12,6 +12,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/common/log.h"
 #include "daemon/common/xxh3_split.h"
 
 namespace gpumove {
@@ -62,8 +64,13 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   if (device) {
     // A gather kernel per round where one GPU reaches both ends, else piece by piece.
     if (control.cancelled()) return absl::CancelledError("cancelled");
-    return gpu_->CopyPieces(dst.data, dst_device, src.data, src_device, list.data(), list.size(),
-                            kDeviceChunk, control.Reporter());
+    const absl::Time began = absl::Now();
+    absl::Status st = gpu_->CopyPieces(dst.data, dst_device, src.data, src_device, list.data(),
+                                       list.size(), kDeviceChunk, control.Reporter());
+    VLOG(2) << "LOCAL move of " << list.size() << " pieces (" << pieces.total
+            << " bytes) with GPU memory: " << absl::ToDoubleMicroseconds(absl::Now() - began)
+            << " us, " << st;
+    return st;
   }
   // Rounds of about a chunk of bytes each: progress and cancel between rounds, each
   // round's pieces split over the copy threads by bytes.
@@ -124,9 +131,8 @@ absl::StatusOr<uint64_t> HashDevice(GpuRuntime* gpu, const Endpoint& e,
   auto flush = [&]() -> absl::Status {
     if (fill.empty()) return absl::OkStatus();
     char* into = bounce[fills % 2];
-    absl::Status st =
-        gpu->CopyPieces(into, kHostDevice, e.data, e.device, fill.data(), fill.size(), kBounce,
-                        nullptr);
+    absl::Status st = gpu->CopyPieces(into, kHostDevice, e.data, e.device, fill.data(), fill.size(),
+                                      kBounce, nullptr);
     if (hashing.joinable()) hashing.join();
     if (!st.ok()) return st;
     hashing = std::thread([&state, into, n = filled] { XXH3_64bits_update(state.get(), into, n); });
@@ -173,8 +179,9 @@ absl::StatusOr<uint64_t> HashStreamOnGpu(
     if (!at.ok()) return at.status();
     const uint64_t first = r0 / kXxh3Block, past = std::min((r0 + n) / kXxh3Block, full);
     if (past > first) {
-      absl::Status st = gpu->Xxh3BlockSums(
-          device, *at, past - first, [&](const uint64_t* sums) { h.AddBlocks(sums, past - first); });
+      absl::Status st = gpu->Xxh3BlockSums(device, *at, past - first, [&](const uint64_t* sums) {
+        h.AddBlocks(sums, past - first);
+      });
       if (!st.ok()) return st;
     }
     const uint64_t keep = std::min(n, kEnd);
@@ -203,27 +210,25 @@ absl::StatusOr<uint64_t> HashPiecesOnGpu(GpuRuntime* gpu, const Endpoint& e, con
   size_t next = 0;        // The next piece,
   uint64_t in_piece = 0;  // and how much of it went into earlier rounds.
   std::vector<Segment> round;
-  return HashStreamOnGpu(gpu, e.device, pieces.total,
-                         [&](uint64_t, uint64_t n) -> absl::StatusOr<const char*> {
-                           round.clear();
-                           for (uint64_t filled = 0; filled < n;) {
-                             const Segment& p = pieces.list[next];
-                             const uint64_t take = std::min(p.length - in_piece, n - filled);
-                             round.push_back(
-                                 Segment{(source ? p.src : p.dst) + in_piece, filled, take});
-                             filled += take;
-                             in_piece += take;
-                             if (in_piece == p.length) {
-                               ++next;
-                               in_piece = 0;
-                             }
-                           }
-                           absl::Status st =
-                               gpu->CopyPieces(into, e.device, e.data, e.device, round.data(),
-                                               round.size(), n, nullptr);
-                           if (!st.ok()) return st;
-                           return into;
-                         });
+  return HashStreamOnGpu(
+      gpu, e.device, pieces.total, [&](uint64_t, uint64_t n) -> absl::StatusOr<const char*> {
+        round.clear();
+        for (uint64_t filled = 0; filled < n;) {
+          const Segment& p = pieces.list[next];
+          const uint64_t take = std::min(p.length - in_piece, n - filled);
+          round.push_back(Segment{(source ? p.src : p.dst) + in_piece, filled, take});
+          filled += take;
+          in_piece += take;
+          if (in_piece == p.length) {
+            ++next;
+            in_piece = 0;
+          }
+        }
+        absl::Status st = gpu->CopyPieces(into, e.device, e.data, e.device, round.data(),
+                                          round.size(), n, nullptr);
+        if (!st.ok()) return st;
+        return into;
+      });
 }
 
 }  // namespace
@@ -249,10 +254,9 @@ absl::StatusOr<uint64_t> HashPieces(GpuRuntime* gpu, const Endpoint& e, const Se
 absl::StatusOr<uint64_t> HashRange(GpuRuntime* gpu, const Endpoint& e, uint64_t length) {
   if (e.kind != MemoryKind::kDevice) return XXH3_64bits(e.data, length);
   if (length >= kGpuHashMin) {
-    auto h = HashStreamOnGpu(gpu, e.device, length,
-                             [&](uint64_t r0, uint64_t) -> absl::StatusOr<const char*> {
-                               return e.data + r0;
-                             });
+    auto h = HashStreamOnGpu(
+        gpu, e.device, length,
+        [&](uint64_t r0, uint64_t) -> absl::StatusOr<const char*> { return e.data + r0; });
     if (h.ok() || h.status().code() != absl::StatusCode::kUnimplemented) return h;
   }
   return HashDevice(gpu, e, {Segment{0, 0, length}}, /*source=*/true);
