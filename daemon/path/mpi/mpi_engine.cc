@@ -482,37 +482,27 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   // of their own right after StartMpi where it reads that (a node of an earlier version:
   // in the call).
   const bool list_message = pieces != nullptr && hold.fixed_width_pieces;
-  std::vector<Segment> theirs;
-  std::vector<uint64_t> their_list;
+  std::vector<uint64_t> theirs;  // {offset, length} pairs.
   if (pieces != nullptr) {
     const size_t n = pieces->list.size();
     auto ours = std::make_shared<std::vector<Segment>>(n);
+    theirs.resize(2 * n);
     Segment* o = ours->data();
     const Segment* in = pieces->list.data();
-    if (list_message) {
-      their_list.resize(2 * n);
-    } else {
-      theirs.resize(n);
-    }
     for (size_t i = 0; i < n; ++i) {
       const uint64_t here = push ? in[i].src : in[i].dst, there = push ? in[i].dst : in[i].src;
       o[i] = Segment{here, here, in[i].length};
-      if (list_message) {
-        their_list[2 * i] = there;
-        their_list[2 * i + 1] = in[i].length;
-      } else {
-        theirs[i] = Segment{there, there, in[i].length};
-      }
+      theirs[2 * i] = there;
+      theirs[2 * i + 1] = in[i].length;
     }
     side.pieces = std::move(ours);
   }
-  const std::vector<Segment>* their_pieces = pieces != nullptr && !list_message ? &theirs : nullptr;
   auto start_half = [&](bool send) {
     const absl::Time t = absl::Now();
-    absl::Status st =
-        StartMpi(*remote_, hold, side.tag, side.chunk, send, their_pieces, their_list.size() / 2);
+    absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
+                               pieces != nullptr ? &theirs : nullptr, list_message);
     const absl::Time started = absl::Now();
-    if (st.ok() && list_message) st = SendPieceList(their_list, side.peer, side.tag);
+    if (st.ok() && list_message) st = SendPieceList(theirs, side.peer, side.tag);
     VLOG(2) << "StartMpi of transfer " << hold.transfer_id << " at node " << hold.node << " ("
             << (pieces != nullptr ? pieces->list.size() : 0) << " pieces"
             << (list_message ? " to follow" : "")

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "daemon/cluster/piece_list.h"
+
 namespace gpumove {
 
 void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
@@ -29,20 +31,20 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 }
 
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, const std::vector<Segment>* pieces, uint64_t piece_count) {
+                      bool send, const std::vector<uint64_t>* pieces, bool pieces_follow) {
   peer::v1::StartMpiRequest request;
   request.set_from_rank(remote.self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
-  request.set_piece_count(piece_count);
-  if (pieces != nullptr) {
-    request.mutable_piece_offsets()->Reserve(static_cast<int>(pieces->size()));
-    request.mutable_piece_lengths()->Reserve(static_cast<int>(pieces->size()));
-    for (const Segment& p : *pieces) {
-      request.add_piece_offsets(p.src);
-      request.add_piece_lengths(p.length);
-    }
+  if (pieces != nullptr && pieces_follow) {
+    request.set_piece_count(pieces->size() / 2);
+  } else if (pieces != nullptr) {
+    const uint64_t* p = pieces->data();
+    EncodePieces(
+        pieces->size() / 2, [p](size_t i) { return p[2 * i]; },
+        [p](size_t i) { return p[2 * i + 1]; }, /*fixed_width=*/false,
+        request.mutable_piece_offsets(), request.mutable_piece_lengths(), nullptr);
   }
   peer::v1::StartMpiResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,

@@ -41,11 +41,12 @@ class MpiCodec : public PathCodec {
 // Runner: has the holder start its half of the move, sending the held range to our rank
 // (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
 // its first receives are posted. A vectored move names the holder's pieces in list order
-// either in the call (`pieces`, Segment.src = the offset in the held range) or, with
-// `piece_count` > 0, as a message the runner sends next (MpiEngine::SendPieceList).
+// ({offset in the held range, length} pairs, one after another in `pieces`): with
+// `pieces_follow` only their count, the runner sending the pairs next as an MPI message
+// (MpiEngine::SendPieceList), else in the call.
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, const std::vector<Segment>* pieces = nullptr,
-                      uint64_t piece_count = 0);
+                      bool send, const std::vector<uint64_t>* pieces = nullptr,
+                      bool pieces_follow = false);
 // Runner: asks the holder, the sender of a pull, to stop after the chunks in flight (a
 // cancel).
 absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold);
