@@ -301,6 +301,7 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
     *spec->mutable_blocks() = options.blocks;
     CompactBlockIndices(spec->mutable_blocks());
   }
+  spec->set_prepared_pieces(options.prepared_pieces);
   if (options.notify.has_value()) spec->set_notify(*options.notify);
   request.set_idempotency_key(options.idempotency_key);
   request.set_wait(options.wait);
@@ -380,6 +381,47 @@ absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
   auto st = FromGrpcStatus(transfers_->Cancel(&context, request, &response));
   if (!st.ok()) return st;
   return response;
+}
+
+absl::StatusOr<v1::PreparedPieces> Client::PreparePieces(const std::vector<v1::Segment>& segments,
+                                                         v1::BlockList blocks,
+                                                         const std::string& node,
+                                                         const std::string& label) {
+  v1::PreparePiecesRequest request;
+  request.set_node(node);
+  request.set_label(label);
+  for (const v1::Segment& g : segments) *request.add_segments() = g;
+  if (blocks.block_size() != 0) {
+    CompactBlockIndices(&blocks);
+    *request.mutable_blocks() = std::move(blocks);
+  }
+  grpc::ClientContext context;
+  Authorize(context);
+  v1::PreparedPieces response;
+  auto st = FromGrpcStatus(transfers_->PreparePieces(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
+absl::Status Client::ReleasePieces(const std::string& id) {
+  v1::ReleasePiecesRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  Authorize(context);
+  v1::ReleasePiecesResponse response;
+  return FromGrpcStatus(transfers_->ReleasePieces(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<v1::PreparedPieces>> Client::ListPreparedPieces(
+    const std::string& node) {
+  v1::ListPreparedPiecesRequest request;
+  request.set_node(node);
+  grpc::ClientContext context;
+  Authorize(context);
+  v1::ListPreparedPiecesResponse response;
+  auto st = FromGrpcStatus(transfers_->ListPreparedPieces(&context, request, &response));
+  if (!st.ok()) return st;
+  return std::vector<v1::PreparedPieces>(response.lists().begin(), response.lists().end());
 }
 
 absl::Status NotificationStream::Finish() { return FromGrpcStatus(reader_->Finish()); }

@@ -39,6 +39,8 @@ struct MoveOptions {
   // range; see v1::TransferSpec.
   std::vector<v1::Segment> segments;
   v1::BlockList blocks;
+  // Or the id of a list kept by Client::PreparePieces (on the node that runs the move).
+  std::string prepared_pieces;
   // Set: the destination's node publishes these bytes once the move's bytes are there
   // (Client::Subscribe).
   std::optional<std::string> notify;
@@ -138,6 +140,14 @@ class Client {
                                      const std::function<void(const v1::Transfer&)>& on_event,
                                      absl::Duration progress_interval = absl::Milliseconds(100));
   absl::StatusOr<v1::Transfer> Cancel(const std::string& id);
+  // Keeps a piece list on `node` (empty: this daemon) for moves to name by its id
+  // (MoveOptions.prepared_pieces): `segments`, or `blocks` when its block_size is set.
+  absl::StatusOr<v1::PreparedPieces> PreparePieces(const std::vector<v1::Segment>& segments,
+                                                   v1::BlockList blocks,
+                                                   const std::string& node = "",
+                                                   const std::string& label = "");
+  absl::Status ReleasePieces(const std::string& id);
+  absl::StatusOr<std::vector<v1::PreparedPieces>> ListPreparedPieces(const std::string& node = "");
   // Subscribes to a node's notifications (request.node, empty: this daemon's), for moves
   // into request.buffers (empty: all the caller may see). Returns once the daemon has the
   // subscription: a move submitted after that is seen (with after_sequence unset too).

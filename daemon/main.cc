@@ -45,6 +45,12 @@ ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
 ABSL_FLAG(int, max_blocks_per_move, 1 << 20,
           "Pieces (segments or blocks) one vectored move may have; past it the Submit is "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_prepared_lists, 4096,
+          "Prepared piece lists (TransferService.PreparePieces) one tenant may keep on this "
+          "node; past it PreparePieces is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_prepared_pieces, int64_t{1} << 22,
+          "Pieces over all the prepared piece lists one tenant keeps on this node (about 24 "
+          "bytes each, twice that for lists whose offsets do not start at 0).");
 ABSL_FLAG(int, notification_log, 16384,
           "Notifications (TransferSpec.notify) kept per tenant for subscribers that resume; "
           "one that falls further behind is told how many it missed.");
@@ -402,6 +408,10 @@ int main(int argc, char** argv) {
   scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
   options.notification_log =
       static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_notification_log)));
+  options.prepared.lists_per_owner =
+      static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_max_prepared_lists)));
+  options.prepared.pieces_per_owner =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_max_prepared_pieces)));
   scheduler.inline_max_bytes = absl::GetFlag(FLAGS_inline_move_max).bytes;
 
   gpumove::ClusterOptions& cluster = options.cluster;

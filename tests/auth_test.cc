@@ -175,6 +175,62 @@ TEST_F(AuthTest, EveryRpcForEveryKindOfCaller) {
   EXPECT_TRUE(absl::StrContains(log, "\"outcome\":\"admin\"")) << log;
 }
 
+// Prepared piece lists belong to a tenant: another tenant can neither name, list nor
+// release them (NOT_FOUND, as if they did not exist), a reader lists but neither prepares
+// nor releases, an admin sees and uses every tenant's.
+TEST_F(AuthTest, PreparedPieceListsBelongToTheirTenant) {
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto alice = As(**d, "alice-token-0123456789");
+  auto bob = As(**d, "bob-token-0123456789");
+  auto rita = As(**d, "rita-token-0123456789");
+  auto root = As(**d, "root-token-0123456789");
+  auto nobody = As(**d, "");
+  ASSERT_TRUE(alice && bob && rita && root && nobody);
+  v1::Segment g;
+  g.set_source_offset(0);
+  g.set_destination_offset(100);
+  g.set_length(50);
+  auto list = alice->PreparePieces({g}, {});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->owner(), "team-a");
+  EXPECT_EQ(nobody->PreparePieces({g}, {}).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(nobody->ListPreparedPieces().status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(rita->PreparePieces({g}, {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(rita->ReleasePieces(list->id()).code(), StatusCode::kPermissionDenied);
+  auto seen = [](Client& c) {
+    auto l = c.ListPreparedPieces();
+    EXPECT_TRUE(l.ok()) << l.status();
+    return l.ok() ? l->size() : 0;
+  };
+  EXPECT_EQ(seen(*rita), 1u);
+  EXPECT_EQ(seen(*root), 1u);
+  EXPECT_EQ(seen(*bob), 0u);
+  EXPECT_EQ(bob->ReleasePieces(list->id()).code(), StatusCode::kNotFound);
+  // Bob names alice's list for a move of his own buffers: NOT_FOUND, nothing written.
+  auto bs = bob->Allocate(4096);
+  auto bd = bob->Allocate(4096);
+  ASSERT_TRUE(bs.ok() && bd.ok());
+  ASSERT_TRUE(bob->Write(Ref(bs->id()), std::string(4096, 's')).ok());
+  ASSERT_TRUE(bob->Write(Ref(bd->id()), std::string(4096, 'd')).ok());
+  MoveOptions o;
+  o.prepared_pieces = list->id();
+  EXPECT_EQ(bob->Move(Ref(bs->id()), Ref(bd->id()), o).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*bob->Read(Ref(bd->id())), std::string(4096, 'd'));
+  // Alice's own move with it, and an admin's.
+  auto as = alice->Allocate(4096);
+  auto ad = alice->Allocate(4096);
+  ASSERT_TRUE(as.ok() && ad.ok());
+  ASSERT_TRUE(alice->Write(Ref(as->id()), std::string(4096, 'a')).ok());
+  auto t = alice->Move(Ref(as->id()), Ref(ad->id()), o);
+  ASSERT_TRUE(t.ok() && t->state() == v1::SUCCEEDED) << t.status();
+  auto r = root->Move(Ref(as->id()), Ref(ad->id()), o);
+  ASSERT_TRUE(r.ok() && r->state() == v1::SUCCEEDED) << r.status();
+  EXPECT_EQ(alice->Read(Ref(ad->id(), 100, 50)).value_or(""), std::string(50, 'a'));
+  EXPECT_TRUE(root->ReleasePieces(list->id()).ok());
+  EXPECT_EQ(seen(*alice), 0u);
+}
+
 TEST_F(AuthTest, ForwardedCallsAreCheckedWhereTheDataLives) {
   auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--auth_tokens=" + tokens_,
                                  "--cluster_secret_file=" + secret_});

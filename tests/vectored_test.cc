@@ -23,6 +23,14 @@ namespace {
 
 using absl::StatusCode;
 
+v1::Segment seg(uint64_t source_offset, uint64_t destination_offset, uint64_t length) {
+  v1::Segment g;
+  g.set_source_offset(source_offset);
+  g.set_destination_offset(destination_offset);
+  g.set_length(length);
+  return g;
+}
+
 class VectoredTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -196,13 +204,6 @@ TEST_F(VectoredTest, BadListsAreRefusedAndNothingIsWritten) {
     EXPECT_EQ(t.status().code(), code) << why << ": " << t.status();
     EXPECT_TRUE(Destination() == dst_) << why;
   };
-  auto seg = [](uint64_t s, uint64_t d, uint64_t n) {
-    v1::Segment g;
-    g.set_source_offset(s);
-    g.set_destination_offset(d);
-    g.set_length(n);
-    return g;
-  };
   MoveOptions o;
   o.segments = {seg(0, 0, 100), seg(200, 50, 100)};
   expect(StatusCode::kInvalidArgument, o, Ref(dst_id_), "destination pieces overlap");
@@ -249,6 +250,200 @@ TEST_F(VectoredTest, BadListsAreRefusedAndNothingIsWritten) {
   }
   EXPECT_EQ(c_->Submit(batch).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Destination() == dst_);
+}
+
+// Prepared piece lists (TransferService.PreparePieces): a block list kept once, with
+// strides and indices that do not start at 0 (so that its rebased form is kept too), then
+// named by moves between ranges at different offsets, alone and as a batch of "layers"
+// into one buffer; every byte checked, checksums over the pieces in list order. Listed with
+// its figures; released, it is NOT_FOUND and a move naming it writes nothing.
+TEST_F(VectoredTest, PreparedListsMoveTheirPiecesMoveAfterMove) {
+  const size_t n = 1000;
+  const uint64_t block = 4096, ss = 8200, ds = 4100;
+  auto shuffled = Shuffled(
+      n, ss, ds, [&](size_t) { return block; }, 901);
+  std::vector<Piece> pieces;  // Indices from 3 on both sides.
+  v1::BlockList blocks;
+  blocks.set_block_size(block);
+  blocks.set_source_stride(ss);
+  blocks.set_destination_stride(ds);
+  uint64_t src_extent = 0, dst_extent = 0;
+  for (const Piece& p : shuffled) {
+    pieces.push_back({p.src + 3 * ss, p.dst + 3 * ds, block});
+    blocks.add_source_blocks(p.src / ss + 3);
+    blocks.add_destination_blocks(p.dst / ds + 3);
+    src_extent = std::max(src_extent, p.src + 3 * ss + block);
+    dst_extent = std::max(dst_extent, p.dst + 3 * ds + block);
+  }
+  auto list = c_->PreparePieces({}, blocks, "", "kv layout");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->pieces(), n);
+  EXPECT_EQ(list->bytes(), n * block);
+  EXPECT_EQ(list->source_extent(), src_extent);
+  EXPECT_EQ(list->destination_extent(), dst_extent);
+  EXPECT_EQ(list->label(), "kv layout");
+  auto listed = c_->ListPreparedPieces();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id(), list->id());
+  for (uint64_t k = 0; k < 3; ++k) {
+    const uint64_t from = k * 100, to = k * 7;
+    Buffers(src_extent + from, dst_extent + to + 50, 910 + k);
+    MoveOptions o;
+    o.prepared_pieces = list->id();
+    o.checksum = true;
+    auto t = c_->Move(Ref(src_id_, from), Ref(dst_id_, to), o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+    EXPECT_EQ(t->pieces(), n);
+    EXPECT_EQ(t->length(), n * block);
+    std::vector<Piece> moved;
+    for (const Piece& p : pieces) moved.push_back({p.src + from, p.dst + to, p.len});
+    EXPECT_EQ(t->source_xxh3(), PiecesHash(src_, moved));
+    EXPECT_EQ(t->destination_xxh3(), t->source_xxh3());
+    EXPECT_TRUE(Destination() == Expected(src_, dst_, moved)) << "move " << k;
+  }
+  // Two "layers" in one Submit: the same list into two halves of one buffer.
+  Buffers(2 * src_extent, 2 * dst_extent, 920);
+  v1::SubmitRequest batch;
+  std::vector<Piece> both;
+  for (uint64_t layer = 0; layer < 2; ++layer) {
+    v1::TransferSpec* spec = batch.add_transfers();
+    *spec->mutable_source() = Ref(src_id_, layer * src_extent, src_extent);
+    *spec->mutable_destination() = Ref(dst_id_, layer * dst_extent, dst_extent);
+    spec->set_prepared_pieces(list->id());
+    for (const Piece& p : pieces) {
+      both.push_back({p.src + layer * src_extent, p.dst + layer * dst_extent, p.len});
+    }
+  }
+  batch.set_wait(true);
+  auto r = c_->Submit(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const v1::Transfer& t : r->transfers()) {
+    EXPECT_EQ(t.state(), v1::SUCCEEDED) << t.error_message();
+  }
+  EXPECT_TRUE(Destination() == Expected(src_, dst_, both));
+  // Released: gone, and a move naming it is refused with nothing written.
+  ASSERT_TRUE(c_->ReleasePieces(list->id()).ok());
+  EXPECT_EQ(c_->ReleasePieces(list->id()).code(), StatusCode::kNotFound);
+  listed = c_->ListPreparedPieces();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  Buffers(src_extent, dst_extent, 930);
+  MoveOptions o;
+  o.prepared_pieces = list->id();
+  auto gone = c_->Move(Ref(src_id_), Ref(dst_id_), o);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status();
+  EXPECT_TRUE(Destination() == dst_);
+}
+
+TEST_F(VectoredTest, PreparedListsAreCheckedAndBadOnesRefused) {
+  Buffers(1 << 20, 1 << 20, 940);
+  // Lists refused when prepared, as in a Submit.
+  EXPECT_EQ(c_->PreparePieces({}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->PreparePieces({seg(0, 0, 100), seg(200, 50, 100)}, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->PreparePieces({seg(0, 0, 0)}, {}).status().code(), StatusCode::kInvalidArgument);
+  v1::BlockList one;
+  one.set_block_size(8);
+  one.add_source_blocks(0);
+  one.add_destination_blocks(0);
+  EXPECT_EQ(c_->PreparePieces({seg(0, 0, 8)}, one).status().code(), StatusCode::kInvalidArgument);
+  v1::BlockList many;
+  many.set_block_size(1);
+  for (int i = 0; i < 70001; ++i) {
+    many.add_source_blocks(i);
+    many.add_destination_blocks(i);
+  }
+  EXPECT_EQ(c_->PreparePieces({}, many).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c_->PreparePieces({}, one, "nowhere").status().code(), StatusCode::kNotFound);
+  auto listed = c_->ListPreparedPieces();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  // Moves naming a good list, refused with nothing written.
+  auto list = c_->PreparePieces({seg(0, 1000, 100), seg(5000, 0, 10)}, {});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->destination_extent(), 1100u);
+  auto expect = [&](StatusCode code, const MoveOptions& o, v1::BufferRef to, const char* why) {
+    auto t = c_->Move(Ref(src_id_), to, o);
+    EXPECT_EQ(t.status().code(), code) << why << ": " << t.status();
+    EXPECT_TRUE(Destination() == dst_) << why;
+  };
+  MoveOptions o;
+  o.prepared_pieces = list->id();
+  expect(StatusCode::kInvalidArgument, o, Ref(dst_id_, 0, 1099), "a range shorter than the list");
+  expect(StatusCode::kInvalidArgument, o, Ref(dst_id_, (1 << 20) - 1000), "past the buffer");
+  o.segments = {seg(0, 0, 8)};
+  expect(StatusCode::kInvalidArgument, o, Ref(dst_id_), "a list and segments");
+  o.segments.clear();
+  o.blocks = one;
+  expect(StatusCode::kInvalidArgument, o, Ref(dst_id_), "a list and blocks");
+  o.blocks.Clear();
+  o.prepared_pieces = "p-0123456789abcdef.a";
+  expect(StatusCode::kNotFound, o, Ref(dst_id_), "an unknown list");
+  o.prepared_pieces = "p-0123456789abcdef.elsewhere";
+  expect(StatusCode::kFailedPrecondition, o, Ref(dst_id_), "a list on a node holding no end");
+  o.prepared_pieces = "no-node";
+  expect(StatusCode::kFailedPrecondition, o, Ref(dst_id_), "an id without a node");
+  // Within one buffer, the list's source and destination pieces overlap.
+  o.prepared_pieces = list->id();
+  auto t = c_->Move(Ref(src_id_), Ref(src_id_), o);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << t.status();
+  o.checksum = false;
+  auto ok = c_->Move(Ref(src_id_), Ref(dst_id_), o);
+  ASSERT_TRUE(ok.ok() && ok->state() == v1::SUCCEEDED) << ok.status();
+  EXPECT_TRUE(Destination() == Expected(src_, dst_, {{0, 1000, 100}, {5000, 0, 10}}));
+}
+
+// Each tenant keeps at most --max_prepared_lists lists of --max_prepared_pieces pieces in
+// all; a release makes room. A list released while a move that named it runs still moves
+// all its pieces.
+TEST_F(VectoredTest, PreparedListsAreBoundedAndOutliveTheirRelease) {
+  d_.reset();
+  auto d = DaemonProcess::Start({"--node=a", "--host_pool_size=512MiB", "--pinned_pool_size=16MiB",
+                                 "--max_move_rate=32MiB", "--max_prepared_lists=2",
+                                 "--max_prepared_pieces=100"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  d_ = *std::move(d);
+  auto c = Client::Connect(d_->address(), ConnectOptions{});
+  ASSERT_TRUE(c.ok());
+  c_ = *std::move(c);
+  v1::BlockList blocks;
+  blocks.set_block_size(512 << 10);
+  for (int i = 0; i < 64; ++i) {
+    blocks.add_source_blocks(i);
+    blocks.add_destination_blocks(63 - i);
+  }
+  auto big = c_->PreparePieces({}, blocks);
+  ASSERT_TRUE(big.ok()) << big.status();
+  auto over = c_->PreparePieces({}, blocks);  // 128 pieces > 100.
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status();
+  v1::BlockList small;
+  small.set_block_size(1);
+  small.add_source_blocks(0);
+  small.add_destination_blocks(0);
+  auto second = c_->PreparePieces({}, small);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto third = c_->PreparePieces({}, small);  // A third list > 2.
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted) << third.status();
+  ASSERT_TRUE(c_->ReleasePieces(second->id()).ok());
+  ASSERT_TRUE(c_->PreparePieces({}, small).ok());
+  // A move of 32 MiB at 32 MiB/s; its list released at once.
+  Buffers(32 << 20, 32 << 20, 950);
+  MoveOptions o;
+  o.prepared_pieces = big->id();
+  o.wait = false;
+  o.checksum = true;
+  auto t = c_->Move(Ref(src_id_), Ref(dst_id_), o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(c_->ReleasePieces(big->id()).ok());
+  auto end = c_->Wait(t->id(), absl::Seconds(60));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->state(), v1::SUCCEEDED) << end->error_message();
+  std::vector<Piece> pieces;
+  for (uint64_t i = 0; i < 64; ++i) pieces.push_back({i << 19, (63 - i) << 19, 512 << 10});
+  EXPECT_EQ(end->source_xxh3(), PiecesHash(src_, pieces));
+  EXPECT_TRUE(Destination() == Expected(src_, dst_, pieces));
 }
 
 TEST_F(VectoredTest, ACancelledVectoredMoveStopsBetweenPieces) {
@@ -320,6 +515,60 @@ TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
       MoveBetweenNodesAndCheck(w, pieces, n * slot, n * (slot + 1), seed);
     }
   }
+}
+
+// Prepared piece lists between nodes: the node that keeps the list runs the move, whichever
+// node the Submit went to (a list on the destination's node makes a pull of a move
+// submitted to the source's node); a list kept on a node that holds neither end is
+// FAILED_PRECONDITION. Every byte and both checksums checked.
+TEST(VectoredNodes, PreparedListsRunWhereTheyAreKept) {
+  const std::vector<std::string> flags = {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB"};
+  TestNode a = LaunchNode("a", "", flags);
+  ASSERT_TRUE(a.client);
+  TestNode b = LaunchNode("b", a.process->address(), flags);
+  TestNode c = LaunchNode("c", a.process->address(), flags);
+  ASSERT_TRUE(b.client && c.client);
+  for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
+  auto end = [](TestNode* n) { return NodeEnd{n->client.get(), n->name}; };
+  const size_t n = 1500;
+  const uint64_t slot = 4099;
+  struct Case {
+    TestNode *from, *to, *via, *keeper;
+  };
+  uint64_t seed = 800;
+  for (const Case& k :
+       {Case{&a, &b, &a, &b}, Case{&a, &b, &b, &a}, Case{&b, &a, &c, &a}, Case{&b, &a, &c, &b}}) {
+    ++seed;
+    SCOPED_TRACE(absl::StrCat("list on ", k.keeper->name));
+    std::mt19937_64 rng(seed);
+    auto pieces = Shuffled(
+        n, slot, slot + 1, [&](size_t) { return 1 + rng() % 4096; }, seed);
+    const NodeEnd keeper = end(k.keeper);
+    MoveVectoredAndCheck(end(k.from), end(k.to), end(k.via), v1::PATH_AUTO, v1::UCX, pieces,
+                         n * slot, n * (slot + 1), seed, v1::HOST, v1::HOST, &keeper);
+  }
+  // Kept on c, a move from a to b: c holds neither end.
+  v1::Segment g;
+  g.set_length(8);
+  auto list = a.client->PreparePieces({g}, {}, "c");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(absl::EndsWith(list->id(), ".c")) << list->id();
+  auto s = a.client->Allocate(4096);
+  auto d = b.client->Allocate(4096);
+  ASSERT_TRUE(s.ok() && d.ok());
+  MoveOptions o;
+  o.prepared_pieces = list->id();
+  v1::BufferRef to = Ref(d->id());
+  to.set_node("b");
+  auto t = a.client->Move(Ref(s->id()), to, o);
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status();
+  auto on_c = a.client->ListPreparedPieces("c");
+  ASSERT_TRUE(on_c.ok()) << on_c.status();
+  ASSERT_EQ(on_c->size(), 1u);
+  EXPECT_TRUE(a.client->ReleasePieces(list->id()).ok());  // Forwarded to c.
+  on_c = c.client->ListPreparedPieces();
+  ASSERT_TRUE(on_c.ok());
+  EXPECT_TRUE(on_c->empty());
 }
 
 // Vectored moves whose far end the other node stages (--ucx_force_staging there: its

@@ -192,11 +192,13 @@ absl::StatusOr<uint64_t> CheckPiecesIn(const std::vector<Segment>& pieces, uint6
 
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s) {
   if (s->src_lo == 0 && s->dst_lo == 0) return s;
+  if (s->rebased != nullptr) return s->rebased;
   return Rebased(*s);
 }
 
 std::shared_ptr<const Segments> Rebased(const Segments& s) {
   auto out = std::make_shared<Segments>(s);
+  out->rebased = nullptr;
   for (Segment& p : out->list) {
     p.src -= s.src_lo;
     p.dst -= s.dst_lo;

@@ -50,6 +50,9 @@ struct Segments {
   uint64_t total = 0;  // Bytes over all pieces.
   // The smallest ranges holding every piece: [src_lo, src_hi) and [dst_lo, dst_hi).
   uint64_t src_lo = 0, src_hi = 0, dst_lo = 0, dst_hi = 0;
+  // For a list kept for many moves (prepared pieces): the same pieces rebased (below),
+  // made once; null otherwise.
+  std::shared_ptr<const Segments> rebased;
 };
 
 // Checks `list` (INVALID_ARGUMENT: empty, a piece of length 0, an end past 2^64,
@@ -112,7 +115,8 @@ class PackedPieces {
   uint64_t total_ = 0;
 };
 
-// The same, without a copy when the offsets start at 0 already.
+// The same, without a copy when the offsets start at 0 already or `s` keeps its rebased
+// pieces.
 std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s);
 
 }  // namespace gpumove

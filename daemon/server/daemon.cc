@@ -623,8 +623,9 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   }
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());
+  prepared_ = std::make_unique<PreparedPieceLists>(node_, options.prepared);
   transfer_service_ = std::make_unique<TransferServiceImpl>(
-      auth_.get(), scheduler_.get(), cluster_.get(), node_, notifications_.get());
+      auth_.get(), scheduler_.get(), cluster_.get(), node_, notifications_.get(), prepared_.get());
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
   const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;

@@ -18,6 +18,7 @@
 #include "daemon/cluster/remote_ranges.h"
 #include "daemon/common/watched_files.h"
 #include "daemon/core/buffer_registry.h"
+#include "daemon/core/prepared_pieces.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
@@ -162,6 +163,8 @@ struct DaemonOptions {
   SchedulerOptions scheduler;
   // Notifications kept per tenant for subscribers that resume (NotificationLog).
   size_t notification_log = 16384;
+  // Each tenant's bounds on prepared piece lists (--max_prepared_lists/_pieces).
+  PreparedPieceLists::Limits prepared;
   // Peers to join (host:port or DNS name:port), heartbeat and failure detection; its
   // check is the daemon's (peers' UCX addresses).
   ClusterOptions cluster;
@@ -274,6 +277,7 @@ class Daemon {
   std::unique_ptr<MpiEngine> mpi_engine_;
   // Before holds_ and the scheduler, which publish to it.
   std::unique_ptr<NotificationLog> notifications_;
+  std::unique_ptr<PreparedPieceLists> prepared_;
   std::unique_ptr<HoldTable> holds_;
   // The paths' holding sides (those this node runs), for the peer handler.
   std::unique_ptr<CudaIpcHolder> cuda_ipc_holder_;

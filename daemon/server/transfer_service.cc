@@ -28,7 +28,69 @@ absl::StatusOr<absl::Time> WaitDeadline(const grpc::ServerContext* context, bool
   return deadline;
 }
 
+// The pieces of a vectored move or prepared list, checked (MakeSegments / ExpandBlocks):
+// `segments`, or `blocks` when not null (both: INVALID_ARGUMENT).
+absl::StatusOr<std::shared_ptr<const Segments>> PiecesOf(
+    const google::protobuf::RepeatedPtrField<v1::Segment>& segments, const v1::BlockList* blocks,
+    size_t max_pieces) {
+  if (!segments.empty() && blocks != nullptr) {
+    return absl::InvalidArgumentError("segments or blocks, not both");
+  }
+  if (blocks != nullptr) {
+    const v1::BlockList& b = *blocks;
+    BlockListSpec list;
+    list.block_size = b.block_size();
+    list.source_stride = b.source_stride();
+    list.destination_stride = b.destination_stride();
+    if ((b.source_blocks_size() > 0 && b.source_blocks32_size() > 0) ||
+        (b.destination_blocks_size() > 0 && b.destination_blocks32_size() > 0)) {
+      return absl::InvalidArgumentError(
+          "the indices of a side in one form: *_blocks or *_blocks32, not both");
+    }
+    // Each side's indices in the form given (views of the request's arrays).
+    auto side = [](const auto& wide, const auto& narrow) {
+      return wide.empty() ? BlockIndices(absl::MakeConstSpan(narrow.data(), narrow.size()))
+                          : BlockIndices(absl::MakeConstSpan(wide.data(), wide.size()));
+    };
+    list.source_blocks = side(b.source_blocks(), b.source_blocks32());
+    list.destination_blocks = side(b.destination_blocks(), b.destination_blocks32());
+    return ExpandBlocks(list, max_pieces);
+  }
+  if (static_cast<size_t>(segments.size()) > max_pieces) {
+    return absl::ResourceExhaustedError(absl::StrCat(segments.size(),
+                                                     " segments in one move; at most ", max_pieces,
+                                                     " (--max_blocks_per_move)"));
+  }
+  std::vector<Segment> list;
+  list.reserve(segments.size());
+  for (const v1::Segment& g : segments) {
+    list.push_back(Segment{g.source_offset(), g.destination_offset(), g.length()});
+  }
+  return MakeSegments(std::move(list), max_pieces);
+}
+
+// The node in an id "x-<hex>.<node>" ("" when it has none).
+std::string IdNode(const std::string& id) {
+  const size_t dot = id.find('.');
+  return dot == std::string::npos ? "" : id.substr(dot + 1);
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<const Segments>> TransferServiceImpl::PreparedFor(
+    const std::string& owner, const std::string& id) const {
+  if (prepared_ == nullptr) return absl::UnimplementedError("no prepared piece lists here");
+  if (const std::string node = IdNode(id); node != node_) {
+    // Runner checks in Submit say so before a move is forwarded; this is a list made up.
+    return absl::FailedPreconditionError(
+        absl::StrCat("prepared piece list ", Quoted(id), " is not kept on node ", Quoted(node_),
+                     ", where this move runs; prepare the list on the node that runs the move "
+                     "(its source node for a push, its destination node for a pull)"));
+  }
+  auto list = prepared_->Find(owner, id);
+  if (!list.ok()) return list.status();
+  return list->pieces;
+}
 
 std::string TransferServiceImpl::NodeOf(const std::string& id) const {
   const size_t dot = id.find('.');
@@ -78,13 +140,28 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     getrusage(RUSAGE_THREAD, &ru0);
   }
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
-  // Where does each move run? Here when this node holds one of its ends, else on its
+  // Where does each move run? On the node that keeps its prepared piece list (which must
+  // hold one of its ends), else here when this node holds one of its ends, else on its
   // source node. A batch runs on one node.
   std::string runner;
-  for (const v1::TransferSpec& spec : request->transfers()) {
+  for (int i = 0; i < request->transfers_size(); ++i) {
+    const v1::TransferSpec& spec = request->transfers(i);
     const std::string src = spec.source().node().empty() ? node_ : spec.source().node();
     const std::string dst = spec.destination().node().empty() ? node_ : spec.destination().node();
-    const std::string here = (src == node_ || dst == node_) ? node_ : src;
+    std::string here = (src == node_ || dst == node_) ? node_ : src;
+    if (!spec.prepared_pieces().empty()) {
+      const std::string kept = IdNode(spec.prepared_pieces());
+      if (kept != src && kept != dst) {
+        return grpc::Status(
+            grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("transfer ", i, ": prepared piece list ", Quoted(spec.prepared_pieces()),
+                         " is kept on node ", Quoted(kept),
+                         ", which holds neither end of the "
+                         "move; prepare it on the source's node (a push) or the destination's "
+                         "(a pull)"));
+      }
+      here = kept;
+    }
     if (!runner.empty() && here != runner) {
       return grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
@@ -119,45 +196,22 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     spec.checksum = in.checksum();
     spec.label = in.label();
     if (in.has_notify()) spec.notify = in.notify();
-    if (in.segments_size() > 0 && in.has_blocks()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("transfer ", i, ": segments or blocks, not both"));
+    const bool listed = in.segments_size() > 0 || in.has_blocks();
+    if (listed && !in.prepared_pieces().empty()) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("transfer ", i, ": segments or blocks or prepared_pieces, not two of them"));
     }
-    if (in.segments_size() > 0 || in.has_blocks()) {
-      absl::StatusOr<std::shared_ptr<const Segments>> pieces;
-      if (in.has_blocks()) {
-        const v1::BlockList& b = in.blocks();
-        BlockListSpec list;
-        list.block_size = b.block_size();
-        list.source_stride = b.source_stride();
-        list.destination_stride = b.destination_stride();
-        if ((b.source_blocks_size() > 0 && b.source_blocks32_size() > 0) ||
-            (b.destination_blocks_size() > 0 && b.destination_blocks32_size() > 0)) {
-          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("transfer ", i,
-                                           ": the indices of a side in one form: *_blocks or "
-                                           "*_blocks32, not both"));
-        }
-        // Each side's indices in the form given (views of the request's arrays).
-        auto side = [](const auto& wide, const auto& narrow) {
-          return wide.empty() ? BlockIndices(absl::MakeConstSpan(narrow.data(), narrow.size()))
-                              : BlockIndices(absl::MakeConstSpan(wide.data(), wide.size()));
-        };
-        list.source_blocks = side(b.source_blocks(), b.source_blocks32());
-        list.destination_blocks = side(b.destination_blocks(), b.destination_blocks32());
-        pieces = ExpandBlocks(list, scheduler_->max_pieces());
-      } else if (static_cast<size_t>(in.segments_size()) > scheduler_->max_pieces()) {
-        pieces = absl::ResourceExhaustedError(
-            absl::StrCat(in.segments_size(), " segments in one move; at most ",
-                         scheduler_->max_pieces(), " (--max_blocks_per_move)"));
-      } else {
-        std::vector<Segment> list;
-        list.reserve(in.segments_size());
-        for (const v1::Segment& g : in.segments()) {
-          list.push_back(Segment{g.source_offset(), g.destination_offset(), g.length()});
-        }
-        pieces = MakeSegments(std::move(list), scheduler_->max_pieces());
+    if (!in.prepared_pieces().empty()) {
+      auto kept = PreparedFor(caller.owner(), in.prepared_pieces());
+      if (!kept.ok()) {
+        return ToGrpcStatus(absl::Status(
+            kept.status().code(), absl::StrCat("transfer ", i, ": ", kept.status().message())));
       }
+      spec.pieces = *std::move(kept);
+    } else if (listed) {
+      auto pieces = PiecesOf(in.segments(), in.has_blocks() ? &in.blocks() : nullptr,
+                             scheduler_->max_pieces());
       if (!pieces.ok()) {
         return ToGrpcStatus(absl::Status(
             pieces.status().code(), absl::StrCat("transfer ", i, ": ", pieces.status().message())));
@@ -377,6 +431,82 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
     }
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+}
+
+}  // namespace gpumove
+
+namespace gpumove {
+
+namespace {
+
+void PreparedToProto(const PreparedList& list, v1::PreparedPieces* out) {
+  out->set_id(list.id);
+  out->set_pieces(list.pieces->list.size());
+  out->set_bytes(list.pieces->total);
+  out->set_source_extent(list.pieces->src_hi);
+  out->set_destination_extent(list.pieces->dst_hi);
+  out->set_label(list.label);
+  ToProto(list.created, out->mutable_create_time());
+  out->set_owner(list.owner);
+}
+
+}  // namespace
+
+grpc::Status TransferServiceImpl::PreparePieces(grpc::ServerContext* context,
+                                                const v1::PreparePiecesRequest* request,
+                                                v1::PreparedPieces* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "PreparePieces");
+  if (!request->node().empty() && request->node() != node_) {
+    auto stub = StubFor(*context, request->node());
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    return ForwardUnary(**stub, &v1::TransferService::Stub::PreparePieces, context, auth_,
+                        *cluster_, request->node(), *request, response, ForwardTimeout(cluster_));
+  }
+  if (prepared_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no prepared piece lists here");
+  }
+  if (request->segments_size() == 0 && !request->has_blocks()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a prepared piece list needs segments or blocks");
+  }
+  auto pieces = PiecesOf(request->segments(), request->has_blocks() ? &request->blocks() : nullptr,
+                         scheduler_->max_pieces());
+  if (!pieces.ok()) return ToGrpcStatus(pieces.status());
+  auto list = prepared_->Add(caller.owner(), **pieces, request->label());
+  if (!list.ok()) return ToGrpcStatus(list.status());
+  PreparedToProto(*list, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::ReleasePieces(grpc::ServerContext* context,
+                                                const v1::ReleasePiecesRequest* request,
+                                                v1::ReleasePiecesResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "ReleasePieces");
+  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::ReleasePieces,
+                                    context, *request, response, ForwardTimeout(cluster_))) {
+    return *forwarded;
+  }
+  if (prepared_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no prepared piece lists here");
+  }
+  return ToGrpcStatus(prepared_->Remove(caller.owner(), request->id()));
+}
+
+grpc::Status TransferServiceImpl::ListPreparedPieces(grpc::ServerContext* context,
+                                                     const v1::ListPreparedPiecesRequest* request,
+                                                     v1::ListPreparedPiecesResponse* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "ListPreparedPieces");
+  if (!request->node().empty() && request->node() != node_) {
+    auto stub = StubFor(*context, request->node());
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    return ForwardUnary(**stub, &v1::TransferService::Stub::ListPreparedPieces, context, auth_,
+                        *cluster_, request->node(), *request, response, ForwardTimeout(cluster_));
+  }
+  if (prepared_ == nullptr) return grpc::Status::OK;
+  for (const PreparedList& list : prepared_->List(caller.owner())) {
+    PreparedToProto(list, response->add_lists());
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace gpumove

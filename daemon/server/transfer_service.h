@@ -6,6 +6,7 @@
 #include <string>
 
 #include "daemon/cluster/cluster.h"
+#include "daemon/core/prepared_pieces.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/server/auth.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
@@ -20,14 +21,16 @@ class TransferServiceImpl final : public v1::TransferService::Service {
  public:
   // `cluster` may be null: a node without peers.
   // `auth` checks every caller (and must outlive the service), as must `notifications`
-  // (null: none are streamed).
+  // (null: none are streamed) and `prepared` (null: no prepared piece lists).
   TransferServiceImpl(const Authenticator* auth, TransferScheduler* scheduler, Cluster* cluster,
-                      std::string node, NotificationLog* notifications = nullptr)
+                      std::string node, NotificationLog* notifications = nullptr,
+                      PreparedPieceLists* prepared = nullptr)
       : auth_(auth),
         scheduler_(scheduler),
         cluster_(cluster),
         node_(std::move(node)),
-        notifications_(notifications) {}
+        notifications_(notifications),
+        prepared_(prepared) {}
 
   grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request,
                       v1::SubmitResponse* response) override;
@@ -44,6 +47,13 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   grpc::Status Notifications(grpc::ServerContext* context,
                              const v1::NotificationsRequest* request,
                              grpc::ServerWriter<v1::Notification>* writer) override;
+  grpc::Status PreparePieces(grpc::ServerContext* context, const v1::PreparePiecesRequest* request,
+                             v1::PreparedPieces* response) override;
+  grpc::Status ReleasePieces(grpc::ServerContext* context, const v1::ReleasePiecesRequest* request,
+                             v1::ReleasePiecesResponse* response) override;
+  grpc::Status ListPreparedPieces(grpc::ServerContext* context,
+                                  const v1::ListPreparedPiecesRequest* request,
+                                  v1::ListPreparedPiecesResponse* response) override;
 
  private:
   // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
@@ -59,6 +69,10 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                                                grpc::ClientContext*, const Request&, Response*),
                                            grpc::ServerContext* context, const Request& request,
                                            Response* response, absl::Duration bound);
+  // The pieces of prepared list `id` for a move `owner` runs here: NOT_FOUND for a list
+  // the owner does not have, FAILED_PRECONDITION for one kept on another node.
+  absl::StatusOr<std::shared_ptr<const Segments>> PreparedFor(const std::string& owner,
+                                                              const std::string& id) const;
   // How long a forwarded call that waits `timeout` (none: as long as its caller) may take.
   absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
@@ -67,6 +81,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   Cluster* const cluster_;
   const std::string node_;
   NotificationLog* const notifications_;
+  PreparedPieceLists* const prepared_;
 };
 
 }  // namespace gpumove

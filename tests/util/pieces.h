@@ -84,13 +84,15 @@ struct NodeEnd {
 // A vectored move between nodes: from a buffer of `src_size` random bytes on `from` into
 // one of `dst_size` on `to`, submitted at `via` on `path`, checksummed; the end state, the
 // path (`expected`), the piece count, both hashes and every destination byte checked; both
-// buffers (of `from_kind` and `to_kind`, on GPU 0 if device memory) let go.
+// buffers (of `from_kind` and `to_kind`, on GPU 0 if device memory) let go. With
+// `prepare_on`, the pieces are a list prepared on that node (which then runs the move),
+// released after it.
 inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const NodeEnd& via,
-                                 v1::Path path, v1::Path expected,
-                                 const std::vector<Piece>& pieces, uint64_t src_size,
-                                 uint64_t dst_size, uint64_t seed,
+                                 v1::Path path, v1::Path expected, const std::vector<Piece>& pieces,
+                                 uint64_t src_size, uint64_t dst_size, uint64_t seed,
                                  v1::MemoryKind from_kind = v1::HOST,
-                                 v1::MemoryKind to_kind = v1::HOST) {
+                                 v1::MemoryKind to_kind = v1::HOST,
+                                 const NodeEnd* prepare_on = nullptr) {
   SCOPED_TRACE(absl::StrCat(from.node, " -> ", to.node, " via ", via.node, ", ", pieces.size(),
                             " pieces, ", v1::MemoryKind_Name(from_kind), " -> ",
                             v1::MemoryKind_Name(to_kind)));
@@ -101,7 +103,15 @@ inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const N
   ASSERT_TRUE(from.client->Write(Ref(s->id()), src).ok());
   ASSERT_TRUE(to.client->Write(Ref(d->id()), dst).ok());
   MoveOptions o;
-  o.segments = AsSegments(pieces);
+  std::string prepared;
+  if (prepare_on != nullptr) {
+    auto list = via.client->PreparePieces(AsSegments(pieces), {}, prepare_on->node);
+    ASSERT_TRUE(list.ok()) << list.status();
+    EXPECT_EQ(list->pieces(), pieces.size());
+    prepared = o.prepared_pieces = list->id();
+  } else {
+    o.segments = AsSegments(pieces);
+  }
   o.checksum = true;  // The other node hashes its side of the pieces, in list order.
   o.path = path;
   v1::BufferRef f = Ref(s->id()), t = Ref(d->id());
@@ -112,6 +122,10 @@ inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const N
   ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
   EXPECT_EQ(moved->path(), expected);
   EXPECT_EQ(moved->pieces(), pieces.size());
+  if (prepare_on != nullptr) {
+    EXPECT_EQ(moved->node(), prepare_on->node);  // The node that keeps the list runs it.
+    EXPECT_TRUE(via.client->ReleasePieces(prepared).ok());
+  }
   EXPECT_EQ(moved->source_xxh3(), PiecesHash(src, pieces));
   EXPECT_EQ(moved->destination_xxh3(), moved->source_xxh3());
   auto back = to.client->Read(Ref(d->id()));
