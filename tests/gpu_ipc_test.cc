@@ -352,6 +352,54 @@ TEST_F(GpuIpcTwoDaemons, VectoredMovesOverCudaIpcPushAndPull) {
   }
 }
 
+// Prepared piece lists over CUDA_IPC: kept on the source's node (a push) or the
+// destination's (a pull), each moved twice (the second with the descriptors kept on the
+// runner's GPU), every destination byte checked.
+TEST_F(GpuIpcTwoDaemons, PreparedListsOverCudaIpcPushAndPull) {
+  const size_t n = 800;
+  const uint64_t slot = 70 << 10;
+  std::mt19937_64 rng(77);
+  std::vector<uint64_t> si(n), di(n);
+  for (size_t i = 0; i < n; ++i) si[i] = di[i] = i;
+  std::shuffle(si.begin(), si.end(), rng);
+  std::shuffle(di.begin(), di.end(), rng);
+  std::vector<v1::Segment> segments;
+  for (size_t i = 0; i < n; ++i) {
+    v1::Segment g;
+    g.set_source_offset(si[i] * slot);
+    g.set_destination_offset(di[i] * slot);
+    g.set_length(1 + rng() % slot);
+    segments.push_back(g);
+  }
+  auto src = ca_->Allocate(n * slot, v1::DEVICE, 0);
+  auto dst = cb_->Allocate(n * slot, v1::DEVICE, other_);
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  const std::string data = RandomBytes(n * slot, 78);
+  ASSERT_TRUE(ca_->Write(Ref(src->id()), data).ok());
+  uint64_t seed = 80;
+  for (const char* keeper : {"ipc-a", "ipc-b"}) {
+    auto list = ca_->PreparePieces(segments, {}, keeper);
+    ASSERT_TRUE(list.ok()) << list.status();
+    for (int again = 0; again < 2; ++again) {
+      SCOPED_TRACE(absl::StrCat("kept on ", keeper, ", move ", again));
+      std::string expected = RandomBytes(n * slot, ++seed);
+      ASSERT_TRUE(cb_->Write(Ref(dst->id()), expected).ok());
+      MoveOptions o;
+      o.path = v1::CUDA_IPC;
+      o.prepared_pieces = list->id();
+      auto moved = ca_->Move(On("ipc-a", src->id()), On("ipc-b", dst->id()), o);
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+      EXPECT_EQ(moved->node(), keeper);
+      for (const v1::Segment& g : segments) {
+        expected.replace(g.destination_offset(), g.length(), data, g.source_offset(), g.length());
+      }
+      EXPECT_TRUE(*cb_->Read(Ref(dst->id())) == expected);
+    }
+    ASSERT_TRUE(ca_->ReleasePieces(list->id()).ok());
+  }
+}
+
 // Moves ipc-a runs onto and out of ipc-b's GPU memory end behind a fence that b waits for
 // before it hashes and acknowledges (a checksum was asked): the checksums b returns are of
 // the landed bytes.

@@ -4,7 +4,9 @@
 //   (a) the same bytes as one contiguous move through gpumove on the same path,
 //   (b) LOCAL: a same-process gather memcpy of the same blocks on as many threads,
 //   (c) the same blocks as separate TransferSpecs (Submits of up to 1024),
-// and how long a Submit of the whole block list takes to be accepted (wait = false).
+// and how long a Submit of the whole block list takes to be accepted (wait = false); each
+// row's "prepared list" line is the same move naming the list prepared once
+// (TransferService.PreparePieces) instead of sending it.
 // With --mpi=LAUNCH (one of tests/util/mpi_job's launches: ob1_tcp, ucx, ob1_shm_staged;
 // mpich, mpich_staged with GPUMOVE_MPI=mpich): path MPI between two ranks of a job instead.
 // Medians of --rounds; the ratios printed are vectored / baseline. With --device: LOCAL
@@ -97,6 +99,9 @@ double GatherMemcpy(const Shape& shape, const std::vector<uint64_t>& si,
 
 struct Figures {
   double vectored = 0, in_daemon = 0, contiguous = 0, separate = 0, accept_ms = 0;
+  // The same move naming the list prepared once (TransferSpec.prepared_pieces): end to
+  // end, in the daemon, and the Submit's accept time.
+  double prepared = 0, prepared_in_daemon = 0, prepared_accept_ms = 0;
 };
 
 absl::Duration Ran(const v1::Transfer& t) {
@@ -118,7 +123,12 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     o.blocks.add_source_blocks(si[i]);
     o.blocks.add_destination_blocks(di[i]);
   }
-  std::vector<double> vec, ran, whole, accept;
+  auto kept = c.PreparePieces({}, o.blocks);
+  if (!kept.ok()) return kept.status();
+  MoveOptions named;
+  named.path = path;
+  named.prepared_pieces = kept->id();
+  std::vector<double> vec, ran, whole, accept, prep, prep_ran, prep_accept;
   for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
     absl::Time t0 = absl::Now();
     auto t = c.Move(src, dst, o);
@@ -146,7 +156,29 @@ absl::StatusOr<Figures> Measure(Client& c, const v1::BufferRef& src, const v1::B
     if (auto e = c.Wait(a->id()); !e.ok() || e->state() != v1::SUCCEEDED) {
       return absl::InternalError("the unwaited vectored move");
     }
+    // The prepared list: a move that waits, and one that does not.
+    t0 = absl::Now();
+    auto p = c.Move(src, dst, named);
+    if (!p.ok() || p->state() != v1::SUCCEEDED) {
+      return absl::InternalError(
+          absl::StrCat("prepared move: ", p.ok() ? p->error_message() : p.status().ToString()));
+    }
+    prep.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(absl::Now() - t0) / 1e9);
+    prep_ran.push_back(static_cast<double>(bytes) / absl::ToDoubleSeconds(Ran(*p)) / 1e9);
+    MoveOptions pnw = named;
+    pnw.wait = false;
+    t0 = absl::Now();
+    auto pa = c.Move(src, dst, pnw);
+    if (!pa.ok()) return pa.status();
+    prep_accept.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    if (auto e = c.Wait(pa->id()); !e.ok() || e->state() != v1::SUCCEEDED) {
+      return absl::InternalError("the unwaited prepared move");
+    }
   }
+  (void)c.ReleasePieces(kept->id());
+  f.prepared = Median(prep);
+  f.prepared_in_daemon = Median(prep_ran);
+  f.prepared_accept_ms = Median(prep_accept);
   f.vectored = Median(vec);
   f.in_daemon = Median(ran);
   f.contiguous = Median(whole);
@@ -207,6 +239,9 @@ int DeviceRows(Client& c) {
                   absl::StrCat(w.name, ", ", shape.count, " x ", shape.block >> 10, " KiB").c_str(),
                   f->vectored, f->in_daemon, f->contiguous, f->separate,
                   f->vectored / f->contiguous, f->vectored / f->separate, f->accept_ms);
+      std::printf("%-34s %10.2f %10.2f %10.2f %10.3f %8.2f %8.0f %10.2f\n", "  prepared list",
+                  f->prepared, f->prepared_in_daemon, f->contiguous, f->separate,
+                  f->prepared / f->contiguous, f->prepared / f->separate, f->prepared_accept_ms);
       (void)c.Release(src->id());
       (void)c.Release(dst->id(), to_node);
     }
@@ -303,6 +338,10 @@ int MpiRows(const std::string& name) {
                     .c_str(),
                 f->vectored, f->in_daemon, f->contiguous, f->separate, f->vectored / f->contiguous,
                 f->in_daemon / f->contiguous, f->vectored / f->separate, f->accept_ms);
+    std::printf("%-30s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n", "  prepared list",
+                f->prepared, f->prepared_in_daemon, f->contiguous, f->separate,
+                f->prepared / f->contiguous, f->prepared_in_daemon / f->contiguous,
+                f->prepared / f->separate, f->prepared_accept_ms);
     (void)c.Release(src->id());
     (void)c.Release(remote->id(), "rank1");
   }
@@ -381,6 +420,10 @@ int HostRows(Client& client) {
                   f->vectored, f->contiguous, ucx ? 0.0 : gather, f->separate,
                   f->vectored / f->contiguous, ucx ? 0.0 : f->vectored / gather,
                   f->vectored / f->separate, f->accept_ms);
+      std::printf("%-22s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n", "  prepared list",
+                  f->prepared, f->contiguous, ucx ? 0.0 : gather, f->separate,
+                  f->prepared / f->contiguous, ucx ? 0.0 : f->prepared / gather,
+                  f->prepared / f->separate, f->prepared_accept_ms);
     }
     (void)c->Release(src->id());
     (void)c->Release(local->id());

@@ -32,6 +32,7 @@ absl::StatusOr<PreparedList> PreparedPieceLists::Add(const std::string& owner,
   // The rebased form is made here, once, rather than by every move that names the list.
   auto kept = std::make_shared<Segments>(pieces);
   kept->rebased = nullptr;
+  kept->serial = NextListSerial();
   if (kept->src_lo != 0 || kept->dst_lo != 0) kept->rebased = Rebased(*kept);
   PreparedList list;
   thread_local absl::BitGen rng;

@@ -47,10 +47,18 @@ TEST(PreparedPieceLists, KeepsTheRebasedFormOnceWhenOffsetsNeedIt) {
   EXPECT_EQ(p->pieces->rebased->list[1].src, 20u);
   EXPECT_EQ(p->pieces->rebased->list[1].dst, 20u);
   EXPECT_EQ(p->pieces->rebased->src_hi, 40u);
+  // Both forms numbered, apart from each other and from every other list.
+  EXPECT_NE(p->pieces->serial, 0u);
+  EXPECT_NE(p->pieces->rebased->serial, 0u);
+  EXPECT_NE(p->pieces->rebased->serial, p->pieces->serial);
   auto q = lists.Add("t", *Pieces({{0, 0, 10}}), "");
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->pieces->rebased, nullptr);
   EXPECT_EQ(Rebased(q->pieces).get(), q->pieces.get());
+  EXPECT_NE(q->pieces->serial, 0u);
+  EXPECT_NE(q->pieces->serial, p->pieces->serial);
+  EXPECT_NE(q->pieces->serial, p->pieces->rebased->serial);
+  EXPECT_EQ(Rebased(*Pieces({{100, 50, 10}}))->serial, 0u);  // A list for one move.
 }
 
 TEST(PreparedPieceLists, EachTenantsListsAndPiecesAreBounded) {

@@ -1,6 +1,7 @@
 #include "daemon/core/segments.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -196,9 +197,15 @@ std::shared_ptr<const Segments> Rebased(std::shared_ptr<const Segments> s) {
   return Rebased(*s);
 }
 
+uint64_t NextListSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 std::shared_ptr<const Segments> Rebased(const Segments& s) {
   auto out = std::make_shared<Segments>(s);
   out->rebased = nullptr;
+  out->serial = s.serial == 0 ? 0 : NextListSerial();
   for (Segment& p : out->list) {
     p.src -= s.src_lo;
     p.dst -= s.dst_lo;

@@ -53,7 +53,12 @@ struct Segments {
   // For a list kept for many moves (prepared pieces): the same pieces rebased (below),
   // made once; null otherwise.
   std::shared_ptr<const Segments> rebased;
+  // Nonzero for a kept list (and its rebased form): a number no other list gets, under
+  // which copies may keep what they derive from it (a GPU's kernel descriptors).
+  uint64_t serial = 0;
 };
+// A new number for Segments.serial.
+uint64_t NextListSerial();
 
 // Checks `list` (INVALID_ARGUMENT: empty, a piece of length 0, an end past 2^64,
 // destination pieces that overlap; RESOURCE_EXHAUSTED: more than `max_pieces`) and

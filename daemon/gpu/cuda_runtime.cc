@@ -234,7 +234,7 @@ class CudaRuntime : public GpuRuntime {
 
   absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                           const Segment* pieces, size_t n, uint64_t round_bytes,
-                          const CopyProgress& progress) override {
+                          const CopyProgress& progress, uint64_t list_serial = 0) override {
 #ifdef GPUMOVE_HAVE_GATHER
     if (src_device != kHostDevice || dst_device != kHostDevice) {
       // On the destination's GPU when it has one (its stores stay local; loads cross).
@@ -242,12 +242,13 @@ class CudaRuntime : public GpuRuntime {
       const char* s = KernelAddress(src, src_device, device);
       const char* d = KernelAddress(dst, dst_device, device);
       if (s != nullptr && d != nullptr) {
-        return Gather(device, const_cast<char*>(d), s, pieces, n, round_bytes, progress);
+        return Gather(device, const_cast<char*>(d), s, pieces, n, round_bytes, progress,
+                      list_serial);
       }
     }
 #endif
     return GpuRuntime::CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes,
-                                  progress);
+                                  progress, list_serial);
   }
 
   absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
@@ -508,54 +509,138 @@ class CudaRuntime : public GpuRuntime {
     return static_cast<const char*>(a.devicePointer);
   }
 
+  // A gather's rounds: descriptors [previous end, end) copy bytes up to `done`.
+  struct Round {
+    uint64_t end;
+    uint64_t done;
+  };
+  // A kept list's descriptors on one GPU (for `round_bytes` rounds), made by its first
+  // gather there and used by the next ones; freed when pushed out of the cache.
+  struct KeptDescriptors {
+    int device = 0;
+    uint64_t serial = 0, round_bytes = 0, bytes = 0;
+    GatherPiece* pieces = nullptr;
+    std::vector<Round> rounds;
+    ~KeptDescriptors() {
+      if (pieces == nullptr) return;
+      int current = 0;
+      cudaGetDevice(&current);
+      cudaSetDevice(device);
+      cudaFree(pieces);
+      cudaSetDevice(current);
+    }
+  };
+  // At most this many lists' descriptors, and bytes of them, over all GPUs; the least
+  // recently used go first.
+  static constexpr size_t kKeptLists = 64;
+  static constexpr uint64_t kKeptBytes = uint64_t{256} << 20;
+
+  std::shared_ptr<const KeptDescriptors> FindKept(int device, uint64_t serial,
+                                                  uint64_t round_bytes) {
+    absl::MutexLock lock(&kept_mu_);
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if ((*it)->device == device && (*it)->serial == serial && (*it)->round_bytes == round_bytes) {
+        auto found = *it;
+        kept_.erase(it);
+        kept_.push_back(found);  // Most recently used last.
+        return found;
+      }
+    }
+    return nullptr;
+  }
+  void Keep(std::shared_ptr<const KeptDescriptors> k) {
+    std::vector<std::shared_ptr<const KeptDescriptors>> dropped;  // Freed outside the lock.
+    absl::MutexLock lock(&kept_mu_);
+    uint64_t bytes = k->bytes;
+    for (const auto& e : kept_) bytes += e->bytes;
+    while (!kept_.empty() && (kept_.size() >= kKeptLists || bytes > kKeptBytes)) {
+      bytes -= kept_.front()->bytes;
+      dropped.push_back(std::move(kept_.front()));
+      kept_.erase(kept_.begin());
+    }
+    if (k->bytes <= kKeptBytes) kept_.push_back(std::move(k));
+  }
+
   // The pieces cut to at most kGatherPieceMax bytes, copied to the GPU once, then one
   // kernel per round of about `round_bytes`, the next round queued before the last is
-  // waited for.
+  // waited for. A kept list (`list_serial` nonzero) keeps its descriptors on the GPU after
+  // its first gather there: later ones only launch the kernels.
   absl::Status Gather(int device, char* dst, const char* src, const Segment* pieces, size_t n,
-                      uint64_t round_bytes, const CopyProgress& progress) {
-    uint64_t count = 0;
-    for (size_t i = 0; i < n; ++i)
-      count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
-    if (count == 0) {
-      if (progress) progress(0);
-      return absl::OkStatus();
-    }
+                      uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial) {
     const absl::Time began = absl::Now();
+    std::shared_ptr<const KeptDescriptors> kept =
+        list_serial != 0 ? FindKept(device, list_serial, round_bytes) : nullptr;
+    const bool reused = kept != nullptr;
+    uint64_t count = 0;
+    if (!reused) {
+      for (size_t i = 0; i < n; ++i)
+        count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
+      if (count == 0) {
+        if (progress) progress(0);
+        return absl::OkStatus();
+      }
+    }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     auto taken = streams_.Take(device);
     if (!taken.ok()) return taken.status();
     StreamLease lease(&streams_, *taken);
     CopyStream& s = *lease;
-    if (absl::Status st = s.Reserve(count); !st.ok()) return st;
-    const absl::Time reserved = absl::Now();
-    struct Round {
-      uint64_t end;   // Gather pieces [previous end, end).
-      uint64_t done;  // Bytes done once it has landed.
-    };
-    std::vector<Round> rounds;
-    uint64_t k = 0, done = 0, round = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const Segment& p = pieces[i];
-      for (uint64_t off = 0; off < p.length; off += kGatherPieceMax) {
-        const uint64_t len = std::min(kGatherPieceMax, p.length - off);
-        s.host_pieces[k++] = GatherPiece{p.src + off, p.dst + off, len};
-        done += len;
-        round += len;
+    std::shared_ptr<KeptDescriptors> made;  // A kept list's first gather on this GPU.
+    std::vector<Round> built_rounds;
+    const GatherPiece* descriptors = nullptr;
+    uint64_t k = 0, done = 0;
+    absl::Time reserved = began, built = began;
+    if (reused) {
+      descriptors = kept->pieces;
+      k = kept->rounds.back().end;
+      done = kept->rounds.back().done;
+    } else {
+      if (absl::Status st = s.Reserve(count); !st.ok()) return st;
+      reserved = absl::Now();
+      uint64_t round = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const Segment& p = pieces[i];
+        for (uint64_t off = 0; off < p.length; off += kGatherPieceMax) {
+          const uint64_t len = std::min(kGatherPieceMax, p.length - off);
+          s.host_pieces[k++] = GatherPiece{p.src + off, p.dst + off, len};
+          done += len;
+          round += len;
+        }
+        if (round >= round_bytes) {
+          built_rounds.push_back(Round{k, done});
+          round = 0;
+        }
       }
-      if (round >= round_bytes) {
-        rounds.push_back(Round{k, done});
-        round = 0;
+      if (built_rounds.empty() || built_rounds.back().end != k) {
+        built_rounds.push_back(Round{k, done});
       }
+      built = absl::Now();
+      GatherPiece* to = s.device_pieces;
+      if (list_serial != 0) {
+        made = std::make_shared<KeptDescriptors>();
+        made->device = device;
+        made->serial = list_serial;
+        made->round_bytes = round_bytes;
+        made->bytes = k * sizeof(GatherPiece);
+        void* room = nullptr;
+        if (cudaMalloc(&room, made->bytes) == cudaSuccess) {
+          made->pieces = to = static_cast<GatherPiece*>(room);
+          made->rounds = built_rounds;
+        } else {
+          cudaGetLastError();  // Out of room: this gather goes as any other.
+          made = nullptr;
+        }
+      }
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to, s.host_pieces, k * sizeof(GatherPiece),
+                                           cudaMemcpyHostToDevice, s.stream));
+      descriptors = to;
     }
-    if (rounds.empty() || rounds.back().end != k) rounds.push_back(Round{k, done});
-    const absl::Time built = absl::Now();
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.device_pieces, s.host_pieces, k * sizeof(GatherPiece),
-                                         cudaMemcpyHostToDevice, s.stream));
+    const std::vector<Round>& rounds = reused ? kept->rounds : built_rounds;
     size_t issued = 0, landed = 0;
     auto issue = [&]() -> absl::Status {
       const uint64_t begin = issued == 0 ? 0 : rounds[issued - 1].end;
       CUDA_RETURN_IF_ERROR(
-          LaunchGather(s.device_pieces + begin, rounds[issued].end - begin, src, dst, s.stream));
+          LaunchGather(descriptors + begin, rounds[issued].end - begin, src, dst, s.stream));
       CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[issued % 2], s.stream));
       ++issued;
       return absl::OkStatus();
@@ -571,11 +656,15 @@ class CudaRuntime : public GpuRuntime {
       ++landed;
       if (progress && !progress(now) && landed < rounds.size()) stop = true;
     }
-    VLOG(2) << "GPU gather of " << n << " pieces (" << k << " descriptors, " << rounds.size()
-            << " rounds, " << done << " bytes) on GPU " << device
-            << ": stream and descriptor room in " << absl::ToDoubleMicroseconds(reserved - began)
-            << " us, descriptors written in " << absl::ToDoubleMicroseconds(built - reserved)
-            << " us, copied in " << absl::ToDoubleMicroseconds(absl::Now() - built) << " us";
+    // The descriptors have landed (the stream passed the kernels that read them): other
+    // gathers of the list may use them from now on.
+    if (made != nullptr) Keep(std::move(made));
+    VLOG(2) << "GPU gather of " << n << " pieces (" << k << " descriptors"
+            << (reused ? ", kept on the GPU" : "") << ", " << rounds.size() << " rounds, " << done
+            << " bytes) on GPU " << device << ": stream and descriptor room in "
+            << absl::ToDoubleMicroseconds(reserved - began) << " us, descriptors written in "
+            << absl::ToDoubleMicroseconds(built - reserved) << " us, copied in "
+            << absl::ToDoubleMicroseconds(absl::Now() - built) << " us";
     if (landed < rounds.size()) return absl::CancelledError("copy stopped");
     return absl::OkStatus();
   }
@@ -598,6 +687,10 @@ class CudaRuntime : public GpuRuntime {
   StreamPool streams_;
   absl::Mutex fences_mu_;
   absl::flat_hash_map<int, std::vector<FenceEvent>> free_fences_ ABSL_GUARDED_BY(fences_mu_);
+#ifdef GPUMOVE_HAVE_GATHER
+  absl::Mutex kept_mu_;
+  std::vector<std::shared_ptr<const KeptDescriptors>> kept_ ABSL_GUARDED_BY(kept_mu_);
+#endif
   absl::Mutex imported_mu_;
   absl::flat_hash_map<std::string, cudaEvent_t> imported_ ABSL_GUARDED_BY(imported_mu_);
 };

@@ -98,10 +98,12 @@ class GpuRuntime {
   // with the bytes done after about every `round_bytes` (false stops the copy there:
   // CANCELLED). Returns when every byte has landed. This runtime copies piece by piece;
   // CUDA's runs one gather kernel per round when one GPU reaches both ends (its own
-  // memory, a peer GPU's, page-locked host memory).
+  // memory, a peer GPU's, page-locked host memory). `list_serial` nonzero names a list
+  // that comes again and again (a prepared piece list; never reused for another list):
+  // CUDA's keeps its kernel descriptors on the GPU for the next move of it.
   virtual absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                   const Segment* pieces, size_t n, uint64_t round_bytes,
-                                  const CopyProgress& progress);
+                                  const CopyProgress& progress, uint64_t list_serial = 0);
 
   // The xxh3 block sums (daemon/common/xxh3_split.h) of `blocks` 1 KiB blocks of device
   // memory at `data` (on `device`, 8-byte aligned), computed on that GPU into page-locked

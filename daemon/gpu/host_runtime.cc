@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyFenced(void* dst, int
 
 absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                     const Segment* pieces, size_t n, uint64_t round_bytes,
-                                    const CopyProgress& progress) {
+                                    const CopyProgress& progress, uint64_t /*list_serial*/) {
   uint64_t done = 0, round = 0;
   for (size_t i = 0; i < n; ++i) {
     const Segment& p = pieces[i];

@@ -147,7 +147,8 @@ absl::Status CudaIpcEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   char* to = push ? *far : dst.data;
   const char* from = push ? src.data : *far;
   return gpu_->CopyPieces(to, push ? device : dst.device, from, push ? src.device : device,
-                          pieces.list.data(), pieces.list.size(), chunk_, control.Reporter());
+                          pieces.list.data(), pieces.list.size(), chunk_, control.Reporter(),
+                          pieces.serial);
 }
 
 void CudaIpcEngine::Forget(const std::string& node, uint64_t incarnation) {

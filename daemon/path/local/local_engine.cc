@@ -65,8 +65,9 @@ absl::Status LocalEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
     // A gather kernel per round where one GPU reaches both ends, else piece by piece.
     if (control.cancelled()) return absl::CancelledError("cancelled");
     const absl::Time began = absl::Now();
-    absl::Status st = gpu_->CopyPieces(dst.data, dst_device, src.data, src_device, list.data(),
-                                       list.size(), kDeviceChunk, control.Reporter());
+    absl::Status st =
+        gpu_->CopyPieces(dst.data, dst_device, src.data, src_device, list.data(), list.size(),
+                         kDeviceChunk, control.Reporter(), pieces.serial);
     VLOG(2) << "LOCAL move of " << list.size() << " pieces (" << pieces.total
             << " bytes) with GPU memory: " << absl::ToDoubleMicroseconds(absl::Now() - began)
             << " us, " << st;
