@@ -11,9 +11,10 @@ gpumove.aio.Client has the same methods as coroutines. Errors are gpumove.Error 
 gRPC status code)."""
 from gpumove._client import Client, NotificationStream, spec
 from gpumove._specs import block_list, kv_specs
-from gpumove._types import Buffer, Error, Info, Notification, Peer, Ref, Transfer
+from gpumove._types import (Buffer, Error, Info, Notification, Peer, PreparedPieces, Ref,
+                            Transfer)
 from gpumove import aio
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Error", "Buffer", "Ref", "Transfer", "Notification", "Peer", "Info",
-           "NotificationStream", "spec", "block_list", "kv_specs", "aio"]
+           "NotificationStream", "PreparedPieces", "spec", "block_list", "kv_specs", "aio"]

@@ -11,8 +11,9 @@ import grpc
 
 from gpumove import _requests as req
 from gpumove._requests import BufferLike, TransferLike, buffer_id
-from gpumove._specs import RangeLike, kv_specs, transfer_spec
-from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
+from gpumove._specs import (PreparedLike, RangeLike, kv_specs, prepare_request, prepared_id,
+                            transfer_spec)
+from gpumove._types import Buffer, Error, Info, Notification, Peer, PreparedPieces, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
 
@@ -189,19 +190,21 @@ class Client:
 
     def move(self, source: RangeLike, destination: RangeLike, length: Optional[int] = None, *,
              checksum: bool = False, path: str = "auto", blocks=None,
-             block_size: Optional[int] = None, segments=None, notify=None, wait: bool = True,
+             block_size: Optional[int] = None, segments=None,
+             prepared: Optional[PreparedLike] = None, notify=None, wait: bool = True,
              timeout: Optional[float] = None, label: str = "", check: bool = True,
              progress: bool = False) -> Transfer:
         """Moves source's bytes to destination (ranges: Buffers, Refs, "[node/]id").
-        Vectored: `blocks=(src_idx, dst_idx)` with `block_size` (numpy arrays welcome), or
-        `segments=[(src_off, dst_off, len), ...]`. `notify`: bytes published where the
+        Vectored: `blocks=(src_idx, dst_idx)` with `block_size` (numpy arrays welcome),
+        `segments=[(src_off, dst_off, len), ...]`, or `prepared=` a list kept by
+        prepare() (the node that keeps it runs the move). `notify`: bytes published where the
         destination lives once the bytes are there. Waits for the end unless `wait=False`;
         with `check`, a move that did not succeed raises Error with its code. `progress`:
         while waiting, a tqdm progress bar of the bytes done (when tqdm is installed; else
         a log line on the "gpumove" logger about every second)."""
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
-                             notify=notify, label=label)
+                             prepared=prepared, notify=notify, label=label)
         if progress and wait:
             t = self.submit([spec], wait=False)[0]
             t = _show_progress(self.watch(t), t)
@@ -212,12 +215,14 @@ class Client:
         return t
 
     def move_kv(self, source_layers: Sequence[RangeLike],
-                destination_layers: Sequence[RangeLike], source_blocks, destination_blocks,
-                block_size: int, *, wait: bool = True, timeout: Optional[float] = None,
-                check: bool = True, **kwargs) -> List[Transfer]:
+                destination_layers: Sequence[RangeLike], source_blocks=None,
+                destination_blocks=None, block_size: Optional[int] = None, *,
+                wait: bool = True, timeout: Optional[float] = None, check: bool = True,
+                **kwargs) -> List[Transfer]:
         """One Submit of gpumove.kv_specs(...) (one vectored move per layer region, the
-        same block ids in each; `notify` on the last layer's): accepted or refused whole.
-        Waits unless `wait=False`; with `check`, raises Error for a move that failed."""
+        same block ids in each, or `prepared=` a list kept by prepare(); `notify` on the
+        last layer's): accepted or refused whole. Waits unless `wait=False`; with `check`,
+        raises Error for a move that failed."""
         specs = kv_specs(source_layers, destination_layers, source_blocks, destination_blocks,
                          block_size, **kwargs)
         transfers = self.submit(specs, wait=wait, timeout=timeout)
@@ -225,6 +230,27 @@ class Client:
             for t in transfers:
                 t.raise_for_state()
         return transfers
+
+    def prepare(self, *, blocks=None, block_size: Optional[int] = None, segments=None,
+                node: Optional[str] = None, label: str = "") -> PreparedPieces:
+        """Keeps a piece list on `node` (None: this daemon) for moves to name
+        (`move(..., prepared=p)`, `move_kv(..., prepared=p)`): checked and expanded once,
+        so that each move sends its id instead of the list. The pieces as move() takes them.
+        Release it with release_pieces()."""
+        return PreparedPieces.from_proto(self._call(
+            self._transfers.PreparePieces,
+            prepare_request(blocks=blocks, block_size=block_size, segments=segments, node=node,
+                            label=label)))
+
+    def release_pieces(self, prepared: PreparedLike) -> None:
+        """Lets a prepared list go (moves that named it and still run keep it)."""
+        self._call(self._transfers.ReleasePieces,
+                   pb.ReleasePiecesRequest(id=prepared_id(prepared)))
+
+    def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
+        r = self._call(self._transfers.ListPreparedPieces,
+                       pb.ListPreparedPiecesRequest(node=node or ""))
+        return [PreparedPieces.from_proto(p) for p in r.lists]
 
     def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(self._call(

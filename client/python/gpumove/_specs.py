@@ -6,7 +6,7 @@ import numbers
 import struct
 from typing import Any, Optional, Sequence, Union
 
-from gpumove._types import PATHS, Buffer, Ref
+from gpumove._types import PATHS, Buffer, PreparedPieces, Ref
 from gpumove.v1 import gpumove_pb2 as pb
 
 try:  # numpy makes block lists fast; without it they are encoded value by value.
@@ -136,13 +136,57 @@ def block_list(block_size: int, source_blocks, destination_blocks,
     return out
 
 
+PreparedLike = Union[PreparedPieces, str]
+
+
+def prepared_id(p: PreparedLike) -> str:
+    """The id of a prepared piece list (a PreparedPieces or its id)."""
+    if isinstance(p, PreparedPieces):
+        return p.id
+    if isinstance(p, str) and p:
+        return p
+    raise TypeError(f"a prepared list is a gpumove.PreparedPieces or its id, not {p!r}")
+
+
+def _set_pieces(message, blocks: Any, block_size: Optional[int],
+                segments: Optional[Sequence]) -> None:
+    """Sets `message`'s blocks or segments (a TransferSpec or a PreparePiecesRequest)."""
+    if blocks is not None and segments is not None:
+        raise ValueError("give blocks or segments, not both")
+    if blocks is not None:
+        if isinstance(blocks, pb.BlockList):
+            message.blocks.CopyFrom(blocks)
+        else:
+            if block_size is None:
+                raise ValueError("blocks need a block_size")
+            s, d = blocks
+            message.blocks.CopyFrom(block_list(block_size, s, d))
+    if segments is not None:
+        for so, do, n in segments:
+            message.segments.add(source_offset=int(so), destination_offset=int(do),
+                                 length=int(n))
+
+
+def prepare_request(*, blocks: Any = None, block_size: Optional[int] = None,
+                    segments: Optional[Sequence] = None, node: Optional[str] = None,
+                    label: str = "") -> pb.PreparePiecesRequest:
+    """A PreparePiecesRequest: the pieces as transfer_spec takes them."""
+    if blocks is None and segments is None:
+        raise ValueError("a prepared list needs blocks or segments")
+    r = pb.PreparePiecesRequest(node=node or "", label=label)
+    _set_pieces(r, blocks, block_size, segments)
+    return r
+
+
 def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional[int] = None,
                   checksum: bool = False, path: str = "auto", blocks: Any = None,
                   block_size: Optional[int] = None, segments: Optional[Sequence] = None,
+                  prepared: Optional[PreparedLike] = None,
                   notify: Optional[bytes] = None, label: str = "") -> pb.TransferSpec:
     """One TransferSpec. `blocks` is a (source_indices, destination_indices) pair (with
     `block_size`) or a pb.BlockList; `segments` a sequence of (source_offset,
-    destination_offset, length) triples; `notify` bytes (or str) for a notification."""
+    destination_offset, length) triples; `prepared` a list kept by Client.prepare (instead
+    of blocks or segments); `notify` bytes (or str) for a notification."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {sorted(PATHS)}, not {path!r}")
     src = to_ref(source)
@@ -150,43 +194,44 @@ def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional
         src = Ref(buffer=src.buffer, node=src.node, offset=src.offset, length=length)
     spec = pb.TransferSpec(source=src.to_proto(), destination=to_ref(destination).to_proto(),
                            path=PATHS[path], checksum=checksum, label=label)
-    if blocks is not None and segments is not None:
-        raise ValueError("give blocks or segments, not both")
-    if blocks is not None:
-        if isinstance(blocks, pb.BlockList):
-            spec.blocks.CopyFrom(blocks)
-        else:
-            if block_size is None:
-                raise ValueError("blocks need a block_size")
-            s, d = blocks
-            spec.blocks.CopyFrom(block_list(block_size, s, d))
-    if segments is not None:
-        for so, do, n in segments:
-            spec.segments.add(source_offset=int(so), destination_offset=int(do), length=int(n))
+    if prepared is not None:
+        if blocks is not None or segments is not None:
+            raise ValueError("give blocks, segments or prepared, not two of them")
+        spec.prepared_pieces = prepared_id(prepared)
+    _set_pieces(spec, blocks, block_size, segments)
     if notify is not None:
         spec.notify = notify.encode() if isinstance(notify, str) else bytes(notify)
     return spec
 
 
 def kv_specs(source_layers: Sequence[RangeLike], destination_layers: Sequence[RangeLike],
-             source_blocks: Any, destination_blocks: Any, block_size: int, *,
-             source_stride: int = 0, destination_stride: int = 0, path: str = "auto",
-             checksum: bool = False, notify: Optional[bytes] = None,
+             source_blocks: Any = None, destination_blocks: Any = None,
+             block_size: Optional[int] = None, *, source_stride: int = 0,
+             destination_stride: int = 0, prepared: Optional[PreparedLike] = None,
+             path: str = "auto", checksum: bool = False, notify: Optional[bytes] = None,
              label: str = "") -> list:
     """KV-cache shaped moves: one vectored spec per layer region, source_layers[i] ->
     destination_layers[i], each moving the same blocks (block source_blocks[j] of the
     source layer to block destination_blocks[j] of the destination layer; numpy arrays
-    welcome, encoded once for every layer). `notify` goes with the last layer's spec only:
-    it is published once that layer's bytes are in (submit the specs together and their
-    notifications say the request's KV is complete when the last one arrives)."""
+    welcome, encoded once for every layer), or the pieces of `prepared` (a list kept by
+    Client.prepare: each spec then carries only its id). `notify` goes with the last
+    layer's spec only: it is published once that layer's bytes are in (submit the specs
+    together and their notifications say the request's KV is complete when the last one
+    arrives)."""
     if len(source_layers) != len(destination_layers):
         raise ValueError(f"{len(source_layers)} source layers but "
                          f"{len(destination_layers)} destination layers")
     if not source_layers:
         raise ValueError("no layers")
-    blocks = block_list(block_size, source_blocks, destination_blocks,
-                        source_stride=source_stride, destination_stride=destination_stride)
+    blocks = None
+    if prepared is None:
+        if source_blocks is None or destination_blocks is None or block_size is None:
+            raise ValueError("give source_blocks, destination_blocks and block_size, or prepared")
+        blocks = block_list(block_size, source_blocks, destination_blocks,
+                            source_stride=source_stride, destination_stride=destination_stride)
+    elif source_blocks is not None or destination_blocks is not None:
+        raise ValueError("give blocks or prepared, not both")
     last = len(source_layers) - 1
-    return [transfer_spec(s, d, blocks=blocks, path=path, checksum=checksum, label=label,
-                          notify=notify if i == last else None)
+    return [transfer_spec(s, d, blocks=blocks, prepared=prepared, path=path, checksum=checksum,
+                          label=label, notify=notify if i == last else None)
             for i, (s, d) in enumerate(zip(source_layers, destination_layers))]

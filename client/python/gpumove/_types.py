@@ -193,6 +193,32 @@ class Notification:
 
 
 @dataclasses.dataclass(frozen=True)
+class PreparedPieces:
+    """A piece list kept by a node (Client.prepare): moves name it (`prepared=`) instead of
+    sending it. Their source and destination ranges need at least `source_extent` and
+    `destination_extent` bytes."""
+    id: str
+    pieces: int
+    bytes: int
+    source_extent: int
+    destination_extent: int
+    label: str = ""
+    owner: str = ""
+    create_time: Optional[datetime.datetime] = None
+
+    @property
+    def node(self) -> str:
+        """The node that keeps it (and runs the moves that name it)."""
+        return self.id.partition(".")[2]
+
+    @classmethod
+    def from_proto(cls, p: pb.PreparedPieces) -> "PreparedPieces":
+        return cls(id=p.id, pieces=p.pieces, bytes=p.bytes, source_extent=p.source_extent,
+                   destination_extent=p.destination_extent, label=p.label, owner=p.owner,
+                   create_time=_time(p.create_time))
+
+
+@dataclasses.dataclass(frozen=True)
 class Peer:
     node: str
     address: str

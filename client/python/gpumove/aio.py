@@ -9,8 +9,9 @@ import grpc
 from gpumove import _requests as req
 from gpumove._client import channel_options, credentials
 from gpumove._requests import BufferLike, TransferLike, buffer_id
-from gpumove._specs import RangeLike, kv_specs, transfer_spec
-from gpumove._types import Buffer, Error, Info, Notification, Peer, Transfer
+from gpumove._specs import (PreparedLike, RangeLike, kv_specs, prepare_request, prepared_id,
+                            transfer_spec)
+from gpumove._types import Buffer, Error, Info, Notification, Peer, PreparedPieces, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
 
@@ -140,20 +141,22 @@ class Client:
 
     async def move(self, source: RangeLike, destination: RangeLike,
                    length: Optional[int] = None, *, checksum: bool = False, path: str = "auto",
-                   blocks=None, block_size: Optional[int] = None, segments=None, notify=None,
+                   blocks=None, block_size: Optional[int] = None, segments=None,
+                   prepared: Optional[PreparedLike] = None, notify=None,
                    wait: bool = True, timeout: Optional[float] = None, label: str = "",
                    check: bool = True) -> Transfer:
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
-                             notify=notify, label=label)
+                             prepared=prepared, notify=notify, label=label)
         t = (await self.submit([spec], wait=wait, timeout=timeout))[0]
         if wait and check:
             t.raise_for_state()
         return t
 
     async def move_kv(self, source_layers: Sequence[RangeLike],
-                      destination_layers: Sequence[RangeLike], source_blocks,
-                      destination_blocks, block_size: int, *, wait: bool = True,
+                      destination_layers: Sequence[RangeLike], source_blocks=None,
+                      destination_blocks=None, block_size: Optional[int] = None, *,
+                      wait: bool = True,
                       timeout: Optional[float] = None, check: bool = True,
                       **kwargs) -> List[Transfer]:
         specs = kv_specs(source_layers, destination_layers, source_blocks, destination_blocks,
@@ -163,6 +166,22 @@ class Client:
             for t in transfers:
                 t.raise_for_state()
         return transfers
+
+    async def prepare(self, *, blocks=None, block_size: Optional[int] = None, segments=None,
+                      node: Optional[str] = None, label: str = "") -> PreparedPieces:
+        return PreparedPieces.from_proto(await self._call(
+            self._transfers.PreparePieces,
+            prepare_request(blocks=blocks, block_size=block_size, segments=segments, node=node,
+                            label=label)))
+
+    async def release_pieces(self, prepared: PreparedLike) -> None:
+        await self._call(self._transfers.ReleasePieces,
+                         pb.ReleasePiecesRequest(id=prepared_id(prepared)))
+
+    async def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
+        r = await self._call(self._transfers.ListPreparedPieces,
+                             pb.ListPreparedPiecesRequest(node=node or ""))
+        return [PreparedPieces.from_proto(p) for p in r.lists]
 
     async def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(await self._call(

@@ -41,5 +41,13 @@ async def test_async_client_end_to_end(node):
         with pytest.raises(gpumove.Error) as e:
             await c.release("b-0000000000000000")
         assert e.value.code == grpc.StatusCode.NOT_FOUND
+        # A prepared list, named by two moves at once.
+        p = await c.prepare(segments=[(0, 4096, 100), (8192, 0, 50)])
+        assert [x.id for x in await c.prepared_lists()] == [p.id]
+        moves = await asyncio.gather(*[c.move(src, d, prepared=p) for d in dsts[:2]])
+        assert all(t.ok and t.pieces == 2 for t in moves)
+        assert await c.read(dsts[0], offset=4096, length=100) == data[:100].tobytes()
+        await c.release_pieces(p)
+        assert await c.prepared_lists() == []
         for b in [src, *dsts]:
             await c.release(b)

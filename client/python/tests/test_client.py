@@ -228,6 +228,56 @@ def test_kv_helper_moves_every_layer_in_one_submit(cluster):
         b.close()
 
 
+def test_prepared_lists_for_kv_layers(cluster):
+    # Prepared on the destination's node c (the moves run there as pulls), named by every
+    # layer of two KV moves; listed, released, then refused.
+    a, c = gpumove.Client(cluster["a"].address), gpumove.Client(cluster["c"].address)
+    try:
+        layers, blocks, bs = 3, 128, 4096
+        src = [a.allocate(blocks * bs) for _ in range(layers)]
+        dst = [c.allocate(blocks * bs) for _ in range(layers)]
+        rng = np.random.default_rng(21)
+        si, di = rng.permutation(blocks)[:50], rng.permutation(blocks)[:50]
+        p = a.prepare(blocks=(si, di), block_size=bs, node="c", label="kv")
+        assert p.node == "c" and p.pieces == 50 and p.bytes == 50 * bs and p.label == "kv"
+        assert p.destination_extent == (int(di.max()) + 1) * bs
+        assert [x.id for x in c.prepared_lists()] == [p.id]
+        assert [x.id for x in a.prepared_lists(node="c")] == [p.id]
+        specs = gpumove.kv_specs(src, dst, prepared=p)
+        assert all(s.prepared_pieces == p.id and not s.HasField("blocks") for s in specs)
+        for round in range(2):
+            for i, s in enumerate(src):
+                a.write(s, np.full(blocks * bs, 10 * round + i + 1, dtype=np.uint8))
+            for x in dst:
+                c.write(x, np.zeros(blocks * bs, dtype=np.uint8))
+            ts = a.move_kv(src, dst, prepared=p, checksum=True)
+            assert all(t.ok and t.pieces == 50 for t in ts)
+            assert all(t.raw.node == "c" for t in ts)
+            for i, x in enumerate(dst):
+                got = np.frombuffer(c.read(x), dtype=np.uint8).reshape(blocks, bs)
+                assert (got[di] == 10 * round + i + 1).all()
+                assert (got[np.setdiff1d(np.arange(blocks), di)] == 0).all()
+        t = a.move(src[0], dst[0], prepared=p.id)
+        assert t.ok and t.pieces == 50
+        with pytest.raises(ValueError):
+            a.move(src[0], dst[0], prepared=p, segments=[(0, 0, 1)])
+        with pytest.raises(ValueError):
+            gpumove.kv_specs(src, dst, si, di, bs, prepared=p)
+        with pytest.raises(ValueError):
+            a.prepare()
+        a.release_pieces(p)
+        assert c.prepared_lists() == []
+        with pytest.raises(gpumove.Error) as e:
+            a.move_kv(src, dst, prepared=p)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(gpumove.Error) as e:
+            a.prepare(segments=[(0, 0, 10), (20, 5, 10)])  # Destination pieces overlap.
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        a.close()
+        c.close()
+
+
 def test_dlpack_tensors_are_read_without_a_copy_and_cpu_ones_refused(client):
     from gpumove import _cuda
     x = np.arange(48, dtype=np.float32).reshape(4, 12)
