@@ -63,6 +63,19 @@ printf '# src dst\n2 0\n0 3\n' > "$WORK/blocks"
   || fail "move --blocks"
 [ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "block 2 -> 0"
 [ "$("$CTL" read "$B" - --offset 12288 --length 10)" = "block-zero" ] || fail "block 0 -> 3"
+# The same blocks as a prepared list: kept, listed, named by a move, released.
+printf 'zzzzzzzzzz' | "$CTL" write "$B@0" - 2>/dev/null
+P=$("$CTL" prepare --blocks "$WORK/blocks" --block_size 4KiB --label kv)
+[[ "$P" == p-*.cli-node ]] || fail "prepare printed '$P'"
+"$CTL" prepared | grep "$P" | grep -q "2 pieces.*8 KiB.*kv" || fail "prepared does not list $P"
+"$CTL" move "$A" "$B" --prepared "$P" | grep -q "2 pieces" || fail "move --prepared"
+[ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "prepared block 2 -> 0"
+expect_code 2 "not both" -- "$CTL" move "$A" "$B" --prepared "$P" --blocks "$WORK/blocks" --block_size 4KiB
+"$CTL" release-pieces "$P"
+"$CTL" prepared | grep -q "no prepared piece lists" || fail "release-pieces"
+expect_code 1 "NOT_FOUND: transfer 0: no prepared piece list" -- "$CTL" move "$A" "$B" --prepared "$P"
+expect_code 1 "NOT_FOUND" -- "$CTL" release-pieces "$P"
+expect_code 2 "prepare needs --blocks" -- "$CTL" prepare
 # Notifications: a move with --notify, then the stream from the oldest kept.
 "$CTL" move "$A" "$B" --notify "kv-ready 7" > /dev/null || fail "move --notify"
 "$CTL" notifications --after 0 --count 1 | grep -q "kv-ready 7" || fail "notifications"

@@ -54,6 +54,8 @@ ABSL_FLAG(std::string, source_stride, "0",
           "move --blocks: bytes between source blocks (0: the block size).");
 ABSL_FLAG(std::string, destination_stride, "0",
           "move --blocks: bytes between destination blocks (0: the block size).");
+ABSL_FLAG(std::string, prepared, "",
+          "move: a vectored move of the pieces of this prepared list (gpumovectl prepare).");
 ABSL_FLAG(std::optional<std::string>, notify, std::nullopt,
           "move: bytes the destination's node publishes once the move's bytes are there "
           "(see the notifications command).");
@@ -104,7 +106,12 @@ Commands:
                                      copy bytes of BUF into FILE (- for stdout)
   move SRC DST [--length N] [--checksum] [--no-wait] [--path P] [--notify TEXT]
       [--blocks FILE --block_size N [--source_stride N] [--destination_stride N]]
-                                     copy SRC to DST; refs are [node/]buffer_id[@offset]
+      [--prepared ID]                copy SRC to DST; refs are [node/]buffer_id[@offset]
+  prepare --blocks FILE --block_size N [--source_stride N] [--destination_stride N]
+      [--node N] [--label L]         keep a block list on node N for moves to name
+                                     (move --prepared ID); prints its id
+  prepared [--node N]                list the prepared piece lists
+  release-pieces ID                  let a prepared list go
   notifications [--node N] [--buffers B1,B2] [--after SEQ] [--count N]
                                      stream notifications of moves into node N's buffers
   transfers [--state S]              list transfers, newest first
@@ -173,6 +180,33 @@ v1::BufferRef RefArg(const std::string& text) {
   auto r = ParseBufferRef(text);
   if (!r.ok()) throw UsageError{std::string(r.status().message())};
   return *r;
+}
+
+// The block list of --blocks FILE (one "SRC_INDEX DST_INDEX" pair a line) with
+// --block_size and the strides.
+v1::BlockList BlocksArg() {
+  v1::BlockList b;
+  b.set_block_size(SizeArg(absl::GetFlag(FLAGS_block_size)));
+  b.set_source_stride(SizeArg(absl::GetFlag(FLAGS_source_stride)));
+  b.set_destination_stride(SizeArg(absl::GetFlag(FLAGS_destination_stride)));
+  if (b.block_size() == 0) throw UsageError{"--blocks needs --block_size"};
+  std::ifstream in(absl::GetFlag(FLAGS_blocks));
+  if (!in) throw UsageError{absl::StrCat("cannot read ", absl::GetFlag(FLAGS_blocks))};
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = std::string(absl::StripAsciiWhitespace(line.substr(0, line.find('#'))));
+    if (line.empty()) continue;
+    std::vector<std::string> f = absl::StrSplit(line, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
+    uint64_t si = 0, di = 0;
+    if (f.size() != 2 || !absl::SimpleAtoi(f[0], &si) || !absl::SimpleAtoi(f[1], &di)) {
+      throw UsageError{absl::StrCat(absl::GetFlag(FLAGS_blocks), " line ", number,
+                                    ": not \"SRC_INDEX DST_INDEX\"")};
+    }
+    b.add_source_blocks(si);
+    b.add_destination_blocks(di);
+  }
+  CompactBlockIndices(&b);
+  return b;
 }
 
 void Need(const std::vector<std::string>& args, size_t n, const char* usage) {
@@ -444,30 +478,13 @@ int Run(Client& c, const std::vector<std::string>& args) {
     spec->set_checksum(absl::GetFlag(FLAGS_checksum));
     spec->set_label(absl::GetFlag(FLAGS_label));
     if (auto notify = absl::GetFlag(FLAGS_notify)) spec->set_notify(*notify);
-    if (!absl::GetFlag(FLAGS_blocks).empty()) {
-      v1::BlockList* b = spec->mutable_blocks();
-      b->set_block_size(SizeArg(absl::GetFlag(FLAGS_block_size)));
-      b->set_source_stride(SizeArg(absl::GetFlag(FLAGS_source_stride)));
-      b->set_destination_stride(SizeArg(absl::GetFlag(FLAGS_destination_stride)));
-      if (b->block_size() == 0) throw UsageError{"--blocks needs --block_size"};
-      std::ifstream in(absl::GetFlag(FLAGS_blocks));
-      if (!in) throw UsageError{absl::StrCat("cannot read ", absl::GetFlag(FLAGS_blocks))};
-      std::string line;
-      for (int number = 1; std::getline(in, line); ++number) {
-        line = std::string(absl::StripAsciiWhitespace(line.substr(0, line.find('#'))));
-        if (line.empty()) continue;
-        std::vector<std::string> f =
-            absl::StrSplit(line, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
-        uint64_t si = 0, di = 0;
-        if (f.size() != 2 || !absl::SimpleAtoi(f[0], &si) || !absl::SimpleAtoi(f[1], &di)) {
-          throw UsageError{absl::StrCat(absl::GetFlag(FLAGS_blocks), " line ", number,
-                                        ": not \"SRC_INDEX DST_INDEX\"")};
-        }
-        b->add_source_blocks(si);
-        b->add_destination_blocks(di);
+    if (!absl::GetFlag(FLAGS_prepared).empty()) {
+      if (!absl::GetFlag(FLAGS_blocks).empty()) {
+        throw UsageError{"--prepared or --blocks, not both"};
       }
-      CompactBlockIndices(b);
+      spec->set_prepared_pieces(absl::GetFlag(FLAGS_prepared));
     }
+    if (!absl::GetFlag(FLAGS_blocks).empty()) *spec->mutable_blocks() = BlocksArg();
     v1::Path path;
     std::string p = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_path));
     if (p == "AUTO") p = "PATH_AUTO";
@@ -497,6 +514,38 @@ int Run(Client& c, const std::vector<std::string>& args) {
     else
       PrintTransfer(*end);
     return end->state() == v1::SUCCEEDED ? 0 : 1;
+  }
+  if (cmd == "prepare") {
+    Need(args, 0, "prepare --blocks FILE --block_size N [--node N] [--label L]");
+    if (absl::GetFlag(FLAGS_blocks).empty()) throw UsageError{"prepare needs --blocks FILE"};
+    auto list =
+        c.PreparePieces({}, BlocksArg(), absl::GetFlag(FLAGS_node), absl::GetFlag(FLAGS_label));
+    if (!list.ok()) return Fail(list.status());
+    if (json) return std::cout << Json(*list), 0;
+    std::cout << list->id() << "\n";
+    return 0;
+  }
+  if (cmd == "prepared") {
+    Need(args, 0, "prepared [--node N]");
+    auto lists = c.ListPreparedPieces(absl::GetFlag(FLAGS_node));
+    if (!lists.ok()) return Fail(lists.status());
+    if (json) {
+      v1::ListPreparedPiecesResponse r;
+      for (auto& l : *lists) *r.add_lists() = l;
+      return std::cout << Json(r), 0;
+    }
+    if (lists->empty()) std::cout << "no prepared piece lists\n";
+    for (const auto& l : *lists) {
+      std::cout << absl::StrFormat("%s  %d pieces  %s  extents %d / %d  %s\n", l.id(), l.pieces(),
+                                   FormatBytes(l.bytes()), l.source_extent(),
+                                   l.destination_extent(), l.label());
+    }
+    return 0;
+  }
+  if (cmd == "release-pieces") {
+    Need(args, 1, "release-pieces ID");
+    absl::Status st = c.ReleasePieces(args[1]);
+    return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "notifications") {
     Need(args, 0, "notifications [--node N] [--buffers B1,B2] [--after SEQ] [--count N]");
