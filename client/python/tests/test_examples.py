@@ -38,6 +38,7 @@ def test_pipeline_example(two_nodes):
 
 
 def test_kv_cache_example(two_nodes):
-    rate = load("kv_cache").run(*two_nodes, layers=4, blocks_per_layer=256, block=4096,
-                                request_blocks=64)
-    assert rate > 0
+    for prepared in (False, True):
+        rate = load("kv_cache").run(*two_nodes, layers=4, blocks_per_layer=256, block=4096,
+                                    request_blocks=64, prepared=prepared)
+        assert rate > 0
