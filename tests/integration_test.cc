@@ -428,6 +428,21 @@ TEST(Integration, MetricsCountTransfersAndPools) {
   EXPECT_NE(m.find("gpumoved_transfer_latency_seconds_count{path=\"LOCAL\",size=\"le_1MiB\"} 2"),
             std::string::npos) << m;
   EXPECT_NE(m.find("gpumoved_transfers_active 0"), std::string::npos) << m;
+  // Prepared piece lists kept (the gauges are read once a second).
+  v1::Segment g;
+  g.set_length(4096);
+  EXPECT_FALSE(d.client->PreparePieces({g, g}, {}).ok());  // Overlapping: refused.
+  g.set_destination_offset(8192);
+  v1::Segment h;
+  h.set_length(4096);
+  ASSERT_TRUE(d.client->PreparePieces({g, h}, {}).ok());
+  std::string kept;
+  for (int i = 0; i < 50 && kept.find("gpumoved_prepared_pieces 2") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    kept = FetchMetrics(info->metrics_address());
+  }
+  EXPECT_NE(kept.find("gpumoved_prepared_piece_lists 1"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("gpumoved_prepared_pieces 2"), std::string::npos) << kept;
   EXPECT_NE(m.find("gpumoved_pool_bytes{device=\"\",kind=\"HOST\",state=\"capacity\"} 536870912"),
             std::string::npos) << m;
 }

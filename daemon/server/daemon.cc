@@ -624,6 +624,13 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());
   prepared_ = std::make_unique<PreparedPieceLists>(node_, options.prepared);
+  if (metrics_ != nullptr) {
+    PreparedPieceLists* prepared = prepared_.get();
+    metrics_->AddGauge("prepared_piece_lists", "Prepared piece lists kept, over every tenant.",
+                       [prepared] { return static_cast<double>(prepared->lists()); });
+    metrics_->AddGauge("prepared_pieces", "Pieces of the prepared piece lists kept.",
+                       [prepared] { return static_cast<double>(prepared->pieces()); });
+  }
   transfer_service_ = std::make_unique<TransferServiceImpl>(
       auth_.get(), scheduler_.get(), cluster_.get(), node_, notifications_.get(), prepared_.get());
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
