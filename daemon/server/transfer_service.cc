@@ -93,9 +93,7 @@ absl::StatusOr<std::shared_ptr<const Segments>> TransferServiceImpl::PreparedFor
 }
 
 std::string TransferServiceImpl::NodeOf(const std::string& id) const {
-  const size_t dot = id.find('.');
-  if (dot == std::string::npos) return "";
-  const std::string node = id.substr(dot + 1);
+  const std::string node = IdNode(id);
   return node == node_ ? "" : node;
 }
 
