@@ -11,7 +11,7 @@ PACKAGES=(
   iproute2 python3 clang libclang-rt-14-dev libssl-dev openssl
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pytest-asyncio
   python3-build python3-setuptools python3-wheel python3-venv libsystemd-dev
-  podman buildah runc netavark aardvark-dns mmdebstrap prometheus python3-yaml
+  podman buildah runc netavark aardvark-dns iptables mmdebstrap prometheus python3-yaml
 )
 
 missing=()

@@ -19,6 +19,10 @@ if ! command -v podman >/dev/null; then
   echo "SKIPPED: podman is not installed (apt-get install podman runc mmdebstrap)"; exit 0
 fi
 if [ "$(id -u)" != 0 ]; then echo "SKIPPED: needs root (podman networks, mmdebstrap)"; exit 0; fi
+# netavark sets up podman's networks (builds' RUN steps included) with iptables; without it
+# every build fails with a bare "netavark: No such file or directory".
+command -v iptables >/dev/null ||
+  { echo "FAIL: iptables is missing (netavark needs it): bash deploy/setup.sh installs it"; exit 1; }
 BASE=localhost/debian-min:bookworm
 if ! podman image exists "$BASE"; then
   if ! command -v mmdebstrap >/dev/null; then
