@@ -384,7 +384,8 @@ int Main() {
     for (const auto* d : {&*a, &*b}) {
       int lines = 0;
       for (absl::string_view line : absl::StrSplit((*d)->Log(), '\n')) {
-        if (absl::StrContains(line, " pieces") && ++lines <= 200) {
+        if ((absl::StrContains(line, " pieces") || absl::StrContains(line, "Submit of")) &&
+            ++lines <= 400) {
           std::printf("%s| %s\n", d == &*a ? "a" : "b", std::string(line).c_str());
         }
       }

@@ -6,7 +6,7 @@
 # tcpscale only when named).
 # ROUNDS=N runs the host MPI and node-to-node benchmarks N times per size, gpumove and the
 # baselines taking turns, and prints medians (this machine's speed drifts between runs);
-# MPI_ARGS and NODE_ARGS add flags to them, e.g. NODE_ARGS=--min_size=1MiB.
+# MPI_ARGS, NODE_ARGS and VEC_ARGS add flags to them, e.g. NODE_ARGS=--min_size=1MiB.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -19,6 +19,7 @@ PARTS=${PARTS:-tests gpu mpidev mpi staged host node}
 ROUNDS=${ROUNDS:-1}
 read -r -a MPI_EXTRA <<< "${MPI_ARGS:-}"
 read -r -a NODE_EXTRA <<< "${NODE_ARGS:-}"
+read -r -a VEC_EXTRA <<< "${VEC_ARGS:-}"
 # Whether section $1 runs; prints how long the run has taken so far.
 part() {
   [[ " $PARTS " == *" $1 "* ]] || return 1
@@ -115,7 +116,8 @@ fi
 
 # Opt-in (PARTS=vectored): vectored moves on the host paths (LOCAL, UCX a -> b) against one
 # contiguous move, a gather memcpy and separate specs; PARTS=vecdev: LOCAL with GPU memory
-# against a same-process gather kernel (deploy/gpu/raw_gather.cu), ratios printed.
+# against a same-process gather kernel (deploy/gpu/raw_gather.cu), ratios printed;
+# VEC_ARGS="--trace --rank_flags=--v=2" keeps the daemons' timings of each move in the file.
 if part vectored; then
 echo "== vectored moves, host paths"
 .gpu/bin/vectored_bench --rounds=5 2>&1 | tee "$OUT/vectored_bench.txt"
@@ -124,7 +126,8 @@ if part vecdev; then
 echo "== vectored moves, LOCAL with GPU memory"
 nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu &&
   /tmp/gpumove_raw_gather 2>&1 | tee "$OUT/raw_gather.txt"
-.gpu/bin/vectored_bench --device --rounds=5 2>&1 | tee "$OUT/vectored_bench_device.txt"
+.gpu/bin/vectored_bench --device --rounds=5 "${VEC_EXTRA[@]}" 2>&1 |
+  tee "$OUT/vectored_bench_device.txt" | grep -v '^[ab]| '
 # Ratios: the daemon's vectored move (end to end, and its own time) over the kernel's median.
 python3 - "$OUT/raw_gather.txt" "$OUT/vectored_bench_device.txt" <<'PY'
 import re, sys

@@ -146,8 +146,11 @@ absl::Status CudaIpcEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   if (!far.ok()) return far.status();
   char* to = push ? *far : dst.data;
   const char* from = push ? src.data : *far;
+  // Rounds as Move's chunks: without a cap, up to 1 GiB each (each round is a kernel
+  // launched, drained and waited for); under a cap, chunk_-sized ones.
+  const uint64_t round = control.rate_limit() > 0 ? chunk_ : std::max(chunk_, kMaxChunk);
   return gpu_->CopyPieces(to, push ? device : dst.device, from, push ? src.device : device,
-                          pieces.list.data(), pieces.list.size(), chunk_, control.Reporter(),
+                          pieces.list.data(), pieces.list.size(), round, control.Reporter(),
                           pieces.serial);
 }
 
