@@ -5,6 +5,7 @@
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
+# STAGED=0 runs the direct part alone.
 # Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,10 +24,12 @@ trace() {  # The kept job logs' trace lines (the bench prints where they were ke
     grep -hE 'StartMpi of|MPI vectored' "$log" | sed 's/^.*\] //' | head -60
   done
 }
-echo "== vectored MPI, device memory staged (Debian's Open MPI, ob1 + shared memory)"
-timeout 300 .gpu/bin/vectored_bench --mpi=ob1_shm_staged --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
-  2>&1 | tee "$OUT/mpi_vectored_staged.txt" | grep -v 'MPI job log kept'
-trace "$OUT/mpi_vectored_staged.txt"
+if [ "${STAGED:-1}" = 1 ]; then
+  echo "== vectored MPI, device memory staged (Debian's Open MPI, ob1 + shared memory)"
+  timeout 300 .gpu/bin/vectored_bench --mpi=ob1_shm_staged --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
+    2>&1 | tee "$OUT/mpi_vectored_staged.txt" | grep -v 'MPI job log kept'
+  trace "$OUT/mpi_vectored_staged.txt"
+fi
 ( source deploy/gpu/cuda_aware_env.sh
   [ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
   echo "== vectored MPI, device memory direct (CUDA-aware Open MPI + UCX)"
