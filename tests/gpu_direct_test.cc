@@ -333,6 +333,27 @@ TEST_F(GpuDirectMpi, DeviceToDeviceAndPinnedPushedAndPulledVerified) {
   }
 }
 
+// A prepared list's messages keep their gather and scatter descriptors on the runner's
+// GPU (keyed by list, chunk, message and direction): moved again and again, pushed (the
+// runner packs) and pulled (it unpacks), in many messages, fresh bytes every time.
+TEST_F(GpuDirectMpi, PreparedListsMoveAgainWithKeptMessageDescriptors) {
+  Start({"--mpi_chunk=1MiB", "--mpi_device_chunk=1MiB"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client& c0 = job_->client(0);
+  Client& c1 = job_->client(1);
+  const NodeEnd r0{&c0, "rank0"}, r1{&c1, "rank1"};
+  uint64_t seed = 2700;
+  for (const auto& [n, slot, max_len] :
+       {std::tuple<size_t, uint64_t, uint64_t>{20000, 17, 16}, {2000, 4099, 4096}}) {
+    for (const auto& [from, to] : {std::pair{r0, r1}, {r1, r0}}) {
+      MoveVectoredAndCheck(from, to, r0, v1::MPI, v1::MPI, RandomPieces(n, slot, max_len, seed),
+                           n * slot, n * (slot + 3), seed, v1::DEVICE, v1::DEVICE, &r0,
+                           /*repeats=*/3);
+      seed += 10;
+    }
+  }
+}
+
 TEST_F(GpuDirectMpi, CancelledBetweenMessagesAndBothEndsLetGo) {
   Start({"--mpi_device_chunk=4MiB", "--max_move_rate=2GiB"});
   if (HasFatalFailure() || IsSkipped()) return;

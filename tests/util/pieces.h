@@ -86,22 +86,20 @@ struct NodeEnd {
 // path (`expected`), the piece count, both hashes and every destination byte checked; both
 // buffers (of `from_kind` and `to_kind`, on GPU 0 if device memory) let go. With
 // `prepare_on`, the pieces are a list prepared on that node (which then runs the move),
-// released after it.
+// moved `repeats` times (fresh bytes on both sides each time: what a node keeps of the
+// list must move them all again) and released after it.
 inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const NodeEnd& via,
                                  v1::Path path, v1::Path expected, const std::vector<Piece>& pieces,
                                  uint64_t src_size, uint64_t dst_size, uint64_t seed,
                                  v1::MemoryKind from_kind = v1::HOST,
                                  v1::MemoryKind to_kind = v1::HOST,
-                                 const NodeEnd* prepare_on = nullptr) {
+                                 const NodeEnd* prepare_on = nullptr, int repeats = 1) {
   SCOPED_TRACE(absl::StrCat(from.node, " -> ", to.node, " via ", via.node, ", ", pieces.size(),
                             " pieces, ", v1::MemoryKind_Name(from_kind), " -> ",
                             v1::MemoryKind_Name(to_kind)));
   auto s = from.client->Allocate(src_size, from_kind, 0);
   auto d = to.client->Allocate(dst_size, to_kind, 0);
   ASSERT_TRUE(s.ok() && d.ok()) << s.status() << d.status();
-  const std::string src = RandomBytes(src_size, seed), dst = RandomBytes(dst_size, seed + 1);
-  ASSERT_TRUE(from.client->Write(Ref(s->id()), src).ok());
-  ASSERT_TRUE(to.client->Write(Ref(d->id()), dst).ok());
   MoveOptions o;
   std::string prepared;
   if (prepare_on != nullptr) {
@@ -117,20 +115,27 @@ inline void MoveVectoredAndCheck(const NodeEnd& from, const NodeEnd& to, const N
   v1::BufferRef f = Ref(s->id()), t = Ref(d->id());
   f.set_node(from.node);
   t.set_node(to.node);
-  auto moved = via.client->Move(f, t, o);
-  ASSERT_TRUE(moved.ok()) << moved.status();
-  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-  EXPECT_EQ(moved->path(), expected);
-  EXPECT_EQ(moved->pieces(), pieces.size());
-  if (prepare_on != nullptr) {
-    EXPECT_EQ(moved->node(), prepare_on->node);  // The node that keeps the list runs it.
-    EXPECT_TRUE(via.client->ReleasePieces(prepared).ok());
+  for (int r = 0; r < (prepare_on != nullptr ? repeats : 1); ++r) {
+    SCOPED_TRACE(absl::StrCat("move ", r + 1));
+    const std::string src = RandomBytes(src_size, seed + 2 * r),
+                      dst = RandomBytes(dst_size, seed + 2 * r + 1);
+    ASSERT_TRUE(from.client->Write(Ref(s->id()), src).ok());
+    ASSERT_TRUE(to.client->Write(Ref(d->id()), dst).ok());
+    auto moved = via.client->Move(f, t, o);
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+    EXPECT_EQ(moved->path(), expected);
+    EXPECT_EQ(moved->pieces(), pieces.size());
+    if (prepare_on != nullptr) {
+      EXPECT_EQ(moved->node(), prepare_on->node);  // The node that keeps the list runs it.
+    }
+    EXPECT_EQ(moved->source_xxh3(), PiecesHash(src, pieces));
+    EXPECT_EQ(moved->destination_xxh3(), moved->source_xxh3());
+    auto back = to.client->Read(Ref(d->id()));
+    ASSERT_TRUE(back.ok());
+    EXPECT_TRUE(*back == Expected(src, dst, pieces));
   }
-  EXPECT_EQ(moved->source_xxh3(), PiecesHash(src, pieces));
-  EXPECT_EQ(moved->destination_xxh3(), moved->source_xxh3());
-  auto back = to.client->Read(Ref(d->id()));
-  ASSERT_TRUE(back.ok());
-  EXPECT_TRUE(*back == Expected(src, dst, pieces));
+  if (prepare_on != nullptr) EXPECT_TRUE(via.client->ReleasePieces(prepared).ok());
   ASSERT_TRUE(from.client->Release(s->id()).ok());
   ASSERT_TRUE(to.client->Release(d->id()).ok());
 }

@@ -211,9 +211,22 @@ absl::StatusOr<MpiEngine::Packing> MpiEngine::StartPacking(const Side& side) {
   return p;
 }
 
+uint64_t MpiEngine::MessageKey(uint64_t list_serial, uint64_t chunk, size_t k, bool pack) {
+  if (list_serial == 0) return 0;
+  auto mix = [](uint64_t x) {  // splitmix64's finalizer.
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(list_serial);
+  h = mix(h ^ chunk);
+  h = mix(h ^ ((uint64_t{k} << 1) | (pack ? 1 : 0)));
+  return h | (uint64_t{1} << 63);
+}
+
 absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* slot,
                                     const std::vector<Segment>& parts, size_t begin, size_t end,
-                                    uint64_t bytes, bool pack) {
+                                    uint64_t bytes, bool pack, size_t k) {
   const int local_device = side.local.kind == MemoryKind::kDevice ? side.local.device : kHostDevice;
   // Packing copies parts as they are (local -> slot); unpacking the other way round.
   thread_local std::vector<Segment> swapped;
@@ -234,7 +247,7 @@ absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* 
     return absl::OkStatus();
   }
   return gpu_->CopyPieces(dst, dst_device, src, src_device, list->data() + begin, end - begin,
-                          bytes, nullptr);
+                          bytes, nullptr, MessageKey(side.list_serial, side.chunk, k, pack));
 }
 
 absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t* sent) {
@@ -288,7 +301,7 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
     } else {
       char* slot = slots->at[k % window];
       const absl::Time t = absl::Now();
-      st = CopyMessage(side, *slots, slot, plan.parts, b, e, n, /*pack=*/true);
+      st = CopyMessage(side, *slots, slot, plan.parts, b, e, n, /*pack=*/true, k);
       pack_time += absl::Now() - t;
       if (!st.ok()) break;
       data = slot;
@@ -375,7 +388,7 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
     } else if (!is_direct(k)) {
       const absl::Time u = absl::Now();
       st = CopyMessage(side, *slots, slots->at[k % window], plan.parts, plan.begin[k],
-                       plan.begin[k + 1], n, /*pack=*/false);
+                       plan.begin[k + 1], n, /*pack=*/false, k);
       unpacking += absl::Now() - u;
     }
     if (!st.ok()) {
@@ -478,6 +491,7 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   side.wake = started;
   side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
   side.progress = control.Reporter();
+  side.list_serial = pieces != nullptr ? pieces->serial : 0;
   // A vectored move: each side's pieces in list order. The other node's go as a message
   // of their own right after StartMpi where it reads that (a node of an earlier version:
   // in the call).

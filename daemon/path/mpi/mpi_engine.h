@@ -112,6 +112,9 @@ class MpiEngine : public Engine {
     // A vectored move: this side's pieces in list order (Segment.src = the offset in
     // `local`; `length` is their sum). Null: the whole range.
     std::shared_ptr<const std::vector<Segment>> pieces;
+    // The runner's list's serial (Segments.serial; 0: none, and always for the other
+    // node's half): a prepared list's messages keep their gather descriptors on the GPU.
+    uint64_t list_serial = 0;
   };
   // The bounce ring a staged side uses: sized to the move, alike on both ends so that
   // their messages match (whole chunks, or one of the move).
@@ -163,10 +166,14 @@ class MpiEngine : public Engine {
   };
   absl::StatusOr<Packing> StartPacking(const Side& side);
   static MessagePlan PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk);
-  // Gather (`pack`) or scatter of one message through `slot` with one copy.
+  // Gather (`pack`) or scatter of message `k` through `slot` with one copy.
   absl::Status CopyMessage(const Side& side, const Slots& slots, char* slot,
                            const std::vector<Segment>& parts, size_t begin, size_t end,
-                           uint64_t bytes, bool pack);
+                           uint64_t bytes, bool pack, size_t k);
+  // The key message `k`'s descriptors are kept under on the GPU (GpuRuntime::CopyPieces'
+  // list_serial): one per list, chunk, message and direction, none for a list without a
+  // serial. Its top bit is set, so it never equals a list's own serial (a counter).
+  static uint64_t MessageKey(uint64_t list_serial, uint64_t chunk, size_t k, bool pack);
   // Host threads a host message's gather or scatter is split over.
   static constexpr int kCopyThreads = 4;
   absl::Status SendPieces(const Side& side, bool* wire_failed, uint64_t* sent);
