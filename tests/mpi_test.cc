@@ -13,9 +13,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/gpumove_client.h"
 #include "daemon/common/cpus.h"
 #include "gtest/gtest.h"
+#include "tests/util/daemon_process.h"
 #include "tests/util/mpi_job.h"
 #include "tests/util/pieces.h"
 #include "tests/util/random_bytes.h"
@@ -262,6 +264,51 @@ TEST(MpiVectoredTest, PieceListsGoAsVarintsToNodesThatReadOnlyThose) {
       MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, pieces, 3000 * 4099, 3000 * 4102,
                            seed);
     }
+  }
+}
+
+// The runner's StartMpi calls so far (its peer call histogram's count).
+double StartMpiCalls(Client& c) {
+  auto info = c.GetInfo();
+  if (!info.ok() || info->metrics_address().empty()) return -1;
+  double n = 0;
+  for (absl::string_view line : absl::StrSplit(FetchMetrics(info->metrics_address()), '\n')) {
+    if (absl::StartsWith(line, "gpumoved_peer_call_seconds_count{") &&
+        absl::StrContains(line, "method=\"start_mpi\"")) {
+      n += std::stod(std::string(line.substr(line.rfind(' ') + 1)));
+    }
+  }
+  return n;
+}
+
+// A vectored move's half, push or pull, starts with the hold on a node that says it can
+// (it waits for its piece list, which the runner sends once ready): the runner makes no
+// StartMpi call. Off on the holder (as a node of an earlier version), the runner starts
+// the half with StartMpi when the move runs. Every byte checked both ways, either way.
+TEST(MpiVectoredTest, HalvesStartWithTheHoldWhereTheHolderCan) {
+  for (bool with_hold : {true, false}) {
+    SCOPED_TRACE(with_hold ? "started with the hold" : "started by StartMpi");
+    auto job =
+        MpiJob::Start(2, MpiLaunches().front(),
+                      {absl::StrCat("--peer_mpi_vectored_with_hold=", with_hold ? "true" : "false"),
+                       "--metrics_listen=127.0.0.1:0"});
+    ASSERT_TRUE(job.ok()) << job.status();
+    AwaitMembership(**job);
+    Client& c0 = (*job)->client(0);
+    const NodeEnd r0{&c0, "rank0"}, r1{&(*job)->client(1), "rank1"};
+    const double before = StartMpiCalls(c0);
+    ASSERT_GE(before, 0);
+    uint64_t seed = 970;
+    for (const auto& [from, to] : {std::pair{&r0, &r1}, std::pair{&r1, &r0}}) {
+      ++seed;
+      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, RandomPieces(3000, 4099, 4096, seed),
+                           3000 * 4099, 3000 * 4102, seed);
+      // A prepared list too, moved again and again.
+      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, RandomPieces(2000, 17, 16, seed),
+                           2000 * 17, 2000 * 20, seed + 100, v1::HOST, v1::HOST, &r0,
+                           /*repeats=*/2);
+    }
+    EXPECT_EQ(StartMpiCalls(c0) - before, with_hold ? 0 : 6);
   }
 }
 

@@ -15,8 +15,10 @@ namespace gpumove {
 class PathCodec {
  public:
   virtual ~PathCodec() = default;
-  // Writes `ask` into `request` when it is this path's (a move asks for one path only).
+  // Writes `ask` into `request` when it is this path's (a move asks for one path only)
+  // and `holder` can do what it asks.
   virtual void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                         const peer::v1::NodeDescriptor& holder,
                          peer::v1::PrepareRemoteRequest* request) const {}
   // Adds this path's offer in a hold's answer from `holder` to `hold` (whose common fields
   // are set), when it made one; `ask` is what the hold was asked for.

@@ -87,7 +87,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
             item->mutable_piece_offsets(), item->mutable_piece_lengths(), item->mutable_pieces());
       }
       if (a.path_ask != nullptr) {
-        for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, item);
+        for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, peer->descriptor, item);
       }
     }
     peer::v1::PrepareRemoteBatchResponse response;

@@ -109,8 +109,10 @@ struct RemoteAsk {
   // A checksummed vectored move's pieces (relative to the held ranges): the remote node
   // hashes its side of them (dst when `write`, else src) instead of the whole range.
   std::shared_ptr<const Segments> pieces;
-  // A vectored move (its pieces travel with the hold only when checksummed, above).
+  // A vectored move (its pieces travel with the hold only when checksummed, above), and
+  // how many pieces it has.
   bool vectored = false;
+  size_t piece_count = 0;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement

@@ -114,7 +114,7 @@ TEST(MpiProtocol, OfferedBetweenRanksOfOneJobWithTheTagAsked) {
   mpi->chunk = 1 << 20;
   ask.path_ask = mpi;
   peer::v1::PrepareRemoteRequest request;
-  MpiCodec().EncodeAsk(*ask.path_ask, self, &request);
+  MpiCodec().EncodeAsk(*ask.path_ask, self, holder, &request);
   EXPECT_EQ(request.mpi().from_rank(), 0);
   EXPECT_EQ(request.mpi().tag(), 42);
   EXPECT_EQ(request.mpi().chunk(), 1u << 20);
@@ -129,12 +129,13 @@ TEST(MpiProtocol, OfferedBetweenRanksOfOneJobWithTheTagAsked) {
   RemoteHold started;
   MpiCodec().DecodeOffer(holder, self, ask, response, &started);
   EXPECT_EQ(started.offer<MpiOffer>()->started_tag, 42);
+  EXPECT_EQ(started.offer<MpiOffer>()->started_chunk, 1u << 20);
   RemoteHold elsewhere;
   MpiCodec().DecodeOffer(stranger, self, ask, response, &elsewhere);
   EXPECT_EQ(elsewhere.offer<MpiOffer>(), nullptr);
   // Another path's ask is not MPI's to write.
   peer::v1::PrepareRemoteRequest other;
-  MpiCodec().EncodeAsk(PathAsk{}, self, &other);
+  MpiCodec().EncodeAsk(PathAsk{}, self, holder, &other);
   EXPECT_FALSE(other.has_mpi());
 }
 
@@ -147,6 +148,36 @@ TEST(Kinds, UnknownValuesAreRefusedNotTakenForAnother) {
        {PathKind::kAuto, PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi}) {
     EXPECT_EQ(*FromProto(ToProto(p)), p);
   }
+}
+
+// A vectored move's half starts with the hold only where the holder says it can (both
+// the fixed-width pieces and the capability): a node of an earlier version would take it
+// for a whole range's half, so it is not asked at all.
+TEST(MpiProtocol, VectoredHalvesAreAskedOnlyOfNodesThatStartThem) {
+  peer::v1::NodeDescriptor self, able, old, narrow;
+  self.set_mpi_rank(0);
+  able.set_fixed_width_pieces(true);
+  able.set_mpi_vectored_halves_with_hold(true);
+  old.set_fixed_width_pieces(true);
+  narrow.set_mpi_vectored_halves_with_hold(true);
+  MpiAsk ask;
+  ask.tag = 9;
+  ask.chunk = 4 << 20;
+  ask.piece_count = 65536;
+  peer::v1::PrepareRemoteRequest to_able, to_old, to_narrow;
+  MpiCodec().EncodeAsk(ask, self, able, &to_able);
+  EXPECT_EQ(to_able.mpi().tag(), 9);
+  EXPECT_EQ(to_able.mpi().piece_count(), 65536u);
+  MpiCodec().EncodeAsk(ask, self, old, &to_old);
+  EXPECT_FALSE(to_old.has_mpi());
+  MpiCodec().EncodeAsk(ask, self, narrow, &to_narrow);
+  EXPECT_FALSE(to_narrow.has_mpi());
+  // A whole range's push is asked of any node, as before.
+  ask.piece_count = 0;
+  peer::v1::PrepareRemoteRequest whole;
+  MpiCodec().EncodeAsk(ask, self, old, &whole);
+  EXPECT_EQ(whole.mpi().tag(), 9);
+  EXPECT_EQ(whole.mpi().piece_count(), 0u);
 }
 
 }  // namespace

@@ -409,15 +409,17 @@ absl::Status MpiEngine::SendPieceList(const std::vector<uint64_t>& list, int pee
 
 absl::StatusOr<std::shared_ptr<const std::vector<Segment>>> MpiEngine::ReceivePieceList(
     int peer, int tag, uint64_t count, uint64_t range, const std::function<void()>& posted,
-    uint64_t* total) {
+    uint64_t* total, bool patient) {
   static_assert(std::endian::native == std::endian::little,
                 "the list's integers are little-endian");
   std::vector<uint64_t> raw(2 * count);
   const uint64_t bytes = raw.size() * sizeof(uint64_t);
-  auto op = mpi_->Irecv(raw.data(), bytes, peer, tag);
+  auto op = mpi_->Irecv(raw.data(), bytes, peer, tag, patient);
   posted();
   auto r = mpi_->Wait(op);
   if (!r.ok()) return r.status();
+  // An empty message: the move will not run (Abandon).
+  if (*r == 0) return absl::AbortedError(kSenderStopped);
   if (*r != bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("the piece list came as ", *r, " bytes; ", count, " pieces are ", bytes));
@@ -479,23 +481,28 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   side.local = push ? src : dst;
   side.length = length;
   side.peer = offer->rank;
-  // A push whose receiver started with the hold uses the hold's tag and chunk (never a
-  // vectored move's: its receiver needs its pieces, which StartMpi brings).
-  const bool started = push && offer->started_tag != 0;
-  if (started && pieces != nullptr) {
-    return absl::InternalError("the receiver of a vectored move started with its hold");
+  // A half the other node started with the hold (a push's receiver, or either half of a
+  // vectored move, which then waits for its pieces) runs under the hold's tag and chunk;
+  // no StartMpi call.
+  const bool started = offer->started_tag != 0;
+  if (started && !push && pieces == nullptr) {
+    return absl::InternalError("the sender of a whole-range pull started with its hold");
   }
   side.tag = started ? offer->started_tag : NextTag();
+  side.chunk = started ? offer->started_chunk
+                       : ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
   // Receives posted with the hold are patient (the other node naps over them): tell it
-  // they are about to fill.
-  side.wake = started;
-  side.chunk = ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
+  // they are about to fill (a vectored half's first, its piece list, below).
+  side.wake = started && pieces == nullptr;
   side.progress = control.Reporter();
   side.list_serial = pieces != nullptr ? pieces->serial : 0;
   // A vectored move: each side's pieces in list order. The other node's go as a message
-  // of their own right after StartMpi where it reads that (a node of an earlier version:
-  // in the call).
+  // of their own (the move's first) where it reads that (a node of an earlier version:
+  // in the StartMpi call).
   const bool list_message = pieces != nullptr && hold.fixed_width_pieces;
+  if (started && pieces != nullptr && !list_message) {
+    return absl::InternalError("a vectored half started with its hold but reads no piece list");
+  }
   std::vector<uint64_t> theirs;  // {offset, length} pairs.
   if (pieces != nullptr) {
     const size_t n = pieces->list.size();
@@ -513,18 +520,23 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   }
   auto start_half = [&](bool send) {
     const absl::Time t = absl::Now();
-    absl::Status st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
-                               pieces != nullptr ? &theirs : nullptr, list_message);
-    const absl::Time started = absl::Now();
+    absl::Status st;
+    if (started) {
+      mpi_->Wake(side.peer, side.tag);  // It waits for its list patiently.
+    } else {
+      st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
+                    pieces != nullptr ? &theirs : nullptr, list_message);
+    }
+    const absl::Time called = absl::Now();
     if (st.ok() && list_message) st = SendPieceList(theirs, side.peer, side.tag);
     VLOG(2) << "StartMpi of transfer " << hold.transfer_id << " at node " << hold.node << " ("
             << (pieces != nullptr ? pieces->list.size() : 0) << " pieces"
-            << (list_message ? " to follow" : "")
-            << "): " << absl::ToDoubleMicroseconds(started - t) << " us"
-            << (list_message
-                    ? absl::StrCat(", its piece list sent in ",
-                                   absl::ToDoubleMicroseconds(absl::Now() - started), " us")
-                    : "");
+            << (list_message ? " to follow" : "") << "): "
+            << (started ? std::string("started with the hold")
+                        : absl::StrCat(absl::ToDoubleMicroseconds(called - t), " us"))
+            << (list_message ? absl::StrCat(", its piece list sent in ",
+                                            absl::ToDoubleMicroseconds(absl::Now() - called), " us")
+                             : "");
     return st;
   };
   // Our bounce ring first, waiting while other moves use the pool, and only then the
@@ -538,8 +550,9 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
     side.ring = &ring.emplace(*std::move(taken));
   }
   if (push) {
-    // The destination posts its receives before we send (with the hold, or now).
-    if (!started) {
+    // The destination posts its receives before we send (with the hold, or now); a
+    // vectored half started with the hold gets its list first.
+    if (!started || pieces != nullptr) {
       absl::Status st = start_half(/*send=*/false);
       if (!st.ok()) return st;
     }
@@ -556,18 +569,24 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
 }
 
 void MpiEngine::PrepareAsk(RemoteAsk& ask) {
-  // Pulls start the sender once our receives are posted; a vectored move's receiver
-  // starts with StartMpi, which brings its pieces.
-  if (!ask.write || ask.vectored) return;
+  // Whole-range pulls start the sender once our receives are posted (StartMpi). A
+  // vectored move's half, either way, starts with the hold and waits for its pieces,
+  // which the runner sends as the move's first message once it is ready (where the
+  // holder can: MpiCodec::EncodeAsk).
+  if (ask.vectored && (ask.piece_count == 0 || ask.piece_count > kMaxHalfPieces)) return;
+  if (!ask.write && !ask.vectored) return;
   auto mpi = std::make_shared<MpiAsk>();
   mpi->tag = NextTag();
-  mpi->chunk = ChunkFor(ask.local_device, false);
+  mpi->chunk = ChunkFor(ask.local_device, ask.vectored);
+  mpi->piece_count = ask.vectored ? ask.piece_count : 0;
   ask.path_ask = std::move(mpi);
 }
 
 void MpiEngine::Abandon(const RemoteHold& hold) {
   const MpiOffer* offer = hold.offer<MpiOffer>();
-  if (offer == nullptr || offer->started_tag == 0 || !hold.write) return;
+  // A half started with the hold waits for data (a push) or its piece list (a vectored
+  // move): an empty message under its tag tells it the move will not run.
+  if (offer == nullptr || offer->started_tag == 0) return;
   auto r = mpi_->Wait(mpi_->Isend(nullptr, 0, offer->rank, offer->started_tag));
   if (!r.ok()) {
     LOG(WARNING) << "telling rank " << offer->rank << " that transfer " << hold.transfer_id
@@ -781,10 +800,13 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     };
     if (listed > 0) {
       uint64_t total = 0;
-      auto got = ReceivePieceList(side.peer, side.tag, listed, range_length, notify_posted, &total);
+      auto got = ReceivePieceList(side.peer, side.tag, listed, range_length, notify_posted, &total,
+                                  side.patient);
       if (!got.ok()) {
-        LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
-                     << ": its piece list: " << got.status();
+        if (!IsSenderStopped(got.status())) {
+          LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
+                       << ": its piece list: " << got.status();
+        }
         p->status_ = got.status();
         notify_posted();
         p->done_.Notify();

@@ -131,10 +131,12 @@ class MpiEngine : public Engine {
   // {offset, length} pairs of 64-bit integers, sent and waited for.
   absl::Status SendPieceList(const std::vector<uint64_t>& list, int peer, int tag);
   // A half's side of it: receives `count` pieces from `peer` (posted() once the receive
-  // is posted), each checked against the `range` bytes held; their sum in *total.
+  // is posted), each checked against the `range` bytes held; their sum in *total. A
+  // `patient` receive (a half started with the hold) is not timed out; an empty message
+  // instead of the list: ABORTED, the sender stopped (the move will not run).
   absl::StatusOr<std::shared_ptr<const std::vector<Segment>>> ReceivePieceList(
       int peer, int tag, uint64_t count, uint64_t range, const std::function<void()>& posted,
-      uint64_t* total);
+      uint64_t* total, bool patient = false);
   // Sends; CANCELLED when progress asked to stop before every chunk went.
   absl::Status Send(const Side& side);
   // Receives; `posted` runs once the first receives are posted (an error from it cancels

@@ -39,8 +39,15 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
       engine_->StagesRange(Endpoint{range.data(), range.kind(), range.device()})) {
     return part;
   }
-  if (!r.write()) {
-    return absl::InvalidArgumentError("an MPI half starts with the hold only for a push");
+  // A vectored move's half waits for its pieces (the move's first message) and then sends
+  // (the range is the source) or receives them; a whole range's only receives.
+  const bool vectored = r.mpi().piece_count() > 0;
+  // Not asked of a node that does not say it can (MpiCodec::EncodeAsk); if it is, the
+  // runner starts the half when the move runs.
+  if (vectored && !cluster_->self().mpi_vectored_halves_with_hold()) return part;
+  if (!r.write() && !vectored) {
+    return absl::InvalidArgumentError(
+        "an MPI half starts with the hold only for a push or a vectored move");
   }
   peer::v1::StartMpiRequest start;
   start.set_transfer_id(r.transfer_id());
@@ -48,7 +55,8 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
   start.set_from_rank(r.mpi().from_rank());
   start.set_tag(r.mpi().tag());
   start.set_chunk(r.mpi().chunk());
-  start.set_send(false);
+  start.set_send(!r.write());
+  start.set_piece_count(r.mpi().piece_count());
   // Patient: the runner's move may sit in its queue for a while before it sends.
   if (absl::Status st = StartOn(*part, range, start, /*patient=*/true); !st.ok()) return st;
   response->mutable_mpi()->set_started(true);

@@ -7,13 +7,21 @@
 namespace gpumove {
 
 void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                         const peer::v1::NodeDescriptor& holder,
                          peer::v1::PrepareRemoteRequest* request) const {
   const auto* mpi = dynamic_cast<const MpiAsk*>(&ask);
   if (mpi == nullptr || mpi->tag == 0) return;
+  // A node of an earlier version would take a vectored half for a whole-range one: it is
+  // not asked (StartMpi starts its half when the move runs).
+  if (mpi->piece_count > 0 &&
+      !(holder.mpi_vectored_halves_with_hold() && holder.fixed_width_pieces())) {
+    return;
+  }
   peer::v1::MpiAsk* out = request->mutable_mpi();
   out->set_from_rank(self.mpi_rank());
   out->set_tag(mpi->tag);
   out->set_chunk(mpi->chunk);
+  out->set_piece_count(mpi->piece_count);
 }
 
 void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
@@ -26,6 +34,7 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   const auto* asked = dynamic_cast<const MpiAsk*>(ask.path_ask.get());
   if (asked != nullptr && response.has_mpi() && response.mpi().started()) {
     offer->started_tag = asked->tag;
+    offer->started_chunk = asked->chunk;
   }
   hold->offers.push_back(std::move(offer));
 }

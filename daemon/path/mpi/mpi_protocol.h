@@ -14,24 +14,28 @@
 
 namespace gpumove {
 
-// A push's ask: the receiver starts its half with the hold, under `tag`, in `chunk`-byte
-// messages.
+// A push's ask, or a vectored move's: the holder starts its half with the hold, under
+// `tag`, in `chunk`-byte messages; a vectored move's (`piece_count` pieces, which come as
+// the move's first message) only where the holder says it can.
 struct MpiAsk : PathAsk {
   int tag = 0;
   uint64_t chunk = 0;
+  uint64_t piece_count = 0;
 };
 
 // How the runner reaches the holder over MPI.
 struct MpiOffer : PathOffer {
   int rank = -1;  // The holder's rank in the job both nodes are ranks of.
-  // The tag the holder's receiving half started under with the hold (0: it did not).
+  // The tag and chunk the holder's half started under with the hold (0: it did not).
   int started_tag = 0;
+  uint64_t started_chunk = 0;
 };
 
 // Offers path MPI when both nodes are ranks of one MPI job.
 class MpiCodec : public PathCodec {
  public:
   void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
+                 const peer::v1::NodeDescriptor& holder,
                  peer::v1::PrepareRemoteRequest* request) const override;
   void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
                    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
