@@ -283,15 +283,16 @@ double StartMpiCalls(Client& c) {
 
 // A vectored move's half, push or pull, starts with the hold on a node that says it can
 // (it waits for its piece list, which the runner sends once ready): the runner makes no
-// StartMpi call. Off on the holder (as a node of an earlier version), the runner starts
-// the half with StartMpi when the move runs. Every byte checked both ways, either way.
+// StartMpi call; a prepared list's pieces are kept there for its next move. Off on the
+// holder (as a node of an earlier version), the runner starts the half with StartMpi
+// when the move runs and sends the list every time. Every byte checked, either way.
 TEST(MpiVectoredTest, HalvesStartWithTheHoldWhereTheHolderCan) {
   for (bool with_hold : {true, false}) {
     SCOPED_TRACE(with_hold ? "started with the hold" : "started by StartMpi");
     auto job =
         MpiJob::Start(2, MpiLaunches().front(),
                       {absl::StrCat("--peer_mpi_vectored_with_hold=", with_hold ? "true" : "false"),
-                       "--metrics_listen=127.0.0.1:0"});
+                       "--metrics_listen=127.0.0.1:0", "--v=2"});
     ASSERT_TRUE(job.ok()) << job.status();
     AwaitMembership(**job);
     Client& c0 = (*job)->client(0);
@@ -309,6 +310,15 @@ TEST(MpiVectoredTest, HalvesStartWithTheHoldWhereTheHolderCan) {
                            /*repeats=*/2);
     }
     EXPECT_EQ(StartMpiCalls(c0) - before, with_hold ? 0 : 6);
+    // A prepared list's second move each way finds the other rank's pieces kept from the
+    // first (MpiAsk.list_key): no list sent, every byte still checked above.
+    const std::string log = (*job)->Log();
+    size_t known = 0;
+    for (size_t at = log.find("known there"); at != std::string::npos;
+         at = log.find("known there", at + 1)) {
+      ++known;
+    }
+    EXPECT_EQ(known, with_hold ? 2u : 0u);
   }
 }
 

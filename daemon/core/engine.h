@@ -113,6 +113,8 @@ struct RemoteAsk {
   // how many pieces it has.
   bool vectored = false;
   size_t piece_count = 0;
+  // Its list's Segments.serial (nonzero for a list kept for many moves).
+  uint64_t list_serial = 0;
 };
 
 // A copy the runner left running behind a fence (CopyFence), as its acknowledgement

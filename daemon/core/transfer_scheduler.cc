@@ -331,6 +331,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         if (spec.checksum) asks.back().pieces = spec.pieces;
         asks.back().vectored = spec.pieces != nullptr;
         asks.back().piece_count = spec.pieces != nullptr ? spec.pieces->list.size() : 0;
+        asks.back().list_serial = spec.pieces != nullptr ? spec.pieces->serial : 0;
         // A path asked for by name may have the other node start its half with the hold.
         if (spec.path != PathKind::kAuto) {
           for (Engine* e : engines_) {

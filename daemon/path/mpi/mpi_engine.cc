@@ -407,6 +407,25 @@ absl::Status MpiEngine::SendPieceList(const std::vector<uint64_t>& list, int pee
   return r.status();
 }
 
+absl::Status MpiEngine::SendGo(int peer, int tag) {
+  const uint64_t go = kGo;
+  return mpi_->Wait(mpi_->Isend(&go, sizeof(go), peer, tag)).status();
+}
+
+absl::Status MpiEngine::ReceiveGo(int peer, int tag, bool patient,
+                                  const std::function<void()>& posted) {
+  uint64_t go = 0;
+  auto op = mpi_->Irecv(&go, sizeof(go), peer, tag, patient);
+  posted();
+  auto r = mpi_->Wait(op);
+  if (!r.ok()) return r.status();
+  if (*r == 0) return absl::AbortedError(kSenderStopped);
+  if (*r != sizeof(go) || go != kGo) {
+    return absl::InvalidArgumentError(absl::StrCat("the go came as ", *r, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<const std::vector<Segment>>> MpiEngine::ReceivePieceList(
     int peer, int tag, uint64_t count, uint64_t range, const std::function<void()>& posted,
     uint64_t* total, bool patient) {
@@ -492,8 +511,9 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   side.chunk = started ? offer->started_chunk
                        : ChunkFor(side.local.kind == MemoryKind::kDevice, pieces != nullptr);
   // Receives posted with the hold are patient (the other node naps over them): tell it
-  // they are about to fill (a vectored half's first, its piece list, below).
-  side.wake = started && pieces == nullptr;
+  // they are about to fill (a vectored half's first, its piece list or go, below).
+  const bool known = started && offer->list_known;  // It kept the list from a move before.
+  side.wake = started && (pieces == nullptr || (known && push));
   side.progress = control.Reporter();
   side.list_serial = pieces != nullptr ? pieces->serial : 0;
   // A vectored move: each side's pieces in list order. The other node's go as a message
@@ -510,10 +530,13 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
     theirs.resize(2 * n);
     Segment* o = ours->data();
     const Segment* in = pieces->list.data();
+    if (known) theirs.clear();  // The other node has its pieces: only ours.
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t here = push ? in[i].src : in[i].dst, there = push ? in[i].dst : in[i].src;
+      const uint64_t here = push ? in[i].src : in[i].dst;
       o[i] = Segment{here, here, in[i].length};
-      theirs[2 * i] = there;
+    }
+    for (size_t i = 0; i < theirs.size() / 2; ++i) {
+      theirs[2 * i] = push ? in[i].dst : in[i].src;
       theirs[2 * i + 1] = in[i].length;
     }
     side.pieces = std::move(ours);
@@ -521,17 +544,21 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   auto start_half = [&](bool send) {
     const absl::Time t = absl::Now();
     absl::Status st;
-    if (started) {
-      mpi_->Wake(side.peer, side.tag);  // It waits for its list patiently.
+    if (known && !send) {
+      // A receiving half with its pieces known posted its receives with the hold (Send
+      // wakes it).
+    } else if (started) {
+      mpi_->Wake(side.peer, side.tag);  // It waits for its list or go patiently.
+      if (known) st = SendGo(side.peer, side.tag);
     } else {
       st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
                     pieces != nullptr ? &theirs : nullptr, list_message);
     }
     const absl::Time called = absl::Now();
-    if (st.ok() && list_message) st = SendPieceList(theirs, side.peer, side.tag);
+    if (st.ok() && list_message && !known) st = SendPieceList(theirs, side.peer, side.tag);
     VLOG(2) << "StartMpi of transfer " << hold.transfer_id << " at node " << hold.node << " ("
             << (pieces != nullptr ? pieces->list.size() : 0) << " pieces"
-            << (list_message ? " to follow" : "") << "): "
+            << (list_message ? (known ? " known there" : " to follow") : "") << "): "
             << (started ? std::string("started with the hold")
                         : absl::StrCat(absl::ToDoubleMicroseconds(called - t), " us"))
             << (list_message ? absl::StrCat(", its piece list sent in ",
@@ -579,6 +606,7 @@ void MpiEngine::PrepareAsk(RemoteAsk& ask) {
   mpi->tag = NextTag();
   mpi->chunk = ChunkFor(ask.local_device, ask.vectored);
   mpi->piece_count = ask.vectored ? ask.piece_count : 0;
+  mpi->list_key = ask.vectored ? ask.list_serial : 0;
   ask.path_ask = std::move(mpi);
 }
 
@@ -750,7 +778,8 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
 
 absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
-    bool patient, std::vector<Segment> pieces, uint64_t listed) {
+    bool patient, std::vector<Segment> pieces, uint64_t listed, const KnownPieces* known,
+    OnPieceList on_list) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
@@ -767,7 +796,13 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
                      pieces.empty() ? ")" : ") besides pieces in the call"));
   }
   std::shared_ptr<const std::vector<Segment>> packed;
-  if (!pieces.empty()) {
+  if (known != nullptr) {
+    if (!pieces.empty() || listed > 0 || known->pieces == nullptr || known->end > length) {
+      return absl::InvalidArgumentError("kept pieces besides others, or past the range");
+    }
+    packed = known->pieces;
+    length = known->total;
+  } else if (!pieces.empty()) {
     // Untrusted: every piece must lie in the range held.
     auto total = CheckPiecesIn(pieces, length, kMaxHalfPieces);
     if (!total.ok()) return total.status();
@@ -794,10 +829,26 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
   side.patient = patient;
   side.pieces = std::move(packed);
   side.progress = [p](uint64_t) { return !p->stop_.load(); };
-  p->thread_ = std::thread([this, p, side, send, listed, range_length = length]() mutable {
+  const bool await_go = known != nullptr && send;
+  p->thread_ = std::thread([this, p, side, send, listed, await_go, on_list = std::move(on_list),
+                            range_length = length]() mutable {
     auto notify_posted = [p] {
       if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
     };
+    if (await_go) {
+      // A pull's sender with its pieces known: not before the runner's receives are posted.
+      absl::Status go = ReceiveGo(side.peer, side.tag, side.patient, notify_posted);
+      if (!go.ok()) {
+        if (!IsSenderStopped(go)) {
+          LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
+                       << ": its go: " << go;
+        }
+        p->status_ = go;
+        notify_posted();
+        p->done_.Notify();
+        return;
+      }
+    }
     if (listed > 0) {
       uint64_t total = 0;
       auto got = ReceivePieceList(side.peer, side.tag, listed, range_length, notify_posted, &total,
@@ -814,6 +865,11 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
       }
       side.pieces = *std::move(got);
       side.length = total;
+      if (on_list) {
+        uint64_t end = 0;
+        for (const Segment& s : *side.pieces) end = std::max(end, s.src + s.length);
+        on_list(KnownPieces{side.pieces, total, end});
+      }
     }
     if (send) {
       notify_posted();

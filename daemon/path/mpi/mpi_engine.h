@@ -87,10 +87,20 @@ class MpiEngine : public Engine {
   // (started with the hold, before the runner's move may run) does not time out before
   // the first bytes come. A vectored move's half gets its pieces here (`pieces`) or, with
   // `listed` > 0, as the runner's first message (SendPieceList), read and checked before
-  // the half moves a byte; it then returns once that message's receive is posted.
+  // the half moves a byte; it then returns once that message's receive is posted, and
+  // hands the list to `on_list` (if given) once read and checked. Or the pieces are
+  // `known` (kept from an earlier move of the list, checked then): a receiving half posts
+  // its receives at once, a sending one waits for the runner's go (SendGo) first.
+  struct KnownPieces {
+    std::shared_ptr<const std::vector<Segment>> pieces;
+    uint64_t total = 0;  // Their bytes.
+    uint64_t end = 0;    // Where the last of them ends in the range.
+  };
+  using OnPieceList = std::function<void(const KnownPieces&)>;
   absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(
       const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
-      bool patient = false, std::vector<Segment> pieces = {}, uint64_t listed = 0);
+      bool patient = false, std::vector<Segment> pieces = {}, uint64_t listed = 0,
+      const KnownPieces* known = nullptr, OnPieceList on_list = nullptr);
   // At most this many pieces in one StartMpi.
   static constexpr size_t kMaxHalfPieces = size_t{1} << 22;
 
@@ -130,6 +140,11 @@ class MpiEngine : public Engine {
   // The other node's pieces as the message StartMpiRequest.piece_count announces:
   // {offset, length} pairs of 64-bit integers, sent and waited for.
   absl::Status SendPieceList(const std::vector<uint64_t>& list, int peer, int tag);
+  // The go a sending half with known pieces waits for (instead of its list): one 64-bit
+  // integer, kGo, under the move's tag; an empty message instead: the move will not run.
+  static constexpr uint64_t kGo = 1;
+  absl::Status SendGo(int peer, int tag);
+  absl::Status ReceiveGo(int peer, int tag, bool patient, const std::function<void()>& posted);
   // A half's side of it: receives `count` pieces from `peer` (posted() once the receive
   // is posted), each checked against the `range` bytes held; their sum in *total. A
   // `patient` receive (a half started with the hold) is not timed out; an empty message

@@ -57,14 +57,65 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
   start.set_chunk(r.mpi().chunk());
   start.set_send(!r.write());
   start.set_piece_count(r.mpi().piece_count());
+  // A list the runner keeps: this half's pieces may be kept here from a move before.
+  std::string key;
+  std::optional<MpiEngine::KnownPieces> known;
+  if (vectored && r.mpi().list_key() != 0) {
+    key = absl::StrCat(r.from_node(), "/", r.from_incarnation(), "/", r.mpi().list_key(),
+                       r.write() ? "/w" : "/r");
+    known = FindList(key);
+    // Kept for another range's length (a move over a shorter range): read again.
+    if (known.has_value() &&
+        (known->end > range.length() || known->pieces->size() != r.mpi().piece_count())) {
+      known.reset();
+    }
+  }
   // Patient: the runner's move may sit in its queue for a while before it sends.
-  if (absl::Status st = StartOn(*part, range, start, /*patient=*/true); !st.ok()) return st;
+  if (known.has_value()) start.set_piece_count(0);
+  if (absl::Status st = StartOn(*part, range, start, /*patient=*/true,
+                                known.has_value() ? &*known : nullptr, known ? "" : key);
+      !st.ok()) {
+    return st;
+  }
   response->mutable_mpi()->set_started(true);
+  response->mutable_mpi()->set_list_known(known.has_value());
   return part;
 }
 
+std::optional<MpiEngine::KnownPieces> MpiHolder::FindList(const std::string& key) {
+  absl::MutexLock lock(&lists_mu_);
+  for (auto it = lists_.begin(); it != lists_.end(); ++it) {
+    if (it->first == key) {
+      lists_.splice(lists_.end(), lists_, it);  // Most recently used last.
+      return lists_.back().second;
+    }
+  }
+  return std::nullopt;
+}
+
+void MpiHolder::KeepList(const std::string& key, const MpiEngine::KnownPieces& list) {
+  const uint64_t bytes = list.pieces->size() * sizeof(Segment);
+  if (bytes > kKeptListBytes) return;
+  absl::MutexLock lock(&lists_mu_);
+  uint64_t kept = bytes;
+  for (auto it = lists_.begin(); it != lists_.end();) {
+    if (it->first == key) {
+      it = lists_.erase(it);
+    } else {
+      kept += it->second.pieces->size() * sizeof(Segment);
+      ++it;
+    }
+  }
+  while (!lists_.empty() && (lists_.size() >= kKeptLists || kept > kKeptListBytes)) {
+    kept -= lists_.front().second.pieces->size() * sizeof(Segment);
+    lists_.pop_front();
+  }
+  lists_.emplace_back(key, list);
+}
+
 absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
-                                const peer::v1::StartMpiRequest& request, bool patient) {
+                                const peer::v1::StartMpiRequest& request, bool patient,
+                                const MpiEngine::KnownPieces* known, std::string keep) {
   // The rank must be the one the runner's node announced in this job.
   auto runner = cluster_->Find(request.from_node());
   if (!runner.ok()) return runner.status();
@@ -105,10 +156,16 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
   }
   const absl::Time read = absl::Now();
   // StartPassive checks every piece against the range.
-  auto half =
-      engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()}, range.length(),
-                            request.from_rank(), request.tag(), request.chunk(), request.send(),
-                            patient, std::move(pieces), request.piece_count());
+  MpiEngine::OnPieceList on_list;
+  if (!keep.empty()) {
+    on_list = [this, keep = std::move(keep)](const MpiEngine::KnownPieces& list) {
+      KeepList(keep, list);
+    };
+  }
+  auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
+                                    range.length(), request.from_rank(), request.tag(),
+                                    request.chunk(), request.send(), patient, std::move(pieces),
+                                    request.piece_count(), known, std::move(on_list));
   VLOG(2) << "MPI half of transfer " << request.transfer_id() << " ("
           << std::max<uint64_t>(listed->size(), request.piece_count())
           << " pieces) started: pieces read in " << absl::ToDoubleMicroseconds(read - began)

@@ -4,7 +4,9 @@
 #ifndef GPUMOVE_DAEMON_PATH_MPI_HOLDER_H_
 #define GPUMOVE_DAEMON_PATH_MPI_HOLDER_H_
 
+#include <list>
 #include <memory>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
@@ -56,8 +58,21 @@ class MpiHolder : public PathHolder {
 
  private:
   // `patient`: receives posted with the hold may wait a while for the runner to send.
+  // `known`: the half's pieces, kept from an earlier move of its list; `keep`: where its
+  // list, once read, is kept for later moves (empty: not kept).
   absl::Status StartOn(MpiPart& part, const BufferUse& range,
-                       const peer::v1::StartMpiRequest& request, bool patient);
+                       const peer::v1::StartMpiRequest& request, bool patient,
+                       const MpiEngine::KnownPieces* known = nullptr, std::string keep = "");
+
+  // Vectored halves' piece lists kept for later moves of the same list (MpiAsk.list_key),
+  // by runner node, incarnation, key and direction; the least recently used go past
+  // kKeptLists lists or kKeptListBytes of pieces.
+  std::optional<MpiEngine::KnownPieces> FindList(const std::string& key);
+  void KeepList(const std::string& key, const MpiEngine::KnownPieces& list);
+  static constexpr size_t kKeptLists = 256;
+  static constexpr uint64_t kKeptListBytes = uint64_t{64} << 20;
+  absl::Mutex lists_mu_;
+  std::list<std::pair<std::string, MpiEngine::KnownPieces>> lists_ ABSL_GUARDED_BY(lists_mu_);
 
   const Cluster* const cluster_;
   MpiEngine* const engine_;

@@ -22,6 +22,7 @@ void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& sel
   out->set_tag(mpi->tag);
   out->set_chunk(mpi->chunk);
   out->set_piece_count(mpi->piece_count);
+  if (mpi->piece_count > 0) out->set_list_key(mpi->list_key);
 }
 
 void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
@@ -35,6 +36,7 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   if (asked != nullptr && response.has_mpi() && response.mpi().started()) {
     offer->started_tag = asked->tag;
     offer->started_chunk = asked->chunk;
+    offer->list_known = asked->piece_count > 0 && response.mpi().list_known();
   }
   hold->offers.push_back(std::move(offer));
 }

@@ -21,6 +21,7 @@ struct MpiAsk : PathAsk {
   int tag = 0;
   uint64_t chunk = 0;
   uint64_t piece_count = 0;
+  uint64_t list_key = 0;  // MpiAsk.list_key (0: none).
 };
 
 // How the runner reaches the holder over MPI.
@@ -29,6 +30,8 @@ struct MpiOffer : PathOffer {
   // The tag and chunk the holder's half started under with the hold (0: it did not).
   int started_tag = 0;
   uint64_t started_chunk = 0;
+  // The started vectored half has its pieces already (kept from an earlier move).
+  bool list_known = false;
 };
 
 // Offers path MPI when both nodes are ranks of one MPI job.
