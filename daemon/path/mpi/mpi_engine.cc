@@ -527,10 +527,9 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   if (pieces != nullptr) {
     const size_t n = pieces->list.size();
     auto ours = std::make_shared<std::vector<Segment>>(n);
-    theirs.resize(2 * n);
+    if (!known) theirs.resize(2 * n);  // Known: the other node has its pieces already.
     Segment* o = ours->data();
     const Segment* in = pieces->list.data();
-    if (known) theirs.clear();  // The other node has its pieces: only ours.
     for (size_t i = 0; i < n; ++i) {
       const uint64_t here = push ? in[i].src : in[i].dst;
       o[i] = Segment{here, here, in[i].length};
@@ -835,34 +834,26 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     auto notify_posted = [p] {
       if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
     };
+    // The half ends before it moves a byte (its go or list did not come as they should).
+    auto end_early = [&](const char* what, const absl::Status& st) {
+      if (!IsSenderStopped(st)) {
+        LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag << ": its "
+                     << what << ": " << st;
+      }
+      p->status_ = st;
+      notify_posted();
+      p->done_.Notify();
+    };
     if (await_go) {
       // A pull's sender with its pieces known: not before the runner's receives are posted.
       absl::Status go = ReceiveGo(side.peer, side.tag, side.patient, notify_posted);
-      if (!go.ok()) {
-        if (!IsSenderStopped(go)) {
-          LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
-                       << ": its go: " << go;
-        }
-        p->status_ = go;
-        notify_posted();
-        p->done_.Notify();
-        return;
-      }
+      if (!go.ok()) return end_early("go", go);
     }
     if (listed > 0) {
       uint64_t total = 0;
       auto got = ReceivePieceList(side.peer, side.tag, listed, range_length, notify_posted, &total,
                                   side.patient);
-      if (!got.ok()) {
-        if (!IsSenderStopped(got.status())) {
-          LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag
-                       << ": its piece list: " << got.status();
-        }
-        p->status_ = got.status();
-        notify_posted();
-        p->done_.Notify();
-        return;
-      }
+      if (!got.ok()) return end_early("piece list", got.status());
       side.pieces = *std::move(got);
       side.length = total;
       if (on_list) {
