@@ -16,9 +16,15 @@ nvidia-cuda-mps-control -d || { echo "FAIL: the MPS control daemon did not start
 stop() {
   echo quit | nvidia-cuda-mps-control
   for _ in $(seq 50); do pgrep -f nvidia-cuda-mps >/dev/null || break; sleep 0.1; done
-  echo "-- MPS log: $(grep -c 'New client' "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null) clients"
+  # Whether the command's processes ran as MPS clients: the server's log names each one.
+  echo "-- MPS logs:"
+  tail -n 6 "$CUDA_MPS_LOG_DIRECTORY"/*.log 2>/dev/null
   rm -rf "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 }
 trap stop EXIT
 echo "-- under MPS (pipe $CUDA_MPS_PIPE_DIRECTORY)"
+# A client of this daemon, or the command would run without MPS unseen.
+if ! (echo get_server_list | nvidia-cuda-mps-control) >/dev/null 2>&1; then
+  echo "FAIL: the MPS control daemon does not answer"; exit 1
+fi
 "$@"
