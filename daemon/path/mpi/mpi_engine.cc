@@ -827,6 +827,7 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
   side.chunk = chunk;
   side.patient = patient;
   side.pieces = std::move(packed);
+  side.list_serial = known != nullptr ? known->serial : 0;
   side.progress = [p](uint64_t) { return !p->stop_.load(); };
   const bool await_go = known != nullptr && send;
   p->thread_ = std::thread([this, p, side, send, listed, await_go, on_list = std::move(on_list),
@@ -859,7 +860,8 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
       if (on_list) {
         uint64_t end = 0;
         for (const Segment& s : *side.pieces) end = std::max(end, s.src + s.length);
-        on_list(KnownPieces{side.pieces, total, end});
+        side.list_serial = NextListSerial();
+        on_list(KnownPieces{side.pieces, total, end, side.list_serial});
       }
     }
     if (send) {

@@ -95,6 +95,9 @@ class MpiEngine : public Engine {
     std::shared_ptr<const std::vector<Segment>> pieces;
     uint64_t total = 0;  // Their bytes.
     uint64_t end = 0;    // Where the last of them ends in the range.
+    // NextListSerial(), given when the list came: the moves that use it keep their
+    // messages' GPU gather descriptors under it (Side.list_serial).
+    uint64_t serial = 0;
   };
   using OnPieceList = std::function<void(const KnownPieces&)>;
   absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(
@@ -122,8 +125,9 @@ class MpiEngine : public Engine {
     // A vectored move: this side's pieces in list order (Segment.src = the offset in
     // `local`; `length` is their sum). Null: the whole range.
     std::shared_ptr<const std::vector<Segment>> pieces;
-    // The runner's list's serial (Segments.serial; 0: none, and always for the other
-    // node's half): a prepared list's messages keep their gather descriptors on the GPU.
+    // The list's serial (the runner's Segments.serial; the other node's KnownPieces.serial
+    // for a list it keeps; 0: none): a kept list's messages keep their gather descriptors
+    // on the GPU.
     uint64_t list_serial = 0;
   };
   // The bounce ring a staged side uses: sized to the move, alike on both ends so that
