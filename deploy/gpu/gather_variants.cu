@@ -19,24 +19,9 @@
 #include <vector>
 
 #include "daemon/gpu/gather.h"
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    cudaError_t e_ = (call);                                           \
-    if (e_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
+#include "deploy/gpu/raw_gather.h"
 
 using gpumove::GatherPiece;
-
-__global__ void RawGather(const unsigned long long* src_idx, const unsigned long long* dst_idx,
-                          unsigned long long block, const char* src, char* dst) {
-  const uint4* s = reinterpret_cast<const uint4*>(src + src_idx[blockIdx.x] * block);
-  uint4* d = reinterpret_cast<uint4*>(dst + dst_idx[blockIdx.x] * block);
-  for (unsigned long long i = threadIdx.x; i < block / 16; i += blockDim.x) d[i] = s[i];
-}
 
 // The daemon's kernel before: a thread block of 256 per piece, one load a thread a turn.
 __global__ void Before(const GatherPiece* pieces, const char* src, char* dst) {
@@ -168,7 +153,7 @@ int main() {
           {"raw(b)",
            [](const Way& w, const unsigned long long* a, const unsigned long long* b,
               const GatherPiece*, unsigned n, unsigned long long block,
-              cudaStream_t st) { RawGather<<<n, 256, 0, st>>>(a, b, block, w.src, w.dst); }},
+              cudaStream_t st) { GatherBlocks<<<n, 256, 0, st>>>(a, b, block, w.src, w.dst); }},
           {"daemon", [](const Way& w, const unsigned long long*, const unsigned long long*,
                         const GatherPiece* p, unsigned n, unsigned long long,
                         cudaStream_t st) { gpumove::LaunchGather(p, n, w.src, w.dst, st); }},

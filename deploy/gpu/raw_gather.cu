@@ -14,21 +14,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    cudaError_t e_ = (call);                                                     \
-    if (e_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));           \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
-__global__ void GatherBlocks(const unsigned long long* src_idx, const unsigned long long* dst_idx,
-                             unsigned long long block, const char* src, char* dst) {
-  const uint4* s = reinterpret_cast<const uint4*>(src + src_idx[blockIdx.x] * block);
-  uint4* d = reinterpret_cast<uint4*>(dst + dst_idx[blockIdx.x] * block);
-  for (unsigned long long i = threadIdx.x; i < block / 16; i += blockDim.x) d[i] = s[i];
-}
+#include "raw_gather.h"
 
 int main() {
   struct Shape {
