@@ -26,6 +26,13 @@
 namespace gpumove {
 namespace {
 
+#ifdef GPUMOVE_HAVE_GATHER
+// Descriptors a gather writes before it queues their kernel: the CPU writes the next
+// batch while the GPU copies this one's bytes, and a batch's kernel is large enough
+// (4 KiB pieces: 32 MiB) that the pause between kernels is small.
+constexpr uint64_t kGatherBatch = 8192;
+#endif
+
 absl::Status CudaError(cudaError_t err, absl::string_view what) {
   return absl::InternalError(
       absl::StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
@@ -43,21 +50,23 @@ struct CopyStream {
   cudaStream_t stream = nullptr;
   std::array<cudaEvent_t, 2> done{};
 #ifdef GPUMOVE_HAVE_GATHER
-  // A gather's pieces: written in page-locked memory, copied to the GPU for the kernel.
-  // Grown to the largest list seen, kept with the stream.
+  // A gather's pieces: written in mapped page-locked memory that the kernel reads in
+  // place (`mapped_pieces`, its address there). Grown to the largest list seen, kept with
+  // the stream.
   GatherPiece* host_pieces = nullptr;
-  GatherPiece* device_pieces = nullptr;
+  GatherPiece* mapped_pieces = nullptr;
   uint64_t capacity = 0;
   absl::Status Reserve(uint64_t n) {
     if (n <= capacity) return absl::OkStatus();
     uint64_t want = std::max<uint64_t>(capacity * 2, 4096);
     while (want < n) want *= 2;
     if (host_pieces != nullptr) cudaFreeHost(host_pieces);
-    if (device_pieces != nullptr) cudaFree(device_pieces);
-    host_pieces = device_pieces = nullptr;
+    host_pieces = mapped_pieces = nullptr;
     capacity = 0;
-    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_pieces, want * sizeof(GatherPiece), 0));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&device_pieces, want * sizeof(GatherPiece)));
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_pieces, want * sizeof(GatherPiece),
+                                       cudaHostAllocMapped | cudaHostAllocPortable));
+    CUDA_RETURN_IF_ERROR(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped_pieces), host_pieces, 0));
     capacity = want;
     return absl::OkStatus();
   }
@@ -85,14 +94,25 @@ struct CopyStream {
 // staging pipeline's threads).
 class StreamPool {
  public:
-  // One on `device` (the current device), from the free list or new.
-  absl::StatusOr<CopyStream*> Take(int device) {
+  // One on `device` (the current device), from the free list or new; of those free, the
+  // last given back whose gather room holds `pieces` descriptors if one does (growing a
+  // room costs a page-locked allocation).
+  absl::StatusOr<CopyStream*> Take(int device, uint64_t pieces = 0) {
     {
       absl::MutexLock lock(&mu_);
       auto& free = free_[device];
       if (!free.empty()) {
-        CopyStream* s = free.back();
-        free.pop_back();
+        auto it = free.end() - 1;
+#ifdef GPUMOVE_HAVE_GATHER
+        for (auto f = free.rbegin(); pieces > 0 && f != free.rend(); ++f) {
+          if ((*f)->capacity >= pieces) {
+            it = std::prev(f.base());
+            break;
+          }
+        }
+#endif
+        CopyStream* s = *it;
+        free.erase(it);
         return s;
       }
     }
@@ -561,111 +581,156 @@ class CudaRuntime : public GpuRuntime {
     if (k->bytes <= kKeptBytes) kept_.push_back(std::move(k));
   }
 
-  // The pieces cut to at most kGatherPieceMax bytes, copied to the GPU once, then one
-  // kernel per round of about `round_bytes`, the next round queued before the last is
-  // waited for. A kept list (`list_serial` nonzero) keeps its descriptors on the GPU after
-  // its first gather there: later ones only launch the kernels.
+  // The pieces cut to at most kGatherPieceMax bytes and written as descriptors in batches
+  // of up to kGatherBatch: each batch's kernel is queued as soon as it is written, so the
+  // GPU copies one batch's bytes while this thread writes the next. Descriptors go to
+  // mapped page-locked memory the kernel reads in place (no copy to the GPU) and which
+  // holds one per piece; a longer piece that finds it full waits for the kernels queued so
+  // far and grows it. Rounds of about `round_bytes` end on batch ends: the next round is
+  // queued before the last is waited for, and progress (or a stop) is seen at each round's
+  // end. A kept list (`list_serial` nonzero) copies its descriptors to the GPU and keeps
+  // them there after its first whole gather: later ones only launch the kernels.
   absl::Status Gather(int device, char* dst, const char* src, const Segment* pieces, size_t n,
                       uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial) {
     const absl::Time began = absl::Now();
+    if (n == 0) {
+      if (progress) progress(0);
+      return absl::OkStatus();
+    }
+    if (round_bytes == 0) round_bytes = UINT64_MAX;
     std::shared_ptr<const KeptDescriptors> kept =
         list_serial != 0 ? FindKept(device, list_serial, round_bytes) : nullptr;
     const bool reused = kept != nullptr;
+    // A kept list's first gather counts its descriptors for their room on the GPU.
     uint64_t count = 0;
-    if (!reused) {
+    if (list_serial != 0 && !reused) {
       for (size_t i = 0; i < n; ++i)
         count += (pieces[i].length + kGatherPieceMax - 1) / kGatherPieceMax;
-      if (count == 0) {
-        if (progress) progress(0);
-        return absl::OkStatus();
-      }
     }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    auto taken = streams_.Take(device);
+    auto taken = streams_.Take(device, reused ? 0 : n);
     if (!taken.ok()) return taken.status();
     StreamLease lease(&streams_, *taken);
     CopyStream& s = *lease;
+    if (!reused) {
+      if (absl::Status st = s.Reserve(n); !st.ok()) return st;
+    }
+    // Rounds queued; those before `landed` seen to end (at most two outstanding: the
+    // events of s.done).
+    std::vector<Round> rounds;
+    size_t landed = 0;
+    bool stop = false;
+    auto see_landed = [&]() -> absl::Status {
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[landed % 2]));
+      const uint64_t now = rounds[landed++].done;
+      if (progress && !progress(now)) stop = true;
+      return absl::OkStatus();
+    };
+    auto round_queued = [&](Round r) -> absl::Status {
+      rounds.push_back(r);
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[(rounds.size() - 1) % 2], s.stream));
+      return rounds.size() - landed < 2 ? absl::OkStatus() : see_landed();
+    };
     std::shared_ptr<KeptDescriptors> made;  // A kept list's first gather on this GPU.
-    std::vector<Round> built_rounds;
-    const GatherPiece* descriptors = nullptr;
-    uint64_t k = 0, done = 0;
-    absl::Time reserved = began, built = began;
+    uint64_t k = 0, done = 0;               // Descriptors and bytes queued.
+    bool whole = false;                     // Every piece queued.
     if (reused) {
-      descriptors = kept->pieces;
+      for (size_t r = 0; r < kept->rounds.size() && !stop; ++r) {
+        const uint64_t begin = r == 0 ? 0 : kept->rounds[r - 1].end;
+        CUDA_RETURN_IF_ERROR(
+            LaunchGather(kept->pieces + begin, kept->rounds[r].end - begin, src, dst, s.stream));
+        if (absl::Status st = round_queued(kept->rounds[r]); !st.ok()) return st;
+      }
       k = kept->rounds.back().end;
-      done = kept->rounds.back().done;
+      done = rounds.back().done;
+      whole = rounds.size() == kept->rounds.size();
     } else {
-      if (absl::Status st = s.Reserve(count); !st.ok()) return st;
-      reserved = absl::Now();
-      uint64_t round = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const Segment& p = pieces[i];
-        for (uint64_t off = 0; off < p.length; off += kGatherPieceMax) {
-          const uint64_t len = std::min(kGatherPieceMax, p.length - off);
-          s.host_pieces[k++] = GatherPiece{p.src + off, p.dst + off, len};
-          done += len;
-          round += len;
-        }
-        if (round >= round_bytes) {
-          built_rounds.push_back(Round{k, done});
-          round = 0;
-        }
-      }
-      if (built_rounds.empty() || built_rounds.back().end != k) {
-        built_rounds.push_back(Round{k, done});
-      }
-      built = absl::Now();
-      GatherPiece* to = s.device_pieces;
       if (list_serial != 0) {
         made = std::make_shared<KeptDescriptors>();
         made->device = device;
         made->serial = list_serial;
         made->round_bytes = round_bytes;
-        made->bytes = k * sizeof(GatherPiece);
+        made->bytes = count * sizeof(GatherPiece);
         void* room = nullptr;
         if (cudaMalloc(&room, made->bytes) == cudaSuccess) {
-          made->pieces = to = static_cast<GatherPiece*>(room);
-          made->rounds = built_rounds;
+          made->pieces = static_cast<GatherPiece*>(room);
         } else {
           cudaGetLastError();  // Out of room: this gather goes as any other.
           made = nullptr;
         }
       }
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to, s.host_pieces, k * sizeof(GatherPiece),
-                                           cudaMemcpyHostToDevice, s.stream));
-      descriptors = to;
-    }
-    const std::vector<Round>& rounds = reused ? kept->rounds : built_rounds;
-    size_t issued = 0, landed = 0;
-    auto issue = [&]() -> absl::Status {
-      const uint64_t begin = issued == 0 ? 0 : rounds[issued - 1].end;
-      CUDA_RETURN_IF_ERROR(
-          LaunchGather(descriptors + begin, rounds[issued].end - begin, src, dst, s.stream));
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[issued % 2], s.stream));
-      ++issued;
-      return absl::OkStatus();
-    };
-    if (absl::Status st = issue(); !st.ok()) return st;
-    bool stop = false;
-    while (landed < issued) {
-      if (!stop && issued < rounds.size()) {
-        if (absl::Status st = issue(); !st.ok()) return st;
+      // Descriptors [k - at, k) are in the page-locked room from its start, [sent, k) not
+      // yet queued.
+      uint64_t at = 0, sent = 0, round = 0;
+      auto send = [&]() -> absl::Status {
+        if (sent == k) return absl::OkStatus();
+        const GatherPiece* from = s.mapped_pieces + (sent - (k - at));
+        if (made != nullptr) {
+          CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(made->pieces + sent, s.host_pieces + (sent - (k - at)),
+                              (k - sent) * sizeof(GatherPiece), cudaMemcpyHostToDevice, s.stream));
+          from = made->pieces + sent;
+        }
+        CUDA_RETURN_IF_ERROR(LaunchGather(from, k - sent, src, dst, s.stream));
+        sent = k;
+        return absl::OkStatus();
+      };
+      size_t i = 0;
+      for (; i < n && !stop; ++i) {
+        const Segment& g = pieces[i];
+        const uint64_t need =
+            g.length <= kGatherPieceMax ? 1 : (g.length + kGatherPieceMax - 1) / kGatherPieceMax;
+        if (at + need > s.capacity) {
+          // The room is full: what is in it is queued and waited for, then it is doubled
+          // (or made to fit this piece).
+          if (absl::Status st = send(); !st.ok()) return st;
+          CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+          if (absl::Status st = s.Reserve(std::max<uint64_t>(need, s.capacity * 2)); !st.ok()) {
+            return st;
+          }
+          at = 0;
+        }
+        if (need == 1) {
+          s.host_pieces[at++] = GatherPiece{g.src, g.dst, g.length};
+        } else {
+          for (uint64_t off = 0; off < g.length; off += kGatherPieceMax) {
+            s.host_pieces[at++] =
+                GatherPiece{g.src + off, g.dst + off, std::min(kGatherPieceMax, g.length - off)};
+          }
+        }
+        k += need;
+        done += g.length;
+        round += g.length;
+        const bool round_ends = round >= round_bytes || i + 1 == n;
+        if (round_ends || k - sent >= kGatherBatch) {
+          if (absl::Status st = send(); !st.ok()) return st;
+        }
+        if (round_ends) {
+          round = 0;
+          if (absl::Status st = round_queued(Round{k, done}); !st.ok()) return st;
+        }
       }
+      whole = i == n && rounds.back().end == k;
+    }
+    const absl::Time written = absl::Now();
+    while (landed < rounds.size()) {
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[landed % 2]));
-      const uint64_t now = rounds[landed].done;
-      ++landed;
-      if (progress && !progress(now) && landed < rounds.size()) stop = true;
+      const uint64_t now = rounds[landed++].done;
+      if (progress) progress(now);
     }
     // The descriptors have landed (the stream passed the kernels that read them): other
-    // gathers of the list may use them from now on.
-    if (made != nullptr) Keep(std::move(made));
+    // gathers of the list may use them from now on; not those of a stopped gather (it did
+    // not write them all).
+    if (made != nullptr && whole) {
+      made->rounds = rounds;
+      Keep(std::move(made));
+    }
     VLOG(2) << "GPU gather of " << n << " pieces (" << k << " descriptors"
             << (reused ? ", kept on the GPU" : "") << ", " << rounds.size() << " rounds, " << done
-            << " bytes) on GPU " << device << ": stream and descriptor room in "
-            << absl::ToDoubleMicroseconds(reserved - began) << " us, descriptors written in "
-            << absl::ToDoubleMicroseconds(built - reserved) << " us, copied in "
-            << absl::ToDoubleMicroseconds(absl::Now() - built) << " us";
-    if (landed < rounds.size()) return absl::CancelledError("copy stopped");
+            << " bytes) on GPU " << device << ": written and queued in "
+            << absl::ToDoubleMicroseconds(written - began) << " us, all landed "
+            << absl::ToDoubleMicroseconds(absl::Now() - written) << " us later";
+    if (!whole) return absl::CancelledError("copy stopped");
     return absl::OkStatus();
   }
 #endif

@@ -21,7 +21,7 @@ fi
 trace() {  # The kept job logs' trace lines (the bench prints where they were kept).
   [ "${TRACE:-0}" = 1 ] || return 0
   grep -h 'MPI job log kept' "$1" | awk '{print $NF}' | while read -r log; do
-    grep -hE 'StartMpi of|MPI vectored|MPI half' "$log" | sed 's/^.*\] //' | head -60
+    grep -hE 'StartMpi of|MPI vectored|MPI half|GPU gather' "$log" | sed 's/^.*\] //' | head -90
   done
 }
 if [ "${STAGED:-1}" = 1 ]; then
