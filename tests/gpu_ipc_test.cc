@@ -295,60 +295,62 @@ TEST_F(GpuIpcTwoDaemons, DeviceToDeviceOverCudaIpcEveryWayVerified) {
 }
 
 // Vectored moves over CUDA_IPC (the gather kernel on the runner's GPU, the peer's range
-// mapped): pushes and pulls both ways, shuffled pieces of 1 B to 100 KiB, every byte of
-// the destination checked (the gaps too), and a notification published on the
+// mapped): pushes and pulls both ways, shuffled pieces of 1 B to 100 KiB, and 3000 of
+// 1 B to 4 KiB (a list the runner writes at its Submit where the kernel reads it), every
+// byte of the destination checked (the gaps too), and a notification published on the
 // destination's node only once the bytes are there.
 TEST_F(GpuIpcTwoDaemons, VectoredMovesOverCudaIpcPushAndPull) {
   uint64_t seed = 700;
-  int k = 0;
-  for (bool a_to_b : {true, false, true, false}) {
-    Client& from = a_to_b ? *ca_ : *cb_;
-    Client& to = a_to_b ? *cb_ : *ca_;
-    const std::string from_node = a_to_b ? "ipc-a" : "ipc-b";
-    const std::string to_node = a_to_b ? "ipc-b" : "ipc-a";
-    Client& submit = (k++ < 2) ? from : to;  // Pushes, then pulls.
-    SCOPED_TRACE(absl::StrCat(from_node, " -> ", to_node, " by ", k < 3 ? "push" : "pull"));
-    std::mt19937_64 rng(++seed);
-    const size_t n = 1000;
-    const uint64_t slot = 100 << 10;
-    std::vector<uint64_t> si(n), di(n);
-    for (size_t i = 0; i < n; ++i) si[i] = di[i] = i;
-    std::shuffle(si.begin(), si.end(), rng);
-    std::shuffle(di.begin(), di.end(), rng);
-    auto src = from.Allocate(n * slot, v1::DEVICE, a_to_b ? 0 : other_);
-    auto dst = to.Allocate(n * slot, v1::DEVICE, a_to_b ? other_ : 0);
-    ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
-    const std::string data = RandomBytes(n * slot, seed);
-    std::string expected = RandomBytes(n * slot, seed + 1);
-    ASSERT_TRUE(from.Write(Ref(src->id()), data).ok());
-    ASSERT_TRUE(to.Write(Ref(dst->id()), expected).ok());
-    MoveOptions o;
-    o.path = v1::CUDA_IPC;
-    o.notify = absl::StrCat("ipc ", seed);
-    for (size_t i = 0; i < n; ++i) {
-      v1::Segment g;
-      g.set_source_offset(si[i] * slot);
-      g.set_destination_offset(di[i] * slot);
-      g.set_length(1 + rng() % slot);
-      o.segments.push_back(g);
-      expected.replace(g.destination_offset(), g.length(), data, g.source_offset(), g.length());
+  for (const auto& [n, slot] :
+       {std::pair<size_t, uint64_t>{1000, 100 << 10}, std::pair<size_t, uint64_t>{3000, 4096}}) {
+    int k = 0;
+    for (bool a_to_b : {true, false, true, false}) {
+      Client& from = a_to_b ? *ca_ : *cb_;
+      Client& to = a_to_b ? *cb_ : *ca_;
+      const std::string from_node = a_to_b ? "ipc-a" : "ipc-b";
+      const std::string to_node = a_to_b ? "ipc-b" : "ipc-a";
+      Client& submit = (k++ < 2) ? from : to;  // Pushes, then pulls.
+      SCOPED_TRACE(absl::StrCat(from_node, " -> ", to_node, " by ", k < 3 ? "push" : "pull"));
+      std::mt19937_64 rng(++seed);
+      std::vector<uint64_t> si(n), di(n);
+      for (size_t i = 0; i < n; ++i) si[i] = di[i] = i;
+      std::shuffle(si.begin(), si.end(), rng);
+      std::shuffle(di.begin(), di.end(), rng);
+      auto src = from.Allocate(n * slot, v1::DEVICE, a_to_b ? 0 : other_);
+      auto dst = to.Allocate(n * slot, v1::DEVICE, a_to_b ? other_ : 0);
+      ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+      const std::string data = RandomBytes(n * slot, seed);
+      std::string expected = RandomBytes(n * slot, seed + 1);
+      ASSERT_TRUE(from.Write(Ref(src->id()), data).ok());
+      ASSERT_TRUE(to.Write(Ref(dst->id()), expected).ok());
+      MoveOptions o;
+      o.path = v1::CUDA_IPC;
+      o.notify = absl::StrCat("ipc ", seed);
+      for (size_t i = 0; i < n; ++i) {
+        v1::Segment g;
+        g.set_source_offset(si[i] * slot);
+        g.set_destination_offset(di[i] * slot);
+        g.set_length(1 + rng() % slot);
+        o.segments.push_back(g);
+        expected.replace(g.destination_offset(), g.length(), data, g.source_offset(), g.length());
+      }
+      v1::NotificationsRequest watch;
+      watch.add_buffers(dst->id());
+      auto notes = to.Subscribe(watch, absl::Seconds(60));
+      ASSERT_TRUE(notes.ok());
+      auto moved = submit.Move(On(from_node, src->id()), On(to_node, dst->id()), o);
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+      EXPECT_EQ(moved->path(), v1::CUDA_IPC);
+      EXPECT_EQ(moved->pieces(), n);
+      v1::Notification note;
+      ASSERT_TRUE((*notes)->Next(&note));
+      EXPECT_EQ(note.notify(), o.notify);
+      (*notes)->Cancel();
+      EXPECT_TRUE(*to.Read(Ref(dst->id())) == expected);
+      ASSERT_TRUE(from.Release(src->id()).ok());
+      ASSERT_TRUE(to.Release(dst->id()).ok());
     }
-    v1::NotificationsRequest watch;
-    watch.add_buffers(dst->id());
-    auto notes = to.Subscribe(watch, absl::Seconds(60));
-    ASSERT_TRUE(notes.ok());
-    auto moved = submit.Move(On(from_node, src->id()), On(to_node, dst->id()), o);
-    ASSERT_TRUE(moved.ok()) << moved.status();
-    ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-    EXPECT_EQ(moved->path(), v1::CUDA_IPC);
-    EXPECT_EQ(moved->pieces(), n);
-    v1::Notification note;
-    ASSERT_TRUE((*notes)->Next(&note));
-    EXPECT_EQ(note.notify(), o.notify);
-    (*notes)->Cancel();
-    EXPECT_TRUE(*to.Read(Ref(dst->id())) == expected);
-    ASSERT_TRUE(from.Release(src->id()).ok());
-    ASSERT_TRUE(to.Release(dst->id()).ok());
   }
 }
 

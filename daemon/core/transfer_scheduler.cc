@@ -424,6 +424,12 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
         if (engine.ok()) {
           t.engine = *engine;
           t.path = t.engine->path();
+          if (t.pieces != nullptr && t.pieces->serial == 0 &&
+              (t.path == PathKind::kLocal || t.path == PathKind::kCudaIpc) &&
+              options_.stage_pieces &&
+              (t.src.kind == MemoryKind::kDevice || t.dst.kind == MemoryKind::kDevice)) {
+            options_.stage_pieces(t.pieces);
+          }
         } else {
           d.error = engine.status();
         }

@@ -123,6 +123,10 @@ struct SchedulerOptions {
   size_t max_pieces = size_t{1} << 20;
   // Checksums of vectored moves; null: a vectored move with a checksum is refused.
   PieceHasher piece_hasher;
+  // Called at the Submit of a vectored LOCAL or CUDA_IPC move with GPU memory at either
+  // end and a list of its own (not a prepared one), on the Submit's thread, with the
+  // pieces the move will copy (GpuRuntime::StagePieces); null: not called.
+  std::function<void(const std::shared_ptr<const Segments>&)> stage_pieces;
   // Where moves into this node's buffers that carry notify bytes are published (those
   // into other nodes' buffers are published there); null: such moves are refused.
   NotificationLog* notifications = nullptr;

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -270,6 +273,148 @@ class CudaRuntime : public GpuRuntime {
     return GpuRuntime::CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes,
                                   progress, list_serial);
   }
+
+#ifdef GPUMOVE_HAVE_GATHER
+  // Piece lists written at their Submit where the gather kernels read them (StagePieces),
+  // each in a room of mapped page-locked memory; rooms without a list are kept for the
+  // next ones.
+  struct StagedRoom {
+    GatherPiece* host = nullptr;
+    GatherPiece* mapped = nullptr;  // Its address for kernels.
+    uint64_t capacity = 0;          // Descriptors it holds.
+  };
+  struct StagedList {
+    std::weak_ptr<const void> owner;
+    const Segment* pieces = nullptr;
+    size_t n = 0;
+    uint64_t total = 0;
+    StagedRoom room;
+  };
+  // Lists shorter than this are read by the move's thread as before (a short pass).
+  static constexpr size_t kStageMin = 1024;
+  // Page-locked bytes of staged lists and spare rooms together, at most.
+  static constexpr uint64_t kStagedBytes = uint64_t{64} << 20;
+
+  // A staged list is its pieces' bytes as they are: the kernel's descriptors are laid out
+  // as pieces are.
+  static_assert(sizeof(Segment) == sizeof(GatherPiece) && offsetof(Segment, src) == 0 &&
+                offsetof(GatherPiece, src) == 0 && offsetof(Segment, dst) == 8 &&
+                offsetof(GatherPiece, dst) == 8 && offsetof(Segment, length) == 16 &&
+                offsetof(GatherPiece, length) == 16);
+  void StagePieces(const std::shared_ptr<const void>& owner, const Segment* pieces,
+                   size_t n) override {
+    if (devices_.empty() || n < kStageMin || n * sizeof(GatherPiece) > kStagedBytes / 2) return;
+    uint64_t total = 0, longest = 0;
+    for (size_t i = 0; i < n; ++i) {
+      total += pieces[i].length;
+      longest = std::max(longest, pieces[i].length);
+    }
+    // Pieces the kernel takes in cuts: the move's thread writes their descriptors.
+    if (longest > kGatherPieceMax) return;
+    StagedList s;
+    {
+      absl::MutexLock lock(&staged_mu_);
+      auto best = spare_.end();
+      for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+        if (it->capacity >= n && (best == spare_.end() || it->capacity < best->capacity)) best = it;
+      }
+      if (best != spare_.end()) {
+        s.room = *best;
+        spare_.erase(best);
+      }
+    }
+    if (s.room.host == nullptr) {
+      uint64_t want = 4096;
+      while (want < n) want *= 2;
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, want * sizeof(GatherPiece),
+                        cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+      }
+      void* d = nullptr;
+      if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFreeHost(p);
+        return;
+      }
+      s.room = StagedRoom{static_cast<GatherPiece*>(p), static_cast<GatherPiece*>(d), want};
+    }
+    std::memcpy(s.room.host, pieces, n * sizeof(Segment));
+    s.owner = owner;
+    s.pieces = pieces;
+    s.n = n;
+    s.total = total;
+    std::vector<StagedRoom> freed;  // Let go outside the lock.
+    {
+      absl::MutexLock lock(&staged_mu_);
+      // Lists whose moves ended (or were refused) give their rooms back; past the cap,
+      // spare rooms go first, then the oldest lists.
+      uint64_t bytes = s.room.capacity * sizeof(GatherPiece);
+      for (auto it = staged_.begin(); it != staged_.end();) {
+        if (it->owner.expired()) {
+          spare_.push_back(it->room);
+          it = staged_.erase(it);
+        } else {
+          bytes += it->room.capacity * sizeof(GatherPiece);
+          ++it;
+        }
+      }
+      for (const StagedRoom& r : spare_) bytes += r.capacity * sizeof(GatherPiece);
+      while (bytes > kStagedBytes && !spare_.empty()) {
+        bytes -= spare_.front().capacity * sizeof(GatherPiece);
+        freed.push_back(spare_.front());
+        spare_.erase(spare_.begin());
+      }
+      while (bytes > kStagedBytes && !staged_.empty()) {
+        bytes -= staged_.front().room.capacity * sizeof(GatherPiece);
+        freed.push_back(staged_.front().room);
+        staged_.erase(staged_.begin());
+      }
+      staged_.push_back(std::move(s));
+    }
+    for (const StagedRoom& r : freed) cudaFreeHost(r.host);
+  }
+
+  // The staged copy of these pieces, taken out, if their owner still holds them.
+  std::optional<StagedList> TakeStaged(const Segment* pieces, size_t n) {
+    absl::MutexLock lock(&staged_mu_);
+    for (auto it = staged_.begin(); it != staged_.end(); ++it) {
+      if (it->pieces != pieces || it->n != n) continue;
+      StagedList s = std::move(*it);
+      staged_.erase(it);
+      if (s.owner.lock() != nullptr) return s;
+      spare_.push_back(s.room);  // Another list's, gone: this one only has its address.
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  void GiveBackRoom(const StagedRoom& room) {
+    absl::MutexLock lock(&staged_mu_);
+    spare_.push_back(room);
+  }
+
+  // A staged list's gather: one kernel reading the descriptors written at the Submit.
+  absl::Status GatherStaged(int device, char* dst, const char* src, const StagedList& staged,
+                            const CopyProgress& progress, absl::Time began) {
+    absl::Cleanup give_back = [&] { GiveBackRoom(staged.room); };
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    auto taken = streams_.Take(device);
+    if (!taken.ok()) return taken.status();
+    StreamLease lease(&streams_, *taken);
+    CopyStream& s = *lease;
+    const absl::Time queued = absl::Now();
+    CUDA_RETURN_IF_ERROR(LaunchGather(staged.room.mapped, staged.n, src, dst, s.stream));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[0], s.stream));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[0]));
+    if (progress) progress(staged.total);
+    VLOG(2) << "GPU gather of " << staged.n << " pieces (" << staged.total
+            << " bytes, descriptors written at the Submit) on GPU " << device << ": queued in "
+            << absl::ToDoubleMicroseconds(queued - began) << " us, all landed "
+            << absl::ToDoubleMicroseconds(absl::Now() - queued) << " us later";
+    return absl::OkStatus();
+  }
+#endif
 
   absl::Status Xxh3BlockSums(int device, const char* data, uint64_t blocks,
                              const std::function<void(const uint64_t* sums)>& use) override {
@@ -598,6 +743,17 @@ class CudaRuntime : public GpuRuntime {
       return absl::OkStatus();
     }
     if (round_bytes == 0) round_bytes = UINT64_MAX;
+    if (list_serial == 0 && n >= kStageMin) {
+      std::optional<StagedList> staged = TakeStaged(pieces, n);
+      if (staged.has_value()) {
+        // One round: the kernel alone. More (a rate cap, pinned memory's rounds): as any
+        // other list, since rounds need the pieces' bytes.
+        if (staged->total <= round_bytes) {
+          return GatherStaged(device, dst, src, *staged, progress, began);
+        }
+        GiveBackRoom(staged->room);
+      }
+    }
     std::shared_ptr<const KeptDescriptors> kept =
         list_serial != 0 ? FindKept(device, list_serial, round_bytes) : nullptr;
     const bool reused = kept != nullptr;
@@ -755,6 +911,9 @@ class CudaRuntime : public GpuRuntime {
 #ifdef GPUMOVE_HAVE_GATHER
   absl::Mutex kept_mu_;
   std::vector<std::shared_ptr<const KeptDescriptors>> kept_ ABSL_GUARDED_BY(kept_mu_);
+  absl::Mutex staged_mu_;
+  std::vector<StagedList> staged_ ABSL_GUARDED_BY(staged_mu_);  // Oldest first.
+  std::vector<StagedRoom> spare_ ABSL_GUARDED_BY(staged_mu_);
 #endif
   absl::Mutex imported_mu_;
   absl::flat_hash_map<std::string, cudaEvent_t> imported_ ABSL_GUARDED_BY(imported_mu_);

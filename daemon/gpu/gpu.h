@@ -104,6 +104,14 @@ class GpuRuntime {
   virtual absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                   const Segment* pieces, size_t n, uint64_t round_bytes,
                                   const CopyProgress& progress, uint64_t list_serial = 0);
+  // A list about to be moved with GPU memory, handed over by the thread that made it
+  // (while the list is in its cache): CUDA's writes it where its gather kernels read it
+  // (mapped page-locked memory), so that the first CopyPieces of these `n` pieces at
+  // `pieces` only launches a kernel instead of reading the list on the thread that runs the
+  // move. `owner` holds the list: the copy is used only while it lives, and let go when it
+  // goes. This runtime: nothing.
+  virtual void StagePieces(const std::shared_ptr<const void>& owner, const Segment* pieces,
+                           size_t n) {}
 
   // The xxh3 block sums (daemon/common/xxh3_split.h) of `blocks` 1 KiB blocks of device
   // memory at `data` (on `device`, 8-byte aligned), computed on that GPU into page-locked

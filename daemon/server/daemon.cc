@@ -570,6 +570,11 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   sched.piece_hasher = [gpu](const Endpoint& e, const Segments& pieces, bool source) {
     return HashPieces(gpu, e, pieces, source);
   };
+  if (!gpu->devices().empty()) {
+    sched.stage_pieces = [gpu](const std::shared_ptr<const Segments>& pieces) {
+      gpu->StagePieces(pieces, pieces->list.data(), pieces->list.size());
+    };
+  }
   if (metrics_ != nullptr) {
     Metrics* metrics = metrics_.get();
     sched.on_end = [metrics](const TransferEnd& t) { metrics->OnTransferEnd(t); };
