@@ -54,9 +54,10 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
   ClusterOptions options;
   options.heartbeat = absl::Milliseconds(20);
   options.peer_timeout = absl::Milliseconds(200);
-  Cluster c(options, self);
+  // Before the cluster: its heartbeat thread, which calls the listener, ends first.
   absl::Mutex mu;
   std::vector<std::pair<std::string, uint64_t>> lost;
+  Cluster c(options, self);
   c.Start([&](const std::string& node, uint64_t inc) {
     absl::MutexLock lock(&mu);
     lost.emplace_back(node, inc);
@@ -68,9 +69,11 @@ TEST(Cluster, MarksSilentPeersDownAndTellsListeners) {
   EXPECT_TRUE(c.OnHello(b).ok());
   b.set_incarnation(8);  // b restarted.
   EXPECT_TRUE(c.OnHello(b).ok());
-  absl::SleepFor(absl::Milliseconds(600));
-  EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kUnavailable);
+  // Both losses (the restart's, then b's silence past the timeout) within a bound.
+  auto two = [&lost]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lost.size() >= 2; };
   absl::MutexLock lock(&mu);
+  mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(10));
+  EXPECT_EQ(c.Find("b").status().code(), absl::StatusCode::kUnavailable);
   ASSERT_EQ(lost.size(), 2u);
   EXPECT_EQ(lost[0], std::make_pair(std::string("b"), uint64_t{7}));
   EXPECT_EQ(lost[1], std::make_pair(std::string("b"), uint64_t{8}));
@@ -114,9 +117,10 @@ TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {
   ClusterOptions options;
   options.heartbeat = absl::Milliseconds(20);
   options.peer_timeout = absl::Milliseconds(200);
+  // Before the cluster: its heartbeat thread, which runs the watches, ends first.
+  std::atomic<int> unknown{0}, watched{0}, forgotten{0};
   Cluster c(options, self);
   c.Start(nullptr);
-  std::atomic<int> unknown{0}, watched{0}, forgotten{0};
   c.WatchLoss("nobody", [&] { ++unknown; });  // Not a peer: at once.
   EXPECT_EQ(unknown.load(), 1);
   peer::v1::NodeDescriptor b;
@@ -127,8 +131,11 @@ TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {
   c.WatchLoss("b", [&] { ++watched; });
   c.Forget(c.WatchLoss("b", [&] { ++forgotten; }));
   EXPECT_EQ(watched.load(), 0);
-  absl::SleepFor(absl::Milliseconds(600));
+  // b goes down past the timeout (a loaded machine may take longer: bounded at 10 s).
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (watched.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(watched.load(), 1);
+  absl::SleepFor(absl::Milliseconds(100));  // A forgotten watch would run beside it.
   EXPECT_EQ(forgotten.load(), 0);
 }
 
