@@ -13,6 +13,7 @@
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/pieces.h"
 #include "tests/util/random_bytes.h"
 
 namespace gpumove {
@@ -307,22 +308,20 @@ TEST(GpuStaged, ListsWrittenAtTheSubmitMoveTheirPieces) {
       ++seed;
       SCOPED_TRACE(absl::StrCat(k.n, " pieces of up to ", k.max_len, " from ", from));
       std::mt19937_64 rng(seed);
-      std::vector<uint64_t> si(k.n), di(k.n);
-      std::iota(si.begin(), si.end(), 0);
-      std::iota(di.begin(), di.end(), 0);
-      std::shuffle(si.begin(), si.end(), rng);
-      std::shuffle(di.begin(), di.end(), rng);
+      std::vector<Piece> pieces = Shuffled(
+          k.n, slot, slot, [&](size_t) { return k.fixed ? k.max_len : 1 + rng() % k.max_len; },
+          seed);
+      if (!k.fixed) {  // Misaligned within their slots.
+        for (Piece& g : pieces) {
+          g.src += rng() % 7;
+          g.dst += rng() % 5;
+        }
+      }
       std::string expected = RandomBytes(size, seed);
       ASSERT_TRUE(client.Write(Ref(dst->id()), expected).ok());
       MoveOptions o;
-      for (size_t i = 0; i < k.n; ++i) {
-        v1::Segment g;
-        g.set_source_offset(si[i] * slot + (k.fixed ? 0 : rng() % 7));
-        g.set_destination_offset(di[i] * slot + (k.fixed ? 0 : rng() % 5));
-        g.set_length(k.fixed ? k.max_len : 1 + rng() % k.max_len);
-        o.segments.push_back(g);
-        expected.replace(g.destination_offset(), g.length(), data, g.source_offset(), g.length());
-      }
+      o.segments = AsSegments(pieces);
+      for (const Piece& g : pieces) expected.replace(g.dst, g.len, data, g.src, g.len);
       auto t = client.Move(Ref(from), Ref(dst->id()), o);
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
