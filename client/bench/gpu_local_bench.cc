@@ -4,6 +4,8 @@
 //   wall   Submit(wait) round trip, one move at a time (what a client sees),
 //   engine the daemon's own start->end time for the move (the copy itself),
 //   batch  16 moves in one Submit, bytes / wall time (RPC cost amortized).
+// With two GPUs, also both directions at once (GPU0 -> GPU1 and GPU1 -> GPU0 in one
+// Submit) against two raw copies at once, one on each GPU's stream.
 #include <algorithm>
 #include <iostream>
 #include <vector>
@@ -27,6 +29,7 @@ ABSL_FLAG(int, reps, 20, "Repetitions per size (medians are printed).");
 ABSL_FLAG(gpumove::ByteSize, min_size, gpumove::ByteSize{4096}, "Smallest move.");
 ABSL_FLAG(bool, local, true, "Measure path LOCAL (GPU0 -> GPU1, pinned <-> GPU0).");
 ABSL_FLAG(bool, cuda_ipc, true, "Measure path CUDA_IPC between two daemons.");
+ABSL_FLAG(bool, both_ways, true, "Measure GPU0 <-> GPU1 both directions at once (LOCAL).");
 
 namespace gpumove {
 namespace {
@@ -145,6 +148,100 @@ bool Sweep(Client& client, const v1::BufferRef& src, const v1::BufferRef& dst, v
   return true;
 }
 
+// Both directions at once: GPU0 -> GPU1 and GPU1 -> GPU0, `size` bytes each, as one
+// Submit of two LOCAL moves (the span from the first start to the last end, and the
+// Submit's round trip) against two cudaMemcpyAsync at once on a stream of each GPU.
+bool BothWays(Client& client, uint64_t max_size, int reps) {
+  void* raw[2][2];  // [gpu][0: source, 1: destination]
+  cudaStream_t streams[2];
+  for (int g = 0; g < 2; ++g) {
+    CHECK_CUDA(cudaSetDevice(g));
+    CHECK_CUDA(cudaMalloc(&raw[g][0], max_size));
+    CHECK_CUDA(cudaMalloc(&raw[g][1], max_size));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&streams[g], cudaStreamNonBlocking));
+    cudaError_t e = cudaDeviceEnablePeerAccess(1 - g, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CHECK_CUDA(e);
+    cudaGetLastError();
+  }
+  auto raw_both = [&](uint64_t size) {
+    const absl::Time t0 = absl::Now();
+    for (int g = 0; g < 2; ++g) {  // GPU g's source into the other GPU's destination.
+      CHECK_CUDA(cudaSetDevice(g));
+      CHECK_CUDA(cudaMemcpyAsync(raw[1 - g][1], raw[g][0], size, cudaMemcpyDefault, streams[g]));
+    }
+    for (int g = 0; g < 2; ++g) CHECK_CUDA(cudaStreamSynchronize(streams[g]));
+    return absl::ToDoubleSeconds(absl::Now() - t0);
+  };
+  std::string ids[2][2];
+  for (int g = 0; g < 2; ++g) {
+    for (int end = 0; end < 2; ++end) {
+      auto b = client.Allocate(max_size, v1::DEVICE, g);
+      if (!b.ok()) {
+        std::cerr << "allocate: " << b.status() << "\n";
+        return false;
+      }
+      ids[g][end] = b->id();
+    }
+  }
+  std::cout << "\nGPU0 <-> GPU1, both directions at once (path LOCAL, one Submit of two moves; "
+               "raw = a cudaMemcpyAsync on each GPU's stream at once; GB/s both ways together, "
+               "medians of "
+            << reps << ")\n";
+  std::cout << absl::StrFormat("%10s %9s %9s %9s %10s %10s\n", "size", "raw", "wall", "engine",
+                               "wall/raw", "engine/raw");
+  for (uint64_t size = absl::GetFlag(FLAGS_min_size).bytes; size <= max_size; size *= 4) {
+    v1::SubmitRequest both;
+    both.set_wait(true);
+    for (int g = 0; g < 2; ++g) {
+      v1::TransferSpec* spec = both.add_transfers();
+      *spec->mutable_source() = Ref(ids[g][0], 0, size);
+      *spec->mutable_destination() = Ref(ids[1 - g][1]);
+      spec->set_path(v1::LOCAL);
+    }
+    std::vector<double> raw_t, wall, engine;
+    raw_both(size);  // Warm-up.
+    for (int i = 0; i < reps + 1; ++i) {
+      const absl::Time t0 = absl::Now();
+      auto r = client.Submit(both);
+      const double w = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!r.ok() || r->transfers_size() != 2) {
+        std::cerr << "both ways: " << r.status() << "\n";
+        return false;
+      }
+      absl::Time first = absl::InfiniteFuture(), last = absl::InfinitePast();
+      for (const v1::Transfer& t : r->transfers()) {
+        if (t.state() != v1::SUCCEEDED) {
+          std::cerr << "both ways: " << t.error_message() << "\n";
+          return false;
+        }
+        first = std::min(first, absl::FromUnixSeconds(t.start_time().seconds()) +
+                                    absl::Nanoseconds(t.start_time().nanos()));
+        last = std::max(last, absl::FromUnixSeconds(t.end_time().seconds()) +
+                                  absl::Nanoseconds(t.end_time().nanos()));
+      }
+      if (i == 0) continue;  // Warm-up.
+      wall.push_back(w);
+      engine.push_back(absl::ToDoubleSeconds(last - first));
+      raw_t.push_back(raw_both(size));  // Taking turns with the daemon's.
+    }
+    const double bytes = 2.0 * size;
+    const double raw_bw = bytes / Median(raw_t) / 1e9;
+    const double wall_bw = bytes / Median(wall) / 1e9;
+    const double engine_bw = bytes / Median(engine) / 1e9;
+    std::cout << absl::StrFormat("%10s %9.2f %9.2f %9.2f %10.3f %10.3f\n", FormatBytes(size),
+                                 raw_bw, wall_bw, engine_bw, wall_bw / raw_bw, engine_bw / raw_bw);
+  }
+  for (int g = 0; g < 2; ++g) {
+    for (int end = 0; end < 2; ++end) client.Release(ids[g][end]).IgnoreError();
+    CHECK_CUDA(cudaSetDevice(g));
+    CHECK_CUDA(cudaFree(raw[g][0]));
+    CHECK_CUDA(cudaFree(raw[g][1]));
+    CHECK_CUDA(cudaStreamDestroy(streams[g]));
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  return true;
+}
+
 int Main() {
   int gpus = 0;
   CHECK_CUDA(cudaGetDeviceCount(&gpus));
@@ -217,6 +314,8 @@ int Main() {
     client->Release(src->id()).IgnoreError();
     client->Release(dst->id()).IgnoreError();
   }
+
+  if (gpus > 1 && absl::GetFlag(FLAGS_both_ways) && !BothWays(*client, max_size, reps)) return 1;
 
   // Path CUDA_IPC: a second daemon on this host serving GPU1 only; the first pushes its
   // GPU0 buffer into it, GPU to GPU through the IPC mapping, against the same raw copy.

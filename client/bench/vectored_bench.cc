@@ -13,6 +13,8 @@
 // device -> device, pinned -> device and device -> pinned instead (GPU 0), where "in
 // daemon" is the transfer's own time (start to end, without the Submit of the list) and
 // the gather kernel baseline (b) is deploy/gpu/raw_gather.cu's, printed by run.sh.
+// --dst_device=1 (two GPUs): the device -> device rows (LOCAL, and CUDA_IPC to node b) and
+// --mpi_device's receiving rank write that GPU's memory instead (rows device0->deviceN).
 //   bazel run //client/bench:vectored_bench -- --rounds=5 [--device]
 #include <algorithm>
 #include <cstdio>
@@ -40,6 +42,8 @@ ABSL_FLAG(std::string, mpi, "",
           "Measure path MPI between two ranks started with this launch (\"default\": no "
           "launcher options).");
 ABSL_FLAG(bool, mpi_device, false, "With --mpi: GPU 0's memory on both ranks.");
+ABSL_FLAG(int, dst_device, 0,
+          "With --device or --mpi_device: the GPU of the device -> device rows' destination.");
 ABSL_FLAG(std::vector<std::string>, rank_flags, {},
           "More gpumoved flags for the two daemons (with --mpi: the ranks), comma-separated.");
 ABSL_FLAG(bool, trace, false,
@@ -51,6 +55,12 @@ ABSL_FLAG(int, separate_blocks, 8192,
 
 namespace gpumove {
 namespace {
+
+// The daemons' GPUs: GPU0, and the destination's where it is another.
+std::string GpusFlag() {
+  const int dst = absl::GetFlag(FLAGS_dst_device);
+  return dst == 0 ? std::string("--gpus=0") : absl::StrCat("--gpus=0,", dst);
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -219,13 +229,18 @@ int DeviceRows(Client& c) {
     const uint64_t bytes = shape.block * shape.count;
     std::vector<uint64_t> si, di;
     Shuffle(shape.count, shape.block, &si, &di);
-    for (const Way& w : {Way{"device->device", v1::DEVICE, v1::DEVICE, nullptr},
+    const int peer = absl::GetFlag(FLAGS_dst_device);
+    const std::string dd = peer == 0 ? "device->device" : absl::StrCat("device0->device", peer);
+    const std::string ipc_dd = absl::StrCat("ipc:", dd);
+    for (const Way& w : {Way{dd.c_str(), v1::DEVICE, v1::DEVICE, nullptr},
                          Way{"pinned->device", v1::PINNED_HOST, v1::DEVICE, nullptr},
                          Way{"device->pinned", v1::DEVICE, v1::PINNED_HOST, nullptr},
-                         Way{"ipc:device->device", v1::DEVICE, v1::DEVICE, "b"}}) {
+                         Way{ipc_dd.c_str(), v1::DEVICE, v1::DEVICE, "b"}}) {
       const std::string to_node = w.to_node == nullptr ? "" : w.to_node;
+      // Device -> device rows end on the --dst_device GPU.
+      const int to_device = w.from == v1::DEVICE && w.to == v1::DEVICE ? peer : 0;
       auto src = c.Allocate(bytes, w.from, 0);
-      auto dst = c.Allocate(bytes, w.to, 0, absl::ZeroDuration(), "", to_node);
+      auto dst = c.Allocate(bytes, w.to, to_device, absl::ZeroDuration(), "", to_node);
       if (!src.ok() || !dst.ok()) {
         return std::printf("allocation failed: %s %s\n", src.status().ToString().c_str(),
                            dst.status().ToString().c_str()),
@@ -310,7 +325,7 @@ int MpiRows(const std::string& name) {
     flags = {"--host_pool_size=64MiB",
              "--pinned_pool_size=512MiB",
              "--device_pool_size=2GiB",
-             "--gpus=0",
+             GpusFlag(),
              "--noucx",
              "--mpi_chunk=4MiB"};
   }
@@ -326,15 +341,19 @@ int MpiRows(const std::string& name) {
     std::vector<uint64_t> si, di;
     Shuffle(shape.count, shape.block, &si, &di);
     auto src = c.Allocate(bytes, kind, 0);
-    auto remote = c.Allocate(bytes, kind, 0, absl::ZeroDuration(), "", "rank1");
+    auto remote = c.Allocate(bytes, kind, device ? absl::GetFlag(FLAGS_dst_device) : 0,
+                             absl::ZeroDuration(), "", "rank1");
     if (!src.ok() || !remote.ok()) return std::printf("allocation failed\n"), 1;
     v1::BufferRef to = Ref(remote->id());
     to.set_node("rank1");
     auto f = Measure(c, Ref(src->id()), to, shape, si, di, v1::MPI);
     if (!f.ok()) return std::printf("%s\n", f.status().ToString().c_str()), 1;
     std::printf("%-30s %10.2f %10.2f %10.2f %10.3f %8.2f %8.2f %8.0f %10.2f\n",
-                absl::StrCat("MPI ", name, device ? " dev" : "", " r0->r1, ", shape.count, " x ",
-                             shape.block >> 10, " KiB")
+                absl::StrCat("MPI ", name, device ? " dev" : "",
+                             device && absl::GetFlag(FLAGS_dst_device) != 0
+                                 ? absl::StrCat("0->dev", absl::GetFlag(FLAGS_dst_device))
+                                 : std::string(),
+                             " r0->r1, ", shape.count, " x ", shape.block >> 10, " KiB")
                     .c_str(),
                 f->vectored, f->in_daemon, f->contiguous, f->separate, f->vectored / f->contiguous,
                 f->in_daemon / f->contiguous, f->vectored / f->separate, f->accept_ms);
@@ -360,7 +379,7 @@ int Main() {
   std::vector<std::string> flags = {"--host_pool_size=1536MiB", "--pinned_pool_size=16MiB"};
   if (device) {
     flags = {"--host_pool_size=64MiB", "--pinned_pool_size=1100MiB", "--device_pool_size=2GiB",
-             "--gpus=0"};
+             GpusFlag()};
   }
   for (const std::string& f : absl::GetFlag(FLAGS_rank_flags)) flags.push_back(f);
   auto a = DaemonProcess::Start([&] {

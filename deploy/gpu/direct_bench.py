@@ -3,6 +3,7 @@
 put_bw -m cuda,cuda of the same sizes, medians of ROUNDS moves per size.
 
     python3 direct_bench.py --a ADDR_A --b-node b [--rounds 5] [--perftest results.txt]
+                            [--b-device 1]
 
 Each move's own time is the daemon's (start -> end of the transfer, holds and the
 acknowledgement included); "end to end" adds the client's Submit and wait. The 4 KiB row
@@ -10,7 +11,8 @@ prints latencies (us) instead of GB/s. "stream": STREAM moves of distinct buffer
 one Submit (as ucx_perftest keeps puts in flight), bytes over first start -> last end.
 --perftest: "SIZE MB/s" lines from ucx_perftest put_bw (puts in flight, the stream's
 baseline); --perftest_single: the same for one flushed put (-n 1), a single move's
-like-for-like baseline ("1put" ratios)."""
+like-for-like baseline ("1put" ratios). --b-device: the GPU of node b's buffers (1 with a
+daemon per GPU on a two-GPU machine)."""
 import argparse
 import statistics
 import time
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--paths", default="ucx,cuda_ipc")
     ap.add_argument("--stream", type=int, default=4)
     ap.add_argument("--kind", default="device")
+    ap.add_argument("--b-device", type=int, default=0)
     args = ap.parse_args()
     def read(path):
         out = {}
@@ -56,7 +59,8 @@ def main():
         for size in SIZES:
             k = args.stream if size >= (1 << 20) else 1
             srcs = [c.allocate(size, kind=args.kind) for _ in range(k)]
-            dsts = [c.allocate(size, kind=args.kind, node=args.b_node) for _ in range(k)]
+            dsts = [c.allocate(size, kind=args.kind, device=args.b_device, node=args.b_node)
+                    for _ in range(k)]
             src, dst = srcs[0], dsts[0]
             row, strm = {}, {}
             for path in paths:

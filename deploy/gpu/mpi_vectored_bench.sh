@@ -5,7 +5,8 @@
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
-# STAGED=0 runs the direct part alone.
+# STAGED=0 runs the direct part alone. VEC_ARGS adds vectored_bench flags (e.g.
+# --dst_device=1: the receiving rank's buffers on GPU1, on a two-GPU machine).
 # Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,9 +14,9 @@ OUT=${OUT:-/tmp/gpumove-gpu}
 mkdir -p "$OUT"
 ROUNDS=${1:-5}
 export GPUMOVED=$PWD/.gpu/bin/gpumoved LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
-flags=()
+read -r -a flags <<< "${VEC_ARGS:-}"
 if [ "${TRACE:-0}" = 1 ]; then
-  flags=(--rank_flags=--v=2)
+  flags+=(--rank_flags=--v=2)
   export GPUMOVE_KEEP_LOGS=1
 fi
 trace() {  # The kept job logs' trace lines (the bench prints where they were kept).

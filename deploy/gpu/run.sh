@@ -129,20 +129,7 @@ nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu &&
 .gpu/bin/vectored_bench --device --rounds=5 "${VEC_EXTRA[@]}" 2>&1 |
   tee "$OUT/vectored_bench_device.txt" | grep -v '^[ab]| '
 # Ratios: the daemon's vectored move (end to end, and its own time) over the kernel's median.
-python3 - "$OUT/raw_gather.txt" "$OUT/vectored_bench_device.txt" <<'PY'
-import re, sys
-raw = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"raw_gather (\S+) (\d+) x (\d+) KiB: ([\d.]+) GB/s median", line)
-    if m: raw[(m[1], m[2], m[3])] = float(m[4])
-for line in open(sys.argv[2]):
-    m = re.match(r"(\S+), (\d+) x (\d+) KiB\s+([\d.]+)\s+([\d.]+)", line)
-    key = (m[1].removeprefix("ipc:"), m[2], m[3]) if m else None
-    if key in raw:
-        k = raw[key]
-        print(f"{m[1]}, {m[2]} x {m[3]} KiB: end to end {float(m[4]) / k:.2f} of the kernel, "
-              f"in daemon {float(m[5]) / k:.2f} (kernel {k:.1f} GB/s)")
-PY
+python3 deploy/gpu/gather_ratios.py "$OUT/raw_gather.txt" "$OUT/vectored_bench_device.txt"
 fi
 
 # Opt-in (PARTS=python): the Python client's CUDA calls (register a torch tensor, open a

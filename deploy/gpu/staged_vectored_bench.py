@@ -6,7 +6,10 @@ daemon's start -> end). Cases: device -> device (staged on both sides: gathered 
 scattered there) pushed and pulled, and device -> host memory of the other node (staged by
 the runner alone).
 
-    python3 staged_vectored_bench.py --a ADDR_A [--b-node b] [--rounds 5]"""
+    python3 staged_vectored_bench.py --a ADDR_A [--b-node b] [--rounds 5] [--b-device 1]
+
+--b-device: the GPU of node b's device buffers (1 with a daemon per GPU on a two-GPU
+machine)."""
 import argparse
 import statistics
 
@@ -29,6 +32,7 @@ def main():
     ap.add_argument("--a", required=True)
     ap.add_argument("--b-node", default="b")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--b-device", type=int, default=0)
     args = ap.parse_args()
     rng = np.random.default_rng(26)
     print(f"{'case':>34} {'blocks':>14} {'vectored GB/s':>14} {'contiguous GB/s':>16} {'ratio':>6}")
@@ -40,7 +44,8 @@ def main():
                      ("device -> other node's host, push", "device", "host", False))
             for name, here, there, pull in cases:
                 a = c.allocate(size, kind=here)
-                b = c.allocate(size, kind=there, node=args.b_node)
+                b = c.allocate(size, kind=there, device=args.b_device if there == "device" else 0,
+                               node=args.b_node)
                 src, dst = (b, a) if pull else (a, b)
                 blocks = (rng.permutation(n).astype(np.uint64), rng.permutation(n).astype(np.uint64))
                 vec = timed(c, args.rounds, src, dst, blocks=blocks, block_size=bs)
