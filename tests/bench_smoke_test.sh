@@ -2,7 +2,7 @@
 # The benchmarks that prove our speed claims still run: small sizes, two rounds, with the
 # baselines the machine has; every gpumove figure and ratio printed and non-zero, the
 # memcpy reference under them, and no baseline process left behind.
-# Usage: bench_smoke_test.sh node|mpi
+# Usage: bench_smoke_test.sh node|mpi|datatype
 set -euo pipefail
 RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
 export GPUMOVED="$RUNFILES/daemon/gpumoved"
@@ -52,7 +52,20 @@ case "$1" in
     # .../raw(10,11) stream/rawc(12)
     run mpi_bench NPopenmpi "medians of 2 round(s)" "3 4 5 6 7 8 9 10 11 12" "3 4 6 7 10 11 12"
     ;;
-  *) fail "usage: $0 node|mpi" ;;
+  datatype)
+    # Vectored MPI without a daemon (mpi_datatype_bench): every way's bytes are checked by
+    # the bench itself (it exits non-zero on a wrong block); each row's figures above 0.
+    "$RUNFILES/client/bench/mpi_datatype_bench" --rounds=1 --max_blocks=512 --chunk=256KiB \
+      >"$WORK/out" 2>&1 || fail "mpi_datatype_bench exited $?"
+    for shape in "512 x 4 KiB" "512 x 64 KiB"; do
+      row=$(grep -m1 -E "^${shape} " "$WORK/out") || fail "no row for $shape"
+      # blocks(1-4) contiguous(5) datatype(6) dt/chunk(7) packed(8) and their ratios (9-11)
+      for col in 5 6 7 8 9 10 11; do
+        awk -v c="$col" '{ exit !($c > 0) }' <<<"$row" || fail "column $col of '$row' is not above 0"
+      done
+    done
+    ;;
+  *) fail "usage: $0 node|mpi|datatype" ;;
 esac
 cat "$WORK/out"
 echo PASS

@@ -32,6 +32,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/bench/shuffled_blocks.h"
+#include "client/bench/stream.h"
 #include "client/gpumove_client.h"
 #include "tests/util/daemon_process.h"
 #include "tests/util/mpi_job.h"
@@ -60,27 +62,6 @@ namespace {
 std::string GpusFlag() {
   const int dst = absl::GetFlag(FLAGS_dst_device);
   return dst == 0 ? std::string("--gpus=0") : absl::StrCat("--gpus=0,", dst);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-struct Shape {
-  uint64_t block;
-  size_t count;
-};
-
-// Shuffled source and destination block indices.
-void Shuffle(size_t n, uint64_t seed, std::vector<uint64_t>* s, std::vector<uint64_t>* d) {
-  std::mt19937_64 rng(seed);
-  s->resize(n);
-  d->resize(n);
-  std::iota(s->begin(), s->end(), 0);
-  std::iota(d->begin(), d->end(), 0);
-  std::shuffle(s->begin(), s->end(), rng);
-  std::shuffle(d->begin(), d->end(), rng);
 }
 
 // GB/s of a gather memcpy of the blocks on `threads` threads (baseline b).

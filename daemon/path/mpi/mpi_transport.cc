@@ -35,6 +35,8 @@ struct MpiTransport::Op {
   int32_t payload = 0;   // A wake's tag: a wake sends these four bytes.
   void* data = nullptr;
   uint64_t n = 0;
+  std::vector<int64_t> blocks;  // Nonempty: blocks of `block` bytes at these offsets.
+  uint64_t block = 0;
   int peer = 0;
   int tag = 0;
   uint64_t generation = 0;
@@ -62,6 +64,14 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void*, uint64_t, int
   return nullptr;
 }
 std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int, bool) {
+  return nullptr;
+}
+std::shared_ptr<MpiTransport::Op> MpiTransport::IsendBlocks(const void*, std::vector<int64_t>,
+                                                            uint64_t, int, int) {
+  return nullptr;
+}
+std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvBlocks(void*, std::vector<int64_t>, uint64_t,
+                                                            int, int) {
   return nullptr;
 }
 void MpiTransport::Wake(int, int) {}
@@ -297,10 +307,22 @@ void MpiTransport::Loop() {
     for (auto& task : tasks) task();
     for (auto& op : post) {
       MPI_Request r = MPI_REQUEST_NULL;
-      const int count = static_cast<int>(op->n);
-      int rc = op->send
-                   ? MPI_Isend(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r)
-                   : MPI_Irecv(op->data, count, MPI_BYTE, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      int count = static_cast<int>(op->n);
+      MPI_Datatype type = MPI_BYTE;
+      int rc = MPI_SUCCESS;
+      if (!op->blocks.empty()) {
+        // One of the derived type, freed once posted (MPI keeps it for the operation).
+        std::vector<MPI_Aint> at(op->blocks.begin(), op->blocks.end());
+        rc = MPI_Type_create_hindexed_block(
+            static_cast<int>(at.size()), static_cast<int>(op->block), at.data(), MPI_BYTE, &type);
+        if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&type);
+        count = 1;
+      }
+      if (rc == MPI_SUCCESS) {
+        rc = op->send ? MPI_Isend(op->data, count, type, op->peer, op->tag, MPI_COMM_WORLD, &r)
+                      : MPI_Irecv(op->data, count, type, op->peer, op->tag, MPI_COMM_WORLD, &r);
+      }
+      if (type != MPI_BYTE) MPI_Type_free(&type);
       if (rc != MPI_SUCCESS) {
         absl::MutexLock lock(&mu_);
         finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
@@ -461,12 +483,15 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
                                                      int tag, absl::Duration timeout, bool patient,
-                                                     std::optional<int32_t> wake) {
+                                                     std::optional<int32_t> wake,
+                                                     std::vector<int64_t> blocks, uint64_t block) {
   auto op = std::make_shared<Op>();
   op->send = send;
   op->patient = patient;
   op->data = data;
   op->n = n;
+  op->blocks = std::move(blocks);
+  op->block = block;
   if (wake.has_value()) {
     op->payload = *wake;
     op->data = &op->payload;
@@ -479,8 +504,13 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   absl::MutexLock lock(&mu_);
   op->generation = peer_generation_[peer];
   // The wake tag is only for wakes.
+  const bool bad_blocks =
+      !op->blocks.empty() &&
+      (op->block == 0 || op->block > static_cast<uint64_t>(INT_MAX) ||
+       op->blocks.size() > static_cast<size_t>(INT_MAX) || op->block * op->blocks.size() != n ||
+       std::any_of(op->blocks.begin(), op->blocks.end(), [](int64_t a) { return a < 0; }));
   if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
-      tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value()) {
+      tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value() || bad_blocks) {
     op->done = op->finished = true;
     op->ready.store(true);
     op->status = absl::InvalidArgumentError(
@@ -507,6 +537,21 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, in
                                                       bool patient) {
   return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout,
               patient);
+}
+
+std::shared_ptr<MpiTransport::Op> MpiTransport::IsendBlocks(const void* data,
+                                                            std::vector<int64_t> at, uint64_t block,
+                                                            int peer, int tag) {
+  const uint64_t n = block * at.size();
+  return Post(true, const_cast<void*>(data), n, peer, tag, options_.op_timeout, false, std::nullopt,
+              std::move(at), block);
+}
+
+std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvBlocks(void* data, std::vector<int64_t> at,
+                                                            uint64_t block, int peer, int tag) {
+  const uint64_t n = block * at.size();
+  return Post(false, data, n, peer, tag, options_.op_timeout, false, std::nullopt, std::move(at),
+              block);
 }
 
 void MpiTransport::Wake(int peer, int tag) {
