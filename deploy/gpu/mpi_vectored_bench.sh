@@ -36,4 +36,9 @@ fi
   echo "== vectored MPI, device memory direct (CUDA-aware Open MPI + UCX)"
   timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
     2>&1 | tee "$OUT/mpi_vectored_direct.txt" | grep -v 'MPI job log kept'
-  trace "$OUT/mpi_vectored_direct.txt" )
+  trace "$OUT/mpi_vectored_direct.txt"
+  # The same blocks between two ranks of that MPI without a daemon: a derived datatype
+  # (whole, and in 64 MiB messages) against the contiguous bytes (issue 26's choice).
+  echo "== vectored MPI without a daemon, device memory (derived datatypes vs contiguous)"
+  timeout 200 .gpu/bin/mpi_datatype_bench --mpi=ucx --device --chunk=64MiB --rounds=3 2>&1 |
+    tee "$OUT/mpi_datatype_device.txt" )

@@ -10,7 +10,7 @@ TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //test
          //client/bench:gpu_local_bench //client/bench:local_bench //client/bench:node_bench
          //client/bench:gpu_staged_bench //client/bench:mpi_bench //client/bench:rpc_probe
          //client/bench:ipc_probe //client/bench:small_moves_bench //client/bench:tls_bench
-         //client/bench:vectored_bench //client/bench:client_probe)
+         //client/bench:vectored_bench //client/bench:client_probe //client/bench:mpi_datatype_bench)
 bazel build "${TARGETS[@]}" 2>&1 | tail -1
 BIN=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
