@@ -168,6 +168,10 @@ ABSL_FLAG(gpumove::ByteSize, mpi_chunk, gpumove::ByteSize{4 << 20},
 ABSL_FLAG(gpumove::ByteSize, mpi_device_chunk, gpumove::ByteSize{64 << 20},
           "Bytes per MPI message of a move whose side on this node is device memory a "
           "CUDA-aware MPI takes directly.");
+ABSL_FLAG(std::string, mpi_datatypes, "auto",
+          "Vectored MPI messages of host memory as MPI derived datatypes (MPI packs the "
+          "pieces) instead of packed by copy threads: always, never, or auto (when every rank "
+          "of the job is on this host).");
 ABSL_FLAG(bool, mpi_force_staging, false,
           "Stage this node's side of every MPI move through pinned bounce buffers, as device "
           "memory is with a host-only MPI (to test that path without a GPU).");
@@ -475,6 +479,16 @@ int main(int argc, char** argv) {
   mpi.engine.device_chunk = std::max<uint64_t>(
       4096, std::min<uint64_t>(absl::GetFlag(FLAGS_mpi_device_chunk).bytes, 1ull << 30));
   mpi.engine.force_staging = absl::GetFlag(FLAGS_mpi_force_staging);
+  const std::string mpi_datatypes = absl::GetFlag(FLAGS_mpi_datatypes);
+  using Datatypes = gpumove::MpiEngineOptions::Datatypes;
+  if (mpi_datatypes == "always") {
+    mpi.engine.datatypes = Datatypes::kAlways;
+  } else if (mpi_datatypes == "never") {
+    mpi.engine.datatypes = Datatypes::kNever;
+  } else if (mpi_datatypes != "auto") {
+    LOG(ERROR) << "--mpi_datatypes must be auto, always or never";
+    return 2;
+  }
 
   gpumove::ServiceManager manager;  // systemd's Type=notify, when started by it.
   manager.Status("starting");

@@ -95,11 +95,12 @@ class Rank {
       for (size_t at = 0; at < shape.count || !window.empty();) {
         while (at < shape.count && window.size() < 4) {
           const size_t end = std::min(shape.count, at + per);
-          std::vector<int64_t> offsets(end - at);
-          for (size_t i = at; i < end; ++i) offsets[i - at] = int64_t(ids[i] * shape.block);
-          window.push_back(
-              send ? mpi_->IsendBlocks(data_, std::move(offsets), shape.block, peer, 7)
-                   : mpi_->IrecvBlocks(data_, std::move(offsets), shape.block, peer, 7));
+          MpiTransport::Parts parts;
+          parts.block = shape.block;
+          parts.at.resize(end - at);
+          for (size_t i = at; i < end; ++i) parts.at[i - at] = int64_t(ids[i] * shape.block);
+          window.push_back(send ? mpi_->IsendParts(data_, std::move(parts), peer, 7)
+                                : mpi_->IrecvParts(data_, std::move(parts), peer, 7));
           at = end;
         }
         wait(window.front());

@@ -199,11 +199,45 @@ MpiEngine::MessagePlan MpiEngine::PlanMessages(const std::vector<Segment>& piece
   return plan;
 }
 
+bool MpiEngine::Typed(const Side& side) const {
+  if (side.pieces == nullptr || side.pieces->empty() || Staged(side.local) ||
+      side.local.kind == MemoryKind::kDevice) {
+    return false;
+  }
+  switch (options_.datatypes) {
+    case MpiEngineOptions::Datatypes::kNever:
+      return false;
+    case MpiEngineOptions::Datatypes::kAlways:
+      return true;
+    case MpiEngineOptions::Datatypes::kAuto:
+      return mpi_->world().local_size == mpi_->world().size;
+  }
+  return false;
+}
+
+MpiParts MpiEngine::PartsOf(const MessagePlan& plan, size_t k) {
+  MpiParts m;
+  const size_t b = plan.begin[k], e = plan.begin[k + 1];
+  m.at.resize(e - b);
+  m.lengths.resize(e - b);
+  for (size_t i = b; i < e; ++i) {
+    m.at[i - b] = static_cast<int64_t>(plan.parts[i].src);
+    m.lengths[i - b] = static_cast<int>(plan.parts[i].length);  // At most a message.
+  }
+  return m;
+}
+
 absl::StatusOr<MpiEngine::Packing> MpiEngine::StartPacking(const Side& side) {
-  auto slots = SlotsFor(side);
-  if (!slots.ok()) return slots.status();
   Packing p;
-  p.slots = *std::move(slots);
+  p.typed = Typed(side);
+  if (p.typed) {
+    p.window = static_cast<size_t>(std::max(1, options_.window));
+  } else {
+    auto slots = SlotsFor(side);
+    if (!slots.ok()) return slots.status();
+    p.slots = *std::move(slots);
+    p.window = p.slots->at.size();
+  }
   p.plan = PlanMessages(*side.pieces, side.chunk);
   // A message that is one piece's bytes goes from or into the range itself where MPI
   // takes it.
@@ -253,11 +287,17 @@ absl::Status MpiEngine::CopyMessage(const Side& side, const Slots& slots, char* 
 absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t* sent) {
   auto packing = StartPacking(side);
   if (!packing.ok()) return packing.status();
-  absl::Cleanup give_back = [&] { GiveBack(*packing->slots); };
-  Slots* const slots = packing->slots.get();
+  absl::Cleanup give_back = [&] {
+    if (packing->slots != nullptr) GiveBack(*packing->slots);
+  };
+  Slots* const slots = packing->slots.get();  // Null: typed.
   const MessagePlan& plan = packing->plan;
-  const size_t window = slots->at.size();
+  const size_t window = packing->window;
   const bool direct_ok = packing->direct_ok;
+  const bool typed = packing->typed;
+  auto abandon = [slots] {
+    if (slots != nullptr) slots->abandoned = true;
+  };
   struct Sending {
     std::shared_ptr<MpiTransport::Op> op;
     uint64_t end;
@@ -270,8 +310,8 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
   absl::Duration pack_time, waiting;
   absl::Cleanup trace = [&] {
     VLOG(2) << "MPI vectored send to rank " << side.peer << ": " << plan.messages()
-            << " messages of " << plan.parts.size() << " parts in "
-            << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; packing "
+            << (typed ? " derived-datatype" : "") << " messages of " << plan.parts.size()
+            << " parts in " << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; packing "
             << absl::ToDoubleMicroseconds(pack_time) << " us, waits "
             << absl::ToDoubleMicroseconds(waiting) << " us";
   };
@@ -282,7 +322,7 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
       waiting += absl::Now() - t;
       if (!r.ok()) {
         *wire_failed = true;
-        slots->abandoned = true;
+        abandon();
         return r.status();
       }
       *sent = in_flight.front().end;
@@ -295,6 +335,11 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
     const size_t b = plan.begin[k], e = plan.begin[k + 1];
     const uint64_t at = k * side.chunk;
     const uint64_t n = std::min(side.chunk, side.length - at);
+    if (typed && e - b > 1) {
+      in_flight.push_back(Sending{
+          mpi_->IsendParts(side.local.data, PartsOf(plan, k), side.peer, side.tag), at + n});
+      continue;
+    }
     const char* data = nullptr;
     if (direct_ok && e - b == 1) {
       data = side.local.data + plan.parts[b].src;
@@ -314,7 +359,7 @@ absl::Status MpiEngine::SendPieces(const Side& side, bool* wire_failed, uint64_t
     waiting += absl::Now() - t;
     if (!r.ok()) {
       *wire_failed = true;
-      slots->abandoned = true;
+      abandon();
       return r.status();
     }
     *sent = in_flight.front().end;
@@ -329,21 +374,33 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
                                       const std::function<bool(uint64_t)>& progress) {
   auto packing = StartPacking(side);
   if (!packing.ok()) return packing.status();
-  absl::Cleanup give_back = [&] { GiveBack(*packing->slots); };
-  Slots* const slots = packing->slots.get();
+  absl::Cleanup give_back = [&] {
+    if (packing->slots != nullptr) GiveBack(*packing->slots);
+  };
+  Slots* const slots = packing->slots.get();  // Null: typed.
   const MessagePlan& plan = packing->plan;
-  const size_t window = slots->at.size();
+  const size_t window = packing->window;
   const bool direct_ok = packing->direct_ok;
+  const bool typed = packing->typed;
   std::deque<std::pair<std::shared_ptr<MpiTransport::Op>, size_t>> in_flight;  // Message k.
   size_t next = 0;
-  auto is_direct = [&](size_t k) { return direct_ok && plan.begin[k + 1] - plan.begin[k] == 1; };
+  auto single = [&](size_t k) { return plan.begin[k + 1] - plan.begin[k] == 1; };
+  // Received where its bytes belong: one piece's, or a typed message's.
+  auto is_direct = [&](size_t k) { return typed || (direct_ok && single(k)); };
   auto bytes_of = [&](size_t k) { return std::min(side.chunk, side.length - k * side.chunk); };
   auto post = [&] {
     while (next < plan.messages() && in_flight.size() < window) {
-      char* into = is_direct(next) ? side.local.data + plan.parts[plan.begin[next]].src
-                                   : slots->at[next % window];
-      in_flight.emplace_back(
-          mpi_->Irecv(into, bytes_of(next), side.peer, side.tag, side.patient && next == 0), next);
+      const bool patient = side.patient && next == 0;
+      if (typed && !single(next)) {
+        in_flight.emplace_back(
+            mpi_->IrecvParts(side.local.data, PartsOf(plan, next), side.peer, side.tag, patient),
+            next);
+      } else {
+        char* into = is_direct(next) ? side.local.data + plan.parts[plan.begin[next]].src
+                                     : slots->at[next % window];
+        in_flight.emplace_back(mpi_->Irecv(into, bytes_of(next), side.peer, side.tag, patient),
+                               next);
+      }
       ++next;
     }
   };
@@ -365,8 +422,8 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
   absl::Duration unpacking, waiting;
   absl::Cleanup trace = [&] {
     VLOG(2) << "MPI vectored receive from rank " << side.peer << ": " << plan.messages()
-            << " messages of " << plan.parts.size() << " parts in "
-            << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; waits "
+            << (typed ? " derived-datatype" : "") << " messages of " << plan.parts.size()
+            << " parts in " << absl::ToDoubleMicroseconds(absl::Now() - began) << " us; waits "
             << absl::ToDoubleMicroseconds(waiting) << " us, unpacking "
             << absl::ToDoubleMicroseconds(unpacking) << " us";
   };
@@ -379,7 +436,7 @@ absl::Status MpiEngine::ReceivePieces(const Side& side, const std::function<absl
     waiting += absl::Now() - t;
     if (!r.ok()) {
       st = r.status();
-      slots->abandoned = true;  // Receives cancelled by then, but not surely.
+      if (slots != nullptr) slots->abandoned = true;  // Receives cancelled by then, not surely.
     } else if (*r == 0) {
       st = absl::AbortedError(kSenderStopped);
     } else if (*r != n) {

@@ -51,6 +51,13 @@ struct MpiEngineOptions {
   int stage_slots = 4;  // Bounce buffers per staged side.
   // Stage every range, not only device memory (exercises staging without a GPU).
   bool force_staging = false;
+  // Vectored messages of host memory as MPI derived datatypes (MPI packs and unpacks the
+  // pieces itself; no slots, no copy threads) instead of packed by copy threads: never,
+  // always, or auto: where every rank of the job is on this host, which measured faster
+  // over shared memory and no slower over TCP (docs/vectored.md); between hosts packed,
+  // as not measured there.
+  enum class Datatypes { kNever, kAlways, kAuto };
+  Datatypes datatypes = Datatypes::kAuto;
 };
 
 class MpiEngine : public Engine {
@@ -180,12 +187,19 @@ class MpiEngine : public Engine {
     size_t messages() const { return begin.size() - 1; }
   };
   // What both halves of a vectored move start with: their slots and messages.
+  // `typed`: messages go as derived datatypes (Typed), no slots.
   struct Packing {
     std::unique_ptr<Slots> slots;
     MessagePlan plan;
     bool direct_ok = false;  // Whether a message of one piece may skip the slots.
+    bool typed = false;
+    size_t window = 0;  // Messages in flight.
   };
   absl::StatusOr<Packing> StartPacking(const Side& side);
+  // Whether a vectored side's messages go as MPI derived datatypes (options_.datatypes).
+  bool Typed(const Side& side) const;
+  // Message k's parts as a derived datatype over the side's range.
+  static MpiParts PartsOf(const MessagePlan& plan, size_t k);
   static MessagePlan PlanMessages(const std::vector<Segment>& pieces, uint64_t chunk);
   // Gather (`pack`) or scatter of message `k` through `slot` with one copy.
   absl::Status CopyMessage(const Side& side, const Slots& slots, char* slot,

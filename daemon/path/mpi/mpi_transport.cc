@@ -35,8 +35,7 @@ struct MpiTransport::Op {
   int32_t payload = 0;   // A wake's tag: a wake sends these four bytes.
   void* data = nullptr;
   uint64_t n = 0;
-  std::vector<int64_t> blocks;  // Nonempty: blocks of `block` bytes at these offsets.
-  uint64_t block = 0;
+  Parts parts;  // parts.at nonempty: a derived datatype of these (IsendParts).
   int peer = 0;
   int tag = 0;
   uint64_t generation = 0;
@@ -50,6 +49,13 @@ struct MpiTransport::Op {
   absl::Status status;
   uint64_t count = 0;
 };
+
+uint64_t MpiParts::bytes() const {
+  if (lengths.empty()) return block * at.size();
+  uint64_t sum = 0;
+  for (int l : lengths) sum += static_cast<uint64_t>(std::max(l, 0));
+  return sum;
+}
 
 #ifndef GPUMOVE_HAVE_MPI
 
@@ -66,12 +72,10 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Isend(const void*, uint64_t, int
 std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void*, uint64_t, int, int, bool) {
   return nullptr;
 }
-std::shared_ptr<MpiTransport::Op> MpiTransport::IsendBlocks(const void*, std::vector<int64_t>,
-                                                            uint64_t, int, int) {
+std::shared_ptr<MpiTransport::Op> MpiTransport::IsendParts(const void*, Parts, int, int) {
   return nullptr;
 }
-std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvBlocks(void*, std::vector<int64_t>, uint64_t,
-                                                            int, int) {
+std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvParts(void*, Parts, int, int, bool) {
   return nullptr;
 }
 void MpiTransport::Wake(int, int) {}
@@ -310,11 +314,16 @@ void MpiTransport::Loop() {
       int count = static_cast<int>(op->n);
       MPI_Datatype type = MPI_BYTE;
       int rc = MPI_SUCCESS;
-      if (!op->blocks.empty()) {
+      if (!op->parts.at.empty()) {
         // One of the derived type, freed once posted (MPI keeps it for the operation).
-        std::vector<MPI_Aint> at(op->blocks.begin(), op->blocks.end());
-        rc = MPI_Type_create_hindexed_block(
-            static_cast<int>(at.size()), static_cast<int>(op->block), at.data(), MPI_BYTE, &type);
+        const Parts& p = op->parts;
+        std::vector<MPI_Aint> at(p.at.begin(), p.at.end());
+        rc = p.lengths.empty()
+                 ? MPI_Type_create_hindexed_block(static_cast<int>(at.size()),
+                                                  static_cast<int>(p.block), at.data(), MPI_BYTE,
+                                                  &type)
+                 : MPI_Type_create_hindexed(static_cast<int>(at.size()), p.lengths.data(),
+                                            at.data(), MPI_BYTE, &type);
         if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&type);
         count = 1;
       }
@@ -483,15 +492,13 @@ absl::StatusOr<std::vector<std::string>> MpiTransport::Allgather(const std::stri
 
 std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint64_t n, int peer,
                                                      int tag, absl::Duration timeout, bool patient,
-                                                     std::optional<int32_t> wake,
-                                                     std::vector<int64_t> blocks, uint64_t block) {
+                                                     std::optional<int32_t> wake, Parts parts) {
   auto op = std::make_shared<Op>();
   op->send = send;
   op->patient = patient;
   op->data = data;
   op->n = n;
-  op->blocks = std::move(blocks);
-  op->block = block;
+  op->parts = std::move(parts);
   if (wake.has_value()) {
     op->payload = *wake;
     op->data = &op->payload;
@@ -504,13 +511,17 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Post(bool send, void* data, uint
   absl::MutexLock lock(&mu_);
   op->generation = peer_generation_[peer];
   // The wake tag is only for wakes.
-  const bool bad_blocks =
-      !op->blocks.empty() &&
-      (op->block == 0 || op->block > static_cast<uint64_t>(INT_MAX) ||
-       op->blocks.size() > static_cast<size_t>(INT_MAX) || op->block * op->blocks.size() != n ||
-       std::any_of(op->blocks.begin(), op->blocks.end(), [](int64_t a) { return a < 0; }));
+  const Parts& p = op->parts;
+  const bool bad_parts =
+      !p.at.empty() &&
+      (p.at.size() > static_cast<size_t>(INT_MAX) ||
+       (p.lengths.empty()
+            ? p.block == 0 || p.block > static_cast<uint64_t>(INT_MAX)
+            : p.lengths.size() != p.at.size() ||
+                  std::any_of(p.lengths.begin(), p.lengths.end(), [](int l) { return l < 0; })) ||
+       p.bytes() != n || std::any_of(p.at.begin(), p.at.end(), [](int64_t a) { return a < 0; }));
   if (n > static_cast<uint64_t>(INT_MAX) || peer < 0 || peer >= world_.size || tag < 0 ||
-      tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value() || bad_blocks) {
+      tag > world_.tag_ub || (tag == wake_tag()) != wake.has_value() || bad_parts) {
     op->done = op->finished = true;
     op->ready.store(true);
     op->status = absl::InvalidArgumentError(
@@ -539,19 +550,18 @@ std::shared_ptr<MpiTransport::Op> MpiTransport::Irecv(void* data, uint64_t n, in
               patient);
 }
 
-std::shared_ptr<MpiTransport::Op> MpiTransport::IsendBlocks(const void* data,
-                                                            std::vector<int64_t> at, uint64_t block,
-                                                            int peer, int tag) {
-  const uint64_t n = block * at.size();
+std::shared_ptr<MpiTransport::Op> MpiTransport::IsendParts(const void* data, Parts parts, int peer,
+                                                           int tag) {
+  const uint64_t n = parts.bytes();
   return Post(true, const_cast<void*>(data), n, peer, tag, options_.op_timeout, false, std::nullopt,
-              std::move(at), block);
+              std::move(parts));
 }
 
-std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvBlocks(void* data, std::vector<int64_t> at,
-                                                            uint64_t block, int peer, int tag) {
-  const uint64_t n = block * at.size();
-  return Post(false, data, n, peer, tag, options_.op_timeout, false, std::nullopt, std::move(at),
-              block);
+std::shared_ptr<MpiTransport::Op> MpiTransport::IrecvParts(void* data, Parts parts, int peer,
+                                                           int tag, bool patient) {
+  const uint64_t n = parts.bytes();
+  return Post(false, data, n, peer, tag, patient ? absl::InfiniteDuration() : options_.op_timeout,
+              patient, std::nullopt, std::move(parts));
 }
 
 void MpiTransport::Wake(int peer, int tag) {

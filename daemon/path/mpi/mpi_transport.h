@@ -53,6 +53,16 @@ struct MpiWorld {
   uint64_t world_id = 0;       // The same on every rank of the job, random per job.
 };
 
+// The parts of one message (MpiTransport::IsendParts): part i is lengths[i] bytes at
+// data + at[i] (MPI_Type_create_hindexed), or with `lengths` empty `block` bytes each
+// (MPI_Type_create_hindexed_block).
+struct MpiParts {
+  std::vector<int64_t> at;
+  std::vector<int> lengths;
+  uint64_t block = 0;
+  uint64_t bytes() const;
+};
+
 class MpiTransport {
  public:
   // True when a launcher started this process as an MPI rank (Open MPI's mpirun, MPICH's
@@ -78,14 +88,13 @@ class MpiTransport {
   // is not timed out (it waits for a sender that may start much later, such as a move
   // queued behind others; FailPeer still ends it).
   std::shared_ptr<Op> Irecv(void* data, uint64_t n, int peer, int tag, bool patient = false);
-  // One message of equal blocks, described to MPI as a derived datatype
-  // (MPI_Type_create_hindexed_block of bytes): block i is `block` bytes at data + at[i];
-  // MPI packs or unpacks them itself. For measuring that against packing (mpi_datatype_bench);
-  // the daemon's vectored moves pack. At most INT_MAX bytes in all.
-  std::shared_ptr<Op> IsendBlocks(const void* data, std::vector<int64_t> at, uint64_t block,
-                                  int peer, int tag);
-  std::shared_ptr<Op> IrecvBlocks(void* data, std::vector<int64_t> at, uint64_t block, int peer,
-                                  int tag);
+  // One message of scattered parts described to MPI as a derived datatype of bytes, which
+  // MPI packs or unpacks itself (see MpiParts). At most INT_MAX bytes in all; a receive's
+  // count is the bytes that came. Vectored moves use them (MpiEngineOptions::datatypes),
+  // and mpi_datatype_bench measures them against packing.
+  using Parts = MpiParts;
+  std::shared_ptr<Op> IsendParts(const void* data, Parts parts, int peer, int tag);
+  std::shared_ptr<Op> IrecvParts(void* data, Parts parts, int peer, int tag, bool patient = false);
   // Tells `peer` that this rank now starts sending under `tag`: its patient receives for
   // them count as running (polled without naps) before their first message ends. One
   // small message under the reserved tag wake_tag(); not waited for.
@@ -116,11 +125,10 @@ class MpiTransport {
   // Runs fn on the MPI thread and waits for it.
   absl::Status RunOnMpiThread(std::function<absl::Status()> fn);
   // `wake`: a wake (see Wake) telling `peer` about this tag; the only ops under wake_tag().
-  // `blocks`: a message of equal blocks (see IsendBlocks), n = their bytes.
+  // `parts`: a message of scattered parts (see IsendParts), n = their bytes.
   std::shared_ptr<Op> Post(bool send, void* data, uint64_t n, int peer, int tag,
                            absl::Duration timeout, bool patient = false,
-                           std::optional<int32_t> wake = std::nullopt,
-                           std::vector<int64_t> blocks = {}, uint64_t block = 0);
+                           std::optional<int32_t> wake = std::nullopt, Parts parts = {});
 
   const MpiOptions options_;
   MpiWorld world_;
