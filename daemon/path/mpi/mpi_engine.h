@@ -15,10 +15,12 @@
 // its own pinned bounce buffers with the shared staging pipeline (staging.h).
 //
 // Vectored moves: both sides see the move as its pieces' bytes one after another in the
-// runner's list order, cut into `chunk`-byte messages; each side packs (sender) or
-// unpacks (receiver) a message with one gather or scatter copy (host threads, or one GPU
-// kernel) through slots of its own: pinned bounce buffers where it stages, else scratch
-// buffers of the range's own kind (device memory for a CUDA-aware MPI), kept for later
+// runner's list order, cut into `chunk`-byte messages. A side of host memory MPI takes
+// as it is may hand each message to MPI as a derived datatype of its parts
+// (MpiEngineOptions::datatypes), which MPI packs or unpacks itself; otherwise each side
+// packs (sender) or unpacks (receiver) a message with one gather or scatter copy (host
+// threads, or one GPU kernel) through slots of its own: pinned bounce buffers where it stages, else
+// scratch buffers of the range's own kind (device memory for a CUDA-aware MPI), kept for later
 // moves. A message that is one piece's bytes in memory MPI takes goes without a copy. The
 // other node learns its pieces with StartMpi.
 #ifndef GPUMOVE_DAEMON_PATH_MPI_ENGINE_H_
