@@ -169,9 +169,10 @@ ABSL_FLAG(gpumove::ByteSize, mpi_device_chunk, gpumove::ByteSize{64 << 20},
           "Bytes per MPI message of a move whose side on this node is device memory a "
           "CUDA-aware MPI takes directly.");
 ABSL_FLAG(std::string, mpi_datatypes, "auto",
-          "Vectored MPI messages of host memory as MPI derived datatypes (MPI packs the "
-          "pieces) instead of packed by copy threads: always, never, or auto (when every rank "
-          "of the job is on this host).");
+          "Vectored MPI messages as MPI derived datatypes (MPI packs the pieces) instead of "
+          "packed by copy threads or the gather kernel: always (host memory, and device "
+          "memory with a CUDA-aware MPI), never, or auto (host memory, when every rank of the "
+          "job is on this host).");
 ABSL_FLAG(bool, mpi_force_staging, false,
           "Stage this node's side of every MPI move through pinned bounce buffers, as device "
           "memory is with a host-only MPI (to test that path without a GPU).");

@@ -5,7 +5,9 @@
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
-# STAGED=0 runs the direct part alone. VEC_ARGS adds vectored_bench flags (e.g.
+# STAGED=0 runs the direct part alone. DATATYPES=1 also runs the direct moves with their
+# messages as derived datatypes of device memory (--mpi_datatypes=always) rather than
+# packed by the gather kernel. VEC_ARGS adds vectored_bench flags (e.g.
 # --dst_device=1: the receiving rank's buffers on GPU1, on a two-GPU machine).
 # Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
 set -uo pipefail
@@ -37,6 +39,18 @@ fi
   timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
     2>&1 | tee "$OUT/mpi_vectored_direct.txt" | grep -v 'MPI job log kept'
   trace "$OUT/mpi_vectored_direct.txt"
+  # DATATYPES=1: the same moves with every message a derived datatype of device memory
+  # (--mpi_datatypes=always) instead of packed by the gather kernel.
+  if [ "${DATATYPES:-0}" = 1 ]; then
+    echo "== vectored MPI, device memory direct, messages as derived datatypes"
+    read -r -a typed <<< "${VEC_ARGS:-}"
+    rank=--mpi_datatypes=always
+    [ "${TRACE:-0}" = 1 ] && rank="--v=2,$rank"
+    timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${typed[@]}" \
+      --rank_flags="$rank" 2>&1 | tee "$OUT/mpi_vectored_direct_typed.txt" |
+      grep -v 'MPI job log kept'
+    trace "$OUT/mpi_vectored_direct_typed.txt"
+  fi
   # The same blocks between two ranks of that MPI without a daemon: a derived datatype
   # (whole, and in 64 MiB messages) against the contiguous bytes (issue 26's choice).
   echo "== vectored MPI without a daemon, device memory (derived datatypes vs contiguous)"

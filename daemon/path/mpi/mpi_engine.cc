@@ -200,17 +200,15 @@ MpiEngine::MessagePlan MpiEngine::PlanMessages(const std::vector<Segment>& piece
 }
 
 bool MpiEngine::Typed(const Side& side) const {
-  if (side.pieces == nullptr || side.pieces->empty() || Staged(side.local) ||
-      side.local.kind == MemoryKind::kDevice) {
-    return false;
-  }
+  if (side.pieces == nullptr || side.pieces->empty() || Staged(side.local)) return false;
   switch (options_.datatypes) {
     case MpiEngineOptions::Datatypes::kNever:
       return false;
     case MpiEngineOptions::Datatypes::kAlways:
       return true;
     case MpiEngineOptions::Datatypes::kAuto:
-      return mpi_->world().local_size == mpi_->world().size;
+      return side.local.kind != MemoryKind::kDevice &&
+             mpi_->world().local_size == mpi_->world().size;
   }
   return false;
 }

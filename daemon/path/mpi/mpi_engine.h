@@ -53,11 +53,12 @@ struct MpiEngineOptions {
   int stage_slots = 4;  // Bounce buffers per staged side.
   // Stage every range, not only device memory (exercises staging without a GPU).
   bool force_staging = false;
-  // Vectored messages of host memory as MPI derived datatypes (MPI packs and unpacks the
-  // pieces itself; no slots, no copy threads) instead of packed by copy threads: never,
-  // always, or auto: where every rank of the job is on this host, which measured faster
-  // over shared memory and no slower over TCP (docs/vectored.md); between hosts packed,
-  // as not measured there.
+  // Vectored messages as MPI derived datatypes (MPI packs and unpacks the pieces itself;
+  // no slots, no copy threads) instead of packed by copy threads or the gather kernel:
+  // never; always (wherever MPI takes the range as it is: host memory, and device memory
+  // with a CUDA-aware MPI); or auto: host memory where every rank of the job is on this
+  // host, which measured faster over shared memory and no slower over TCP
+  // (docs/vectored.md); packed between hosts and for device memory, not measured there.
   enum class Datatypes { kNever, kAlways, kAuto };
   Datatypes datatypes = Datatypes::kAuto;
 };
