@@ -47,30 +47,54 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
     if (cuda_err_ != cudaSuccess) return CudaError(cuda_err_, #call); \
   } while (0)
 
+#ifdef GPUMOVE_HAVE_GATHER
+// Mapped page-locked memory for gather descriptors, which the kernel reads in place
+// (`mapped`: its address there): a gather's own, or a list's written at its Submit.
+struct DescriptorRoom {
+  GatherPiece* host = nullptr;
+  GatherPiece* mapped = nullptr;
+  uint64_t capacity = 0;  // Descriptors it holds.
+};
+// A room for at least `n` descriptors (a power of two, at least 4096).
+absl::StatusOr<DescriptorRoom> NewDescriptorRoom(uint64_t n) {
+  uint64_t want = 4096;
+  while (want < n) want *= 2;
+  DescriptorRoom r;
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&p, want * sizeof(GatherPiece), cudaHostAllocMapped | cudaHostAllocPortable));
+  r.host = static_cast<GatherPiece*>(p);
+  void* d = nullptr;
+  if (cudaError_t err = cudaHostGetDevicePointer(&d, p, 0); err != cudaSuccess) {
+    cudaFreeHost(p);
+    return CudaError(err, "cudaHostGetDevicePointer");
+  }
+  r.mapped = static_cast<GatherPiece*>(d);
+  r.capacity = want;
+  return r;
+}
+void FreeDescriptorRoom(const DescriptorRoom& r) {
+  if (r.host != nullptr) cudaFreeHost(r.host);
+}
+#endif
+
 // A stream and the events a chunked copy waits on, for one device.
 struct CopyStream {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::array<cudaEvent_t, 2> done{};
 #ifdef GPUMOVE_HAVE_GATHER
-  // A gather's pieces: written in mapped page-locked memory that the kernel reads in
-  // place (`mapped_pieces`, its address there). Grown to the largest list seen, kept with
-  // the stream.
-  GatherPiece* host_pieces = nullptr;
-  GatherPiece* mapped_pieces = nullptr;
-  uint64_t capacity = 0;
+  // A gather's pieces, written where the kernel reads them; grown to the largest list
+  // seen, kept with the stream.
+  DescriptorRoom room;
   absl::Status Reserve(uint64_t n) {
-    if (n <= capacity) return absl::OkStatus();
-    uint64_t want = std::max<uint64_t>(capacity * 2, 4096);
-    while (want < n) want *= 2;
-    if (host_pieces != nullptr) cudaFreeHost(host_pieces);
-    host_pieces = mapped_pieces = nullptr;
-    capacity = 0;
-    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_pieces, want * sizeof(GatherPiece),
-                                       cudaHostAllocMapped | cudaHostAllocPortable));
-    CUDA_RETURN_IF_ERROR(
-        cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped_pieces), host_pieces, 0));
-    capacity = want;
+    if (n <= room.capacity) return absl::OkStatus();
+    const uint64_t want = std::max(n, room.capacity * 2);
+    FreeDescriptorRoom(room);
+    room = DescriptorRoom{};
+    auto grown = NewDescriptorRoom(want);
+    if (!grown.ok()) return grown.status();
+    room = *grown;
     return absl::OkStatus();
   }
   // xxh3 block sums: mapped page-locked memory the kernel writes, grown likewise.
@@ -108,7 +132,7 @@ class StreamPool {
         auto it = free.end() - 1;
 #ifdef GPUMOVE_HAVE_GATHER
         for (auto f = free.rbegin(); pieces > 0 && f != free.rend(); ++f) {
-          if ((*f)->capacity >= pieces) {
+          if ((*f)->room.capacity >= pieces) {
             it = std::prev(f.base());
             break;
           }
@@ -278,17 +302,12 @@ class CudaRuntime : public GpuRuntime {
   // Piece lists written at their Submit where the gather kernels read them (StagePieces),
   // each in a room of mapped page-locked memory; rooms without a list are kept for the
   // next ones.
-  struct StagedRoom {
-    GatherPiece* host = nullptr;
-    GatherPiece* mapped = nullptr;  // Its address for kernels.
-    uint64_t capacity = 0;          // Descriptors it holds.
-  };
   struct StagedList {
     std::weak_ptr<const void> owner;
     const Segment* pieces = nullptr;
     size_t n = 0;
     uint64_t total = 0;
-    StagedRoom room;
+    DescriptorRoom room;
   };
   // Lists shorter than this are read by the move's thread as before (a short pass).
   static constexpr size_t kStageMin = 1024;
@@ -324,28 +343,19 @@ class CudaRuntime : public GpuRuntime {
       }
     }
     if (s.room.host == nullptr) {
-      uint64_t want = 4096;
-      while (want < n) want *= 2;
-      void* p = nullptr;
-      if (cudaHostAlloc(&p, want * sizeof(GatherPiece),
-                        cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      auto room = NewDescriptorRoom(n);
+      if (!room.ok()) {
         cudaGetLastError();
         return;
       }
-      void* d = nullptr;
-      if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
-        cudaGetLastError();
-        cudaFreeHost(p);
-        return;
-      }
-      s.room = StagedRoom{static_cast<GatherPiece*>(p), static_cast<GatherPiece*>(d), want};
+      s.room = *room;
     }
     std::memcpy(s.room.host, pieces, n * sizeof(Segment));
     s.owner = owner;
     s.pieces = pieces;
     s.n = n;
     s.total = total;
-    std::vector<StagedRoom> freed;  // Let go outside the lock.
+    std::vector<DescriptorRoom> freed;  // Let go outside the lock.
     {
       absl::MutexLock lock(&staged_mu_);
       // Lists whose moves ended (or were refused) give their rooms back; past the cap,
@@ -360,7 +370,7 @@ class CudaRuntime : public GpuRuntime {
           ++it;
         }
       }
-      for (const StagedRoom& r : spare_) bytes += r.capacity * sizeof(GatherPiece);
+      for (const DescriptorRoom& r : spare_) bytes += r.capacity * sizeof(GatherPiece);
       while (bytes > kStagedBytes && !spare_.empty()) {
         bytes -= spare_.front().capacity * sizeof(GatherPiece);
         freed.push_back(spare_.front());
@@ -373,7 +383,7 @@ class CudaRuntime : public GpuRuntime {
       }
       staged_.push_back(std::move(s));
     }
-    for (const StagedRoom& r : freed) cudaFreeHost(r.host);
+    for (const DescriptorRoom& r : freed) FreeDescriptorRoom(r);
   }
 
   // The staged copy of these pieces, taken out, if their owner still holds them.
@@ -389,7 +399,7 @@ class CudaRuntime : public GpuRuntime {
     }
     return std::nullopt;
   }
-  void GiveBackRoom(const StagedRoom& room) {
+  void GiveBackRoom(const DescriptorRoom& room) {
     absl::MutexLock lock(&staged_mu_);
     spare_.push_back(room);
   }
@@ -820,11 +830,11 @@ class CudaRuntime : public GpuRuntime {
       uint64_t at = 0, sent = 0, round = 0;
       auto send = [&]() -> absl::Status {
         if (sent == k) return absl::OkStatus();
-        const GatherPiece* from = s.mapped_pieces + (sent - (k - at));
+        const GatherPiece* from = s.room.mapped + (sent - (k - at));
         if (made != nullptr) {
-          CUDA_RETURN_IF_ERROR(
-              cudaMemcpyAsync(made->pieces + sent, s.host_pieces + (sent - (k - at)),
-                              (k - sent) * sizeof(GatherPiece), cudaMemcpyHostToDevice, s.stream));
+          CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(made->pieces + sent, s.room.host + (sent - (k - at)),
+                                               (k - sent) * sizeof(GatherPiece),
+                                               cudaMemcpyHostToDevice, s.stream));
           from = made->pieces + sent;
         }
         CUDA_RETURN_IF_ERROR(LaunchGather(from, k - sent, src, dst, s.stream));
@@ -836,21 +846,22 @@ class CudaRuntime : public GpuRuntime {
         const Segment& g = pieces[i];
         const uint64_t need =
             g.length <= kGatherPieceMax ? 1 : (g.length + kGatherPieceMax - 1) / kGatherPieceMax;
-        if (at + need > s.capacity) {
+        if (at + need > s.room.capacity) {
           // The room is full: what is in it is queued and waited for, then it is doubled
           // (or made to fit this piece).
           if (absl::Status st = send(); !st.ok()) return st;
           CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
-          if (absl::Status st = s.Reserve(std::max<uint64_t>(need, s.capacity * 2)); !st.ok()) {
+          if (absl::Status st = s.Reserve(std::max<uint64_t>(need, s.room.capacity * 2));
+              !st.ok()) {
             return st;
           }
           at = 0;
         }
         if (need == 1) {
-          s.host_pieces[at++] = GatherPiece{g.src, g.dst, g.length};
+          s.room.host[at++] = GatherPiece{g.src, g.dst, g.length};
         } else {
           for (uint64_t off = 0; off < g.length; off += kGatherPieceMax) {
-            s.host_pieces[at++] =
+            s.room.host[at++] =
                 GatherPiece{g.src + off, g.dst + off, std::min(kGatherPieceMax, g.length - off)};
           }
         }
@@ -913,7 +924,7 @@ class CudaRuntime : public GpuRuntime {
   std::vector<std::shared_ptr<const KeptDescriptors>> kept_ ABSL_GUARDED_BY(kept_mu_);
   absl::Mutex staged_mu_;
   std::vector<StagedList> staged_ ABSL_GUARDED_BY(staged_mu_);  // Oldest first.
-  std::vector<StagedRoom> spare_ ABSL_GUARDED_BY(staged_mu_);
+  std::vector<DescriptorRoom> spare_ ABSL_GUARDED_BY(staged_mu_);
 #endif
   absl::Mutex imported_mu_;
   absl::flat_hash_map<std::string, cudaEvent_t> imported_ ABSL_GUARDED_BY(imported_mu_);
