@@ -18,6 +18,11 @@ for t in "${TARGETS[@]}"; do
   p=${t#//}; p=${p/://}
   cp "$BIN/$p" .gpu/bin/
 done
+# A device call carries at most 64 MiB: the benchmarks and probes go without their symbol
+# tables; the daemon and the tests keep theirs for the stack traces of a failure.
+for b in .gpu/bin/*; do
+  case $(basename "$b") in gpumoved|gpu_*_test) ;; *) chmod u+w "$b"; strip --strip-unneeded "$b" ;; esac
+done
 # Everything the binaries link but glibc and the compiler runtime, which the GPU machine
 # has in newer versions, and Open MPI with what it loads (the machine's own Open MPI must
 # be used: it finds its plugins by path).
