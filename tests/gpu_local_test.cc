@@ -332,6 +332,67 @@ TEST(GpuStaged, ListsWrittenAtTheSubmitMoveTheirPieces) {
   EXPECT_TRUE(absl::StrContains(log, "descriptors written at the Submit")) << log;
 }
 
+// Pieces between device memory and a packed run of pinned memory (each piece's host side
+// starts where the one before it ended, as in a staging slot) go as one DMA copy of the run
+// and a gather kernel on the GPU through a device bounce: pinned -> device and device ->
+// pinned, 4 KiB blocks and pieces of 1 B .. 90 KiB (past the kernel's 64 KiB cut), the run
+// at a misaligned offset, every destination byte checked (the bytes around the run and
+// between the device pieces untouched); the daemon's --v=2 lines say the bounce was used.
+TEST(GpuBounce, PiecesToAndFromAPackedHostRunMoveEveryByte) {
+  auto p = DaemonProcess::Start({"--host_pool_size=256MiB", "--pinned_pool_size=256MiB",
+                                 "--device_pool_size=1GiB", "--node=gpu-node", "--v=2",
+                                 "--max_move_rate=0"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto c = Client::Connect((*p)->address());
+  ASSERT_TRUE(c.ok());
+  Client& client = **c;
+  struct Shape {
+    size_t n;
+    uint64_t max_len;
+    bool fixed;
+  };
+  uint64_t seed = 70;
+  for (const Shape& k : {Shape{2048, 4096, true}, Shape{700, 90 << 10, false}}) {
+    for (const bool to_device : {true, false}) {
+      ++seed;
+      SCOPED_TRACE(absl::StrCat(k.n, " pieces of up to ", k.max_len,
+                                to_device ? ", pinned run -> device" : ", device -> pinned run"));
+      const uint64_t slot = k.max_len + 8, run_at = 4099;
+      std::mt19937_64 rng(seed);
+      std::vector<Piece> pieces = Shuffled(
+          k.n, slot, slot, [&](size_t) { return k.fixed ? k.max_len : 1 + rng() % k.max_len; },
+          seed);
+      uint64_t at = run_at;
+      for (Piece& g : pieces) {  // The host side packed, in list order.
+        (to_device ? g.src : g.dst) = at;
+        at += g.len;
+      }
+      const uint64_t size = k.n * slot + run_at + 64;
+      auto pinned = client.Allocate(size, v1::PINNED_HOST, 0);
+      auto dev = client.Allocate(size, v1::DEVICE, 0);
+      ASSERT_TRUE(pinned.ok() && dev.ok());
+      const std::string& from = to_device ? pinned->id() : dev->id();
+      const std::string& to = to_device ? dev->id() : pinned->id();
+      const std::string data = RandomBytes(size, seed);
+      std::string expected = RandomBytes(size, seed + 100);
+      ASSERT_TRUE(client.Write(Ref(from), data).ok());
+      ASSERT_TRUE(client.Write(Ref(to), expected).ok());
+      MoveOptions o;
+      o.segments = AsSegments(pieces);
+      for (const Piece& g : pieces) expected.replace(g.dst, g.len, data, g.src, g.len);
+      auto t = client.Move(Ref(from), Ref(to), o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ASSERT_EQ(t->state(), v1::SUCCEEDED) << t->error_message();
+      ASSERT_TRUE(*client.Read(Ref(to)) == expected);
+      ASSERT_TRUE(client.Release(pinned->id()).ok());
+      ASSERT_TRUE(client.Release(dev->id()).ok());
+    }
+  }
+  const std::string log = (*p)->Log();
+  EXPECT_TRUE(absl::StrContains(log, "from a host run of")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "to a host run of")) << log;
+}
+
 TEST_F(GpuLocal, BadDeviceRequestsAreRefused) {
   EXPECT_EQ(client_->Allocate(4096, v1::DEVICE, 64).status().code(),
             absl::StatusCode::kInvalidArgument);

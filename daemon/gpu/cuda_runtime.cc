@@ -112,6 +112,21 @@ struct CopyStream {
     sums_capacity = n;
     return absl::OkStatus();
   }
+  // A device bounce for copies of pieces to or from a host run (CudaRuntime::ThroughBounce),
+  // grown to the largest run seen, kept with the stream.
+  char* bounce = nullptr;
+  uint64_t bounce_capacity = 0;
+  absl::Status ReserveBounce(uint64_t n) {
+    if (n <= bounce_capacity) return absl::OkStatus();
+    // The stream is idle: its last use was waited for before it came back to the pool.
+    if (bounce != nullptr) cudaFree(bounce);
+    bounce = nullptr;
+    bounce_capacity = 0;
+    const uint64_t want = (n + (uint64_t{1} << 20) - 1) & ~((uint64_t{1} << 20) - 1);
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&bounce, want));
+    bounce_capacity = want;
+    return absl::OkStatus();
+  }
 #endif
 };
 
@@ -283,6 +298,11 @@ class CudaRuntime : public GpuRuntime {
                           const Segment* pieces, size_t n, uint64_t round_bytes,
                           const CopyProgress& progress, uint64_t list_serial = 0) override {
 #ifdef GPUMOVE_HAVE_GATHER
+    if ((src_device == kHostDevice) != (dst_device == kHostDevice) && list_serial == 0) {
+      std::optional<absl::Status> bounced =
+          ThroughBounce(dst, dst_device, src, src_device, pieces, n, round_bytes, progress);
+      if (bounced.has_value()) return *bounced;
+    }
     if (src_device != kHostDevice || dst_device != kHostDevice) {
       // On the destination's GPU when it has one (its stores stay local; loads cross).
       const int device = dst_device != kHostDevice ? dst_device : src_device;
@@ -299,6 +319,74 @@ class CudaRuntime : public GpuRuntime {
   }
 
 #ifdef GPUMOVE_HAVE_GATHER
+  // Runs of host memory at most this long go through a device bounce (ThroughBounce).
+  static constexpr uint64_t kBounceMax = uint64_t{64} << 20;
+
+  // Pieces between device memory and a run of page-locked host memory (the host side of
+  // each piece starts where the one before it ended, as in a staging slot) go as one DMA
+  // copy of the run between the host and a device bounce, and one gather kernel between
+  // the bounce and the pieces on the GPU: the copy engines carry the bytes over PCIe as in
+  // a whole copy, not the kernel's own loads and stores, which slowed to half when two
+  // such kernels ran at once (a staged move's gather and its peer's scatter on one GPU:
+  // docs/performance/). nullopt: not such a copy, or no device memory for the bounce (the
+  // caller copies the pieces as before).
+  std::optional<absl::Status> ThroughBounce(char* dst, int dst_device, const char* src,
+                                            int src_device, const Segment* pieces, size_t n,
+                                            uint64_t round_bytes, const CopyProgress& progress) {
+    const absl::Time entered = absl::Now();
+    if (n < 2) return std::nullopt;
+    const bool to_host = dst_device == kHostDevice;
+    const int device = to_host ? src_device : dst_device;
+    auto host_at = [to_host](const Segment& g) { return to_host ? g.dst : g.src; };
+    const uint64_t first = host_at(pieces[0]);
+    uint64_t end = first;
+    for (size_t i = 0; i < n; ++i) {
+      if (host_at(pieces[i]) != end) return std::nullopt;
+      end += pieces[i].length;
+    }
+    const uint64_t run = end - first;
+    // One round only: a rate cap's or progress's rounds go as before.
+    if (run == 0 || run > kBounceMax || (round_bytes != 0 && round_bytes < run)) {
+      return std::nullopt;
+    }
+    const char* host = to_host ? dst : src;
+    // Page-locked (mapped) host memory only, as the gather kernel needs: pageable memory
+    // goes as before.
+    if (KernelAddress(host, kHostDevice, device) == nullptr) return std::nullopt;
+    const char* gpu = to_host ? src : dst;
+    const absl::Time began = absl::Now();
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    auto taken = streams_.Take(device);
+    if (!taken.ok()) return taken.status();
+    StreamLease lease(&streams_, *taken);
+    CopyStream& s = *lease;
+    if (!s.ReserveBounce(run).ok()) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    std::vector<Segment> rebased(pieces, pieces + n);
+    for (Segment& g : rebased) (to_host ? g.dst : g.src) -= first;
+    absl::Status st;
+    if (to_host) {
+      st = Gather(device, s.bounce, gpu, rebased.data(), n, 0, nullptr, 0);
+      if (!st.ok()) return st;
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst + first, s.bounce, run, cudaMemcpyDeviceToHost, s.stream));
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+      if (progress) progress(run);
+    } else {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(s.bounce, src + first, run, cudaMemcpyHostToDevice, s.stream));
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+      st = Gather(device, dst, s.bounce, rebased.data(), n, 0, progress, 0);
+    }
+    VLOG(2) << "GPU copy of " << n << " pieces " << (to_host ? "to" : "from") << " a host run of "
+            << run << " bytes through a device bounce on GPU " << device << ": "
+            << absl::ToDoubleMicroseconds(absl::Now() - began) << " us ("
+            << absl::ToDoubleMicroseconds(began - entered) << " us to get there)";
+    return st;
+  }
+
   // Piece lists written at their Submit where the gather kernels read them (StagePieces),
   // each in a room of mapped page-locked memory; rooms without a list are kept for the
   // next ones.

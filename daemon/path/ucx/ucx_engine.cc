@@ -526,6 +526,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
     };
     steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
+      trace.Mark(offset, "scatter<");  // Begun.
       const Segments s = here(offset, n);
       return trace.Marked(offset, "scatter",
                           gpu_->CopyPieces(dst.data, dst.device, near(b, offset), kHostDevice,
