@@ -253,11 +253,12 @@ int Child() {
     }
     (void)(*mpi)->Allgather("");  // The receiver checked before rank 0 prints.
     if (r.rank() == 0) {
-      std::printf("%-18s %12.2f %12.2f %12.2f %12s %10.2f %10.2f %10s\n",
+      // Ratios to three significant figures: some are far below 0.01.
+      std::printf("%-18s %12.2f %12.2f %12.2f %12s %10.3g %10.3g %10s\n",
                   absl::StrCat(shape.count, " x ", shape.block >> 10, " KiB").c_str(), gbs[0],
                   gbs[1], gbs[2], device ? "" : absl::StrFormat("%.2f", gbs[3]).c_str(),
                   gbs[1] / gbs[0], gbs[2] / gbs[0],
-                  device ? "" : absl::StrFormat("%.2f", gbs[3] / gbs[0]).c_str());
+                  device ? "" : absl::StrFormat("%.3g", gbs[3] / gbs[0]).c_str());
       std::fflush(stdout);
     }
   }

@@ -524,6 +524,9 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
                               : transport_->GetPieces(ForPieceCopies(far(a)), local.data,
                                                       here(offset, n), nullptr));
     };
+    // Our scatters two at once, as a push's gathers: each waits for its copy to the GPU
+    // before its kernel, and for the kernel.
+    steps.drain_threads = 2;
     steps.drain = [&](size_t, size_t b, uint64_t offset, uint64_t n) -> absl::Status {
       if (!ours.has_value()) return absl::OkStatus();
       trace.Mark(offset, "scatter<");  // Begun.
