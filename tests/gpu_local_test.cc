@@ -39,6 +39,13 @@ class GpuLocal : public ::testing::Test {
   static Client* client_;
 };
 
+// A daemon of the test's own whose --v=2 lines the test reads, without a rate cap.
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartLogged() {
+  return DaemonProcess::Start({"--host_pool_size=256MiB", "--pinned_pool_size=256MiB",
+                               "--device_pool_size=1GiB", "--node=gpu-node", "--v=2",
+                               "--max_move_rate=0"});
+}
+
 DaemonProcess* GpuLocal::process_ = nullptr;
 Client* GpuLocal::client_ = nullptr;
 
@@ -280,9 +287,7 @@ TEST(GpuPrepared, ListsKeepTheirDescriptorsOnTheGpu) {
 // --v=2 lines say those gathers used the descriptors written at the Submit. A list with
 // pieces past the kernel's 64 KiB cut is not staged and moves as before.
 TEST(GpuStaged, ListsWrittenAtTheSubmitMoveTheirPieces) {
-  auto p = DaemonProcess::Start({"--host_pool_size=256MiB", "--pinned_pool_size=256MiB",
-                                 "--device_pool_size=1GiB", "--node=gpu-node", "--v=2",
-                                 "--max_move_rate=0"});
+  auto p = StartLogged();
   ASSERT_TRUE(p.ok()) << p.status();
   auto c = Client::Connect((*p)->address());
   ASSERT_TRUE(c.ok());
@@ -339,9 +344,7 @@ TEST(GpuStaged, ListsWrittenAtTheSubmitMoveTheirPieces) {
 // at a misaligned offset, every destination byte checked (the bytes around the run and
 // between the device pieces untouched); the daemon's --v=2 lines say the bounce was used.
 TEST(GpuBounce, PiecesToAndFromAPackedHostRunMoveEveryByte) {
-  auto p = DaemonProcess::Start({"--host_pool_size=256MiB", "--pinned_pool_size=256MiB",
-                                 "--device_pool_size=1GiB", "--node=gpu-node", "--v=2",
-                                 "--max_move_rate=0"});
+  auto p = StartLogged();
   ASSERT_TRUE(p.ok()) << p.status();
   auto c = Client::Connect((*p)->address());
   ASSERT_TRUE(c.ok());
