@@ -531,6 +531,7 @@ absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& ds
       if (!ours.has_value()) return absl::OkStatus();
       trace.Mark(offset, "scatter<");  // Begun.
       const Segments s = here(offset, n);
+      trace.Mark(offset, "scatter=");  // Its list built.
       return trace.Marked(offset, "scatter",
                           gpu_->CopyPieces(dst.data, dst.device, near(b, offset), kHostDevice,
                                            s.list.data(), s.list.size(), n, nullptr));
