@@ -421,6 +421,85 @@ TEST_F(GpuIpcTwoDaemons, FencedMovesLandBeforeTheyAreAcknowledged) {
   EXPECT_TRUE(absl::StrContains(b_->Log(), "fence passed"));  // b waited for a's copies.
 }
 
+// Vectored moves ipc-a runs onto and out of ipc-b's GPU memory end as contiguous ones do:
+// the gather kernel's last round runs on behind a fence while b is told (b logs the fence
+// it waited for; a copy that went to the end before b was told has none), pushes and
+// pulls, with and without a checksum, lists in the Submit and prepared ones (whose first
+// gather keeps its descriptors and so goes to the end); every destination byte checked.
+TEST_F(GpuIpcTwoDaemons, VectoredMovesEndBehindAFence) {
+  const size_t n = 2048;
+  const uint64_t slot = 8 << 10;  // 16 MiB ranges: past --cuda_ipc_fence_min.
+  std::mt19937_64 rng(91);
+  std::vector<uint64_t> si(n), di(n);
+  for (size_t i = 0; i < n; ++i) si[i] = di[i] = i;
+  std::shuffle(si.begin(), si.end(), rng);
+  std::shuffle(di.begin(), di.end(), rng);
+  std::vector<v1::Segment> segments;
+  for (size_t i = 0; i < n; ++i) {
+    v1::Segment g;
+    g.set_source_offset(si[i] * slot);
+    g.set_destination_offset(di[i] * slot);
+    g.set_length(slot - rng() % 64);
+    segments.push_back(g);
+  }
+  auto a_mem = ca_->Allocate(n * slot, v1::DEVICE, 0);
+  auto b_mem = cb_->Allocate(n * slot, v1::DEVICE, other_);
+  ASSERT_TRUE(a_mem.ok() && b_mem.ok()) << a_mem.status() << b_mem.status();
+  auto count = [this](const std::string& what) {
+    const std::string log = b_->Log();
+    size_t k = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++k;
+    return k;
+  };
+  const std::string early = "(the hold ends when the runner's fence passes)";
+  const std::string waited = "(after the runner's fence passed)";
+  auto list = ca_->PreparePieces(segments, {}, "ipc-a");
+  ASSERT_TRUE(list.ok()) << list.status();
+  uint64_t seed = 92;
+  int move = 0;
+  for (bool prepared : {false, true}) {
+    for (bool checksum : {false, true}) {
+      for (bool push : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(prepared ? "prepared, " : "", checksum ? "checksum, " : "",
+                                  push ? "push" : "pull"));
+        Client& from = push ? *ca_ : *cb_;
+        Client& to = push ? *cb_ : *ca_;
+        const std::string from_id = push ? a_mem->id() : b_mem->id();
+        const std::string to_id = push ? b_mem->id() : a_mem->id();
+        const std::string data = RandomBytes(n * slot, ++seed);
+        std::string expected = RandomBytes(n * slot, ++seed);
+        ASSERT_TRUE(from.Write(Ref(from_id), data).ok());
+        ASSERT_TRUE(to.Write(Ref(to_id), expected).ok());
+        for (const v1::Segment& g : segments) {
+          expected.replace(g.destination_offset(), g.length(), data, g.source_offset(), g.length());
+        }
+        MoveOptions o;
+        o.path = v1::CUDA_IPC;
+        o.checksum = checksum;
+        if (prepared) {
+          o.prepared_pieces = list->id();
+        } else {
+          o.segments = segments;
+        }
+        const size_t early_before = count(early), waited_before = count(waited);
+        auto moved = ca_->Move(On(push ? "ipc-a" : "ipc-b", from_id),
+                               On(push ? "ipc-b" : "ipc-a", to_id), o);
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+        EXPECT_EQ(moved->pieces(), n);
+        EXPECT_TRUE(*to.Read(Ref(to_id)) == expected);
+        // Fenced, but for a prepared list's first move (a push: the list's first
+        // gather on a's GPU).
+        const bool fenced = !(prepared && move == 4);
+        ++move;
+        EXPECT_EQ(count(early) - early_before, fenced && !checksum ? 1u : 0u);
+        EXPECT_EQ(count(waited) - waited_before, fenced && checksum ? 1u : 0u);
+      }
+    }
+  }
+  ASSERT_TRUE(ca_->ReleasePieces(list->id()).ok());
+}
+
 // Without a checksum, b acknowledges a's fenced copy at once and a reports the move done
 // when it sees its own fence pass: the bytes are there at SUCCEEDED, and b's range may be
 // released at once (b's Release waits the microseconds until b sees the fence pass too),

@@ -13,6 +13,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -297,6 +298,27 @@ class CudaRuntime : public GpuRuntime {
   absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                           const Segment* pieces, size_t n, uint64_t round_bytes,
                           const CopyProgress& progress, uint64_t list_serial = 0) override {
+    return CopyPiecesOn(dst, dst_device, src, src_device, pieces, n, round_bytes, progress,
+                        list_serial, nullptr);
+  }
+
+  absl::StatusOr<std::unique_ptr<CopyFence>> CopyPiecesFenced(
+      char* dst, int dst_device, const char* src, int src_device, const Segment* pieces, size_t n,
+      uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial = 0) override {
+    std::unique_ptr<CopyFence> fence;
+    absl::Status st = CopyPiecesOn(dst, dst_device, src, src_device, pieces, n, round_bytes,
+                                   progress, list_serial, &fence);
+    if (!st.ok()) return st;
+    if (fence == nullptr) fence = std::make_unique<EndedFence>();  // Copied to the end.
+    return fence;
+  }
+
+  // CopyPieces; with `fence`, a gather kernel's last round is only queued and *fence set
+  // to one behind it (left null where the copy went to the end).
+  absl::Status CopyPiecesOn(char* dst, int dst_device, const char* src, int src_device,
+                            const Segment* pieces, size_t n, uint64_t round_bytes,
+                            const CopyProgress& progress, uint64_t list_serial,
+                            std::unique_ptr<CopyFence>* fence) {
 #ifdef GPUMOVE_HAVE_GATHER
     if ((src_device == kHostDevice) != (dst_device == kHostDevice) && list_serial == 0) {
       std::optional<absl::Status> bounced =
@@ -310,7 +332,7 @@ class CudaRuntime : public GpuRuntime {
       const char* d = KernelAddress(dst, dst_device, device);
       if (s != nullptr && d != nullptr) {
         return Gather(device, const_cast<char*>(d), s, pieces, n, round_bytes, progress,
-                      list_serial);
+                      list_serial, fence);
       }
     }
 #endif
@@ -494,8 +516,12 @@ class CudaRuntime : public GpuRuntime {
 
   // A staged list's gather: one kernel reading the descriptors written at the Submit.
   absl::Status GatherStaged(int device, char* dst, const char* src, const StagedList& staged,
-                            const CopyProgress& progress, absl::Time began) {
-    absl::Cleanup give_back = [&] { GiveBackRoom(staged.room); };
+                            const CopyProgress& progress, absl::Time began,
+                            std::unique_ptr<CopyFence>* fence) {
+    bool room_kept = false;  // By a fence: the kernel reads it until the fence passes.
+    absl::Cleanup give_back = [&] {
+      if (!room_kept) GiveBackRoom(staged.room);
+    };
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     auto taken = streams_.Take(device);
     if (!taken.ok()) return taken.status();
@@ -503,6 +529,17 @@ class CudaRuntime : public GpuRuntime {
     CopyStream& s = *lease;
     const absl::Time queued = absl::Now();
     CUDA_RETURN_IF_ERROR(LaunchGather(staged.room.mapped, staged.n, src, dst, s.stream));
+    if (fence != nullptr) {
+      auto f = FenceBehind(device, std::move(lease), staged.total,
+                           [this, room = staged.room] { GiveBackRoom(room); });
+      if (!f.ok()) return f.status();
+      room_kept = true;
+      *fence = *std::move(f);
+      VLOG(2) << "GPU gather of " << staged.n << " pieces (" << staged.total
+              << " bytes, descriptors written at the Submit) on GPU " << device << ": queued in "
+              << absl::ToDoubleMicroseconds(queued - began) << " us, a fence behind it";
+      return absl::OkStatus();
+    }
     CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[0], s.stream));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[0]));
     if (progress) progress(staged.total);
@@ -620,11 +657,17 @@ class CudaRuntime : public GpuRuntime {
   };
   class Fence : public CopyFence {
    public:
-    Fence(CudaRuntime* owner, FenceEvent e, StreamLease stream, uint64_t pending)
-        : owner_(owner), e_(std::move(e)), stream_(std::move(stream)), pending_(pending) {}
+    Fence(CudaRuntime* owner, FenceEvent e, StreamLease stream, uint64_t pending,
+          absl::AnyInvocable<void()> after = nullptr)
+        : owner_(owner),
+          e_(std::move(e)),
+          stream_(std::move(stream)),
+          pending_(pending),
+          after_(std::move(after)) {}
     ~Fence() override {
       Wait().IgnoreError();
       owner_->PutFence(std::move(e_));
+      if (after_) after_();
     }
     const std::string& ipc_handle() const override { return e_.handle; }
     absl::Status Wait() override {
@@ -638,7 +681,33 @@ class CudaRuntime : public GpuRuntime {
     FenceEvent e_;
     StreamLease stream_;  // Given back after the wait in the destructor.
     const uint64_t pending_;
+    absl::AnyInvocable<void()> after_;  // Once the copy has ended (what it read let go).
   };
+
+  // A copy that had ended before its fence was asked for.
+  class EndedFence : public CopyFence {
+   public:
+    const std::string& ipc_handle() const override { return handle_; }
+    absl::Status Wait() override { return absl::OkStatus(); }
+
+   private:
+    std::string handle_;
+  };
+
+  // A fence behind what is queued on the leased stream (kept by the fence until it
+  // passes), `pending` bytes at most still to land; `after` runs once it has passed.
+  absl::StatusOr<std::unique_ptr<CopyFence>> FenceBehind(int device, StreamLease lease,
+                                                         uint64_t pending,
+                                                         absl::AnyInvocable<void()> after) {
+    auto e = TakeFence(device);
+    if (!e.ok()) return e.status();
+    const cudaStream_t stream = (*lease).stream;
+    const cudaError_t err = cudaEventRecord(e->event, stream);
+    auto f =
+        std::make_unique<Fence>(this, *std::move(e), std::move(lease), pending, std::move(after));
+    if (err != cudaSuccess) return CudaError(err, "cudaEventRecord (fence)");
+    return f;
+  }
 
   // One on the current device (`device`), from the free list or new.
   absl::StatusOr<FenceEvent> TakeFence(int device) {
@@ -834,7 +903,8 @@ class CudaRuntime : public GpuRuntime {
   // end. A kept list (`list_serial` nonzero) copies its descriptors to the GPU and keeps
   // them there after its first whole gather: later ones only launch the kernels.
   absl::Status Gather(int device, char* dst, const char* src, const Segment* pieces, size_t n,
-                      uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial) {
+                      uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial,
+                      std::unique_ptr<CopyFence>* fence = nullptr) {
     const absl::Time began = absl::Now();
     if (n == 0) {
       if (progress) progress(0);
@@ -847,7 +917,7 @@ class CudaRuntime : public GpuRuntime {
         // One round: the kernel alone. More (a rate cap, pinned memory's rounds): as any
         // other list, since rounds need the pieces' bytes.
         if (staged->total <= round_bytes) {
-          return GatherStaged(device, dst, src, *staged, progress, began);
+          return GatherStaged(device, dst, src, *staged, progress, began, fence);
         }
         GiveBackRoom(staged->room);
       }
@@ -968,10 +1038,24 @@ class CudaRuntime : public GpuRuntime {
       whole = i == n && rounds.back().end == k;
     }
     const absl::Time written = absl::Now();
-    while (landed < rounds.size()) {
+    // Fenced: the last round is left running behind the fence (not a prepared list's
+    // first gather: its descriptors are kept only once seen to land).
+    const bool fenced = fence != nullptr && whole && made == nullptr;
+    while (landed + (fenced ? 1 : 0) < rounds.size()) {
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[landed % 2]));
       const uint64_t now = rounds[landed++].done;
       if (progress) progress(now);
+    }
+    if (fenced) {
+      const uint64_t before = landed == 0 ? 0 : rounds[landed - 1].done;
+      auto f = FenceBehind(device, std::move(lease), done - before, nullptr);
+      if (!f.ok()) return f.status();
+      *fence = *std::move(f);
+      VLOG(2) << "GPU gather of " << n << " pieces (" << k << " descriptors"
+              << (reused ? ", kept on the GPU" : "") << ", " << rounds.size() << " rounds, " << done
+              << " bytes) on GPU " << device << ": written and queued in "
+              << absl::ToDoubleMicroseconds(written - began) << " us, a fence behind it";
+      return absl::OkStatus();
     }
     // The descriptors have landed (the stream passed the kernels that read them): other
     // gathers of the list may use them from now on; not those of a stopped gather (it did

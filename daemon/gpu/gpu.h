@@ -131,6 +131,14 @@ class GpuRuntime {
                                                                 const void* src, int src_device,
                                                                 uint64_t bytes, uint64_t chunk,
                                                                 const CopyProgress& progress);
+  // CopyPieces, but the last round is only queued: returns with a fence behind it, as
+  // CopyFenced does. CUDA's fences its gather kernels; a copy it cannot leave running (one
+  // through a device bounce, host memory at both ends, a prepared list's first gather,
+  // whose descriptors are kept only once they are seen to land) and other runtimes copy to
+  // the end and return a fence with no handle.
+  virtual absl::StatusOr<std::unique_ptr<CopyFence>> CopyPiecesFenced(
+      char* dst, int dst_device, const char* src, int src_device, const Segment* pieces, size_t n,
+      uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial = 0);
   // Waits, polling, until the copy behind another process's fence (its ipc_handle, made
   // on this host) has ended. INVALID_ARGUMENT for a handle the driver refuses,
   // DEADLINE_EXCEEDED when it has not ended by `deadline`, FAILED_PRECONDITION without a GPU.

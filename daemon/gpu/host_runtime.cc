@@ -88,6 +88,15 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyFenced(void* dst, int
   return std::make_unique<DoneFence>();
 }
 
+absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyPiecesFenced(
+    char* dst, int dst_device, const char* src, int src_device, const Segment* pieces, size_t n,
+    uint64_t round_bytes, const CopyProgress& progress, uint64_t list_serial) {
+  absl::Status st =
+      CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes, progress, list_serial);
+  if (!st.ok()) return st;
+  return std::make_unique<DoneFence>();
+}
+
 absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                     const Segment* pieces, size_t n, uint64_t round_bytes,
                                     const CopyProgress& progress, uint64_t /*list_serial*/) {

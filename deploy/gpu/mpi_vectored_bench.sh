@@ -5,7 +5,7 @@
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
-# STAGED=0 runs the direct part alone. DATATYPES=1 also runs the direct moves with their
+# STAGED=0 runs the direct part alone, DIRECT=0 the staged part alone. DATATYPES=1 also runs the direct moves with their
 # messages as derived datatypes of device memory (--mpi_datatypes=always) rather than
 # packed by the gather kernel. VEC_ARGS adds vectored_bench flags (e.g.
 # --dst_device=1: the receiving rank's buffers on GPU1, on a two-GPU machine).
@@ -33,6 +33,7 @@ if [ "${STAGED:-1}" = 1 ]; then
     2>&1 | tee "$OUT/mpi_vectored_staged.txt" | grep -v 'MPI job log kept'
   trace "$OUT/mpi_vectored_staged.txt"
 fi
+[ "${DIRECT:-1}" = 1 ] || exit 0
 ( source deploy/gpu/cuda_aware_env.sh
   [ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
   echo "== vectored MPI, device memory direct (CUDA-aware Open MPI + UCX)"

@@ -148,10 +148,20 @@ absl::Status CudaIpcEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   const char* from = push ? src.data : *far;
   // Rounds as Move's chunks: without a cap, up to 1 GiB each (each round is a kernel
   // launched, drained and waited for); under a cap, chunk_-sized ones.
-  const uint64_t round = control.rate_limit() > 0 ? chunk_ : std::max(chunk_, kMaxChunk);
-  return gpu_->CopyPieces(to, push ? device : dst.device, from, push ? src.device : device,
-                          pieces.list.data(), pieces.list.size(), round, control.Reporter(),
-                          pieces.serial);
+  const bool paced = control.rate_limit() > 0;
+  const uint64_t round = paced ? chunk_ : std::max(chunk_, kMaxChunk);
+  const int to_device = push ? device : dst.device;
+  const int from_device = push ? src.device : device;
+  if (paced || pieces.total < min_fenced_ || !control.AcceptsFence()) {
+    return gpu_->CopyPieces(to, to_device, from, from_device, pieces.list.data(),
+                            pieces.list.size(), round, control.Reporter(), pieces.serial);
+  }
+  // As Move: the last round's kernel runs on behind a fence while the other node is told.
+  auto fence = gpu_->CopyPiecesFenced(to, to_device, from, from_device, pieces.list.data(),
+                                      pieces.list.size(), round, control.Reporter(), pieces.serial);
+  if (!fence.ok()) return fence.status();
+  control.KeepRunning(std::make_unique<MappedFence>(mapping, *std::move(fence)));
+  return absl::OkStatus();
 }
 
 void CudaIpcEngine::Forget(const std::string& node, uint64_t incarnation) {
