@@ -36,15 +36,26 @@ std::vector<Piece> Shuffled(size_t n, uint64_t slot, uint64_t max_len, uint64_t 
 class GpuStaging : public ::testing::Test {
  protected:
   void SetUp() override {
-    a_ = *DaemonProcess::Start({"--node=gpu-a", "--device_pool_size=3GiB",
-                                "--host_pool_size=256MiB", "--pinned_pool_size=256MiB"});
+    a_ =
+        *DaemonProcess::Start({"--node=gpu-a", "--device_pool_size=3GiB", "--host_pool_size=256MiB",
+                               "--pinned_pool_size=256MiB", "--metrics_listen=127.0.0.1:0"});
     b_ = *DaemonProcess::Start({"--node=gpu-b", "--device_pool_size=2560MiB",
                                 "--host_pool_size=2560MiB", "--pinned_pool_size=256MiB",
-                                "--peers=" + a_->address()});
+                                "--metrics_listen=127.0.0.1:0", "--peers=" + a_->address()});
     ca_ = *Client::Connect(a_->address());
     cb_ = *Client::Connect(b_->address());
     for (int i = 0; i < 200 && ca_->ListPeers()->empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
     ASSERT_EQ(ca_->ListPeers()->size(), 1u);
+  }
+  // Pieces either node copied one call each instead of by a gather kernel (none should
+  // be: every staged window's host side is a pinned slot the kernel reaches).
+  void ExpectNoPieceCopiedAlone() {
+    absl::SleepFor(absl::Milliseconds(1200));  // The counters lag by up to a second.
+    for (Client* c : {ca_.get(), cb_.get()}) {
+      EXPECT_EQ(MetricValue(c->GetInfo()->metrics_address(), "gpu_pieces_copied_one_by_one_total"),
+                0)
+          << c->GetInfo()->node();
+    }
   }
   std::unique_ptr<DaemonProcess> a_, b_;
   std::unique_ptr<Client> ca_, cb_;
@@ -163,6 +174,7 @@ TEST_F(GpuStaging, VectoredDeviceMovesStagedByTheRunner) {
     for (auto* b : {&*dev, &*back}) ASSERT_TRUE(ca_->Release(b->id()).ok());
     ASSERT_TRUE(cb_->Release(host->id()).ok());
   }
+  ExpectNoPieceCopiedAlone();
 }
 
 // Vectored device -> device moves across nodes with a UCX that is not CUDA-aware: staged
@@ -211,6 +223,7 @@ TEST_F(GpuStaging, VectoredDeviceToDeviceStagedOnBothSides) {
     for (auto& id : {a_dev->id(), a_back->id()}) ASSERT_TRUE(ca_->Release(id).ok());
     ASSERT_TRUE(cb_->Release(b_dev->id()).ok());
   }
+  ExpectNoPieceCopiedAlone();
 }
 
 // The host copies of a staged move that runs two at once (a push from our bounce slots

@@ -320,14 +320,18 @@ class CudaRuntime : public GpuRuntime {
                             const CopyProgress& progress, uint64_t list_serial,
                             std::unique_ptr<CopyFence>* fence) {
 #ifdef GPUMOVE_HAVE_GATHER
-    if ((src_device == kHostDevice) != (dst_device == kHostDevice) && list_serial == 0) {
-      std::optional<absl::Status> bounced =
-          ThroughBounce(dst, dst_device, src, src_device, pieces, n, round_bytes, progress);
-      if (bounced.has_value()) return *bounced;
-    }
     if (src_device != kHostDevice || dst_device != kHostDevice) {
       // On the destination's GPU when it has one (its stores stay local; loads cross).
       const int device = dst_device != kHostDevice ? dst_device : src_device;
+      // Before KernelAddress asks where host memory is mapped: on a thread that has made
+      // no CUDA call yet (a staging pipeline's new helper) it found no mapping without a
+      // current device, and the pieces went one copy each.
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+      if ((src_device == kHostDevice) != (dst_device == kHostDevice) && list_serial == 0) {
+        std::optional<absl::Status> bounced =
+            ThroughBounce(dst, dst_device, src, src_device, pieces, n, round_bytes, progress);
+        if (bounced.has_value()) return *bounced;
+      }
       const char* s = KernelAddress(src, src_device, device);
       const char* d = KernelAddress(dst, dst_device, device);
       if (s != nullptr && d != nullptr) {
@@ -336,6 +340,10 @@ class CudaRuntime : public GpuRuntime {
       }
     }
 #endif
+    if (src_device != kHostDevice || dst_device != kHostDevice) {
+      VLOG(2) << "GPU copy of " << n << " pieces one by one (no gather kernel reaches both "
+              << "ends)";
+    }
     return GpuRuntime::CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes,
                                   progress, list_serial);
   }

@@ -7,6 +7,7 @@
 #ifndef GPUMOVE_DAEMON_GPU_GPU_H_
 #define GPUMOVE_DAEMON_GPU_GPU_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -104,6 +105,11 @@ class GpuRuntime {
   virtual absl::Status CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                   const Segment* pieces, size_t n, uint64_t round_bytes,
                                   const CopyProgress& progress, uint64_t list_serial = 0);
+  // Pieces with GPU memory at one end or both that CopyPieces copied one call each (no
+  // gather kernel reached both ends: pageable host memory, GPUs without peer access).
+  uint64_t pieces_copied_one_by_one() const {
+    return pieces_one_by_one_.load(std::memory_order_relaxed);
+  }
   // A list about to be moved with GPU memory, handed over by the thread that made it
   // (while the list is in its cache): CUDA's writes it where its gather kernels read it
   // (mapped page-locked memory), so that the first CopyPieces of these `n` pieces at
@@ -167,6 +173,9 @@ class GpuRuntime {
     return absl::FailedPreconditionError("CUDA IPC needs a GPU");
   }
   virtual void IpcClose(int device, void* base) {}
+
+ private:
+  std::atomic<uint64_t> pieces_one_by_one_{0};
 };
 
 }  // namespace gpumove

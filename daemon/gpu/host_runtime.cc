@@ -100,6 +100,9 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyPiecesFenced(
 absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                     const Segment* pieces, size_t n, uint64_t round_bytes,
                                     const CopyProgress& progress, uint64_t /*list_serial*/) {
+  if (src_device != kHostDevice || dst_device != kHostDevice) {
+    pieces_one_by_one_.fetch_add(n, std::memory_order_relaxed);
+  }
   uint64_t done = 0, round = 0;
   for (size_t i = 0; i < n; ++i) {
     const Segment& p = pieces[i];

@@ -542,6 +542,12 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
                        "Bytes of host copies split over threads that helper threads copied "
                        "(see --direct_copy_threads, --staged_copy_threads).",
                        [] { return HelperCopyBytes(); });
+    GpuRuntime* gpu = gpu_.get();
+    metrics_->AddTotal("gpu_pieces_copied_one_by_one_total",
+                       "Pieces of vectored moves with GPU memory copied one call each, no "
+                       "gather kernel reaching both ends (pageable host memory, GPUs "
+                       "without peer access): slow for small pieces.",
+                       [gpu] { return gpu->pieces_copied_one_by_one(); });
     StageHolder* stage = stage_holder_.get();
     metrics_->AddTotal("staging_holds_deferred_total",
                        "Ranges held for staged moves while the pinned pool had no room for "

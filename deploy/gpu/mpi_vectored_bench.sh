@@ -5,10 +5,11 @@
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
-# STAGED=0 runs the direct part alone, DIRECT=0 the staged part alone. DATATYPES=1 also runs the direct moves with their
-# messages as derived datatypes of device memory (--mpi_datatypes=always) rather than
-# packed by the gather kernel. VEC_ARGS adds vectored_bench flags (e.g.
-# --dst_device=1: the receiving rank's buffers on GPU1, on a two-GPU machine).
+# STAGED=0 runs the direct part alone, DIRECT=0 the staged part alone. DATATYPES=1 also
+# runs the direct moves with their messages as derived datatypes of device memory
+# (--mpi_datatypes=always) rather than packed by the gather kernel. VEC_ARGS adds
+# vectored_bench flags (e.g. --dst_device=1: the receiving rank's buffers on GPU1, on a
+# two-GPU machine).
 # Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +25,9 @@ fi
 trace() {  # The kept job logs' trace lines (the bench prints where they were kept).
   [ "${TRACE:-0}" = 1 ] || return 0
   grep -h 'MPI job log kept' "$1" | awk '{print $NF}' | while read -r log; do
-    grep -hE 'StartMpi of|MPI vectored|MPI half|GPU gather' "$log" | sed 's/^.*\] //' | head -90
+    grep -hE 'StartMpi of|MPI vectored|MPI half' "$log" | sed 's/^.*\] //' | head -60
+    # The whole log beside the results, packed.
+    xz -c "$log" > "$OUT/$(basename "$(dirname "$log")").log.xz"
   done
 }
 if [ "${STAGED:-1}" = 1 ]; then
