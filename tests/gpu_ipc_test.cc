@@ -430,18 +430,8 @@ TEST_F(GpuIpcTwoDaemons, VectoredMovesEndBehindAFence) {
   const size_t n = 2048;
   const uint64_t slot = 8 << 10;  // 16 MiB ranges: past --cuda_ipc_fence_min.
   std::mt19937_64 rng(91);
-  std::vector<uint64_t> si(n), di(n);
-  for (size_t i = 0; i < n; ++i) si[i] = di[i] = i;
-  std::shuffle(si.begin(), si.end(), rng);
-  std::shuffle(di.begin(), di.end(), rng);
-  std::vector<v1::Segment> segments;
-  for (size_t i = 0; i < n; ++i) {
-    v1::Segment g;
-    g.set_source_offset(si[i] * slot);
-    g.set_destination_offset(di[i] * slot);
-    g.set_length(slot - rng() % 64);
-    segments.push_back(g);
-  }
+  const std::vector<v1::Segment> segments = AsSegments(Shuffled(
+      n, slot, slot, [&](size_t) { return slot - rng() % 64; }, 91));
   auto a_mem = ca_->Allocate(n * slot, v1::DEVICE, 0);
   auto b_mem = cb_->Allocate(n * slot, v1::DEVICE, other_);
   ASSERT_TRUE(a_mem.ok() && b_mem.ok()) << a_mem.status() << b_mem.status();
