@@ -707,14 +707,19 @@ class CudaRuntime : public GpuRuntime {
   absl::StatusOr<std::unique_ptr<CopyFence>> FenceBehind(int device, StreamLease lease,
                                                          uint64_t pending,
                                                          absl::AnyInvocable<void()> after) {
-    auto e = TakeFence(device);
-    if (!e.ok()) return e.status();
     const cudaStream_t stream = (*lease).stream;
-    const cudaError_t err = cudaEventRecord(e->event, stream);
-    auto f =
-        std::make_unique<Fence>(this, *std::move(e), std::move(lease), pending, std::move(after));
-    if (err != cudaSuccess) return CudaError(err, "cudaEventRecord (fence)");
-    return f;
+    auto e = TakeFence(device);
+    const cudaError_t err = e.ok() ? cudaEventRecord(e->event, stream) : cudaSuccess;
+    if (!e.ok() || err != cudaSuccess) {
+      // No fence: what is queued ends here, before the caller lets go of what it reads
+      // (its stream, its descriptors); `after` is the caller's to do.
+      cudaStreamSynchronize(stream);
+      if (!e.ok()) return e.status();
+      PutFence(*std::move(e));
+      return CudaError(err, "cudaEventRecord (fence)");
+    }
+    return std::make_unique<Fence>(this, *std::move(e), std::move(lease), pending,
+                                   std::move(after));
   }
 
   // One on the current device (`device`), from the free list or new.
