@@ -309,7 +309,7 @@ class CudaRuntime : public GpuRuntime {
     absl::Status st = CopyPiecesOn(dst, dst_device, src, src_device, pieces, n, round_bytes,
                                    progress, list_serial, &fence);
     if (!st.ok()) return st;
-    if (fence == nullptr) fence = std::make_unique<EndedFence>();  // Copied to the end.
+    if (fence == nullptr) fence = EndedCopyFence();  // Copied to the end.
     return fence;
   }
 
@@ -690,16 +690,6 @@ class CudaRuntime : public GpuRuntime {
     StreamLease stream_;  // Given back after the wait in the destructor.
     const uint64_t pending_;
     absl::AnyInvocable<void()> after_;  // Once the copy has ended (what it read let go).
-  };
-
-  // A copy that had ended before its fence was asked for.
-  class EndedFence : public CopyFence {
-   public:
-    const std::string& ipc_handle() const override { return handle_; }
-    absl::Status Wait() override { return absl::OkStatus(); }
-
-   private:
-    std::string handle_;
   };
 
   // A fence behind what is queued on the leased stream (kept by the fence until it

@@ -57,6 +57,9 @@ class CopyFence {
   virtual uint64_t pending_bytes() const { return 0; }
 };
 
+// A fence for a copy that has already ended (no handle; Wait returns at once).
+std::unique_ptr<CopyFence> EndedCopyFence();
+
 class GpuRuntime {
  public:
   // Probes CUDA once. Never fails: without CUDA or a GPU the runtime has no devices and

@@ -79,13 +79,15 @@ class DoneFence : public CopyFence {
 
 }  // namespace
 
+std::unique_ptr<CopyFence> EndedCopyFence() { return std::make_unique<DoneFence>(); }
+
 absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyFenced(void* dst, int dst_device,
                                                                   const void* src, int src_device,
                                                                   uint64_t bytes, uint64_t chunk,
                                                                   const CopyProgress& progress) {
   absl::Status st = Copy(dst, dst_device, src, src_device, bytes, chunk, progress);
   if (!st.ok()) return st;
-  return std::make_unique<DoneFence>();
+  return EndedCopyFence();
 }
 
 absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyPiecesFenced(
@@ -94,7 +96,7 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyPiecesFenced(
   absl::Status st =
       CopyPieces(dst, dst_device, src, src_device, pieces, n, round_bytes, progress, list_serial);
   if (!st.ok()) return st;
-  return std::make_unique<DoneFence>();
+  return EndedCopyFence();
 }
 
 absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
