@@ -172,14 +172,21 @@ absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
 }
 
 absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
-  grpc::ClientContext context;
-  Authorize(context);
   v1::ListBuffersRequest request;
   request.set_node(node);
-  v1::ListBuffersResponse response;
-  auto st = FromGrpcStatus(buffers_->List(&context, request, &response));
-  if (!st.ok()) return st;
-  return std::vector<v1::Buffer>(response.buffers().begin(), response.buffers().end());
+  std::vector<v1::Buffer> out;
+  // Page by page (a daemon answers at most 1000 a page); bounded.
+  for (int page = 0; page < kMaxListPages; ++page) {
+    grpc::ClientContext context;
+    Authorize(context);
+    v1::ListBuffersResponse response;
+    auto st = FromGrpcStatus(buffers_->List(&context, request, &response));
+    if (!st.ok()) return st;
+    out.insert(out.end(), response.buffers().begin(), response.buffers().end());
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  return out;
 }
 
 absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl::Duration ttl,
@@ -325,13 +332,20 @@ absl::StatusOr<std::vector<v1::Transfer>> Client::ListTransfers(
     const std::vector<v1::TransferState>& states, uint32_t limit) {
   v1::ListTransfersRequest request;
   for (auto s : states) request.add_states(s);
-  request.set_limit(limit);
-  grpc::ClientContext context;
-  Authorize(context);
-  v1::ListTransfersResponse response;
-  auto st = FromGrpcStatus(transfers_->List(&context, request, &response));
-  if (!st.ok()) return st;
-  return std::vector<v1::Transfer>(response.transfers().begin(), response.transfers().end());
+  const size_t want = limit == 0 ? 1000 : limit;
+  std::vector<v1::Transfer> out;
+  for (int page = 0; page < kMaxListPages && out.size() < want; ++page) {
+    request.set_page_size(static_cast<uint32_t>(std::min<size_t>(want - out.size(), 1000)));
+    grpc::ClientContext context;
+    Authorize(context);
+    v1::ListTransfersResponse response;
+    auto st = FromGrpcStatus(transfers_->List(&context, request, &response));
+    if (!st.ok()) return st;
+    out.insert(out.end(), response.transfers().begin(), response.transfers().end());
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  return out;
 }
 
 absl::StatusOr<v1::Transfer> Client::Wait(const std::string& id, absl::Duration timeout) {
@@ -416,12 +430,18 @@ absl::StatusOr<std::vector<v1::PreparedPieces>> Client::ListPreparedPieces(
     const std::string& node) {
   v1::ListPreparedPiecesRequest request;
   request.set_node(node);
-  grpc::ClientContext context;
-  Authorize(context);
-  v1::ListPreparedPiecesResponse response;
-  auto st = FromGrpcStatus(transfers_->ListPreparedPieces(&context, request, &response));
-  if (!st.ok()) return st;
-  return std::vector<v1::PreparedPieces>(response.lists().begin(), response.lists().end());
+  std::vector<v1::PreparedPieces> out;
+  for (int page = 0; page < kMaxListPages; ++page) {
+    grpc::ClientContext context;
+    Authorize(context);
+    v1::ListPreparedPiecesResponse response;
+    auto st = FromGrpcStatus(transfers_->ListPreparedPieces(&context, request, &response));
+    if (!st.ok()) return st;
+    out.insert(out.end(), response.lists().begin(), response.lists().end());
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  return out;
 }
 
 absl::Status NotificationStream::Finish() { return FromGrpcStatus(reader_->Finish()); }

@@ -22,6 +22,9 @@
 
 namespace gpumove {
 
+// The most pages a listing call follows (of up to 1000 entries each).
+inline constexpr int kMaxListPages = 10000;
+
 namespace v1 = ::gpumove::v1;
 
 absl::Status FromGrpcStatus(const grpc::Status& status);
@@ -110,6 +113,7 @@ class Client {
   absl::StatusOr<v1::Buffer> Import(const v1::ImportRequest& request);
   absl::StatusOr<v1::ExportResponse> Export(const std::string& buffer_id,
                                             const std::string& node = "");
+  // Every buffer the caller sees, fetched page by page (at most kMaxListPages).
   absl::StatusOr<std::vector<v1::Buffer>> ListBuffers(const std::string& node = "");
   absl::StatusOr<v1::Buffer> RenewLease(const std::string& buffer_id,
                                         absl::Duration ttl = absl::ZeroDuration(),
@@ -131,6 +135,7 @@ class Client {
   absl::StatusOr<v1::Transfer> Move(const v1::BufferRef& source, const v1::BufferRef& destination,
                                     const MoveOptions& options = {});
   absl::StatusOr<v1::Transfer> GetTransfer(const std::string& id);
+  // The newest `limit` transfers (0: 1000), page by page.
   absl::StatusOr<std::vector<v1::Transfer>> ListTransfers(
       const std::vector<v1::TransferState>& states = {}, uint32_t limit = 0);
   absl::StatusOr<v1::Transfer> Wait(const std::string& id,

@@ -95,7 +95,7 @@ pid_t ServeUcxCalls(int fd) {
   if (!t.ok()) _exit(1);
   absl::Mutex mu;
   std::vector<std::pair<std::string, UcxReply>> queue;
-  (*t)->ServeCalls("echo#1", [&](uint32_t method, std::string body, UcxReply reply) {
+  (*t)->ServeCalls("echo#1", [&](const UcxPeer&, uint32_t method, std::string body, UcxReply reply) {
     if (method == 2) return reply(absl::OkStatus(), std::move(body));
     absl::MutexLock lock(&mu);
     queue.emplace_back(std::move(body), std::move(reply));

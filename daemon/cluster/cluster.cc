@@ -192,6 +192,15 @@ absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const peer::v1::NodeDe
   return known;
 }
 
+bool Cluster::Matches(const std::string& node, uint64_t incarnation,
+                      const std::function<bool(const peer::v1::NodeDescriptor&)>& match) const {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(node);
+  return it != peers_.end() && it->second.view.up &&
+         it->second.view.descriptor.incarnation() == incarnation &&
+         match(it->second.view.descriptor);
+}
+
 absl::StatusOr<PeerView> Cluster::Find(const std::string& node) const {
   absl::MutexLock lock(&mu_);
   auto it = peers_.find(node);

@@ -82,6 +82,10 @@ class Cluster {
   // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
   absl::StatusOr<PeerView> Find(const std::string& node) const;
   std::vector<PeerView> List() const;
+  // Whether `node` is up at `incarnation` and `match` holds for its descriptor (run under
+  // the cluster's lock: it must not call back in). Nothing is copied: for hot paths.
+  bool Matches(const std::string& node, uint64_t incarnation,
+               const std::function<bool(const peer::v1::NodeDescriptor&)>& match) const;
   // A channel to any address (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   absl::Duration forward_timeout() const { return options_.forward_timeout; }

@@ -129,6 +129,12 @@ class Authenticator {
   if (!caller##_checked.ok()) return ToGrpcStatus(caller##_checked.status()); \
   [[maybe_unused]] const Caller& caller = *caller##_checked
 
+// Returns INVALID_ARGUMENT from the handler when a string of `request` is past its limit
+// (field_limits.h): checked once the caller is known, before anything reads it.
+#define GPUMOVE_CHECK_FIELDS(request)                                        \
+  if (absl::Status fields_checked = CheckStringFields(request); !fields_checked.ok()) \
+  return ToGrpcStatus(fields_checked)
+
 }  // namespace gpumove
 
 #endif  // GPUMOVE_DAEMON_SERVER_AUTH_H_

@@ -9,7 +9,9 @@
 #include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
+#include "daemon/server/field_limits.h"
 #include "daemon/server/forward.h"
+#include "daemon/server/paging.h"
 
 namespace gpumove {
 namespace {
@@ -45,6 +47,7 @@ std::optional<grpc::Status> BufferServiceImpl::MaybeForward(
 grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
                                          const v1::AllocateRequest* request, v1::Buffer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Allocate");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Allocate, context,
                                     *request, response)) {
     return *forwarded;
@@ -70,6 +73,7 @@ grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
                                         const v1::ReleaseRequest* request,
                                         v1::ReleaseResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Release");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Release, context,
                                     *request, response)) {
     return *forwarded;
@@ -80,6 +84,7 @@ grpc::Status BufferServiceImpl::Release(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Get(grpc::ServerContext* context,
                                     const v1::GetBufferRequest* request, v1::Buffer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Get");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Get, context,
                                     *request, response)) {
     return *forwarded;
@@ -95,13 +100,22 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
                                      const v1::ListBuffersRequest* request,
                                      v1::ListBuffersResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "List");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::List, context,
                                     *request, response)) {
     return *forwarded;
   }
-  for (const BufferInfo& info : registry_->List(caller.owner())) {
-    ToProto(info, node_, response->add_buffers());
-  }
+  auto next = FillPage(
+      registry_->List(caller.owner()), request->page_token(), PageItems(request->page_size()),
+      /*newest_first=*/false,
+      [](const BufferInfo& b) { return PageKey{b.create_time, b.id}; },
+      [&](const BufferInfo& b) {
+        v1::Buffer* out = response->add_buffers();
+        ToProto(b, node_, out);
+        return out->ByteSizeLong();
+      });
+  if (!next.ok()) return ToGrpcStatus(next.status());
+  response->set_next_page_token(*next);
   return grpc::Status::OK;
 }
 
@@ -109,6 +123,7 @@ grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
                                            const v1::RenewLeaseRequest* request,
                                            v1::Buffer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "RenewLease");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::RenewLease, context,
                                     *request, response)) {
     return *forwarded;
@@ -134,6 +149,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
                         "the first Write message must name the target");
   }
   const v1::BufferRef& target = message.target();
+  if (absl::Status st = CheckStringFields(target); !st.ok()) return ToGrpcStatus(st);
   if (auto remote = RemoteStub(*context, target.node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
@@ -183,6 +199,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
 grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Read");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto remote = RemoteStub(*context, request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
@@ -232,6 +249,7 @@ namespace gpumove {
 grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
                                        const v1::ImportRequest* request, v1::Buffer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Import");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Import, context,
                                     *request, response)) {
     return *forwarded;
@@ -281,6 +299,7 @@ grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
                                        const v1::ExportRequest* request,
                                        v1::ExportResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Export");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::Export, context,
                                     *request, response)) {
     return *forwarded;

@@ -457,6 +457,17 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
     }
   }
   cluster_ = std::make_unique<Cluster>(cluster_options, self_);
+  if (peer_calls_ != nullptr) {
+    // Peer calls over UCX are served for, and answered to, met peers only, at the address
+    // membership checked when it learned them.
+    Cluster* cluster = cluster_.get();
+    peer_calls_->Admit([cluster](const std::string& node, uint64_t incarnation,
+                                 const std::string& worker_address) {
+      return cluster->Matches(node, incarnation, [&](const peer::v1::NodeDescriptor& d) {
+        return d.ucx_peer_calls() && d.ucx_worker_address() == worker_address;
+      });
+    });
+  }
   // Each path's part of the hold handshake (stateless, so shared by every daemon).
   static const UcxCodec ucx_codec;
   static const CudaIpcCodec cuda_ipc_codec;
@@ -562,6 +573,13 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
                          "Peer calls (holds, acknowledgements, staging and MPI steps) this "
                          "node served as UCX active messages.",
                          [calls] { return calls->served(); });
+      UcxTransport* ucx = ucx_.get();
+      metrics_->AddTotal("ucx_peer_calls_refused_total",
+                         "Active messages on the UCX call channel dropped unanswered: not "
+                         "stamped with the cluster's secret, from a node this one has not "
+                         "met, or malformed. Anything above zero is a misconfigured peer or "
+                         "someone probing the UCX port.",
+                         [calls, ucx] { return calls->refused() + ucx->calls_dropped(); });
     }
   }
   return absl::OkStatus();

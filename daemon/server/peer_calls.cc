@@ -1,5 +1,6 @@
 #include "daemon/server/peer_calls.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
@@ -73,59 +74,111 @@ UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescript
 
 UcxPeerCalls::~UcxPeerCalls() { StopServing(); }
 
+void UcxPeerCalls::Admit(KnownPeer known) { known_ = std::move(known); }
+
 void UcxPeerCalls::Serve(PeerHandler* service) {
   {
     absl::MutexLock lock(&mu_);
     service_ = service;
   }
   for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
-  // Runs on the transport's progress thread: queue the call for a serving thread.
-  transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(),
-                         [this](uint32_t method, std::string framed, UcxReply reply) {
-                           absl::string_view stamp, rest;
-                           if (!Unframe(framed, &stamp, &rest)) {
-                             reply(absl::InvalidArgumentError("a malformed peer call"), {});
-                             return;
-                           }
-                           std::string body(rest);
-                           if (auth_ != nullptr) {
-                             auto caller = auth_->Check(method, body, stamp);
-                             if (!caller.ok()) {
-                               reply(caller.status(), {});
-                               return;
-                             }
-                             // The answer is signed with the call's mac.
-                             reply = [this, mac = std::move(caller->mac), inner = std::move(reply)](
-                                         const absl::Status& st, std::string answer) {
-                               if (!st.ok()) return inner(st, {});
-                               std::string sig = auth_->SignReply(mac, answer);
-                               inner(st, Framed(sig, std::move(answer)));
-                             };
-                           } else {
-                             reply = [inner = std::move(reply)](const absl::Status& st,
-                                                                std::string answer) {
-                               inner(st, st.ok() ? Framed("", std::move(answer)) : std::string());
-                             };
-                           }
-                           PeerHandler* s = nullptr;
-                           {
-                             absl::MutexLock lock(&mu_);
-                             if (stop_) {
-                               reply(absl::UnavailableError("node is shutting down"), {});
-                               return;
-                             }
-                             s = service_;
-                           }
-                           if (s != nullptr && AtOnce(s, method, body)) {
-                             Handle(method, body, reply);
-                             return;
-                           }
-                           absl::MutexLock lock(&mu_);
-                           queue_.push_back([this, method, body = std::move(body),
-                                             reply = std::move(reply)] {
-                             Handle(method, body, reply);
-                           });
-                         });
+  // Runs on the transport's progress thread.
+  transport_->ServeCalls(
+      PeerId{self_.node(), self_.incarnation()}.Key(),
+      [this](const UcxPeer& caller, uint32_t method, std::string framed, UcxReply reply) {
+        OnCall(caller, method, std::move(framed), std::move(reply));
+      });
+}
+
+void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string framed,
+                          UcxReply reply) {
+  absl::string_view stamp, rest;
+  if (!Unframe(framed, &stamp, &rest)) return Refuse(caller, "a malformed peer call");
+  std::string body(rest);
+  if (auth_ != nullptr) {
+    auto who = auth_->Check(method, body, stamp);
+    if (!who.ok()) return Refuse(caller, who.status().message());
+    // The answer goes to the key the message names: it must be the stamp's.
+    if (PeerId{who->node, who->incarnation}.Key() != caller.key) {
+      return Refuse(caller, absl::StrCat("stamped by ", Quoted(who->node), " at incarnation ",
+                                         who->incarnation, " but answered to another key"));
+    }
+    // The answer is signed with the call's mac.
+    reply = [this, mac = std::move(who->mac), inner = std::move(reply)](const absl::Status& st,
+                                                                      std::string answer) {
+      if (!st.ok()) return inner(st, {});
+      std::string sig = auth_->SignReply(mac, answer);
+      inner(st, Framed(sig, std::move(answer)));
+    };
+  } else {
+    reply = [inner = std::move(reply)](const absl::Status& st, std::string answer) {
+      inner(st, st.ok() ? Framed("", std::move(answer)) : std::string());
+    };
+  }
+  if (Known(caller)) return Dispatch(method, std::move(body), std::move(reply));
+  // A node met a moment ago (its Hello's answer still on its way here) may call before this
+  // node has learned it: a few such calls wait on a serving thread, briefly.
+  if (admit_waiting_.fetch_add(1) >= kMaxAdmitWaiting) {
+    admit_waiting_.fetch_sub(1);
+    return Refuse(caller, "not a peer this node has met");
+  }
+  absl::MutexLock lock(&mu_);
+  queue_.push_back([this, caller, method, body = std::move(body), reply = std::move(reply)] {
+    bool known = false;
+    for (const absl::Time until = absl::Now() + kAdmitWait; !(known = Known(caller));) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_ || absl::Now() >= until) break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    admit_waiting_.fetch_sub(1);
+    if (!known) return Refuse(caller, "not a peer this node has met");
+    Handle(method, body, reply);
+  });
+}
+
+bool UcxPeerCalls::Known(const UcxPeer& caller) const {
+  const size_t hash = caller.key.rfind('#');
+  uint64_t incarnation = 0;
+  if (hash == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(caller.key).substr(hash + 1), &incarnation)) {
+    return false;
+  }
+  return known_ && known_(caller.key.substr(0, hash), incarnation, caller.worker_address);
+}
+
+void UcxPeerCalls::Dispatch(uint32_t method, std::string body, UcxReply reply) {
+  PeerHandler* s = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      reply(absl::UnavailableError("node is shutting down"), {});
+      return;
+    }
+    s = service_;
+  }
+  if (s != nullptr && AtOnce(s, method, body)) {
+    Handle(method, body, reply);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  queue_.push_back([this, method, body = std::move(body), reply = std::move(reply)] {
+    Handle(method, body, reply);
+  });
+}
+
+void UcxPeerCalls::Refuse(const UcxPeer& caller, absl::string_view why) {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  ++refusals_unlogged_;
+  const absl::Time now = absl::Now();
+  if (now - refusal_logged_ < absl::Seconds(10)) return;
+  LOG(WARNING) << "dropped " << refusals_unlogged_
+               << " peer call(s) over UCX unanswered since the last report; the last: " << why
+               << " (it named itself " << Quoted(caller.key) << ")";
+  refusals_unlogged_ = 0;
+  refusal_logged_ = now;
 }
 
 void UcxPeerCalls::StopServing() {
@@ -134,7 +187,8 @@ void UcxPeerCalls::StopServing() {
     if (stop_) return;
     stop_ = true;
   }
-  // Calls still arriving are answered by the transport (UNAVAILABLE); queued ones run.
+  // Calls still arriving are dropped by the transport (their callers time out, as they
+  // would for a node gone); queued ones run.
   transport_->ServeCalls(PeerId{self_.node(), self_.incarnation()}.Key(), nullptr);
   for (std::thread& t : workers_) t.join();
   workers_.clear();

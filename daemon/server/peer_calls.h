@@ -33,19 +33,44 @@ class UcxPeerCalls : public PeerCallChannel {
                absl::Duration poll_window = absl::ZeroDuration(), PeerAuth* auth = nullptr);
   ~UcxPeerCalls() override;
 
+  // Whether `node` at `incarnation` is a peer this node met (Hello'd, up) whose UCX
+  // worker address is `worker_address`.
+  using KnownPeer = std::function<bool(const std::string& node, uint64_t incarnation,
+                                       const std::string& worker_address)>;
+  // Calls are served only for callers `known` says are peers, and answered only to the
+  // address membership holds for them (checked when it was learned): anything else, and
+  // with a cluster secret anything not stamped with it, is dropped unanswered, before an
+  // endpoint, a queue entry or a reply is made for it. Without this, no call is served.
+  // Called before Serve.
+  void Admit(KnownPeer known);
   // Serves the calls that arrive with `handler` (which must stay until StopServing).
   void Serve(PeerHandler* service);
   // Calls arriving from now on are refused (UNAVAILABLE); those running finish. Idempotent.
   void StopServing();
 
-  // Calls served since start.
+  // Calls served since start, and calls dropped unanswered (unauthenticated, from a node
+  // not met, malformed).
   uint64_t served() const { return served_; }
+  uint64_t refused() const { return refused_; }
 
   bool Reaches(const peer::v1::NodeDescriptor& peer) const override;
   absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
                                    std::string request, absl::Duration timeout) override;
 
+  // How long a stamped call from a node not (yet) learned here may wait on a serving
+  // thread for its Hello to land, and how many may wait at once.
+  static constexpr absl::Duration kAdmitWait = absl::Seconds(1);
+  static constexpr int kMaxAdmitWaiting = 2;
+
  private:
+  // A call as the transport hands it over (on its progress thread).
+  void OnCall(const UcxPeer& caller, uint32_t method, std::string framed, UcxReply reply);
+  // Whether `caller` is a peer met here at the address it gives.
+  bool Known(const UcxPeer& caller) const;
+  // Runs an admitted call: at once when it cannot block, else on a serving thread.
+  void Dispatch(uint32_t method, std::string body, UcxReply reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a call unanswered, counted and logged at most every 10 s.
+  void Refuse(const UcxPeer& caller, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
   void Work();
   // Whether `body` for `method` can be served on the transport's progress thread itself
   // (saving the hand-off to a serving thread and back): holds and acknowledgements that
@@ -66,6 +91,11 @@ class UcxPeerCalls : public PeerCallChannel {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<int> admit_waiting_{0};
+  KnownPeer known_;  // Set by Admit, before Serve.
+  absl::Time refusal_logged_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t refusals_unlogged_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpumove

@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <limits>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -11,7 +13,9 @@
 #include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
+#include "daemon/server/field_limits.h"
 #include "daemon/server/forward.h"
+#include "daemon/server/paging.h"
 
 namespace gpumove {
 namespace {
@@ -138,6 +142,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
     getrusage(RUSAGE_THREAD, &ru0);
   }
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
+  GPUMOVE_CHECK_FIELDS(*request);
   // Where does each move run? On the node that keeps its prepared piece list (which must
   // hold one of its ends), else here when this node holds one of its ends, else on its
   // source node. A batch runs on one node.
@@ -254,6 +259,7 @@ grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
                                       const v1::GetTransferRequest* request,
                                       v1::Transfer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Get");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Get, context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
@@ -268,22 +274,33 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
                                        const v1::ListTransfersRequest* request,
                                        v1::ListTransfersResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "List");
+  GPUMOVE_CHECK_FIELDS(*request);
   std::vector<TransferState> states;
   for (int s : request->states()) {
     auto state = FromProto(static_cast<v1::TransferState>(s));
     if (!state.ok()) return ToGrpcStatus(state.status());
     states.push_back(*state);
   }
-  const size_t limit = request->limit() == 0 ? 1000 : request->limit();
-  for (const TransferSnapshot& t : scheduler_->List(caller.owner(), states, limit)) {
-    ToProto(t, response->add_transfers());
-  }
+  const uint32_t items = PageItems(request->page_size() != 0 ? request->page_size()
+                                                             : request->limit());
+  auto next = FillPage(
+      scheduler_->List(caller.owner(), states, std::numeric_limits<size_t>::max()),
+      request->page_token(), items, /*newest_first=*/true,
+      [](const TransferSnapshot& t) { return PageKey{t.create_time, t.id}; },
+      [&](const TransferSnapshot& t) {
+        v1::Transfer* out = response->add_transfers();
+        ToProto(t, out);
+        return out->ByteSizeLong();
+      });
+  if (!next.ok()) return ToGrpcStatus(next.status());
+  response->set_next_page_token(*next);
   return grpc::Status::OK;
 }
 
 grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                                        v1::Transfer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Wait");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded =
           MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context, *request, response,
                        WaitBound(request->has_timeout(), request->timeout()))) {
@@ -301,6 +318,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
                                         const v1::WatchRequest* request,
                                         grpc::ServerWriter<v1::TransferEvent>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Watch");
+  GPUMOVE_CHECK_FIELDS(*request);
   absl::Duration interval = absl::Milliseconds(100);
   if (request->has_progress_interval()) {
     auto d = FromProto(request->progress_interval());
@@ -352,6 +370,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Cancel");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
@@ -366,6 +385,7 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
                                                 const v1::NotificationsRequest* request,
                                                 grpc::ServerWriter<v1::Notification>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Notifications");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (request->buffers_size() > 4096) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat(request->buffers_size(), " buffers; at most 4096"));
@@ -454,6 +474,7 @@ grpc::Status TransferServiceImpl::PreparePieces(grpc::ServerContext* context,
                                                 const v1::PreparePiecesRequest* request,
                                                 v1::PreparedPieces* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "PreparePieces");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (!request->node().empty() && request->node() != node_) {
     auto stub = StubFor(*context, request->node());
     if (!stub.ok()) return ToGrpcStatus(stub.status());
@@ -480,6 +501,7 @@ grpc::Status TransferServiceImpl::ReleasePieces(grpc::ServerContext* context,
                                                 const v1::ReleasePiecesRequest* request,
                                                 v1::ReleasePiecesResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "ReleasePieces");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::ReleasePieces,
                                     context, *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
@@ -494,6 +516,7 @@ grpc::Status TransferServiceImpl::ListPreparedPieces(grpc::ServerContext* contex
                                                      const v1::ListPreparedPiecesRequest* request,
                                                      v1::ListPreparedPiecesResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "ListPreparedPieces");
+  GPUMOVE_CHECK_FIELDS(*request);
   if (!request->node().empty() && request->node() != node_) {
     auto stub = StubFor(*context, request->node());
     if (!stub.ok()) return ToGrpcStatus(stub.status());
@@ -501,9 +524,17 @@ grpc::Status TransferServiceImpl::ListPreparedPieces(grpc::ServerContext* contex
                         *cluster_, request->node(), *request, response, ForwardTimeout(cluster_));
   }
   if (prepared_ == nullptr) return grpc::Status::OK;
-  for (const PreparedList& list : prepared_->List(caller.owner())) {
-    PreparedToProto(list, response->add_lists());
-  }
+  auto next = FillPage(
+      prepared_->List(caller.owner()), request->page_token(), PageItems(request->page_size()),
+      /*newest_first=*/false,
+      [](const PreparedList& l) { return PageKey{l.created, l.id}; },
+      [&](const PreparedList& l) {
+        v1::PreparedPieces* out = response->add_lists();
+        PreparedToProto(l, out);
+        return out->ByteSizeLong();
+      });
+  if (!next.ok()) return ToGrpcStatus(next.status());
+  response->set_next_page_token(*next);
   return grpc::Status::OK;
 }
 

@@ -150,8 +150,16 @@ class Client:
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
     def buffers(self, node: Optional[str] = None) -> List[Buffer]:
-        r = self._call(self._buffers.List, pb.ListBuffersRequest(node=node or ""))
-        return [Buffer.from_proto(b) for b in r.buffers]
+        """Every buffer the caller sees, fetched page by page."""
+        out: List[Buffer] = []
+        request = pb.ListBuffersRequest(node=node or "")
+        for _ in range(req.MAX_LIST_PAGES):
+            r = self._call(self._buffers.List, request)
+            out += [Buffer.from_proto(b) for b in r.buffers]
+            if not r.next_page_token:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
         return Buffer.from_proto(self._call(self._buffers.RenewLease, req.renew(buffer, lease)))
@@ -248,17 +256,33 @@ class Client:
                    pb.ReleasePiecesRequest(id=prepared_id(prepared)))
 
     def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
-        r = self._call(self._transfers.ListPreparedPieces,
-                       pb.ListPreparedPiecesRequest(node=node or ""))
-        return [PreparedPieces.from_proto(p) for p in r.lists]
+        out: List[PreparedPieces] = []
+        request = pb.ListPreparedPiecesRequest(node=node or "")
+        for _ in range(req.MAX_LIST_PAGES):
+            r = self._call(self._transfers.ListPreparedPieces, request)
+            out += [PreparedPieces.from_proto(p) for p in r.lists]
+            if not r.next_page_token:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(self._call(
             self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        r = self._call(self._transfers.List, req.transfers(states, limit))
-        return [Transfer.from_proto(t) for t in r.transfers]
+        """The newest `limit` transfers (0: 1000), page by page."""
+        want = limit or 1000
+        out: List[Transfer] = []
+        request = req.transfers(states, 0)
+        for _ in range(req.MAX_LIST_PAGES):
+            request.page_size = min(want - len(out), 1000)
+            r = self._call(self._transfers.List, request)
+            out += [Transfer.from_proto(t) for t in r.transfers]
+            if not r.next_page_token or len(out) >= want:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         """The transfer once it has ended (DEADLINE_EXCEEDED after `timeout` seconds)."""

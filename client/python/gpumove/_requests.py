@@ -115,6 +115,10 @@ def submit(specs: Sequence[pb.TransferSpec], wait: bool, idempotency_key: str,
     return req
 
 
+# The most pages a listing follows (a daemon answers at most 1000 entries a page).
+MAX_LIST_PAGES = 10000
+
+
 def transfers(states: Iterable[str], limit: int) -> pb.ListTransfersRequest:
     return pb.ListTransfersRequest(states=[STATES[s] for s in states], limit=limit)
 

@@ -103,8 +103,15 @@ class Client:
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
     async def buffers(self, node: Optional[str] = None) -> List[Buffer]:
-        r = await self._call(self._buffers.List, pb.ListBuffersRequest(node=node or ""))
-        return [Buffer.from_proto(b) for b in r.buffers]
+        out: List[Buffer] = []
+        request = pb.ListBuffersRequest(node=node or "")
+        for _ in range(req.MAX_LIST_PAGES):
+            r = await self._call(self._buffers.List, request)
+            out += [Buffer.from_proto(b) for b in r.buffers]
+            if not r.next_page_token:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     async def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
         return Buffer.from_proto(await self._call(self._buffers.RenewLease,
@@ -179,17 +186,32 @@ class Client:
                          pb.ReleasePiecesRequest(id=prepared_id(prepared)))
 
     async def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
-        r = await self._call(self._transfers.ListPreparedPieces,
-                             pb.ListPreparedPiecesRequest(node=node or ""))
-        return [PreparedPieces.from_proto(p) for p in r.lists]
+        out: List[PreparedPieces] = []
+        request = pb.ListPreparedPiecesRequest(node=node or "")
+        for _ in range(req.MAX_LIST_PAGES):
+            r = await self._call(self._transfers.ListPreparedPieces, request)
+            out += [PreparedPieces.from_proto(p) for p in r.lists]
+            if not r.next_page_token:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     async def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(await self._call(
             self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     async def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        r = await self._call(self._transfers.List, req.transfers(states, limit))
-        return [Transfer.from_proto(t) for t in r.transfers]
+        want = limit or 1000
+        out: List[Transfer] = []
+        request = req.transfers(states, 0)
+        for _ in range(req.MAX_LIST_PAGES):
+            request.page_size = min(want - len(out), 1000)
+            r = await self._call(self._transfers.List, request)
+            out += [Transfer.from_proto(t) for t in r.transfers]
+            if not r.next_page_token or len(out) >= want:
+                break
+            request.page_token = r.next_page_token
+        return out
 
     async def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         return Transfer.from_proto(await self._call(self._transfers.Wait,

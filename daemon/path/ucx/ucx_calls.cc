@@ -78,7 +78,17 @@ void UcxTransport::Impl::SendAm(Peer* peer, unsigned id, std::unique_ptr<Outgoin
 
 void UcxTransport::Impl::SendReply(const UcxPeer& to, uint64_t id, const absl::Status& status,
                                    std::string body) {
-  Peer* peer = GetPeer(to.key, to.worker_address, to.error_handling);
+  // The handler vouched for `to` (an authenticated, known peer); the address is checked
+  // still before an endpoint is made from it, and a bad one gets no endpoint slot.
+  Peer* peer = nullptr;
+  if (auto it = peers.find(to.key); it != peers.end()) {
+    peer = it->second.get();
+  } else if (absl::Status ok = CheckAddress(to.worker_address); !ok.ok()) {
+    calls_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  } else {
+    peer = GetPeer(to.key, to.worker_address, to.error_handling);
+  }
   if (peer->failed || peer->ep == nullptr) return;  // The caller times out or is forgotten.
   auto out = std::make_unique<Outgoing>();
   CallReplyHeader h{kCallMagic, static_cast<int32_t>(status.code()), id};
@@ -91,27 +101,48 @@ ucs_status_t UcxTransport::Impl::OnCallRequest(void* arg, const void* header, si
                                                void* data, size_t length,
                                                const ucp_am_recv_param_t* param) {
   auto* impl = static_cast<Impl*>(arg);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_ERR_UNSUPPORTED;  // Eager only.
+  // Nothing here answers or makes an endpoint: the handler decides whether the caller is
+  // one to answer. What is dropped is only counted (a flood must not flood the log too).
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // Eager only.
+    impl->calls_dropped.fetch_add(1, std::memory_order_relaxed);
+    return UCS_ERR_UNSUPPORTED;
+  }
   CallRequestHeader h;
-  if (header_length < sizeof(h)) return UCS_OK;
+  if (header_length < sizeof(h)) {
+    impl->calls_dropped.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;
+  }
   memcpy(&h, header, sizeof(h));
-  if (h.magic != kCallMagic ||
-      header_length != sizeof(h) + uint64_t{h.key_length} + h.address_length) {
-    LOG(WARNING) << "dropping a malformed peer call";
+  if (h.magic != kCallMagic || h.key_length == 0 || h.key_length > kMaxUcxPeerKey ||
+      h.address_length == 0 || h.address_length > kMaxUcxWorkerAddress ||
+      header_length != sizeof(h) + uint64_t{h.key_length} + h.address_length ||
+      impl->handler == nullptr) {
+    impl->calls_dropped.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;
   }
   const char* extra = static_cast<const char*>(header) + sizeof(h);
   UcxPeer caller{std::string(extra, h.key_length),
                  std::string(extra + h.key_length, h.address_length), h.error_handling != 0};
   const uint64_t id = h.call_id;
-  if (impl->handler == nullptr) {
-    impl->SendReply(caller, id, absl::UnavailableError("this node does not serve peer calls"), {});
-    return UCS_OK;
-  }
   const absl::Time received = impl->trace_calls ? absl::Now() : absl::InfinitePast();
   impl->calls_open.fetch_add(1);
-  UcxReply reply = [impl, caller = std::move(caller), id, method = h.method, received](
+  // The reply (if the handler ever answers) goes to the caller as it claimed itself, which
+  // the handler has checked by then; a call it drops is let go here.
+  class Open {
+   public:
+    explicit Open(Impl* impl) : impl_(impl) {}
+    ~Open() {
+      if (!answered) impl_->calls_open.fetch_sub(1);
+    }
+    bool answered = false;
+
+   private:
+    Impl* const impl_;
+  };
+  auto open = std::make_shared<Open>(impl);
+  UcxReply reply = [impl, caller, id, method = h.method, received, open](
                        const absl::Status& status, std::string body) {
+    open->answered = true;
     const absl::Time answered = impl->trace_calls ? absl::Now() : absl::InfinitePast();
     auto send = [impl, caller, id, status, method, received, answered](std::string body) {
       impl->SendReply(caller, id, status, std::move(body));
@@ -129,7 +160,8 @@ ucs_status_t UcxTransport::Impl::OnCallRequest(void* arg, const void* header, si
     }
     impl->Post([send, body = std::move(body)]() mutable { send(std::move(body)); });
   };
-  impl->handler(h.method, std::string(static_cast<const char*>(data), length), std::move(reply));
+  impl->handler(caller, h.method, std::string(static_cast<const char*>(data), length),
+                std::move(reply));
   return UCS_OK;
 }
 
@@ -149,6 +181,14 @@ ucs_status_t UcxTransport::Impl::OnCallReply(void* arg, const void* header, size
     impl->FinishCall(h.call_id, absl::Status(static_cast<absl::StatusCode>(h.code), body));
   }
   return UCS_OK;
+}
+
+uint64_t UcxTransport::calls_dropped() const {
+  return impl_->calls_dropped.load(std::memory_order_relaxed);
+}
+
+absl::Status UcxTransport::Impl::CheckAddress(const std::string& address) const {
+  return CheckUcxWorkerAddress(address, shape_known ? &shape : nullptr);
 }
 
 void UcxTransport::ServeCalls(const std::string& self_key, UcxCallHandler handler) {

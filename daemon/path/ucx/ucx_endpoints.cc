@@ -43,6 +43,13 @@ UcxTransport::Impl::Peer* UcxTransport::Impl::GetPeer(const std::string& key,
     slot->guard = guards.back().get();
     params.err_handler.cb = &Impl::OnEndpointError;
     params.err_handler.arg = slot->guard;
+    // ucp_ep_create trusts the address (a malformed one aborts the process): checked here
+    // too, whoever learned it.
+    if (absl::Status ok = CheckAddress(worker_address); !ok.ok()) {
+      slot->failed = true;
+      slot->error = absl::StrCat("peer ", key, " has no usable UCX address: ", ok.message());
+      return slot.get();
+    }
     ucs_status_t st = ucp_ep_create(worker, &params, &slot->ep);
     if (st != UCS_OK) {
       slot->ep = nullptr;

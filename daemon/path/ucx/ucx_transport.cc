@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/path/ucx/ucx_transport_impl.h"
 
@@ -77,6 +79,10 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
                           (cattr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 
   impl->worker_address = address;
+  // Peers' addresses are checked against this node's own packing before UCX sees them; a
+  // packing the check does not know (UCX_UNIFIED_MODE, a newer UCX) leaves only the
+  // format check.
+  impl->shape_known = impl->shape.Learn(address).ok();
   Impl* raw = impl.get();
   impl->thread = std::thread([raw, setup = options.thread_setup] {
     if (setup) setup();
@@ -99,6 +105,31 @@ void UcxTransport::SetProcessDefaults() {
   const std::string value = tx != nullptr ? tx : rx != nullptr ? rx : "512k";
   if (tx == nullptr) setenv("UCX_TCP_TX_SEG_SIZE", value.c_str(), 1);
   if (rx == nullptr) setenv("UCX_TCP_RX_SEG_SIZE", value.c_str(), 1);
+  // UCX's UD transports abort the process when a UD endpoint times out (an assertion in
+  // ucp_request.c, seen over Soft-RoCE with UCX 1.13: a peer gone takes this daemon with
+  // it). RC or TCP serve every path where UD would: UD is left out unless the operator
+  // names the transports.
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0') {
+    setenv("UCX_TLS", kDefaultUcxTransports, 1);
+  } else if (MayUseUd(tls)) {
+    LOG(WARNING) << "UCX_TLS=" << tls << " lets UCX use UD (ud_verbs / ud_mlx5), whose endpoint "
+                 << "timeouts abort UCX 1.13 and with it this daemon; the default leaves it out ("
+                 << kDefaultUcxTransports << ")";
+  }
+}
+
+bool UcxTransport::MayUseUd(absl::string_view tls) {
+  if (absl::StartsWith(tls, "^")) {  // All but those named.
+    for (absl::string_view t : absl::StrSplit(tls.substr(1), ',')) {
+      if (t == "ud") return false;
+    }
+    return true;
+  }
+  for (absl::string_view t : absl::StrSplit(tls, ',')) {
+    if (t == "all" || t == "ib" || absl::StartsWith(t, "ud")) return true;
+  }
+  return false;
 }
 
 UcxTransport::~UcxTransport() {
@@ -135,7 +166,10 @@ UcxTransport::~UcxTransport() {
 
 std::string UcxTransport::transports() const {
   const char* tls = std::getenv("UCX_TLS");
-  return tls != nullptr && *tls != '\0' ? tls : "all";
+  const std::string named = tls != nullptr && *tls != '\0' ? tls : "all";
+  if (named == kDefaultUcxTransports) return absl::StrCat(named, ": all but UD, the default");
+  return MayUseUd(named) ? absl::StrCat(named, ", UD allowed: a UD timeout aborts UCX 1.13")
+                         : named;
 }
 
 }  // namespace gpumove

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/core/segments.h"
 
@@ -43,6 +44,10 @@ struct RemoteRange {
 // slot is read next by a GPU copy, not by this CPU.
 inline constexpr uint64_t kBounceStreamingMin = 1 << 20;
 
+// UCX_TLS when the operator gives none: every transport but UD (whose endpoint timeouts
+// abort UCX 1.13; RC and TCP serve where it would).
+inline constexpr char kDefaultUcxTransports[] = "^ud";
+
 // A peer as the call channel sees it.
 struct UcxPeer {
   std::string key;             // As RemoteRange::peer_key.
@@ -53,7 +58,16 @@ struct UcxPeer {
 // Answers one call: invoked once, from any thread, with the outcome and the reply body.
 using UcxReply = std::function<void(const absl::Status&, std::string)>;
 // Serves a call; runs on the progress thread, so it must hand real work to another thread.
-using UcxCallHandler = std::function<void(uint32_t method, std::string body, UcxReply reply)>;
+// `caller` is who the message CLAIMS to come from (its peer key and the worker address to
+// answer): nothing has vouched for it. `reply` makes an endpoint to that address, so the
+// handler calls it only for a caller it has authenticated and knows (a Hello'd peer whose
+// address is the one claimed); a call it does not trust it drops without an answer.
+using UcxCallHandler =
+    std::function<void(const UcxPeer& caller, uint32_t method, std::string body, UcxReply reply)>;
+
+// The longest peer key a call may carry ("node#incarnation": a node name is at most 128
+// bytes, cluster.h's CheckDescriptor).
+inline constexpr size_t kMaxUcxPeerKey = 160;
 
 struct UcxOptions {
   // Bytes per ucp_put_nbx / ucp_get_nbx, and how many are in flight per move.
@@ -114,9 +128,12 @@ int DirectCopyThreads(const UcxOptions& options, const RemoteRange& remote);
 class UcxTransport {
  public:
   // Settings UCX takes from the environment, set unless the environment has them (TCP
-  // segment size); transports created later use them. It calls setenv: call it first
-  // thing in main, while the process has one thread.
+  // segment size; the transports, UCX_TLS=kDefaultUcxTransports: all but UD); transports
+  // created later use them. It calls setenv: call it first thing in main, while the
+  // process has one thread.
   static void SetProcessDefaults();
+  // Whether UCX_TLS=`tls` lets UCX pick a UD transport.
+  static bool MayUseUd(absl::string_view tls);
   // UNAVAILABLE (with UCX's message) when UCX cannot start.
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxOptions options);
   ~UcxTransport();
@@ -174,8 +191,13 @@ class UcxTransport {
   // endpoints as the moves (shared memory on one host, the network otherwise), so a peer
   // call costs UCX's latency plus two thread hand-offs instead of a gRPC round trip.
   // `self_key` is this daemon's peer key (callers' replies come back to it); `handler`
-  // serves the calls that arrive; null stops serving (calls then get UNAVAILABLE).
+  // serves the calls that arrive; null stops serving (calls are then dropped unanswered:
+  // nothing is ever sent to a caller no handler vouched for).
   void ServeCalls(const std::string& self_key, UcxCallHandler handler);
+  // Call messages dropped by the transport itself since start (malformed, oversized, or
+  // arriving while nothing serves), and replies it refused to send (a worker address that
+  // does not parse as one of UCX's).
+  uint64_t calls_dropped() const;
   // Sends `body` to `peer`'s handler for `method` and waits for the reply body.
   // UNAVAILABLE when the peer cannot be reached, fails or is forgotten meanwhile, or does
   // not answer within `timeout`; otherwise the handler's status.

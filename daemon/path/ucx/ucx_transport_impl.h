@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
 #include "daemon/path/ucx/ucx_transport.h"
+#include "daemon/path/ucx/ucx_wire_check.h"
 
 namespace gpumove {
 namespace ucx_internal {
@@ -169,6 +170,14 @@ struct UcxTransport::Impl {
   absl::Mutex calls_mu;
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingCall>> calls ABSL_GUARDED_BY(calls_mu);
   uint64_t next_call_id ABSL_GUARDED_BY(calls_mu) = 0;
+
+  std::atomic<uint64_t> calls_dropped{0};
+  // The entries this node's own worker address has: a peer's address is checked against
+  // them before ucp_ep_create sees it (ucx_wire_check.h). Set at Create.
+  UcxAddressShape shape;
+  bool shape_known = false;
+  // OK when `address` may be handed to ucp_ep_create.
+  absl::Status CheckAddress(const std::string& address) const;
 
   // Owned by the progress thread.
   std::string self_key;

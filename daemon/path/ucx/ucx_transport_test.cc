@@ -138,12 +138,36 @@ TEST(UcxProcessDefaults, TcpSegmentsAreLargeUnlessTheEnvironmentSaysOtherwise) {
   EXPECT_TRUE(UcxTransport::Create({}).ok());
 }
 
+// UD is left out unless the operator names the transports (a UD endpoint timeout aborts
+// UCX 1.13, and the daemon with it); a list that lets UCX pick UD is recognized and said.
+TEST(UcxProcessDefaults, UdIsLeftOutUnlessTheOperatorNamesTheTransports) {
+  unsetenv("UCX_TLS");
+  UcxTransport::SetProcessDefaults();
+  ASSERT_NE(std::getenv("UCX_TLS"), nullptr);
+  EXPECT_STREQ(std::getenv("UCX_TLS"), "^ud");
+  EXPECT_FALSE(UcxTransport::MayUseUd(std::getenv("UCX_TLS")));
+  auto t = UcxTransport::Create({});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->transports(), "^ud: all but UD, the default");
+  for (const char* ud : {"all", "ud_verbs,tcp", "rc,ud", "ud_mlx5", "ib", "^tcp", "^rc,tcp"}) {
+    EXPECT_TRUE(UcxTransport::MayUseUd(ud)) << ud;
+  }
+  for (const char* no : {"rc_verbs,tcp,self", "tcp", "sm,self", "^ud", "^tcp,ud"}) {
+    EXPECT_FALSE(UcxTransport::MayUseUd(no)) << no;
+  }
+  setenv("UCX_TLS", "tcp,self,sm", 1);  // The operator's list stays.
+  UcxTransport::SetProcessDefaults();
+  EXPECT_STREQ(std::getenv("UCX_TLS"), "tcp,self,sm");
+  unsetenv("UCX_TLS");
+  UcxTransport::SetProcessDefaults();
+}
+
 // Peer calls: b serves on its own threads (as gpumoved's dispatcher does), a calls.
 class UcxCallTest : public UcxTransportTest {
  protected:
   void SetUp() override {
     UcxTransportTest::SetUp();
-    b_->ServeCalls("b#1", [this](uint32_t method, std::string body, UcxReply reply) {
+    b_->ServeCalls("b#1", [this](const UcxPeer&, uint32_t method, std::string body, UcxReply reply) {
       std::thread([this, method, body = std::move(body), reply = std::move(reply)] {
         if (method == 7) {  // Never answers.
           absl::MutexLock lock(&mu_);
@@ -225,10 +249,13 @@ TEST_F(UcxCallTest, UnansweredCallsTimeOutAndForgetEndsThemAtOnce) {
   EXPECT_EQ(*again, "1:back");
 }
 
+// A node that serves nothing answers nothing (an answer would make an endpoint to an
+// address no one vouched for): the caller times out, and the call is counted as dropped.
 TEST_F(UcxCallTest, APeerThatDoesNotServeOrIsGoneAnswersUnavailable) {
   UcxPeer a_as_peer{"a#1", a_->worker_address(), true};
-  auto r = b_->Call(a_as_peer, 1, "x", absl::Seconds(10));  // a serves nothing.
+  auto r = b_->Call(a_as_peer, 1, "x", absl::Seconds(1));  // a serves nothing.
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(a_->calls_dropped(), 1u);
   UcxOptions options;
   auto c = *UcxTransport::Create(options);
   c->ServeCalls("c#1", nullptr);
@@ -250,7 +277,7 @@ TEST(UcxCallAwake, ProgressThreadsStayAwakeWhileACallIsOpen) {
     options.call_awake = awake;  // poll_window 0: idle threads sleep at once.
     auto a = *UcxTransport::Create(options);
     auto b = *UcxTransport::Create(options);
-    b->ServeCalls("b#1", [](uint32_t, std::string body, UcxReply reply) {
+    b->ServeCalls("b#1", [](const UcxPeer&, uint32_t, std::string body, UcxReply reply) {
       std::thread([body = std::move(body), reply = std::move(reply)] {
         absl::SleepFor(absl::Milliseconds(600));
         reply(absl::OkStatus(), body);
@@ -287,7 +314,7 @@ TEST(UcxWake, JobsPostedToSleepingProgressThreadsRunAtOnce) {
   UcxOptions options;  // poll_window and call_awake 0: idle threads sleep at once.
   auto a = *UcxTransport::Create(options);
   auto b = *UcxTransport::Create(options);
-  b->ServeCalls("b#1", [](uint32_t, std::string body, UcxReply reply) {
+  b->ServeCalls("b#1", [](const UcxPeer&, uint32_t, std::string body, UcxReply reply) {
     // Answered from another thread: the reply is a job posted to b's progress thread.
     std::thread([body = std::move(body), reply = std::move(reply)]() mutable {
       reply(absl::OkStatus(), std::move(body));
