@@ -1,5 +1,8 @@
 #include "daemon/server/peer_calls.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
@@ -64,6 +67,40 @@ bool EveryItemAtOnce(const PeerHandler* service, const std::string& body) {
 
 }  // namespace
 
+std::optional<PeerId> ParsePeerKey(absl::string_view key) {
+  const size_t hash = key.rfind('#');
+  if (hash == absl::string_view::npos || hash == 0) return std::nullopt;
+  const absl::string_view digits = key.substr(hash + 1);
+  PeerId id;
+  if (digits.empty() || digits.size() > 20 ||
+      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &id.incarnation)) {
+    return std::nullopt;
+  }
+  id.node = std::string(key.substr(0, hash));
+  return id;
+}
+
+absl::StatusOr<CheckedUcxCall> CheckUcxCall(PeerAuth* auth, absl::string_view caller_key,
+                                            uint32_t method, const std::string& framed) {
+  absl::string_view stamp, rest;
+  if (!Unframe(framed, &stamp, &rest)) {
+    return absl::InvalidArgumentError("a malformed peer call");
+  }
+  CheckedUcxCall out{std::string(rest), {}};
+  if (auth == nullptr) return out;
+  auto who = auth->Check(method, out.body, stamp);
+  if (!who.ok()) return who.status();
+  // The answer goes to the key the message names: it must be the stamp's.
+  if (PeerId{who->node, who->incarnation}.Key() != caller_key) {
+    return absl::UnauthenticatedError(absl::StrCat("stamped by ", Quoted(who->node),
+                                                   " at incarnation ", who->incarnation,
+                                                   " but answered to another key"));
+  }
+  out.mac = std::move(who->mac);
+  return out;
+}
+
 UcxPeerCalls::UcxPeerCalls(UcxTransport* transport, const peer::v1::NodeDescriptor& self,
                            int threads, absl::Duration poll_window, PeerAuth* auth)
     : transport_(transport),
@@ -92,20 +129,13 @@ void UcxPeerCalls::Serve(PeerHandler* service) {
 
 void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string framed,
                           UcxReply reply) {
-  absl::string_view stamp, rest;
-  if (!Unframe(framed, &stamp, &rest)) return Refuse(caller, "a malformed peer call");
-  std::string body(rest);
+  auto checked = CheckUcxCall(auth_, caller.key, method, framed);
+  if (!checked.ok()) return Refuse(caller, checked.status().message());
+  std::string body = std::move(checked->body);
   if (auth_ != nullptr) {
-    auto who = auth_->Check(method, body, stamp);
-    if (!who.ok()) return Refuse(caller, who.status().message());
-    // The answer goes to the key the message names: it must be the stamp's.
-    if (PeerId{who->node, who->incarnation}.Key() != caller.key) {
-      return Refuse(caller, absl::StrCat("stamped by ", Quoted(who->node), " at incarnation ",
-                                         who->incarnation, " but answered to another key"));
-    }
     // The answer is signed with the call's mac.
-    reply = [this, mac = std::move(who->mac), inner = std::move(reply)](const absl::Status& st,
-                                                                      std::string answer) {
+    reply = [this, mac = std::move(checked->mac), inner = std::move(reply)](
+                const absl::Status& st, std::string answer) {
       if (!st.ok()) return inner(st, {});
       std::string sig = auth_->SignReply(mac, answer);
       inner(st, Framed(sig, std::move(answer)));
@@ -139,13 +169,8 @@ void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string fr
 }
 
 bool UcxPeerCalls::Known(const UcxPeer& caller) const {
-  const size_t hash = caller.key.rfind('#');
-  uint64_t incarnation = 0;
-  if (hash == std::string::npos ||
-      !absl::SimpleAtoi(absl::string_view(caller.key).substr(hash + 1), &incarnation)) {
-    return false;
-  }
-  return known_ && known_(caller.key.substr(0, hash), incarnation, caller.worker_address);
+  std::optional<PeerId> id = ParsePeerKey(caller.key);
+  return id.has_value() && known_ && known_(id->node, id->incarnation, caller.worker_address);
 }
 
 void UcxPeerCalls::Dispatch(uint32_t method, std::string body, UcxReply reply) {

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,6 +22,20 @@
 #include "daemon/server/peer_handler.h"
 
 namespace gpumove {
+
+// A call message once its framing and stamp are checked: its body, and the mac its
+// answer is signed with (empty without a secret).
+struct CheckedUcxCall {
+  std::string body;
+  std::string mac;
+};
+// Unframes a call that names itself `caller_key` and, with `auth`, checks its stamp and
+// that the stamp's node and incarnation are that key's: INVALID_ARGUMENT (framing) or
+// UNAUTHENTICATED saying why not. Pure: what the fuzzer drives (tests/fuzz/ucx_call_fuzz).
+absl::StatusOr<CheckedUcxCall> CheckUcxCall(PeerAuth* auth, absl::string_view caller_key,
+                                            uint32_t method, const std::string& framed);
+// The node and incarnation a peer key ("node#incarnation") names; nullopt for none.
+std::optional<PeerId> ParsePeerKey(absl::string_view key);
 
 class UcxPeerCalls : public PeerCallChannel {
  public:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/peer_auth.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 #include "proto/gpumove/v1/gpumove.pb.h"
 
@@ -185,6 +186,26 @@ int main(int argc, char** argv) {
     q.mutable_source()->set_length(4096);
     q.set_chunk_size(1024);
     Call(23, "read", q);
+  }
+  {
+    // The UCX call channel: a key, then framed bodies with no stamp, a member's stamp (of
+    // another secret than the fuzzer's), and one for another key.
+    gpumove::PeerAuth member("seed-cluster-secret-0123456789", "node-a", 5);
+    peer::v1::TakeStageSlotsRequest take;
+    take.set_transfer_id("t");
+    take.set_from_node("node-a");
+    const std::string body = take.SerializeAsString();
+    auto seed = [](uint8_t method, const std::string& key, const std::string& stamp,
+                   const std::string& body) {
+      std::string out{static_cast<char>(method), static_cast<char>(key.size())};
+      out += key;
+      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(stamp.size() >> (8 * i)));
+      return out + stamp + body;
+    };
+    Write("ucx_call_fuzz", "unstamped", seed(7, "node-a#5", "", body));
+    Write("ucx_call_fuzz", "stamped", seed(7, "node-a#5", member.Stamp(7, body, 1).stamp, body));
+    Write("ucx_call_fuzz", "other_key",
+          seed(8, "node-b#6", member.Stamp(8, body, 1).stamp, body));
   }
   std::printf("seeds written under %s\n", dir.c_str());
   return 0;

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(ucx_wire_fuzz ref_fuzz descriptor_fuzz service_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(ucx_wire_fuzz ucx_call_fuzz ref_fuzz descriptor_fuzz service_fuzz)
 out=${OUT:-/tmp/gpumove-fuzz}
 mkdir -p "$out"
 if ! bazel build --config=fuzz "${targets[@]/#/\/\/tests\/fuzz:}"; then
