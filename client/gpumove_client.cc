@@ -386,9 +386,14 @@ absl::StatusOr<v1::Transfer> Client::Watch(const std::string& id,
   return last;
 }
 
-absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id) {
+absl::StatusOr<v1::Transfer> Client::Cancel(const std::string& id, bool wait,
+                                            absl::Duration timeout) {
   v1::CancelRequest request;
   request.set_id(id);
+  request.set_wait(wait);
+  if (wait && timeout != absl::InfiniteDuration()) {
+    SetDuration(timeout, request.mutable_wait_timeout());
+  }
   grpc::ClientContext context;
   Authorize(context);
   v1::Transfer response;

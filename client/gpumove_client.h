@@ -25,8 +25,6 @@ namespace gpumove {
 // The most pages a listing call follows (of up to 1000 entries each).
 inline constexpr int kMaxListPages = 10000;
 
-namespace v1 = ::gpumove::v1;
-
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // A BufferRef for (buffer_id, offset, length) on the node the client talks to.
@@ -144,7 +142,10 @@ class Client {
   absl::StatusOr<v1::Transfer> Watch(const std::string& id,
                                      const std::function<void(const v1::Transfer&)>& on_event,
                                      absl::Duration progress_interval = absl::Milliseconds(100));
-  absl::StatusOr<v1::Transfer> Cancel(const std::string& id);
+  // Asks the move to stop; with `wait`, answers once it has ended (else at once, maybe
+  // still RUNNING with cancel_requested).
+  absl::StatusOr<v1::Transfer> Cancel(const std::string& id, bool wait = false,
+                                      absl::Duration timeout = absl::InfiniteDuration());
   // Keeps a piece list on `node` (empty: this daemon) for moves to name by its id
   // (MoveOptions.prepared_pieces): `segments`, or `blocks` when its block_size is set.
   absl::StatusOr<v1::PreparedPieces> PreparePieces(const std::vector<v1::Segment>& segments,

@@ -91,6 +91,11 @@ expect_code 1 "INVALID_ARGUMENT: size must be greater than 0" -- "$CTL" alloc 0
 expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
 expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
 expect_code 1 "INVALID_ARGUMENT: duration" -- "$CTL" alloc 1MiB --lease 9000h
+# A local file in a folder that does not exist is NOT_FOUND, not a refusal.
+expect_code 1 "NOT_FOUND: $WORK/no-such-folder/out" -- "$CTL" read "$A" "$WORK/no-such-folder/out"
+expect_code 1 "NOT_FOUND: $WORK/no-such-file" -- "$CTL" write "$A" "$WORK/no-such-file"
+# Labels and other strings past their limits are refused with the field named.
+expect_code 1 "INVALID_ARGUMENT: label has 300 bytes; at most 256" -- "$CTL" alloc 1MiB --label "$(printf 'l%.0s' $(seq 300))"
 # CUDA IPC on a node without GPUs: refused with its code, nothing changes.
 HANDLE=$(printf 'ab%.0s' $(seq 64))
 expect_code 1 "FAILED_PRECONDITION: node cli-node has no GPU" -- "$CTL" import "$HANDLE" 1MiB --gpu_uuid GPU-x

@@ -213,6 +213,52 @@ TEST(Integration, CancelStopsARunningMove) {
   EXPECT_TRUE(d.client->Release(a).ok());  // No longer in use.
 }
 
+// A cancel answered at once says it is under way (the move is still RUNNING, its buffers
+// in use); one that waits answers once the move has ended, and the buffers are free then.
+TEST(Integration, CancelSaysItIsUnderWayOrWaitsForTheEnd) {
+  Daemon d({"--max_move_rate=32MiB"});
+  std::string a = d.Alloc(64 << 20), b = d.Alloc(64 << 20);
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 400 && d.client->GetTransfer(t->id())->bytes_done() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  // The engine checks for a cancel between chunks: an answer at once may still be RUNNING.
+  auto at_once = d.client->Cancel(t->id(), /*wait=*/false);
+  ASSERT_TRUE(at_once.ok());
+  if (at_once->state() == v1::RUNNING) EXPECT_TRUE(at_once->cancel_requested());
+  auto waited = d.client->Cancel(t->id(), /*wait=*/true, absl::Seconds(10));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->state(), v1::CANCELLED);
+  EXPECT_FALSE(waited->cancel_requested());
+  EXPECT_TRUE(d.client->Release(a).ok());  // Free the moment the answer came.
+  EXPECT_TRUE(d.client->Release(b).ok());
+}
+
+// A lone move for a caller that waits only so long is answered at that time, whatever
+// path would have run it (a rate-capped move once ran inline past the caller's timeout).
+TEST(Integration, ALoneMoveHonoursItsWaitTimeout) {
+  Daemon d({"--max_move_rate=16MiB"});
+  std::string a = d.Alloc(32 << 20), b = d.Alloc(32 << 20);
+  v1::SubmitRequest request;
+  v1::TransferSpec* spec = request.add_transfers();
+  *spec->mutable_source() = Ref(a);
+  *spec->mutable_destination() = Ref(b);
+  request.set_wait(true);
+  request.mutable_wait_timeout()->set_nanos(300'000'000);
+  auto stub = v1::TransferService::NewStub(
+      grpc::CreateChannel(d.process->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::SubmitResponse response;
+  const absl::Time start = absl::Now();
+  grpc::Status st = stub->Submit(&context, request, &response);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_LT(took, absl::Milliseconds(1200)) << "2 s of bytes at 16 MiB/s; asked to wait 0.3 s";
+}
+
 TEST(Integration, CancelOfAQueuedMoveEndsItAtOnce) {
   Daemon d({"--max_move_rate=32MiB", "--copy_threads=1"});
   std::string a = d.Alloc(32 << 20), b = d.Alloc(32 << 20), c = d.Alloc(4096), e = d.Alloc(4096);

@@ -1,8 +1,8 @@
 // Bounds a real gpumoved keeps on what clients send and what it answers (issue 48): a
 // label, idempotency key, id or node name past its limit is INVALID_ARGUMENT and changes
-// nothing, however large; listings come in pages of at most 1000 that a token walks once
-// each, in order, and a token the node did not make is refused. Raw stubs where the
-// client library would follow the pages itself.
+// nothing, however large; listings (buffers, transfers, prepared piece lists) come in
+// pages of at most 1000 that a token walks once each, in order, and a token the node did
+// not make is refused. Raw stubs where the client library would follow the pages itself.
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
@@ -302,6 +302,42 @@ TEST(Limits, TransfersComeInPagesNewestFirst) {
   ASSERT_EQ(newest_two->size(), 2u);
   EXPECT_EQ((*newest_two)[0].id(), made[4]);
   EXPECT_EQ((*newest_two)[1].id(), made[3]);
+}
+
+TEST(Limits, PreparedListsComeInPagesOldestFirst) {
+  Node n;
+  ASSERT_TRUE(n.ok()) << (n.process ? n.process->Log() : "");
+  std::vector<std::string> made;
+  for (int i = 0; i < 5; ++i) {
+    v1::Segment s;
+    s.set_length(8 + i);
+    auto list = n.client->PreparePieces({s}, {}, "", absl::StrCat("list ", i));
+    ASSERT_TRUE(list.ok()) << list.status();
+    made.push_back(list->id());
+  }
+  v1::ListPreparedPiecesRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> walked;
+  std::vector<int> sizes;
+  for (int page = 0; page < 10; ++page) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    v1::ListPreparedPiecesResponse r;
+    grpc::Status st = n.transfers->ListPreparedPieces(&context, request, &r);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    sizes.push_back(r.lists_size());
+    for (const v1::PreparedPieces& l : r.lists()) walked.push_back(l.id());
+    if (r.next_page_token().empty()) break;
+    request.set_page_token(r.next_page_token());
+  }
+  EXPECT_EQ(sizes, (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(walked, made);
+  v1::Segment s;
+  s.set_length(8);
+  ExpectRefused(n.client->PreparePieces({s}, {}, "", std::string(257, 'p')).status(), "label");
+  auto all = n.client->ListPreparedPieces();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), made.size());
 }
 
 }  // namespace

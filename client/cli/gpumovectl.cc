@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -43,7 +44,9 @@ ABSL_FLAG(std::string, node, "",
 ABSL_FLAG(std::string, offset, "0", "read/write: offset into the buffer (size suffixes work).");
 ABSL_FLAG(std::string, length, "0", "read/move: bytes (0: to the end of the buffer).");
 ABSL_FLAG(bool, checksum, false, "move: verify with xxh3 on both sides (DATA_LOSS on mismatch).");
-ABSL_FLAG(bool, wait, true, "move: wait for the end (--no-wait prints the id and returns).");
+ABSL_FLAG(bool, wait, true,
+          "move, cancel: wait for the end (--nowait: move prints the id and returns; cancel "
+          "answers at once, the move maybe still stopping).");
 ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.");
 ABSL_FLAG(std::string, idempotency_key, "", "move: key that makes a retried move safe.");
 ABSL_FLAG(std::string, blocks, "",
@@ -184,6 +187,26 @@ v1::BufferRef RefArg(const std::string& text) {
 
 // The block list of --blocks FILE (one "SRC_INDEX DST_INDEX" pair a line) with
 // --block_size and the strides.
+// A local file that could not be opened, in the code its errno means: a missing file or
+// folder is NOT_FOUND, a refusal PERMISSION_DENIED.
+absl::Status LocalFileError(const std::string& path, int err) {
+  const std::string what = absl::StrCat(path, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(what);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(what);
+    case EISDIR:
+    case ENAMETOOLONG:
+      return absl::InvalidArgumentError(what);
+    default:
+      return absl::UnavailableError(what);
+  }
+}
+
 v1::BlockList BlocksArg() {
   v1::BlockList b;
   b.set_block_size(SizeArg(absl::GetFlag(FLAGS_block_size)));
@@ -226,6 +249,7 @@ void PrintTransfer(const v1::Transfer& t) {
     std::cout << "  " << absl::StatusCodeToString(static_cast<absl::StatusCode>(t.error_code()))
               << ": " << t.error_message();
   }
+  if (t.cancel_requested()) std::cout << "  (cancel under way: stops at its next chunk)";
   std::cout << "\n";
 }
 
@@ -433,7 +457,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
       FILE* f = std::fopen(args[2].c_str(), "rb");
       struct stat st;
       if (f == nullptr || fstat(fileno(f), &st) != 0) {
-        return Fail(absl::NotFoundError(absl::StrCat(args[2], ": ", std::strerror(errno))));
+        return Fail(LocalFileError(args[2], errno));
       }
       r = c.WriteFrom(target, st.st_size,
                       [f](char* out, size_t n) { return std::fread(out, 1, n, f); });
@@ -453,7 +477,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
     source.set_length(SizeArg(absl::GetFlag(FLAGS_length)));
     FILE* f = args[2] == "-" ? stdout : std::fopen(args[2].c_str(), "wb");
     if (f == nullptr) {
-      return Fail(absl::PermissionDeniedError(absl::StrCat(args[2], ": ", std::strerror(errno))));
+      return Fail(LocalFileError(args[2], errno));
     }
     auto st = c.ReadTo(source, [f](absl::string_view data) {
       if (std::fwrite(data.data(), 1, data.size(), f) != data.size()) {
@@ -604,7 +628,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
     Need(args, 1, (cmd + " ID").c_str());
     auto t = cmd == "transfer" ? c.GetTransfer(args[1])
              : cmd == "wait"   ? c.Wait(args[1])
-                               : c.Cancel(args[1]);
+                               : c.Cancel(args[1], absl::GetFlag(FLAGS_wait));
     if (!t.ok()) return Fail(t.status());
     if (json)
       std::cout << Json(*t);

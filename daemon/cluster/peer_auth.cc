@@ -117,12 +117,12 @@ bool PeerAuth::MacMatches(absl::string_view data, absl::string_view mac) const {
 }
 
 PeerAuth::Stamped PeerAuth::Stamp(uint32_t method, absl::string_view body, uint64_t to_incarnation,
-                                  absl::Time at) {
+                                  absl::Time at, uint64_t seq) {
   peer::v1::CallStamp s;
   s.set_node(node_);
   s.set_incarnation(incarnation_);
   s.set_to_incarnation(to_incarnation);
-  s.set_seq(next_seq_.fetch_add(1, std::memory_order_relaxed));
+  s.set_seq(seq != 0 ? seq : next_seq_.fetch_add(1, std::memory_order_relaxed));
   s.set_unix_ms(absl::ToUnixMillis(at));
   std::string mac = Mac(CallData(method, s, body));
   s.set_mac(mac);
@@ -164,14 +164,28 @@ absl::StatusOr<PeerAuth::Caller> PeerAuth::Check(uint32_t method, absl::string_v
     return Refuse(absl::StrCat("a peer call from node ", Quoted(s.node()),
                                " meant for another incarnation of this node"));
   }
-  if (!FirstSight(s.node(), s.incarnation(), s.seq())) {
-    return Refuse(absl::StrCat("a peer call from node ", Quoted(s.node()), " replayed (number ",
-                               s.seq(), " seen before)"));
+  if (s.seq() == 0 || s.seq() >= kMaxCallNumber) {
+    // A caller numbers its calls from 1, one at a time: no caller gets here. Taken, such a
+    // number would make that caller's every later call look too old.
+    return Refuse(absl::StrCat("a peer call from node ", Quoted(s.node()),
+                               " numbered ", s.seq(), ", which no caller reaches"));
+  }
+  switch (FirstSight(s.node(), s.incarnation(), s.seq())) {
+    case Sight::kFirst:
+      break;
+    case Sight::kSeen:
+      return Refuse(absl::StrCat("a peer call from node ", Quoted(s.node()), " replayed (number ",
+                                 s.seq(), " seen before)"));
+    case Sight::kTooOld:
+      return Refuse(absl::StrCat("a peer call from node ", Quoted(s.node()), " numbered ", s.seq(),
+                                 ", more than ", window_,
+                                 " calls behind its latest: too old to tell from a replay"));
   }
   return Caller{s.node(), s.incarnation(), s.mac()};
 }
 
-bool PeerAuth::FirstSight(const std::string& node, uint64_t incarnation, uint64_t seq) {
+PeerAuth::Sight PeerAuth::FirstSight(const std::string& node, uint64_t incarnation,
+                                     uint64_t seq) {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   // Callers not heard from for longer than any stamp stays valid are forgotten: a replay
@@ -200,13 +214,13 @@ bool PeerAuth::FirstSight(const std::string& node, uint64_t incarnation, uint64_
     }
     w.highest = seq;
     bit(seq) |= mask_of << (seq % 64);
-    return true;
+    return Sight::kFirst;
   }
-  if (w.highest - seq >= window_) return false;  // Too old to tell: refused.
+  if (w.highest - seq >= window_) return Sight::kTooOld;
   uint64_t& word = bit(seq);
-  if (word & (mask_of << (seq % 64))) return false;
+  if (word & (mask_of << (seq % 64))) return Sight::kSeen;
   word |= mask_of << (seq % 64);
-  return true;
+  return Sight::kFirst;
 }
 
 namespace {

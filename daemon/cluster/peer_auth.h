@@ -35,6 +35,9 @@ inline constexpr char kPeerReplyKey[] = "x-gpumove-peer-reply-bin";
 inline constexpr uint32_t kHelloMethod = 0;
 // The method number a forwarded public call's caller is signed as.
 inline constexpr uint32_t kForwardedCallerMethod = 1000;
+// Call numbers at or past this are refused: a caller counts its calls from 1 and never
+// gets near it, and a number that high would make the caller's later calls look old.
+inline constexpr uint64_t kMaxCallNumber = uint64_t{1} << 62;
 // Secrets shorter than this are refused.
 inline constexpr size_t kMinClusterSecret = 16;
 
@@ -67,8 +70,9 @@ class PeerAuth {
   // then the old one dropped.
   void SetSecrets(std::string signing, std::string accepted);
 
+  // `seq`: the call's number (0: the next; another only in tests).
   Stamped Stamp(uint32_t method, absl::string_view body, uint64_t to_incarnation,
-                absl::Time at = absl::Now());
+                absl::Time at = absl::Now(), uint64_t seq = 0);
 
   struct Caller {
     std::string node;
@@ -103,8 +107,10 @@ class PeerAuth {
   std::string Mac(absl::string_view data) const;
   bool MacMatches(absl::string_view data, absl::string_view mac) const;
   absl::Status Refuse(std::string why);
-  // False when `seq` was seen from that caller (or is too far below the highest seen).
-  bool FirstSight(const std::string& node, uint64_t incarnation, uint64_t seq)
+  enum class Sight { kFirst, kSeen, kTooOld };
+  // kSeen when `seq` was seen from that caller, kTooOld when it is too far below the
+  // highest seen to tell.
+  Sight FirstSight(const std::string& node, uint64_t incarnation, uint64_t seq)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable absl::Mutex secrets_mu_;

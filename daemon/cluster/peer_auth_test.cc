@@ -94,6 +94,26 @@ TEST(PeerAuthTest, ClocksTooFarApartAreRefused) {
   EXPECT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22, now + absl::Seconds(20)).stamp).ok());
 }
 
+// A member's call numbered past what any caller reaches is refused, saying so, and does
+// not make that caller's later calls look old (it once did: "replayed (number 6 seen
+// before)" for every call after a 2^64-1).
+TEST(PeerAuthTest, CallNumbersNoCallerReachesAreRefusedAndPoisonNothing) {
+  PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22, absl::Minutes(2), /*window=*/128);
+  ASSERT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22).stamp).ok());
+  for (uint64_t n : {~uint64_t{0}, kMaxCallNumber}) {
+    auto st = b.Check(3, "x", a.Stamp(3, "x", 22, absl::Now(), n).stamp);
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kUnauthenticated) << n;
+    EXPECT_NE(st.status().message().find("which no caller reaches"), std::string::npos)
+        << st.status();
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22).stamp).ok()) << i;
+  // Too old to tell is said as such, not as a replay.
+  const std::string old = a.Stamp(3, "x", 22).stamp;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(b.Check(3, "x", a.Stamp(3, "x", 22).stamp).ok());
+  auto st = b.Check(3, "x", old);
+  EXPECT_NE(st.status().message().find("too old to tell"), std::string::npos) << st.status();
+}
+
 TEST(PeerAuthTest, ReplaysAreCaughtOutOfOrderAndOldNumbersRefused) {
   PeerAuth a(kSecret, "a", 11), b(kSecret, "b", 22, absl::Minutes(2), /*window=*/128);
   std::vector<std::string> stamps;

@@ -448,7 +448,7 @@ TransferScheduler::PrepareAll(const std::string& owner, const std::vector<Transf
 
 absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     const std::string& owner, const std::vector<TransferSpec>& specs,
-    const std::string& idempotency_key, bool caller_waits) {
+    const std::string& idempotency_key, bool caller_waits, bool wait_bounded) {
   if (specs.empty()) return absl::InvalidArgumentError("no transfers in the request");
   if (specs.size() > options_.max_batch) {
     return absl::InvalidArgumentError(
@@ -535,7 +535,8 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
       // Inline: a lone move that is small or finds a worker idle; in a batch, its small
       // moves up to kInlineBatchBytes in all (the rest go to the workers meanwhile).
       const bool small = t->length <= options_.inline_max_bytes;
-      if (!waits && caller_waits && options_.inline_max_bytes > 0 &&
+      const bool may_inline = caller_waits && (!wait_bounded || (small && options_.rate_limit == 0));
+      if (!waits && may_inline && options_.inline_max_bytes > 0 &&
           (batch.size() == 1 ? small || (ready_.empty() && running_ < options_.workers)
                              : small && inline_bytes + t->length <= kInlineBatchBytes)) {
         ++running_;
@@ -817,6 +818,7 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.source_xxh3 = t.source_xxh3;
   s.destination_xxh3 = t.destination_xxh3;
   s.version = t.version;
+  s.cancel_requested = t.cancel_requested.load();
   return s;
 }
 

@@ -75,6 +75,7 @@ struct TransferSnapshot {
   uint64_t source_xxh3 = 0;
   uint64_t destination_xxh3 = 0;
   uint64_t version = 0;  // Bumped on every state change.
+  bool cancel_requested = false;  // Asked to stop; it stops at its next chunk.
 };
 
 // What the end of a transfer tells the daemon's counters (SchedulerOptions::on_end):
@@ -147,11 +148,14 @@ class TransferScheduler {
   // same owner returns the transfers of the first call. `caller_waits` says the caller
   // will Wait for the result, which lets a small move run inline (see inline_max_bytes);
   // the snapshots of moves run inline are taken at their end (the caller need not Wait
-  // for those in an end state).
+  // for those in an end state). `wait_bounded`: the caller waits only so long, so only
+  // moves that end quickly whatever happens (small, no rate cap) run inline: one run
+  // inline cannot be left at the caller's deadline.
   absl::StatusOr<std::vector<TransferSnapshot>> Submit(const std::string& owner,
                                                        const std::vector<TransferSpec>& specs,
                                                        const std::string& idempotency_key,
-                                                       bool caller_waits = false);
+                                                       bool caller_waits = false,
+                                                       bool wait_bounded = false);
   absl::StatusOr<TransferSnapshot> Get(const std::string& owner, const std::string& id) const;
   // Newest first; empty `states` means all.
   std::vector<TransferSnapshot> List(const std::string& owner,

@@ -514,6 +514,33 @@ TEST_F(SchedulerTest, BuffersAreFreeOnceTheEndIsVisible) {
   }
 }
 
+// A caller that waits only so long (a wait timeout) must be answered then: a lone move
+// that could outlast it (rate-capped, or big) goes to a worker instead of running on the
+// caller's thread, where nothing could leave it at the deadline. Without a bound it still
+// runs inline.
+TEST_F(SchedulerTest, ABoundedWaitRunsInlineOnlyWhatEndsQuickly) {
+  Start({.workers = 1, .rate_limit = 1 << 20, .inline_max_bytes = 4096});  // 1 MiB/s.
+  std::string a = Buffer(256 << 10, 'a'), b = Buffer(256 << 10, 'b');
+  // Unbounded, the worker idle: it runs here, ~250 ms at 1 MiB/s.
+  absl::Time start = absl::Now();
+  auto unbounded = sched_->Submit("me", {Move(b, a)}, "", /*caller_waits=*/true,
+                                  /*wait_bounded=*/false);
+  ASSERT_TRUE(unbounded.ok());
+  EXPECT_EQ(unbounded->at(0).state, TransferState::kSucceeded);  // Ran inline.
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  // Bounded: the same move goes to the worker; Submit answers at once.
+  start = absl::Now();
+  auto bounded = sched_->Submit("me", {Move(a, b)}, "", true, /*wait_bounded=*/true);
+  ASSERT_TRUE(bounded.ok());
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(150));
+  EXPECT_FALSE(IsTerminal(bounded->at(0).state));
+  EXPECT_EQ(sched_->Wait("me", bounded->at(0).id, absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(WaitDone(bounded->at(0).id).state, TransferState::kSucceeded);
+}
+
 TEST_F(SchedulerTest, SmallMoveForAWaitingCallerRunsInline) {
   Start({.workers = 1, .inline_max_bytes = 4096});
   std::string a = Buffer(8192, 'a'), b = Buffer(8192, 'b');

@@ -202,11 +202,16 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& contex
   // A caller asserted by the peer that forwarded the call.
   if (absl::string_view asserted = Metadata(context, kForwardedCallerKey); !asserted.empty()) {
     peer::v1::ForwardedCaller c;
-    if (peers_ == nullptr ||
-        !c.ParseFromArray(asserted.data(), static_cast<int>(asserted.size()))) {
+    if (peers_ == nullptr) {
       *why = "UNAUTHENTICATED: a forwarded caller this node cannot check";
       return absl::UnauthenticatedError(
           "a forwarded caller, but this node has no cluster secret to check it with");
+    }
+    if (!c.ParseFromArray(asserted.data(), static_cast<int>(asserted.size()))) {
+      *why = "UNAUTHENTICATED: a malformed forwarded caller";
+      return absl::UnauthenticatedError(
+          absl::StrCat("the forwarded caller (", kForwardedCallerKey,
+                       ") does not parse as a ForwardedCaller: not sent by a gpumove node"));
     }
     auto from = peers_->Check(kForwardedCallerMethod, ForwardedBody(c), c.stamp());
     if (!from.ok()) {

@@ -227,7 +227,11 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
   const std::string owner = caller.owner();
   const absl::Time t0 = absl::Now();
-  auto transfers = scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait());
+  // A caller that waits only so long (wait_timeout, or its RPC's deadline) is answered at
+  // that time, so its moves run inline only where they end quickly anyway.
+  const bool bounded = *deadline - absl::Now() < absl::Hours(24);
+  auto transfers =
+      scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait(), bounded);
   if (!transfers.ok()) return ToGrpcStatus(transfers.status());
   const absl::Time t1 = absl::Now();
   absl::Cleanup log = [&] {
@@ -375,8 +379,14 @@ grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
   }
+  auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
+  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
   auto t = scheduler_->Cancel(caller.owner(), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
+  if (request->wait() && !IsTerminal(t->state)) {
+    t = scheduler_->Wait(caller.owner(), request->id(), *deadline);
+    if (!t.ok()) return ToGrpcStatus(t.status());
+  }
   ToProto(*t, response);
   return grpc::Status::OK;
 }

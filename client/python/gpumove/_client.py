@@ -298,9 +298,14 @@ class Client:
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
-    def cancel(self, transfer: TransferLike) -> Transfer:
+    def cancel(self, transfer: TransferLike, wait: bool = False,
+               timeout: Optional[float] = None) -> Transfer:
+        """Asks the move to stop. With `wait`, returns once it has ended (a running move
+        stops at its next chunk; its buffers are free then); otherwise at once, maybe still
+        RUNNING with `cancel_requested` set."""
         return Transfer.from_proto(self._call(
-            self._transfers.Cancel, pb.CancelRequest(id=req.transfer_id(transfer))))
+            self._transfers.Cancel, req.cancel(transfer, wait, timeout),
+            **({"timeout": None} if wait else {})))
 
     def notifications(self, buffers: Iterable[BufferLike] = (), node: Optional[str] = None,
                       after: Optional[int] = None,

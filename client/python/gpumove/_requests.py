@@ -123,6 +123,13 @@ def transfers(states: Iterable[str], limit: int) -> pb.ListTransfersRequest:
     return pb.ListTransfersRequest(states=[STATES[s] for s in states], limit=limit)
 
 
+def cancel(transfer: TransferLike, wait: bool, timeout: Optional[float]) -> pb.CancelRequest:
+    r = pb.CancelRequest(id=transfer_id(transfer), wait=wait)
+    if wait and timeout is not None:
+        r.wait_timeout.CopyFrom(duration(timeout))
+    return r
+
+
 def wait(transfer: TransferLike, timeout: Optional[float]) -> pb.WaitRequest:
     req = pb.WaitRequest(id=transfer_id(transfer))
     if timeout is not None:

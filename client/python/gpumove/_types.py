@@ -149,6 +149,11 @@ class Transfer:
         return self.state in ("succeeded", "failed", "cancelled")
 
     @property
+    def cancel_requested(self) -> bool:
+        """A cancel is under way: the move stops at its next chunk (cancel(wait=True) waits)."""
+        return bool(self.raw is not None and self.raw.cancel_requested)
+
+    @property
     def ok(self) -> bool:
         return self.state == "succeeded"
 

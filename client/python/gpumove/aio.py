@@ -226,9 +226,12 @@ class Client:
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
-    async def cancel(self, transfer: TransferLike) -> Transfer:
+    async def cancel(self, transfer: TransferLike, wait: bool = False,
+                     timeout: Optional[float] = None) -> Transfer:
+        """As Client.cancel."""
         return Transfer.from_proto(await self._call(
-            self._transfers.Cancel, pb.CancelRequest(id=req.transfer_id(transfer))))
+            self._transfers.Cancel, req.cancel(transfer, wait, timeout),
+            **({"timeout": None} if wait else {})))
 
     async def notifications(self, buffers: Iterable[BufferLike] = (),
                             node: Optional[str] = None, after: Optional[int] = None,
