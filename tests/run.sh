@@ -1,57 +1,105 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU (the README's test command) and ends with one line:
-# "N passed, N failed", counting test cases (gtest cases, one per shell test).
-# Extra arguments go to `bazel test`, e.g. --config=gpu.
+# "N passed, N failed (N skipped)", counting test cases (gtest cases, one per shell test),
+# after a table of each stage's wall time and the reasons for what was skipped.
+# Extra arguments go to every `bazel test`, e.g. --config=gpu.
+#
+# Stages, in order: setup (packages), build (//... in the plain configuration), main tests,
+# deploy checks, MPICH (the MPI suite against MPICH), ASan+UBSan (clang; the same objects
+# the fuzz targets use), fuzz (libFuzzer, FUZZ_SECONDS each), TSan. Builds go through the
+# disk cache in ~/.cache/gpumove/bazel-disk (.bazelrc), so a second clone of a commit
+# built before compiles nothing; tests always run again (--nocache_test_results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/setup.sh
+
+stages=()   # "name|seconds|result"
+rc=0
+results=()  # "N passed, N failed (N skipped)" of each stage that counts tests
+skips=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$log" "$skips"' EXIT
+started=$SECONDS
+
+# stage NAME START RESULT: records a stage's wall time and what it counted.
+stage() {
+  stages+=("$1|$((SECONDS - $2))|$3")
+  case "$3" in *" passed, "*) results+=("$3") ;; esac
+  case "$3" in *" passed, 0 failed"* | "ok") ;; *) rc=1 ;; esac
+}
+# bazel_stage NAME ARGS...: a `bazel test` whose cases are counted.
+bazel_stage() {
+  local name=$1 t=$SECONDS
+  shift
+  bazel test --test_summary=short --nocache_test_results "$@" 2>&1 | tee "$log"
+  local brc=${PIPESTATUS[0]}
+  local counted
+  counted=$(python3 tests/summarize.py "$log" bazel-testlogs 2>>"$skips")
+  [ "$brc" = 0 ] || counted="$counted (bazel exit $brc)"
+  echo "$name: $counted"
+  stage "$name" "$t" "$counted"
+}
+
+t=$SECONDS
+bash deploy/setup.sh && r=ok || r="setup failed"
+# The disk cache keeps what recent commits built; what no build used for two weeks goes.
+find "$HOME/.cache/gpumove/bazel-disk" -type f -atime +14 -delete 2>/dev/null
+stage setup "$t" "$r"
+
 filters=()
 if [ "$(id -u)" != 0 ]; then
-  # Network-namespace tests need root (CI runs as root); say so rather than fail.
+  # Network-namespace and container tests need root (CI runs as root); say so rather
+  # than fail.
   echo "tests/run.sh: not root, leaving out the netns- and container-tagged tests"
+  echo "tests/run.sh: not root: netns- and container-tagged tests left out" >>"$skips"
   filters=(--test_tag_filters=-gpu,-manual,-netns,-container)
 fi
-log=$(mktemp)
-bazel test //... --test_summary=short "${filters[@]}" "$@" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-first=$(python3 tests/summarize.py "$log" bazel-testlogs)
+
+# Everything in the plain configuration, GPU tests and benchmarks included (they must
+# compile), before any test runs: the build's cost is its own line in the table.
+t=$SECONDS
+bazel build //... "$@" 2>&1 | tail -5 && r=ok || r="build failed"  # pipefail: bazel's status.
+stage build "$t" "$r"
+
+bazel_stage "main tests" //... "${filters[@]}" "$@"
+
 # deploy/: Kubernetes manifests, Prometheus rules, the Grafana dashboard (tests/deploy),
-# while the plain build's binaries are the ones in bazel-bin (the sanitizer builds below
-# replace them).
+# against the plain build's binaries.
+t=$SECONDS
 bash tests/deploy/run.sh 2>&1 | tee "$log"
-deploy=$(tail -1 "$log")
-case "$deploy" in *" passed, 0 failed") ;; *) rc=1 ;; esac
-echo "deploy pass: $deploy"
+grep -a '^SKIPPED' "$log" | sed 's/^/deploy: /' >>"$skips"
+stage deploy "$t" "$(tail -1 "$log")"
+
 # The MPI suite again against MPICH (the daemon rebuilt with --config=mpich).
-bazel test --config=mpich --test_env=GPUMOVE_MPI=mpich //tests:mpi_test --test_summary=short \
-    "$@" 2>&1 | tee "$log"
-mrc=${PIPESTATUS[0]}
-[ "$mrc" = 0 ] || rc=$mrc
-mpich=$(python3 tests/summarize.py "$log" bazel-testlogs)
-echo "MPICH pass: $mpich"
-# The unit, integration, hostile-peer and cluster tests again under AddressSanitizer and
-# UndefinedBehaviorSanitizer (.bazelrc's asan config).
-bazel test --config=asan //daemon/... //tests:integration_test //tests:hostile_peer_test \
-    //tests:cluster_test //tests:tls_test //tests:auth_test //tests:peer_auth_test \
-    --test_summary=short "$@" 2>&1 | tee "$log"
-arc=${PIPESTATUS[0]}
-[ "$arc" = 0 ] || rc=$arc
-asan=$(python3 tests/summarize.py "$log" bazel-testlogs)
-echo "ASan+UBSan pass: $asan"
-# The unit tests (scheduler, registry, holds, staging, transports, cluster) under
-# ThreadSanitizer: .bazelrc's tsan config, with the system's absl annotated for it
-# (tests/tsan/absl_sync_annotations.cc, proven by tests/tsan:annotations_test).
-bazel test --config=tsan //daemon/... //tests/tsan:all --test_summary=short "$@" 2>&1 | tee "$log"
-trc=${PIPESTATUS[0]}
-[ "$trc" = 0 ] || rc=$trc
-tsan=$(python3 tests/summarize.py "$log" bazel-testlogs)
-echo "TSan pass: $tsan"
-# The fuzz targets with libFuzzer, 60 s each (FUZZ_SECONDS), from their corpora.
+bazel_stage MPICH --config=mpich --test_env=GPUMOVE_MPI=mpich //tests:mpi_test "$@"
+
+# The unit, integration, hostile-peer, cluster and UCX-forgery tests again under
+# AddressSanitizer and UndefinedBehaviorSanitizer (.bazelrc's asan config: clang, with the
+# objects the fuzz config links too, so the fuzz stage compiles only its targets' mains).
+bazel_stage "ASan+UBSan" --config=asan //daemon/... //tests:integration_test \
+  //tests:hostile_peer_test //tests:cluster_test //tests:tls_test //tests:auth_test \
+  //tests:peer_auth_test //tests:ucx_forged_calls_test //tests:limits_test "$@"
+
+# The fuzz targets with libFuzzer, FUZZ_SECONDS each (default 60), from their corpora.
+t=$SECONDS
 bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
-fuzz=$(tail -1 "$log")
-case "$fuzz" in *" passed, 0 failed") ;; *) rc=1 ;; esac
-echo "fuzz pass: $fuzz"
-rm -f "$log"
-echo "$first; $mpich; $asan; $tsan; $fuzz; $deploy" | tr ';' '\n' |
-  awk '{p += $1; f += $3} END {print p " passed, " f " failed"}'
+stage fuzz "$t" "$(tail -1 "$log")"
+
+# The unit tests (scheduler, registry, holds, staging, transports, cluster, peer handler)
+# under ThreadSanitizer: .bazelrc's tsan config, with the system's absl annotated for it
+# (tests/tsan/absl_sync_annotations.cc, proven by tests/tsan:annotations_test).
+bazel_stage TSan --config=tsan //daemon/... //tests/tsan:all "$@"
+
+echo
+echo "stage            seconds  result"
+for s in "${stages[@]}"; do
+  IFS='|' read -r name secs result <<<"$s"
+  printf '%-16s %7s  %s\n' "$name" "$secs" "$result"
+done
+printf '%-16s %7s\n' "total" "$((SECONDS - started))"
+if [ -s "$skips" ]; then
+  echo
+  sort -u "$skips"
+fi
+printf '%s\n' "${results[@]}" | awk -v skipped="$(sort -u "$skips" | grep -c .)" '
+  { p += $1; f += $3 } END { printf "%d passed, %d failed (%d skipped)\n", p, f, skipped }'
 exit "$rc"

@@ -1,7 +1,9 @@
 """Counts test cases from a `bazel test --test_summary=short` log and the test.xml files.
 
-Prints "N passed, N failed". A target that did not pass and whose XML shows no failing
-case (a crash, a timeout, a build failure) counts as one failure.
+Prints "N passed, N failed (N skipped)". A target that did not pass and whose XML shows
+no failing case (a crash, a timeout, a build failure) counts as one failure. Skipped cases
+(GTEST_SKIP, or a shell test's "SKIPPED..." line) are listed with their reasons on stderr
+as "skipped: TARGET: REASON".
 """
 import os
 import re
@@ -11,23 +13,40 @@ import xml.etree.ElementTree as ET
 STATUS = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|FLAKY|INCOMPLETE|REMOTE FAILURE)\b")
 
 
-def cases(xml_path):
+def cases(xml_path, skipped):
     passed = failed = 0
     try:
         root = ET.parse(xml_path).getroot()
     except (OSError, ET.ParseError):
         return None
     for case in root.iter("testcase"):
+        skip = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
-        elif case.get("status", "run") == "run" and case.find("skipped") is None:
+        elif skip is not None or case.get("result") == "skipped":
+            reason = (skip.get("message") if skip is not None else "") or ""
+            skipped.append(f"{case.get('classname', '')}.{case.get('name')}: "
+                           f"{reason.strip().splitlines()[-1] if reason.strip() else 'no reason given'}")
+        elif case.get("status", "run") == "run":
             passed += 1
     return passed, failed
+
+
+def shell_skips(log_path, label, skipped):
+    """A shell test passes with "SKIPPED: reason" lines for what it could not run."""
+    try:
+        with open(log_path, errors="replace") as log:
+            for line in log:
+                if line.startswith("SKIPPED"):
+                    skipped.append(f"{label}: {line.strip()[:200]}")
+    except OSError:
+        pass
 
 
 def main(log_path, testlogs):
     passed = failed = 0
     targets = 0
+    skipped = []
     with open(log_path, errors="replace") as log:
         for line in log:
             m = STATUS.match(line.strip())
@@ -36,7 +55,10 @@ def main(log_path, testlogs):
             targets += 1
             label, status = m.group(1), m.group(2)
             pkg, _, name = label[2:].partition(":")
-            counted = cases(os.path.join(testlogs, pkg, name, "test.xml")) if status != "FAILED TO BUILD" else None
+            counted = (cases(os.path.join(testlogs, pkg, name, "test.xml"), skipped)
+                       if status != "FAILED TO BUILD" else None)
+            if status in ("PASSED", "FLAKY"):
+                shell_skips(os.path.join(testlogs, pkg, name, "test.log"), label, skipped)
             p, f = counted if counted else (0, 0)
             if status not in ("PASSED", "FLAKY") and f == 0:
                 f = 1
@@ -46,7 +68,9 @@ def main(log_path, testlogs):
             failed += f
     if targets == 0:
         failed += 1  # Nothing ran: the build itself failed.
-    print(f"{passed} passed, {failed} failed")
+    for reason in skipped:
+        print(f"skipped: {reason}", file=sys.stderr)
+    print(f"{passed} passed, {failed} failed ({len(skipped)} skipped)")
 
 
 if __name__ == "__main__":
