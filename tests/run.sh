@@ -100,6 +100,8 @@ if [ -s "$skips" ]; then
   echo
   sort -u "$skips"
 fi
-printf '%s\n' "${results[@]}" | awk -v skipped="$(sort -u "$skips" | grep -c .)" '
-  { p += $1; f += $3 } END { printf "%d passed, %d failed (%d skipped)\n", p, f, skipped }'
+# Skips are counted per stage, as passes are (one case skipped in two stages is two).
+printf '%s\n' "${results[@]}" | awk -v deploy_skips="$(grep -c '^deploy: ' "$skips")" '
+  { p += $1; f += $3; if (match($0, /\([0-9]+ skipped\)/)) s += substr($0, RSTART + 1) + 0 }
+  END { printf "%d passed, %d failed (%d skipped)\n", p, f, s + deploy_skips }'
 exit "$rc"
