@@ -55,6 +55,11 @@ ABSL_FLAG(int, notification_log, 16384,
           "Notifications (TransferSpec.notify) kept per tenant for subscribers that resume; "
           "one that falls further behind is told how many it missed.");
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
+ABSL_FLAG(int, max_open_calls, 2048,
+          "Streams and waits (Read, Write, Watch, Notifications, Wait; Submit and Cancel with "
+          "wait) open at once, each holding a serving thread; more are RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_open_calls_per_principal, 512,
+          "As --max_open_calls, for one principal (every caller of an open daemon is one).");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},
           "Per-transfer bandwidth cap in bytes per second (e.g. 1GiB); 0 means none.");
 ABSL_FLAG(gpumove::ByteSize, inline_move_max, gpumove::ByteSize{64 << 10},
@@ -414,6 +419,9 @@ int main(int argc, char** argv) {
   gpumove::SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));
   scheduler.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
+  options.call_limits.total = std::max(1, absl::GetFlag(FLAGS_max_open_calls));
+  options.call_limits.per_principal =
+      std::max(1, absl::GetFlag(FLAGS_max_open_calls_per_principal));
   scheduler.max_pieces = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_blocks_per_move)));
   scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
   options.notification_log =

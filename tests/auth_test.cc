@@ -16,11 +16,13 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
@@ -295,6 +297,40 @@ TEST_F(AuthTest, TheTokenFileIsReReadAndABadOneIsRefused) {
   // A daemon does not start on a bad file.
   auto bad = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_});
   EXPECT_FALSE(bad.ok());
+}
+
+// A stream opened with a token ends (UNAUTHENTICATED) once the token leaves the file,
+// within the re-read period and the stream's own check: revocation is not only for new
+// calls.
+TEST_F(AuthTest, RevokedTokensEndTheirOpenStreams) {
+  WriteTokens(std::string(kTokens) + "carol-token-0123456789,carol,team-c,user\n");
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto carol = As(**d, "carol-token-0123456789");
+  v1::NotificationsRequest request;
+  auto stream = carol->Subscribe(request, absl::Seconds(30));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  absl::Notification ended;
+  absl::Time end_time;
+  std::thread reader([&] {
+    v1::Notification n;
+    while ((*stream)->Next(&n)) {
+    }
+    end_time = absl::Now();
+    ended.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(ended.HasBeenNotified()) << "the stream ended before the token was removed";
+  const absl::Time revoked = absl::Now();
+  WriteTokens(kTokens);
+  const bool done = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
+  if (!done) (*stream)->Cancel();
+  reader.join();
+  ASSERT_TRUE(done) << "the stream outlived its token by 10 s";
+  EXPECT_LT(end_time - revoked, absl::Seconds(5));
+  absl::Status st = (*stream)->Finish();
+  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
 }
 
 TEST_F(AuthTest, NotificationsReachTheirTenantAndAdminsOnly) {

@@ -9,6 +9,9 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
+#include <memory>
 
 #include <grpcpp/generic/generic_stub.h>
 
@@ -257,6 +260,94 @@ TEST(Integration, ALoneMoveHonoursItsWaitTimeout) {
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_LT(took, absl::Milliseconds(1200)) << "2 s of bytes at 16 MiB/s; asked to wait 0.3 s";
+}
+
+int Threads(pid_t pid) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Waits whose callers hang up free their serving threads at once, not when the transfer
+// ends (each blocked Wait once kept a daemon thread to the end of its move).
+TEST(Integration, WaitsWhoseCallersHangUpLetTheirThreadsGo) {
+  Daemon d({"--max_move_rate=8MiB"});
+  std::string a = d.Alloc(64 << 20), b = d.Alloc(64 << 20);  // 8 s of bytes.
+  MoveOptions o;
+  o.wait = false;
+  auto t = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(t.ok());
+  const int idle = Threads(d.process->pid());
+  auto stub = v1::TransferService::NewStub(
+      grpc::CreateChannel(d.process->address(), grpc::InsecureChannelCredentials()));
+  constexpr int kWaiters = 40;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    waiters.emplace_back([&, c = contexts.back().get()] {
+      v1::WaitRequest request;
+      request.set_id(t->id());
+      v1::Transfer out;
+      grpc::Status st = stub->Wait(c, request, &out);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+    });
+  }
+  int busy = 0;
+  for (int i = 0; i < 100 && (busy = Threads(d.process->pid())) < idle + kWaiters / 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(busy, idle + kWaiters / 2) << "the waits never blocked a thread each";
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& w : waiters) w.join();
+  int after = busy;
+  for (int i = 0; i < 100 && (after = Threads(d.process->pid())) > idle + 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LE(after, idle + 4) << "threads: " << idle << " idle, " << busy << " waiting, " << after
+                             << " after the waiters hung up";
+  EXPECT_EQ(d.client->GetTransfer(t->id())->state(), v1::RUNNING);  // Still going.
+  EXPECT_TRUE(d.client->Cancel(t->id(), /*wait=*/true).ok());
+}
+
+// Streams and waits are capped per principal (each holds a serving thread): one past the
+// cap is RESOURCE_EXHAUSTED at once, and a closed one gives its place back.
+TEST(Integration, OpenStreamsAndWaitsAreCappedPerPrincipal) {
+  Daemon d({"--max_open_calls_per_principal=3"});
+  std::vector<std::unique_ptr<NotificationStream>> open;
+  for (int i = 0; i < 3; ++i) {
+    auto s = d.client->Subscribe(v1::NotificationsRequest(), absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << s.status();
+    open.push_back(*std::move(s));
+  }
+  auto stub = v1::TransferService::NewStub(
+      grpc::CreateChannel(d.process->address(), grpc::InsecureChannelCredentials()));
+  v1::NotificationsRequest request;
+  grpc::ClientContext context;
+  auto reader = stub->Notifications(&context, request);
+  v1::Notification n;
+  EXPECT_FALSE(reader->Read(&n));
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), "--max_open_calls_per_principal"))
+      << st.error_message();
+  // A wait counts as well; calls that end at once do not.
+  EXPECT_EQ(d.client->Wait("t-missing", absl::Seconds(1)).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(d.client->ListBuffers().ok());
+  open[0]->Cancel();
+  open[0]->Finish().IgnoreError();
+  open.erase(open.begin());
+  bool again = false;
+  for (int i = 0; i < 50 && !again; ++i) {  // The server sees the cancel shortly.
+    again = d.client->Wait("t-missing", absl::Seconds(1)).status().code() ==
+            StatusCode::kNotFound;
+    if (!again) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(again) << "a closed stream did not give its place back";
 }
 
 TEST(Integration, CancelOfAQueuedMoveEndsItAtOnce) {

@@ -197,6 +197,23 @@ absl::string_view Metadata(const grpc::ServerContext& context, absl::string_view
 
 }  // namespace
 
+absl::Status Authenticator::StillValid(const grpc::ServerContext* context,
+                                       const Caller& caller) const {
+  if (open() || !Metadata(*context, kForwardedCallerKey).empty()) return absl::OkStatus();
+  std::string why;
+  auto now = Identify(*context, &why);
+  if (!now.ok()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("credentials revoked while the call ran: ", now.status().message()));
+  }
+  if (now->principal != caller.principal || now->tenant != caller.tenant ||
+      now->role != caller.role) {
+    return absl::UnauthenticatedError(
+        "the caller's credentials changed while the call ran (principal, tenant or role)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& context,
                                                std::string* why) const {
   // A caller asserted by the peer that forwarded the call.

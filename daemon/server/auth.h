@@ -99,6 +99,12 @@ class Authenticator {
   absl::StatusOr<Caller> Check(const grpc::ServerContext* context, Access access,
                                absl::string_view method) const;
 
+  // For a call that lasts (a stream, a long wait): OK while the credentials `context`
+  // carries still make it `caller`; UNAUTHENTICATED once they do not (its token removed or
+  // changed, its certificate no longer mapped), re-read files and all. A call forwarded
+  // by a peer is its first node's to end.
+  absl::Status StillValid(const grpc::ServerContext* context, const Caller& caller) const;
+
   // Adds to a call forwarded to the node at `to_incarnation` what identifies its caller
   // there: the bearer token, and (with peers) the caller identified here, stamped.
   void Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
@@ -124,6 +130,28 @@ class Authenticator {
 
 // In an RPC handler: `caller` is the Caller of `context` for `access`, or the handler
 // returns Check's refusal.
+// StillValid at most every `period` (default 1 s, the files' re-read period), for loops
+// that serve a stream: a revoked caller's stream ends within about two periods.
+class CredentialsWatch {
+ public:
+  CredentialsWatch(const Authenticator& auth, const grpc::ServerContext* context,
+                   const Caller& caller, absl::Duration period = absl::Seconds(1))
+      : auth_(auth), context_(context), caller_(caller), period_(period) {}
+  absl::Status Check() {
+    const absl::Time now = absl::Now();
+    if (now < next_) return absl::OkStatus();
+    next_ = now + period_;
+    return auth_.StillValid(context_, caller_);
+  }
+
+ private:
+  const Authenticator& auth_;
+  const grpc::ServerContext* const context_;
+  const Caller caller_;
+  const absl::Duration period_;
+  absl::Time next_ = absl::InfinitePast();
+};
+
 #define GPUMOVE_CHECK_CALLER(caller, auth, context, access, method)           \
   auto caller##_checked = (auth).Check((context), (access), (method));        \
   if (!caller##_checked.ok()) return ToGrpcStatus(caller##_checked.status()); \

@@ -140,6 +140,7 @@ grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
                                       grpc::ServerReader<v1::WriteRequest>* reader,
                                       v1::WriteResponse* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Write");
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
   v1::WriteRequest message;
   if (!reader->Read(&message)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty Write stream");
@@ -200,6 +201,7 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
                                      grpc::ServerWriter<v1::ReadResponse>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Read");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
   if (auto remote = RemoteStub(*context, request->source().node()); !remote.ok()) {
     return ToGrpcStatus(remote.status());
   } else if (*remote != nullptr) {
@@ -225,9 +227,11 @@ grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::Rea
                                 request->source().offset(), request->source().length());
   if (!use.ok()) return ToGrpcStatus(use.status());
   v1::ReadResponse message;
+  CredentialsWatch credentials(*auth_, context, caller);
   for (uint64_t done = 0; done < use->length();) {
     if (context->IsCancelled())
       return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
     const uint64_t n = std::min<uint64_t>(chunk, use->length() - done);
     message.set_offset(use->offset() + done);
     std::string* data = message.mutable_data();

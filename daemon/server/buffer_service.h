@@ -10,6 +10,7 @@
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
 #include "daemon/server/auth.h"
+#include "daemon/server/call_limits.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -49,6 +50,9 @@ class BufferServiceImpl final : public v1::BufferService::Service {
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                       v1::ExportResponse* response) override;
 
+  // Caps the calls that last (streams, waits); null: no caps. Set before serving.
+  void set_long_calls(LongCalls* calls) { long_calls_ = calls; }
+
  private:
   // A stub for `node` when it is another node; null when it is this one (or empty).
   // NOT_FOUND / UNAVAILABLE for unknown or down nodes.
@@ -63,6 +67,7 @@ class BufferServiceImpl final : public v1::BufferService::Service {
                                            grpc::ServerContext* context, const Request& request,
                                            Response* response);
 
+  LongCalls* long_calls_ = nullptr;
   const Authenticator* const auth_;
   BufferRegistry* const registry_;
   GpuRuntime* const gpu_;

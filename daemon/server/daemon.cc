@@ -664,6 +664,20 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   }
   transfer_service_ = std::make_unique<TransferServiceImpl>(
       auth_.get(), scheduler_.get(), cluster_.get(), node_, notifications_.get(), prepared_.get());
+  long_calls_ = std::make_unique<LongCalls>(options.call_limits);
+  buffer_service_->set_long_calls(long_calls_.get());
+  transfer_service_->set_long_calls(long_calls_.get());
+  if (metrics_ != nullptr) {
+    LongCalls* calls = long_calls_.get();
+    metrics_->AddGauge("open_calls",
+                       "Streams and waits open (Read, Write, Watch, Notifications, Wait, and "
+                       "Submit or Cancel with wait), each holding a serving thread.",
+                       [calls] { return static_cast<double>(calls->open()); });
+    metrics_->AddTotal("calls_refused_total",
+                       "Streams and waits refused RESOURCE_EXHAUSTED at a cap "
+                       "(--max_open_calls, --max_open_calls_per_principal).",
+                       [calls] { return calls->refused(); });
+  }
   peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
                                                 stage_holder_.get(), mpi_holder_.get());
   const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;

@@ -165,6 +165,8 @@ struct DaemonOptions {
   size_t notification_log = 16384;
   // Each tenant's bounds on prepared piece lists (--max_prepared_lists/_pieces).
   PreparedPieceLists::Limits prepared;
+  // Streams and waits open at once, in all and per principal (--max_open_calls...).
+  CallLimits call_limits;
   // Peers to join (host:port or DNS name:port), heartbeat and failure detection; its
   // check is the daemon's (peers' UCX addresses).
   ClusterOptions cluster;
@@ -301,6 +303,7 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
+  std::unique_ptr<LongCalls> long_calls_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
   std::unique_ptr<PeerHandler> peer_handler_;

@@ -143,6 +143,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   }
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
   // Where does each move run? On the node that keeps its prepared piece list (which must
   // hold one of its ends), else here when this node holds one of its ends, else on its
   // source node. A batch runs on one node.
@@ -250,7 +251,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   };
   for (TransferSnapshot& t : *transfers) {
     if (request->wait() && !IsTerminal(t.state)) {  // Moves run inline have ended.
-      auto done = scheduler_->Wait(owner, t.id, *deadline);
+      auto done = WaitEnd(context, owner, t.id, *deadline);
       if (!done.ok()) return ToGrpcStatus(done.status());
       t = *std::move(done);
     }
@@ -305,6 +306,7 @@ grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::W
                                        v1::Transfer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Wait");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
   if (auto forwarded =
           MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context, *request, response,
                        WaitBound(request->has_timeout(), request->timeout()))) {
@@ -312,10 +314,25 @@ grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::W
   }
   auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
   if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  auto t = scheduler_->Wait(caller.owner(), request->id(), *deadline);
+  auto t = WaitEnd(context, caller.owner(), request->id(), *deadline);
   if (!t.ok()) return ToGrpcStatus(t.status());
   ToProto(*t, response);
   return grpc::Status::OK;
+}
+
+absl::StatusOr<TransferSnapshot> TransferServiceImpl::WaitEnd(grpc::ServerContext* context,
+                                                              const std::string& owner,
+                                                              const std::string& id,
+                                                              absl::Time deadline) const {
+  while (true) {
+    const absl::Time slice = std::min(deadline, absl::Now() + kWaitSlice);
+    auto t = scheduler_->Wait(owner, id, slice);
+    if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline ||
+        scheduler_->stopped()) {
+      return t;
+    }
+    if (context->IsCancelled()) return absl::CancelledError("the waiting caller went away");
+  }
 }
 
 grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
@@ -323,6 +340,7 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
                                         grpc::ServerWriter<v1::TransferEvent>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Watch");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
   absl::Duration interval = absl::Milliseconds(100);
   if (request->has_progress_interval()) {
     auto d = FromProto(request->progress_interval());
@@ -349,7 +367,9 @@ grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
   uint64_t sent_bytes = 0;
   uint64_t sent_version = 0;
   bool first = true;
+  CredentialsWatch credentials(*auth_, context, caller);
   while (true) {
+    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
     if (first || t->version != sent_version || t->bytes_done != sent_bytes) {
       v1::TransferEvent event;
       ToProto(*t, event.mutable_transfer());
@@ -375,6 +395,7 @@ grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
                                          const v1::CancelRequest* request, v1::Transfer* response) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Cancel");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
   if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
                                     *request, response, ForwardTimeout(cluster_))) {
     return *forwarded;
@@ -384,7 +405,7 @@ grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
   auto t = scheduler_->Cancel(caller.owner(), request->id());
   if (!t.ok()) return ToGrpcStatus(t.status());
   if (request->wait() && !IsTerminal(t->state)) {
-    t = scheduler_->Wait(caller.owner(), request->id(), *deadline);
+    t = WaitEnd(context, caller.owner(), request->id(), *deadline);
     if (!t.ok()) return ToGrpcStatus(t.status());
   }
   ToProto(*t, response);
@@ -396,6 +417,7 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
                                                 grpc::ServerWriter<v1::Notification>* writer) {
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Notifications");
   GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
   if (request->buffers_size() > 4096) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat(request->buffers_size(), " buffers; at most 4096"));
@@ -433,8 +455,11 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
   // The subscription is in place: a client that waits for the headers (Client::Subscribe)
   // sees every move submitted after that.
   writer->SendInitialMetadata();
-  // Bounded waits: a caller that went away, or a daemon that stops, ends the stream.
+  CredentialsWatch credentials(*auth_, context, caller);
+  // Bounded waits: a caller that went away, or a daemon that stops, ends the stream; so
+  // do credentials revoked meanwhile.
   while (!context->IsCancelled()) {
+    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
     auto batch =
         notifications_->Read(owner, after, accept, 256, absl::Now() + absl::Milliseconds(250));
     after = batch.next_after;

@@ -9,6 +9,7 @@
 #include "daemon/core/prepared_pieces.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/server/auth.h"
+#include "daemon/server/call_limits.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
@@ -55,7 +56,16 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                                   const v1::ListPreparedPiecesRequest* request,
                                   v1::ListPreparedPiecesResponse* response) override;
 
+  // Caps the calls that last (streams, waits); null: no caps. Set before serving.
+  void set_long_calls(LongCalls* calls) { long_calls_ = calls; }
+
  private:
+  // The transfer once it has ended, as TransferScheduler::Wait, but given up (CANCELLED)
+  // within kWaitSlice of the caller going away: a waiter that hangs up does not keep a
+  // serving thread until the transfer ends.
+  absl::StatusOr<TransferSnapshot> WaitEnd(grpc::ServerContext* context, const std::string& owner,
+                                           const std::string& id, absl::Time deadline) const;
+  static constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
   // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
   // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   std::string NodeOf(const std::string& id) const;
@@ -76,6 +86,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   // How long a forwarded call that waits `timeout` (none: as long as its caller) may take.
   absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
+  LongCalls* long_calls_ = nullptr;
   const Authenticator* const auth_;
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;
