@@ -66,6 +66,18 @@ double Counter(const Node& n, const std::string& name) {
   return MetricValue(n.client->GetInfo()->metrics_address(), name);
 }
 
+// What node `n` says of itself in a Hello (its incarnation, for peer calls made here as
+// it: a node holds ranges only for peers it has met, at their incarnation).
+uint64_t IncarnationOf(const Node& n) {
+  auto stub = peer::v1::PeerService::NewStub(
+      grpc::CreateChannel(n.process->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  peer::v1::HelloResponse response;
+  stub->Hello(&context, peer::v1::HelloRequest(), &response);
+  return response.node().incarnation();
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   static Node StartNode(const std::string& name, const std::string& join,
@@ -253,6 +265,7 @@ TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
   peer::v1::PrepareRemoteRequest prepare;
   prepare.set_transfer_id("t-fence");
   prepare.set_from_node("node-a");
+  prepare.set_from_incarnation(IncarnationOf(nodes_[0]));
   prepare.set_owner("anonymous");
   *prepare.mutable_range() = Ref(dst->id());
   prepare.set_write(true);
@@ -610,6 +623,7 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
     peer::v1::PrepareRemoteRequest r;
     r.set_transfer_id(id);
     r.set_from_node("node-a");
+    r.set_from_incarnation(IncarnationOf(nodes_[0]));
     r.set_owner("anonymous");
     *r.mutable_range() = Ref(range->id(), 0, 16 << 20);  // Two 8 MiB slots: the whole pool.
     r.set_write(true);
@@ -679,6 +693,7 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
   peer::v1::PrepareRemoteRequest r;
   r.set_transfer_id("t-slots");
   r.set_from_node("node-a");
+  r.set_from_incarnation(IncarnationOf(nodes_[0]));
   r.set_owner("anonymous");
   *r.mutable_range() = Ref(far->id(), 0, size);
   r.set_write(true);

@@ -179,7 +179,49 @@ absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string
   return absl::OkStatus();
 }
 
+absl::StatusOr<peer::v1::NodeDescriptor> Cluster::Probe(const std::string& address,
+                                                         absl::Duration timeout) {
+  auto stub = peer::v1::PeerService::NewStub(ChannelTo(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  peer::v1::HelloRequest request;
+  *request.mutable_from() = self();
+  peer::v1::HelloResponse response;
+  const std::string mac = StampGrpcCall(auth(), kHelloMethod, request, 0, &context);
+  const grpc::Status answer = stub->Hello(&context, request, &response);
+  if (!answer.ok()) return absl::UnavailableError(answer.error_message());
+  if (!AnswerSigned(auth(), mac, response, context)) {
+    return absl::UnauthenticatedError("an answer not signed with the cluster's secret");
+  }
+  return response.node();
+}
+
 absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const peer::v1::NodeDescriptor& from) {
+  // A Hello that says a live node restarted (another incarnation) is taken only once the
+  // node's address stops answering as the old one: otherwise anyone could re-point a
+  // live peer (every move to it would then fail).
+  std::string live_at;
+  uint64_t live_incarnation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(from.node());
+    if (it != peers_.end() && it->second.view.up &&
+        it->second.view.descriptor.incarnation() != from.incarnation()) {
+      live_at = it->second.view.address;
+      live_incarnation = it->second.view.descriptor.incarnation();
+    }
+  }
+  if (!live_at.empty()) {
+    auto there = Probe(live_at, std::min(options_.peer_timeout, absl::Seconds(1)));
+    if (there.ok() && there->node() == from.node() && there->incarnation() == live_incarnation) {
+      LOG(WARNING) << "a Hello as node " << Quoted(from.node()) << " (incarnation "
+                   << from.incarnation() << ") was refused: the node answers at " << live_at
+                   << " as incarnation " << live_incarnation;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", Quoted(from.node()), " is live at ", live_at, " (incarnation ",
+          live_incarnation, "); a Hello as another incarnation of it was refused"));
+    }
+  }
   if (absl::Status st = Learn(from, from.address()); !st.ok()) {
     LOG(WARNING) << "a Hello was refused: " << st;
     return st;

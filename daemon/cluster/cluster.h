@@ -105,6 +105,9 @@ class Cluster {
   };
 
   void HeartbeatLoop();
+  // A Hello to `address`: what the node there says of itself.
+  absl::StatusOr<peer::v1::NodeDescriptor> Probe(const std::string& address,
+                                                 absl::Duration timeout);
   std::vector<std::string> Targets();
   absl::Status Learn(const peer::v1::NodeDescriptor& d, const std::string& via)
       ABSL_LOCKS_EXCLUDED(mu_);

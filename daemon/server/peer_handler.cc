@@ -2,6 +2,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/cluster/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
@@ -25,6 +26,23 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
                                         peer::v1::PrepareRemoteResponse* response) {
   if (request.from_node().empty() || request.transfer_id().empty()) {
     return absl::InvalidArgumentError("from_node and transfer_id are required");
+  }
+  // Holds are kept for peers this node has met, and end when it loses them: a node that
+  // never said Hello (or is not up at that incarnation) holds nothing here, or its holds
+  // would pin buffers for ever. A peer met a moment ago may not be learned yet (its
+  // Hello's answer on its way): a brief wait, reached only over gRPC (the UCX channel
+  // admits met peers only).
+  auto met = [&] {
+    return cluster_->Matches(request.from_node(), request.from_incarnation(),
+                             [](const peer::v1::NodeDescriptor&) { return true; });
+  };
+  for (const absl::Time until = absl::Now() + absl::Milliseconds(500); !met();) {
+    if (absl::Now() >= until) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", Quoted(request.from_node()), " (incarnation ",
+                       request.from_incarnation(), ") is not a peer of this node: say Hello first"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
   }
   const HoldContext context{request, [&] {
                               auto runner = cluster_->Find(request.from_node());
