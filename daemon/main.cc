@@ -246,6 +246,10 @@ ABSL_FLAG(std::string, quotas, "",
 ABSL_FLAG(gpumove::ByteSize, max_message_size, gpumove::ByteSize{64 << 20},
           "The largest message a call may send or receive (8MiB to 1GiB); past it the call "
           "is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, introspection, "auto",
+          "gRPC server reflection and channelz: on, off, or auto (on for an open daemon; off "
+          "where callers need credentials, since both answer callers without any and "
+          "channelz lists other clients' addresses). Health is always served.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "
@@ -387,6 +391,7 @@ int main(int argc, char** argv) {
   serve.quotas = absl::GetFlag(FLAGS_quotas);
   serve.max_message_size = absl::GetFlag(FLAGS_max_message_size).bytes;
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  serve.introspection = absl::GetFlag(FLAGS_introspection);
   serve.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
   serve.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
   serve.keepalive = absl::GetFlag(FLAGS_keepalive);

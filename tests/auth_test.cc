@@ -5,6 +5,8 @@
 #include "daemon/server/auth.h"
 
 #include <grp.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +41,27 @@ rita-token-0123456789,rita,team-a,reader
 bob-token-0123456789,bob,team-b,user
 root-token-0123456789,root,ops,admin
 )";
+
+// A unary call of `method` with an empty request and no credentials; its status.
+grpc::Status EmptyCall(const std::string& address, const std::string& method) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  return status;
+}
+
+constexpr char kChannelz[] = "/grpc.channelz.v1.Channelz/GetTopChannels";
+constexpr char kHealth[] = "/grpc.health.v1.Health/Check";
 
 TEST(TokenFile, ParsesAndRefusesWhatDoesNotFit) {
   auto tokens = ParseTokenFile(kTokens);
@@ -297,6 +320,20 @@ TEST_F(AuthTest, TheTokenFileIsReReadAndABadOneIsRefused) {
   // A daemon does not start on a bad file.
   auto bad = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_});
   EXPECT_FALSE(bad.ok());
+}
+
+// Where callers need credentials, channelz and reflection (which answer without any, and
+// channelz with other clients' addresses) are off unless --introspection=on; health is
+// served to anyone (probes carry no credentials).
+TEST_F(AuthTest, IntrospectionIsOffWhereCallersNeedCredentials) {
+  auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(EmptyCall((*d)->address(), kChannelz).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(EmptyCall((*d)->address(), kHealth).ok());
+  auto on = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_, "--introspection=on"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(EmptyCall((*on)->address(), kChannelz).ok());
+  EXPECT_FALSE(DaemonProcess::Start({"--node=c", "--introspection=maybe"}).ok());
 }
 
 // A stream opened with a token ends (UNAUTHENTICATED) once the token leaves the file,

@@ -626,6 +626,24 @@ TEST(Integration, UcxListensOnlyWhereGrpcDoesByDefault) {
   }
 }
 
+// An open daemon serves channelz (and reflection) as before: its callers may do anything.
+TEST(Integration, AnOpenDaemonServesChannelz) {
+  Daemon d;
+  grpc::GenericStub stub(d.client->channel());
+  grpc::ClientContext context;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.channelz.v1.Channelz/GetTopChannels", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST(Integration, HealthServiceReportsServing) {
   Daemon d;
   grpc::GenericStub stub(d.client->channel());

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/path/ucx/ucx_wire_check.h"
 #include "daemon/server/convert.h"
@@ -701,8 +702,21 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
 
 absl::Status Daemon::Serve(const DaemonOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::channelz::experimental::InitChannelzService();
+  const std::string& introspection = options.serve.introspection;
+  if (introspection != "on" && introspection != "off" && introspection != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--introspection must be on, off or auto, not ", Quoted(introspection)));
+  }
+  if (introspection == "on" ||
+      (introspection == "auto" && !ClientsNeedCredentials(options.serve))) {
+    // Reflection and channelz have no credentials check of their own: only where every
+    // caller may do anything anyway, or where the operator asks for them.
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::channelz::experimental::InitChannelzService();
+    introspection_ = true;
+  }
+  LOG(INFO) << "server reflection and channelz: "
+            << (introspection_ ? "served" : "off (callers need credentials; --introspection=on)");
   grpc::ServerBuilder builder;
   constexpr uint64_t kMinMessage = 8 << 20, kMaxMessage = uint64_t{1} << 30;
   if (options.serve.max_message_size < kMinMessage ||

@@ -66,6 +66,10 @@ struct ServeOptions {
   absl::Duration auth_refresh = absl::Seconds(1);
   // Listen beyond this host with neither tokens nor client certificates.
   bool allow_insecure = false;
+  // Server reflection and channelz: "on", "off", or "auto" (on for an open daemon, off
+  // where callers need credentials: both answer without any, and channelz lists other
+  // clients' addresses).
+  std::string introspection = "auto";
   // A connection that has not finished its TLS and HTTP/2 handshakes this long after it
   // was accepted is closed; one with no call this long is closed (gracefully).
   absl::Duration handshake_timeout = absl::Seconds(10);
@@ -303,6 +307,7 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
+  bool introspection_ = false;  // Reflection and channelz served.
   std::unique_ptr<LongCalls> long_calls_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
