@@ -171,22 +171,42 @@ absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
   return response;
 }
 
-absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
-  v1::ListBuffersRequest request;
-  request.set_node(node);
-  std::vector<v1::Buffer> out;
-  // Page by page (a daemon answers at most 1000 a page); bounded.
-  for (int page = 0; page < kMaxListPages; ++page) {
+namespace {
+
+// Every entry of a paged listing, page after page (at most kMaxListPages), up to `want`
+// (0: all): `fetch(context, request, response)` asks for one page (authorizing the
+// context), `entries(response)` are its entries.
+template <class Entry, class Request, class Response, class Fetch, class Entries>
+absl::StatusOr<std::vector<Entry>> AllPages(Request request, size_t want, Fetch fetch,
+                                            Entries entries) {
+  std::vector<Entry> out;
+  for (int page = 0; page < kMaxListPages && (want == 0 || out.size() < want); ++page) {
+    if (want != 0) {
+      request.set_page_size(static_cast<uint32_t>(std::min<size_t>(want - out.size(), 1000)));
+    }
     grpc::ClientContext context;
-    Authorize(context);
-    v1::ListBuffersResponse response;
-    auto st = FromGrpcStatus(buffers_->List(&context, request, &response));
+    Response response;
+    auto st = FromGrpcStatus(fetch(&context, request, &response));
     if (!st.ok()) return st;
-    out.insert(out.end(), response.buffers().begin(), response.buffers().end());
+    out.insert(out.end(), entries(response).begin(), entries(response).end());
     if (response.next_page_token().empty()) break;
     request.set_page_token(response.next_page_token());
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::Buffer>> Client::ListBuffers(const std::string& node) {
+  v1::ListBuffersRequest request;
+  request.set_node(node);
+  return AllPages<v1::Buffer, v1::ListBuffersRequest, v1::ListBuffersResponse>(
+      request, 0,
+      [this](grpc::ClientContext* c, const auto& q, auto* r) {
+        Authorize(*c);
+        return buffers_->List(c, q, r);
+      },
+      [](const v1::ListBuffersResponse& r) -> const auto& { return r.buffers(); });
 }
 
 absl::StatusOr<v1::Buffer> Client::RenewLease(const std::string& buffer_id, absl::Duration ttl,
@@ -332,20 +352,13 @@ absl::StatusOr<std::vector<v1::Transfer>> Client::ListTransfers(
     const std::vector<v1::TransferState>& states, uint32_t limit) {
   v1::ListTransfersRequest request;
   for (auto s : states) request.add_states(s);
-  const size_t want = limit == 0 ? 1000 : limit;
-  std::vector<v1::Transfer> out;
-  for (int page = 0; page < kMaxListPages && out.size() < want; ++page) {
-    request.set_page_size(static_cast<uint32_t>(std::min<size_t>(want - out.size(), 1000)));
-    grpc::ClientContext context;
-    Authorize(context);
-    v1::ListTransfersResponse response;
-    auto st = FromGrpcStatus(transfers_->List(&context, request, &response));
-    if (!st.ok()) return st;
-    out.insert(out.end(), response.transfers().begin(), response.transfers().end());
-    if (response.next_page_token().empty()) break;
-    request.set_page_token(response.next_page_token());
-  }
-  return out;
+  return AllPages<v1::Transfer, v1::ListTransfersRequest, v1::ListTransfersResponse>(
+      request, limit == 0 ? 1000 : limit,
+      [this](grpc::ClientContext* c, const auto& q, auto* r) {
+        Authorize(*c);
+        return transfers_->List(c, q, r);
+      },
+      [](const v1::ListTransfersResponse& r) -> const auto& { return r.transfers(); });
 }
 
 absl::StatusOr<v1::Transfer> Client::Wait(const std::string& id, absl::Duration timeout) {
@@ -435,18 +448,14 @@ absl::StatusOr<std::vector<v1::PreparedPieces>> Client::ListPreparedPieces(
     const std::string& node) {
   v1::ListPreparedPiecesRequest request;
   request.set_node(node);
-  std::vector<v1::PreparedPieces> out;
-  for (int page = 0; page < kMaxListPages; ++page) {
-    grpc::ClientContext context;
-    Authorize(context);
-    v1::ListPreparedPiecesResponse response;
-    auto st = FromGrpcStatus(transfers_->ListPreparedPieces(&context, request, &response));
-    if (!st.ok()) return st;
-    out.insert(out.end(), response.lists().begin(), response.lists().end());
-    if (response.next_page_token().empty()) break;
-    request.set_page_token(response.next_page_token());
-  }
-  return out;
+  return AllPages<v1::PreparedPieces, v1::ListPreparedPiecesRequest,
+                  v1::ListPreparedPiecesResponse>(
+      request, 0,
+      [this](grpc::ClientContext* c, const auto& q, auto* r) {
+        Authorize(*c);
+        return transfers_->ListPreparedPieces(c, q, r);
+      },
+      [](const v1::ListPreparedPiecesResponse& r) -> const auto& { return r.lists(); });
 }
 
 absl::Status NotificationStream::Finish() { return FromGrpcStatus(reader_->Finish()); }

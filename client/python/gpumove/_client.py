@@ -149,17 +149,24 @@ class Client:
         return Buffer.from_proto(self._call(
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
-    def buffers(self, node: Optional[str] = None) -> List[Buffer]:
-        """Every buffer the caller sees, fetched page by page."""
-        out: List[Buffer] = []
-        request = pb.ListBuffersRequest(node=node or "")
+    def _pages(self, method, request, field: str, want: int = 0) -> list:
+        """The entries of a paged listing (`field` of each answer), page after page, up to
+        `want` of them (0: all)."""
+        out: list = []
         for _ in range(req.MAX_LIST_PAGES):
-            r = self._call(self._buffers.List, request)
-            out += [Buffer.from_proto(b) for b in r.buffers]
-            if not r.next_page_token:
+            if want:
+                request.page_size = min(want - len(out), req.MAX_PAGE)
+            r = self._call(method, request)
+            out += getattr(r, field)
+            if not r.next_page_token or (want and len(out) >= want):
                 break
             request.page_token = r.next_page_token
         return out
+
+    def buffers(self, node: Optional[str] = None) -> List[Buffer]:
+        """Every buffer the caller sees, fetched page by page."""
+        return [Buffer.from_proto(b) for b in self._pages(
+            self._buffers.List, pb.ListBuffersRequest(node=node or ""), "buffers")]
 
     def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
         return Buffer.from_proto(self._call(self._buffers.RenewLease, req.renew(buffer, lease)))
@@ -256,15 +263,9 @@ class Client:
                    pb.ReleasePiecesRequest(id=prepared_id(prepared)))
 
     def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
-        out: List[PreparedPieces] = []
-        request = pb.ListPreparedPiecesRequest(node=node or "")
-        for _ in range(req.MAX_LIST_PAGES):
-            r = self._call(self._transfers.ListPreparedPieces, request)
-            out += [PreparedPieces.from_proto(p) for p in r.lists]
-            if not r.next_page_token:
-                break
-            request.page_token = r.next_page_token
-        return out
+        return [PreparedPieces.from_proto(p) for p in self._pages(
+            self._transfers.ListPreparedPieces, pb.ListPreparedPiecesRequest(node=node or ""),
+            "lists")]
 
     def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(self._call(
@@ -272,17 +273,8 @@ class Client:
 
     def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
         """The newest `limit` transfers (0: 1000), page by page."""
-        want = limit or 1000
-        out: List[Transfer] = []
-        request = req.transfers(states, 0)
-        for _ in range(req.MAX_LIST_PAGES):
-            request.page_size = min(want - len(out), 1000)
-            r = self._call(self._transfers.List, request)
-            out += [Transfer.from_proto(t) for t in r.transfers]
-            if not r.next_page_token or len(out) >= want:
-                break
-            request.page_token = r.next_page_token
-        return out
+        return [Transfer.from_proto(t) for t in self._pages(
+            self._transfers.List, req.transfers(states, 0), "transfers", limit or req.MAX_PAGE)]
 
     def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         """The transfer once it has ended (DEADLINE_EXCEEDED after `timeout` seconds)."""

@@ -117,6 +117,8 @@ def submit(specs: Sequence[pb.TransferSpec], wait: bool, idempotency_key: str,
 
 # The most pages a listing follows (a daemon answers at most 1000 entries a page).
 MAX_LIST_PAGES = 10000
+# The most entries a daemon answers in one page.
+MAX_PAGE = 1000
 
 
 def transfers(states: Iterable[str], limit: int) -> pb.ListTransfersRequest:

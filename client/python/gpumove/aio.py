@@ -102,16 +102,22 @@ class Client:
         return Buffer.from_proto(await self._call(
             self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
 
-    async def buffers(self, node: Optional[str] = None) -> List[Buffer]:
-        out: List[Buffer] = []
-        request = pb.ListBuffersRequest(node=node or "")
+    async def _pages(self, method, request, field: str, want: int = 0) -> list:
+        """As Client._pages."""
+        out: list = []
         for _ in range(req.MAX_LIST_PAGES):
-            r = await self._call(self._buffers.List, request)
-            out += [Buffer.from_proto(b) for b in r.buffers]
-            if not r.next_page_token:
+            if want:
+                request.page_size = min(want - len(out), req.MAX_PAGE)
+            r = await self._call(method, request)
+            out += getattr(r, field)
+            if not r.next_page_token or (want and len(out) >= want):
                 break
             request.page_token = r.next_page_token
         return out
+
+    async def buffers(self, node: Optional[str] = None) -> List[Buffer]:
+        return [Buffer.from_proto(b) for b in await self._pages(
+            self._buffers.List, pb.ListBuffersRequest(node=node or ""), "buffers")]
 
     async def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
         return Buffer.from_proto(await self._call(self._buffers.RenewLease,
@@ -186,32 +192,17 @@ class Client:
                          pb.ReleasePiecesRequest(id=prepared_id(prepared)))
 
     async def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
-        out: List[PreparedPieces] = []
-        request = pb.ListPreparedPiecesRequest(node=node or "")
-        for _ in range(req.MAX_LIST_PAGES):
-            r = await self._call(self._transfers.ListPreparedPieces, request)
-            out += [PreparedPieces.from_proto(p) for p in r.lists]
-            if not r.next_page_token:
-                break
-            request.page_token = r.next_page_token
-        return out
+        return [PreparedPieces.from_proto(p) for p in await self._pages(
+            self._transfers.ListPreparedPieces, pb.ListPreparedPiecesRequest(node=node or ""),
+            "lists")]
 
     async def transfer(self, transfer: TransferLike) -> Transfer:
         return Transfer.from_proto(await self._call(
             self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     async def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        want = limit or 1000
-        out: List[Transfer] = []
-        request = req.transfers(states, 0)
-        for _ in range(req.MAX_LIST_PAGES):
-            request.page_size = min(want - len(out), 1000)
-            r = await self._call(self._transfers.List, request)
-            out += [Transfer.from_proto(t) for t in r.transfers]
-            if not r.next_page_token or len(out) >= want:
-                break
-            request.page_token = r.next_page_token
-        return out
+        return [Transfer.from_proto(t) for t in await self._pages(
+            self._transfers.List, req.transfers(states, 0), "transfers", limit or req.MAX_PAGE)]
 
     async def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         return Transfer.from_proto(await self._call(self._transfers.Wait,
