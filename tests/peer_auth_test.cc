@@ -204,7 +204,7 @@ TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
   peer::v1::HelloResponse hello;
   std::string mac;
   ASSERT_TRUE(Hello(*stub, &member, &hello, nullptr, &mac).ok());
-  const peer::v1::NodeDescriptor& d = hello.node();
+  const peer::v1::NodeDescriptor d = hello.node();  // A copy: `hello` is reused below.
   ASSERT_TRUE(d.ucx_peer_calls());
   UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), d.ucx_worker_address(), false};
   peer::v1::TakeStageSlotsRequest take;
