@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -109,10 +110,22 @@ void UcxTransport::SetProcessDefaults() {
   // ucp_request.c, seen over Soft-RoCE with UCX 1.13: a peer gone takes this daemon with
   // it). RC or TCP serve every path where UD would: UD is left out unless the operator
   // names the transports.
+  // Only where there are RDMA devices (elsewhere UD cannot run, and naming it would make
+  // UCX warn that it is not available at every start).
+  SetTransportDefault(HasRdmaDevices());
+}
+
+bool UcxTransport::HasRdmaDevices() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+void UcxTransport::SetTransportDefault(bool rdma_devices) {
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr || *tls == '\0') {
-    setenv("UCX_TLS", kDefaultUcxTransports, 1);
-  } else if (MayUseUd(tls)) {
+    if (rdma_devices) setenv("UCX_TLS", kDefaultUcxTransports, 1);
+  } else if (rdma_devices && MayUseUd(tls)) {
     LOG(WARNING) << "UCX_TLS=" << tls << " lets UCX use UD (ud_verbs / ud_mlx5), whose endpoint "
                  << "timeouts abort UCX 1.13 and with it this daemon; the default leaves it out ("
                  << kDefaultUcxTransports << ")";
@@ -168,8 +181,9 @@ std::string UcxTransport::transports() const {
   const char* tls = std::getenv("UCX_TLS");
   const std::string named = tls != nullptr && *tls != '\0' ? tls : "all";
   if (named == kDefaultUcxTransports) return absl::StrCat(named, ": all but UD, the default");
-  return MayUseUd(named) ? absl::StrCat(named, ", UD allowed: a UD timeout aborts UCX 1.13")
-                         : named;
+  return MayUseUd(named) && HasRdmaDevices()
+             ? absl::StrCat(named, ", UD allowed: a UD timeout aborts UCX 1.13")
+             : named;
 }
 
 }  // namespace gpumove

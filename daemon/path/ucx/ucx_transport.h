@@ -134,6 +134,11 @@ class UcxTransport {
   static void SetProcessDefaults();
   // Whether UCX_TLS=`tls` lets UCX pick a UD transport.
   static bool MayUseUd(absl::string_view tls);
+  // Whether this host has RDMA devices (/sys/class/infiniband), where UD could run.
+  static bool HasRdmaDevices();
+  // UCX_TLS=kDefaultUcxTransports when unset and `rdma_devices`; a warning when the
+  // operator's list lets UD in there. (SetProcessDefaults calls it with HasRdmaDevices.)
+  static void SetTransportDefault(bool rdma_devices);
   // UNAVAILABLE (with UCX's message) when UCX cannot start.
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(UcxOptions options);
   ~UcxTransport();

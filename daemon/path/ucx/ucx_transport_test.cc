@@ -141,8 +141,11 @@ TEST(UcxProcessDefaults, TcpSegmentsAreLargeUnlessTheEnvironmentSaysOtherwise) {
 // UD is left out unless the operator names the transports (a UD endpoint timeout aborts
 // UCX 1.13, and the daemon with it); a list that lets UCX pick UD is recognized and said.
 TEST(UcxProcessDefaults, UdIsLeftOutUnlessTheOperatorNamesTheTransports) {
+  // No RDMA devices: nothing to leave out (naming UD would make UCX warn at each start).
   unsetenv("UCX_TLS");
-  UcxTransport::SetProcessDefaults();
+  UcxTransport::SetTransportDefault(/*rdma_devices=*/false);
+  EXPECT_EQ(std::getenv("UCX_TLS"), nullptr);
+  UcxTransport::SetTransportDefault(/*rdma_devices=*/true);
   ASSERT_NE(std::getenv("UCX_TLS"), nullptr);
   EXPECT_STREQ(std::getenv("UCX_TLS"), "^ud");
   EXPECT_FALSE(UcxTransport::MayUseUd(std::getenv("UCX_TLS")));
@@ -156,10 +159,9 @@ TEST(UcxProcessDefaults, UdIsLeftOutUnlessTheOperatorNamesTheTransports) {
     EXPECT_FALSE(UcxTransport::MayUseUd(no)) << no;
   }
   setenv("UCX_TLS", "tcp,self,sm", 1);  // The operator's list stays.
-  UcxTransport::SetProcessDefaults();
+  UcxTransport::SetTransportDefault(true);
   EXPECT_STREQ(std::getenv("UCX_TLS"), "tcp,self,sm");
   unsetenv("UCX_TLS");
-  UcxTransport::SetProcessDefaults();
 }
 
 // Peer calls: b serves on its own threads (as gpumoved's dispatcher does), a calls.
