@@ -118,6 +118,10 @@ absl::StatusOr<v1::Buffer> Client::Allocate(uint64_t size, v1::MemoryKind kind, 
   request.set_device(device);
   if (lease > absl::ZeroDuration()) SetDuration(lease, request.mutable_lease_ttl());
   request.set_label(label);
+  return Allocate(request);
+}
+
+absl::StatusOr<v1::Buffer> Client::Allocate(const v1::AllocateRequest& request) {
   grpc::ClientContext context;
   Authorize(context);
   v1::Buffer response;

@@ -104,6 +104,8 @@ class Client {
   absl::StatusOr<v1::Buffer> Allocate(uint64_t size, v1::MemoryKind kind = v1::HOST, int device = 0,
                                       absl::Duration lease = absl::ZeroDuration(),
                                       const std::string& label = "", const std::string& node = "");
+  // Any request, e.g. one with exportable set.
+  absl::StatusOr<v1::Buffer> Allocate(const v1::AllocateRequest& request);
   absl::Status Release(const std::string& buffer_id, const std::string& node = "");
   absl::StatusOr<v1::Buffer> GetBuffer(const std::string& buffer_id, const std::string& node = "");
   // CUDA IPC on the daemon's host: lend part of our own GPU allocation to the daemon

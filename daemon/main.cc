@@ -37,6 +37,13 @@ ABSL_FLAG(std::string, gpus, "all",
           "GPUs to serve: all, none, or a comma list of indexes and/or UUIDs (GPU-...).");
 ABSL_FLAG(absl::Duration, default_lease, absl::ZeroDuration(),
           "Lease for buffers allocated without one (0: no lease; they live until Release).");
+ABSL_FLAG(gpumove::ByteSize, exportable_bytes_per_gpu, gpumove::ByteSize{4ull << 30},
+          "GPU memory that exportable buffers (Allocate with exportable: an allocation of "
+          "their own, whose CUDA IPC handle Export gives their owner) may take per GPU, "
+          "outside the device pool (0: none).");
+ABSL_FLAG(std::string, scrub_memory, "auto",
+          "Zero each pool allocation before handing it out: auto (when callers need "
+          "credentials, so tenants share the pools), always or never.");
 ABSL_FLAG(bool, keep_cpu_binding, false,
           "Keep the CPU binding an MPI launcher gave this rank (mpirun binds two ranks or "
           "fewer to one core each). By default a daemon started by an MPI launcher lets its "
@@ -374,6 +381,8 @@ int main(int argc, char** argv) {
   options.pools.device = absl::GetFlag(FLAGS_device_pool_size).bytes;
   options.gpus = absl::GetFlag(FLAGS_gpus);
   options.default_lease = absl::GetFlag(FLAGS_default_lease);
+  options.exportable_bytes_per_gpu = absl::GetFlag(FLAGS_exportable_bytes_per_gpu).bytes;
+  options.scrub_memory = absl::GetFlag(FLAGS_scrub_memory);
   options.pool_spin = absl::GetFlag(FLAGS_pool_spin);
 
   gpumove::ServeOptions& serve = options.serve;

@@ -483,6 +483,34 @@ namespace {
 // Per-tenant quotas (--quotas): bytes of a pool kind and transfers in flight, past which a
 // tenant gets RESOURCE_EXHAUSTED while other tenants and admins go on; a release gives
 // the bytes back; the file is re-read on change.
+// Pools are shared by tenants: a buffer handed to one never shows what another left in
+// the same bytes. The control daemon (--scrub_memory=never) shows the test reaches them.
+TEST_F(AuthTest, ABufferNeverShowsAnotherTenantsOldBytes) {
+  for (const std::string scrub : {"auto", "never"}) {
+    SCOPED_TRACE(scrub);
+    auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_,
+                                   "--host_pool_size=4MiB", "--scrub_memory=" + scrub});
+    ASSERT_TRUE(d.ok()) << d.status();
+    auto alice = As(**d, "alice-token-0123456789");
+    auto bob = As(**d, "bob-token-0123456789");
+    const std::string secret(64 << 10, 'Z');
+    auto a = alice->Allocate(secret.size());
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(alice->Write(Ref(a->id()), secret).ok());
+    ASSERT_TRUE(alice->Release(a->id()).ok());
+    auto b = bob->Allocate(secret.size());  // Best fit in an empty pool: the same bytes.
+    ASSERT_TRUE(b.ok()) << b.status();
+    auto seen = bob->Read(Ref(b->id()));
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    if (scrub == "never") {
+      EXPECT_EQ(*seen, secret);
+    } else {
+      EXPECT_EQ(*seen, std::string(secret.size(), '\0'));
+    }
+  }
+  EXPECT_FALSE(DaemonProcess::Start({"--node=a", "--scrub_memory=sometimes"}).ok());
+}
+
 TEST_F(AuthTest, QuotasHoldPerTenant) {
   const std::string quotas = dir_ + "/quotas.csv";
   std::ofstream(quotas) << "# tenant,host,pinned,device,transfers\n"

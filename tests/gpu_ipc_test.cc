@@ -165,27 +165,59 @@ TEST_F(GpuIpc, BadImportsGetInvalidArgumentAndChangeNothing) {
 
 TEST_F(GpuIpc, ExportedBufferIsWrittenByTheClientDirectly) {
   const int g = GpuCount() - 1;
-  auto b = c_->Allocate((8 << 20) + 3, v1::DEVICE, g);
+  v1::AllocateRequest request;
+  request.set_size((8 << 20) + 3);
+  request.set_kind(v1::DEVICE);
+  request.set_device(g);
+  request.set_exportable(true);
+  auto b = c_->Allocate(request);
   ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->exportable());
   auto ex = c_->Export(b->id());
   ASSERT_TRUE(ex.ok()) << ex.status();
   EXPECT_EQ(ex->size(), (8u << 20) + 3);
   EXPECT_EQ(ex->device_uuid(), Uuid(g));
-  cudaIpcMemHandle_t h;
-  ASSERT_EQ(ex->cuda_ipc_handle().size(), sizeof(h.reserved));
-  std::memcpy(h.reserved, ex->cuda_ipc_handle().data(), sizeof(h.reserved));
-  cudaSetDevice(g);
-  void* base = nullptr;
-  ASSERT_EQ(cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  // The handle opens this buffer's own allocation (whole 2 MiB granules), zeroed, and no
+  // pool: the driver says how big the mapping is.
+  auto runtime = GpuRuntime::Create();
+  auto mapped = runtime->IpcOpen(g, ex->cuda_ipc_handle());
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(ex->offset(), 0u);
+  EXPECT_EQ(mapped->size, uint64_t{10} << 20);
+  std::string all(mapped->size, 'x');
+  ASSERT_EQ(cudaMemcpy(all.data(), mapped->base, all.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(all, std::string(all.size(), '\0'));
   const std::string data = RandomBytes(ex->size(), 4);
-  ASSERT_EQ(cudaMemcpy(static_cast<char*>(base) + ex->offset(), data.data(), data.size(),
+  ASSERT_EQ(cudaMemcpy(mapped->base + ex->offset(), data.data(), data.size(),
                        cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_TRUE(*c_->Read(Ref(b->id())) == data);
-  cudaIpcCloseMemHandle(base);
-  auto host = c_->Allocate(4096);
+  // And it moves like any device buffer (staged where UCX needs pool memory).
+  auto host = c_->Allocate(data.size());
+  ASSERT_TRUE(host.ok());
+  auto moved = c_->Move(Ref(b->id()), Ref(host->id()));
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
+  EXPECT_TRUE(*c_->Read(Ref(host->id())) == data);
+  runtime->IpcClose(g, mapped->base);
   EXPECT_EQ(c_->Export(host->id()).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(c_->Export("b-nope").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(c_->Release(b->id()).ok());
+}
+
+// A device pool holds every tenant's buffers: its handle never goes to a client.
+TEST_F(GpuIpc, APoolBufferIsNotExported) {
+  const int g = GpuCount() - 1;
+  auto b = c_->Allocate(4 << 20, v1::DEVICE, g);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->exportable());
+  auto ex = c_->Export(b->id());
+  EXPECT_EQ(ex.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(ex.status().message(), "exportable")) << ex.status();
+  v1::AllocateRequest request;
+  request.set_size(4096);
+  request.set_exportable(true);  // HOST memory cannot be.
+  EXPECT_EQ(c_->Allocate(request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(GpuIpc, AClientThatExitsTakesItsLentMemoryWithIt) {

@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, kind, "host", "alloc: memory kind, host | pinned | device
 ABSL_FLAG(int, gpu, 0, "alloc: GPU index for --kind=device.");
 ABSL_FLAG(absl::Duration, lease, absl::ZeroDuration(), "alloc/renew: lease TTL (e.g. 30s).");
 ABSL_FLAG(std::string, label, "", "alloc/move: a label shown in listings.");
+ABSL_FLAG(bool, exportable, false,
+          "alloc: a device buffer in a GPU allocation of its own, which export can map.");
 ABSL_FLAG(std::string, node, "",
           "alloc/ls: another node of the cluster (default: the one --addr is).");
 ABSL_FLAG(std::string, offset, "0", "read/write: offset into the buffer (size suffixes work).");
@@ -95,12 +97,13 @@ Commands:
   peers                              nodes this one knows
   health [SERVICE]                   gRPC health check (exit 0 when SERVING)
   alloc SIZE [--kind host|pinned|device] [--gpu N] [--lease 30s] [--label L] [--node N]
-                                     allocate a buffer (on node N); prints its id
+        [--exportable]               allocate a buffer (on node N); prints its id;
+                                     --exportable: a device buffer export can map
   ls [--node N]                      list buffers
   get BUF                            show one buffer
   release BUF                        free a buffer
   renew BUF [--lease TTL]            renew a buffer's lease
-  export BUF                         CUDA IPC handle + offset of a device buffer (same host)
+  export BUF                         CUDA IPC handle + offset of an exportable device buffer
   import HANDLE_HEX SIZE --gpu_uuid U [--offset N] [--pid P]
                                      lend part of a process's GPU allocation to the daemon
   (BUF is [node/]buffer_id: any node answers for buffers of every node)
@@ -177,6 +180,15 @@ uint64_t SizeArg(const std::string& text) {
   auto v = ParseBytes(text);
   if (!v.ok()) throw UsageError{std::string(v.status().message())};
   return *v;
+}
+
+// --lease, when given, into a request's lease_ttl.
+void SetLease(google::protobuf::Duration* ttl) {
+  const absl::Duration lease = absl::GetFlag(FLAGS_lease);
+  if (lease <= absl::ZeroDuration()) return;
+  const int64_t ns = absl::ToInt64Nanoseconds(lease);
+  ttl->set_seconds(ns / 1000000000);
+  ttl->set_nanos(static_cast<int32_t>(ns % 1000000000));
 }
 
 v1::BufferRef RefArg(const std::string& text) {
@@ -350,9 +362,15 @@ int Run(Client& c, const std::vector<std::string>& args) {
                           : k == "device"
                               ? v1::DEVICE
                               : throw UsageError{"--kind must be host, pinned or device"};
-    auto b =
-        c.Allocate(SizeArg(args[1]), kind, absl::GetFlag(FLAGS_gpu), absl::GetFlag(FLAGS_lease),
-                   absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_node));
+    v1::AllocateRequest request;
+    request.set_size(SizeArg(args[1]));
+    request.set_kind(kind);
+    request.set_device(absl::GetFlag(FLAGS_gpu));
+    SetLease(request.mutable_lease_ttl());
+    request.set_label(absl::GetFlag(FLAGS_label));
+    request.set_node(absl::GetFlag(FLAGS_node));
+    request.set_exportable(absl::GetFlag(FLAGS_exportable));
+    auto b = c.Allocate(request);
     if (!b.ok()) return Fail(b.status());
     if (json)
       std::cout << Json(*b);
@@ -417,11 +435,7 @@ int Run(Client& c, const std::vector<std::string>& args) {
     r.set_owner_pid(absl::GetFlag(FLAGS_pid));
     r.set_label(absl::GetFlag(FLAGS_label));
     r.set_node(absl::GetFlag(FLAGS_node));
-    if (absl::GetFlag(FLAGS_lease) > absl::ZeroDuration()) {
-      const int64_t ns = absl::ToInt64Nanoseconds(absl::GetFlag(FLAGS_lease));
-      r.mutable_lease_ttl()->set_seconds(ns / 1000000000);
-      r.mutable_lease_ttl()->set_nanos(static_cast<int32_t>(ns % 1000000000));
-    }
+    SetLease(r.mutable_lease_ttl());
     auto b = c.Import(r);
     if (!b.ok()) return Fail(b.status());
     if (json)

@@ -65,8 +65,9 @@ void BufferUse::MarkEnding() {
 MemoryKind BufferUse::kind() const {
   return static_cast<BufferRegistry::Entry*>(entry_.get())->info.kind;
 }
-bool BufferUse::imported() const {
-  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.imported;
+bool BufferUse::outside_pools() const {
+  const auto& info = static_cast<BufferRegistry::Entry*>(entry_.get())->info;
+  return info.imported || info.exportable;
 }
 int BufferUse::device() const {
   return static_cast<BufferRegistry::Entry*>(entry_.get())->info.device;
@@ -96,6 +97,7 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
   if (options.kind == MemoryKind::kDevice && options.device < 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad GPU index ", options.device));
   }
+  if (options.exportable) return AllocateOwn(options);
   Pool* pool = pools_->Find(options.kind, options.device);
   if (pool == nullptr) {
     if (options.kind == MemoryKind::kDevice) {
@@ -116,9 +118,14 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
     }
   }
   auto ptr = pool->Allocate(options.size);
-  if (!ptr.ok()) {
+  absl::Status st = ptr.status();
+  if (st.ok() && scrub_) {
+    st = scrub_(*ptr, options.kind, pool->device(), options.size);
+    if (!st.ok()) pool->Free(*ptr);
+  }
+  if (!st.ok()) {
     if (quotas_ != nullptr) quotas_->Uncharge(options.owner, options.kind, options.size);
-    return ptr.status();
+    return st;
   }
 
   auto entry = std::make_shared<Entry>();
@@ -131,6 +138,38 @@ absl::StatusOr<BufferInfo> BufferRegistry::Allocate(const AllocateOptions& optio
   info.device = pool->device();
   info.owner = options.owner;
   info.label = options.label;
+  return Insert(std::move(entry), options.lease_ttl);
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::AllocateOwn(const AllocateOptions& options) {
+  if (options.kind != MemoryKind::kDevice) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("only DEVICE buffers can be exportable, not ", MemoryKindName(options.kind)));
+  }
+  if (!own_memory_) {
+    return absl::FailedPreconditionError("this node has no GPU to allocate exportable memory on");
+  }
+  if (quotas_ != nullptr) {
+    if (absl::Status st = quotas_->Charge(options.owner, options.kind, options.size); !st.ok()) {
+      return st;
+    }
+  }
+  auto own = own_memory_(options.device, options.size);
+  if (!own.ok()) {
+    if (quotas_ != nullptr) quotas_->Uncharge(options.owner, options.kind, options.size);
+    return own.status();
+  }
+  auto entry = std::make_shared<Entry>();
+  entry->quotas = quotas_;
+  entry->ptr = own->data;
+  entry->keepalive = std::move(own->keepalive);
+  BufferInfo& info = entry->info;
+  info.size = options.size;
+  info.kind = MemoryKind::kDevice;
+  info.device = options.device;
+  info.owner = options.owner;
+  info.label = options.label;
+  info.exportable = true;
   return Insert(std::move(entry), options.lease_ttl);
 }
 
@@ -152,10 +191,11 @@ BufferInfo BufferRegistry::Insert(std::shared_ptr<Entry> entry, absl::Duration l
 void BufferRegistry::Free(Entry& entry) {
   if (entry.pool != nullptr) {
     entry.pool->Free(entry.ptr);
-    if (entry.quotas != nullptr) {
-      entry.quotas->Uncharge(entry.info.owner, entry.info.kind, entry.info.size);
-    }
     entry.pool = nullptr;
+  }
+  if (entry.quotas != nullptr) {
+    entry.quotas->Uncharge(entry.info.owner, entry.info.kind, entry.info.size);
+    entry.quotas = nullptr;
   }
   entry.keepalive.reset();
 }

@@ -4,6 +4,7 @@
 #define GPUMOVE_DAEMON_CORE_BUFFER_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,9 @@ struct BufferInfo {
   // the buffer, or when process `owner_pid` (when not 0) exits.
   bool imported = false;
   int owner_pid = 0;
+  // In a device allocation of its own (not a pool), so Export may hand its CUDA IPC
+  // handle to its owner.
+  bool exportable = false;
 };
 
 struct AllocateOptions {
@@ -53,6 +57,14 @@ struct AllocateOptions {
   absl::Duration lease_ttl = absl::ZeroDuration();  // Zero: the registry's default.
   std::string label;
   std::string owner;
+  // kDevice only: an allocation of its own (SetOwnMemory) instead of the pool.
+  bool exportable = false;
+};
+
+// Device memory of one buffer alone (daemon/gpu/own_memory.h): freed when `keepalive` goes.
+struct OwnMemory {
+  char* data = nullptr;
+  std::shared_ptr<const void> keepalive;
 };
 
 // A buffer over memory that is not ours (a client's allocation mapped into the daemon).
@@ -93,8 +105,9 @@ class BufferUse {
   uint64_t length() const { return length_; }
   MemoryKind kind() const;
   int device() const;
-  // Lent by a client (Import), not in one of this node's pools.
-  bool imported() const;
+  // Not in one of this node's pools: lent by a client (Import), or an allocation of its own
+  // (exportable). Paths that need pool memory (UCX's registered pools) stage it.
+  bool outside_pools() const;
   const std::string& buffer_id() const;
 
  private:
@@ -119,6 +132,15 @@ class BufferRegistry {
   // Pool allocations are counted against their owner's quota in `quotas` (which must
   // outlive the registry) from now on. Before the first Allocate.
   void SetQuotas(Quotas* quotas) { quotas_ = quotas; }
+  // Where exportable buffers' memory comes from (none: FAILED_PRECONDITION). Before the
+  // first Allocate.
+  using OwnMemoryMaker = std::function<absl::StatusOr<OwnMemory>(int device, uint64_t size)>;
+  void SetOwnMemory(OwnMemoryMaker make) { own_memory_ = std::move(make); }
+  // Zeroes each pool allocation before it is handed out, so no tenant reads what another
+  // left (none: not zeroed). Before the first Allocate.
+  using Scrubber =
+      std::function<absl::Status(char* data, MemoryKind kind, int device, uint64_t size)>;
+  void SetScrub(Scrubber zero) { scrub_ = std::move(zero); }
 
   // INVALID_ARGUMENT (size 0, bigger than the pool, negative TTL), FAILED_PRECONDITION
   // (no such pool here, e.g. DEVICE without GPUs), RESOURCE_EXHAUSTED (pool full, or the
@@ -154,7 +176,7 @@ class BufferRegistry {
   struct Entry {
     BufferInfo info;
     Pool* pool = nullptr;  // Null for adopted memory.
-    Quotas* quotas = nullptr;  // Where the pool bytes are counted, if anywhere.
+    Quotas* quotas = nullptr;  // Where its bytes are counted, if anywhere (until freed).
     char* ptr = nullptr;
     std::shared_ptr<const void> keepalive;
     uint64_t owner_start = 0;  // The owner process's start time (pid reuse check).
@@ -162,6 +184,7 @@ class BufferRegistry {
     uint32_t ending_uses = 0;  // Of info.active_uses, those marked ending.
   };
   static void Free(Entry& entry);
+  absl::StatusOr<BufferInfo> AllocateOwn(const AllocateOptions& options);
   // Gives the entry its id, creation time and lease, and makes it findable.
   BufferInfo Insert(std::shared_ptr<Entry> entry, absl::Duration lease_ttl);
 
@@ -173,6 +196,8 @@ class BufferRegistry {
   PoolSet* const pools_;
   const absl::Duration default_lease_;
   Quotas* quotas_ = nullptr;
+  OwnMemoryMaker own_memory_;
+  Scrubber scrub_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> buffers_ ABSL_GUARDED_BY(mu_);
   absl::BitGen rng_ ABSL_GUARDED_BY(mu_);

@@ -298,5 +298,95 @@ TEST_F(BufferRegistryTest, QuotasCountPoolBuffersAndReleasesGiveThemBack) {
   registry_.reset();  // Its buffers are given back to `q`, which must outlive it.
 }
 
+TEST_F(BufferRegistryTest, ExportableBuffersGetMemoryOfTheirOwnCountedAndFreed) {
+  Quotas q;
+  q.Set(*ParseQuotaFile("alice,-,-,8KiB,-\n"));
+  registry_->SetQuotas(&q);
+  AllocateOptions o;
+  o.size = 4096;
+  o.owner = "alice";
+  o.kind = MemoryKind::kDevice;
+  o.exportable = true;
+  // No maker: this node has no GPU for it.
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(q.used("alice", MemoryKind::kDevice), 0u);
+
+  std::vector<char> memory(16384, 'x');
+  int made = 0, freed = 0;
+  registry_->SetOwnMemory([&](int device, uint64_t size) -> absl::StatusOr<OwnMemory> {
+    if (device != 0) return absl::InvalidArgumentError("no such GPU");
+    OwnMemory m;
+    m.data = memory.data() + 4096 * made++;
+    m.keepalive = std::shared_ptr<const void>(m.data, [&](const void*) { ++freed; });
+    return m;
+  });
+  auto a = registry_->Allocate(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->exportable);
+  EXPECT_FALSE(a->imported);
+  EXPECT_EQ(a->kind, MemoryKind::kDevice);
+  EXPECT_EQ(q.used("alice", MemoryKind::kDevice), 4096u);
+  auto use = registry_->Acquire("alice", a->id, 0, 0);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(use->data(), memory.data());
+  EXPECT_TRUE(use->outside_pools());  // No pool's UCX key covers it.
+  EXPECT_TRUE(registry_->Get("alice", a->id)->exportable);
+
+  // Refused before any memory is made: another kind, the owner's quota, the maker's error.
+  AllocateOptions host = o;
+  host.kind = MemoryKind::kHost;
+  EXPECT_EQ(registry_->Allocate(host).status().code(), absl::StatusCode::kInvalidArgument);
+  AllocateOptions big = o;
+  big.size = 8192;
+  EXPECT_EQ(registry_->Allocate(big).status().code(), absl::StatusCode::kResourceExhausted);
+  AllocateOptions elsewhere = o;
+  elsewhere.device = 1;
+  EXPECT_EQ(registry_->Allocate(elsewhere).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.used("alice", MemoryKind::kDevice), 4096u);
+  EXPECT_EQ(made, 1);
+
+  // Freed (and given back to the quota) with its last use.
+  EXPECT_EQ(registry_->Release("alice", a->id).code(), absl::StatusCode::kFailedPrecondition);
+  use->Reset();
+  ASSERT_TRUE(registry_->Release("alice", a->id).ok());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(q.used("alice", MemoryKind::kDevice), 0u);
+  registry_.reset();
+}
+
+TEST_F(BufferRegistryTest, ScrubbedPoolsHandOutZeroes) {
+  BufferInfo first = Alloc(4096);
+  auto use = registry_->Acquire("alice", first.id, 0, 0);
+  std::memset(use->data(), 0x5a, 4096);
+  char* where = use->data();
+  use->Reset();
+  ASSERT_TRUE(registry_->Release("alice", first.id).ok());
+  int scrubbed = 0;
+  registry_->SetScrub([&](char* data, MemoryKind kind, int device, uint64_t size) {
+    ++scrubbed;
+    EXPECT_EQ(kind, MemoryKind::kHost);
+    return gpu_->Zero(kHostDevice, data, size);
+  });
+  AllocateOptions o;
+  o.size = 4096;
+  o.owner = "bob";
+  auto second = registry_->Allocate(o);
+  ASSERT_TRUE(second.ok());
+  auto seen = registry_->Acquire("bob", second->id, 0, 0);
+  ASSERT_EQ(seen->data(), where);  // The same bytes alice wrote...
+  EXPECT_EQ(scrubbed, 1);
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(seen->data()[i], 0) << i;  // ...now zero.
+  seen->Reset();
+  // A scrub that fails hands out nothing and keeps nothing.
+  registry_->SetScrub([](char*, MemoryKind, int, uint64_t) {
+    return absl::InternalError("cannot zero");
+  });
+  EXPECT_EQ(registry_->Allocate(o).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(registry_->List("bob").size(), 1u);
+  o.size = (1 << 20) - 4096;  // The pool's whole rest: nothing leaked by the failure.
+  registry_->SetScrub(nullptr);
+  EXPECT_TRUE(registry_->Allocate(o).ok());
+}
+
 }  // namespace
 }  // namespace gpumove

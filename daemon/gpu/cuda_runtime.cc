@@ -226,6 +226,17 @@ class CudaRuntime : public GpuRuntime {
     if (err != cudaSuccess) return CudaError(err, "cudaMalloc");
     return ptr;
   }
+  absl::Status Zero(int device, void* ptr, uint64_t bytes) override {
+    if (device == kHostDevice) return GpuRuntime::Zero(device, ptr, bytes);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    cudaStream_t stream = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaError_t err = cudaMemsetAsync(ptr, 0, bytes, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+    if (err != cudaSuccess) return CudaError(err, "cudaMemsetAsync");
+    return absl::OkStatus();
+  }
   void DeviceFree(int device, void* ptr) override {
     cudaSetDevice(device);
     cudaFree(ptr);

@@ -92,6 +92,11 @@ class GpuRuntime {
   }
   virtual void HostUnregister(void* ptr) {}
 
+  // Sets `bytes` at `ptr` (on `device`, or kHostDevice) to zero, returning when done: a
+  // buffer handed to one tenant never shows another's old bytes. This runtime: host memory
+  // only (FAILED_PRECONDITION for a device).
+  virtual absl::Status Zero(int device, void* ptr, uint64_t bytes);
+
   // Copies `bytes` from src (on src_device, or kHostDevice) to dst, `chunk` bytes at a
   // time with up to two chunks in flight, calling `progress` after each. Returns when
   // every byte has landed in dst. INTERNAL carries the CUDA error text.

@@ -99,6 +99,15 @@ absl::StatusOr<std::unique_ptr<CopyFence>> GpuRuntime::CopyPiecesFenced(
   return EndedCopyFence();
 }
 
+absl::Status GpuRuntime::Zero(int device, void* ptr, uint64_t bytes) {
+  if (device != kHostDevice) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("zeroing memory of GPU ", device, " needs the CUDA runtime"));
+  }
+  std::memset(ptr, 0, bytes);
+  return absl::OkStatus();
+}
+
 absl::Status GpuRuntime::CopyPieces(char* dst, int dst_device, const char* src, int src_device,
                                     const Segment* pieces, size_t n, uint64_t round_bytes,
                                     const CopyProgress& progress, uint64_t /*list_serial*/) {

@@ -32,12 +32,17 @@ absl::StatusOr<std::shared_ptr<const IpcTable::Mapping>> IpcTable::Open(
   return shared;
 }
 
-absl::Status IpcTable::Export(int device, char* base, uint64_t size) {
+absl::Status IpcTable::Export(int device, char* base, uint64_t size, Scope scope) {
   auto handle = gpu_->IpcExport(device, base);
   if (!handle.ok()) return handle.status();
   absl::MutexLock lock(&mu_);
-  exports_.push_back(Mapping{*handle, device, base, size});
+  exports_.push_back(Exported{Mapping{*handle, device, base, size}, scope});
   return absl::OkStatus();
+}
+
+void IpcTable::Unexport(const char* base) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(exports_, [base](const Exported& e) { return e.mapping.base == base; });
 }
 
 std::optional<IpcTable::Ref> IpcTable::Find(const char* ptr, uint64_t length) const {
@@ -45,8 +50,11 @@ std::optional<IpcTable::Ref> IpcTable::Find(const char* ptr, uint64_t length) co
   // mapping, which takes the lock.
   std::vector<std::shared_ptr<const Mapping>> seen;
   absl::MutexLock lock(&mu_);
-  for (const Mapping& m : exports_) {
-    if (Holds(m, ptr, length)) return Ref{m.handle, static_cast<uint64_t>(ptr - m.base)};
+  for (const Exported& e : exports_) {
+    const Mapping& m = e.mapping;
+    if (Holds(m, ptr, length)) {
+      return Ref{m.handle, static_cast<uint64_t>(ptr - m.base), e.scope == Scope::kPool};
+    }
   }
   for (const auto& [handle, weak] : open_) {
     seen.push_back(weak.lock());

@@ -34,15 +34,24 @@ class IpcTable {
   // handle the driver refuses; FAILED_PRECONDITION without a GPU.
   absl::StatusOr<std::shared_ptr<const Mapping>> Open(int device, const std::string& handle);
 
-  // Offers our allocation [base, base+size) on `device` (a device pool) to other
-  // processes on this host.
-  absl::Status Export(int device, char* base, uint64_t size);
+  // What a handle opens, and so who may have it. A device pool holds every tenant's
+  // buffers: its handle goes only to peer daemons (authenticated members of the cluster).
+  // An allocation of one buffer of its own (Allocate with exportable) may go to that
+  // buffer's owner.
+  enum class Scope { kPool, kOneBuffer };
+
+  // Offers our allocation [base, base+size) on `device` to other processes on this host.
+  absl::Status Export(int device, char* base, uint64_t size, Scope scope = Scope::kPool);
+  // Stops offering the allocation at `base` (before it is freed).
+  void Unexport(const char* base);
 
   // How another process on this host reaches [ptr, ptr+length): the handle of the
   // allocation holding it (one we export, or one we mapped) and the offset in it.
   struct Ref {
     std::string handle;
     uint64_t offset = 0;
+    // One of our device pools (Scope::kPool): never for a client.
+    bool pool = false;
   };
   std::optional<Ref> Find(const char* ptr, uint64_t length) const;
 
@@ -51,7 +60,11 @@ class IpcTable {
  private:
   GpuRuntime* const gpu_;
   mutable absl::Mutex mu_;
-  std::vector<Mapping> exports_ ABSL_GUARDED_BY(mu_);
+  struct Exported {
+    Mapping mapping;
+    Scope scope;
+  };
+  std::vector<Exported> exports_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::weak_ptr<const Mapping>> open_ ABSL_GUARDED_BY(mu_);
 };
 

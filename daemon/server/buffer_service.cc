@@ -63,6 +63,7 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
   options.lease_ttl = *ttl;
   options.label = request->label();
   options.owner = caller.owner();
+  options.exportable = request->exportable();
   auto info = registry_->Allocate(options);
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
@@ -316,6 +317,15 @@ grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
                                      " is not device memory; only DEVICE buffers export"));
   }
   auto ref = ipc_ != nullptr ? ipc_->Find(use->data(), use->length()) : std::nullopt;
+  if (ref.has_value() && ref->pool) {
+    // The handle would map the whole pool: every tenant's buffers in it.
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("buffer ", Quoted(request->buffer_id()),
+                     " lies in the device pool that all of this node's buffers share; only "
+                     "a buffer allocated with exportable (gpumovectl alloc --exportable, "
+                     "allocate(..., exportable=True)) has a CUDA IPC handle of its own"));
+  }
   if (!ref.has_value()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this buffer's memory cannot be shared over CUDA IPC");

@@ -91,6 +91,7 @@ void ToProto(const BufferInfo& info, const std::string& node, v1::Buffer* out) {
   }
   out->set_active_uses(info.active_uses);
   out->set_imported(info.imported);
+  out->set_exportable(info.exportable);
   out->set_owner_pid(info.owner_pid);
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/common/bytes.h"
 #include "daemon/common/host_copy.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
@@ -314,8 +315,33 @@ absl::Status Daemon::MakeRegistry(const DaemonOptions& options) {
     quotas_watcher_ = *std::move(watcher);
     registry_->SetQuotas(quotas_.get());
   }
-  registry_->StartLeaseReaper(absl::Milliseconds(100));
   GpuRuntime* gpu = gpu_.get();
+  if (!gpu->devices().empty() && options.exportable_bytes_per_gpu > 0) {
+    own_memory_ =
+        std::make_unique<OwnDeviceMemory>(gpu, ipc_.get(), options.exportable_bytes_per_gpu);
+    OwnDeviceMemory* own = own_memory_.get();
+    registry_->SetOwnMemory([own](int device, uint64_t size) -> absl::StatusOr<OwnMemory> {
+      auto a = own->Allocate(device, size);
+      if (!a.ok()) return a.status();
+      return OwnMemory{a->data, std::move(a->keepalive)};
+    });
+    absl::StrAppend(&summary_.ipc, "; exportable buffers up to ",
+                    FormatBytes(options.exportable_bytes_per_gpu), " per GPU");
+  }
+  const std::string& scrub = options.scrub_memory;
+  if (scrub != "auto" && scrub != "always" && scrub != "never") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scrub_memory must be auto, always or never, not ", Quoted(scrub)));
+  }
+  // Where callers need credentials, pools are shared by tenants: a buffer must not show
+  // what another tenant's left behind. (With none, every caller is the same principal.)
+  if (scrub == "always" || (scrub == "auto" && ClientsNeedCredentials(options.serve))) {
+    registry_->SetScrub([gpu](char* data, MemoryKind kind, int device, uint64_t size) {
+      return gpu->Zero(kind == MemoryKind::kDevice ? device : kHostDevice, data, size);
+    });
+    LOG(INFO) << "pool memory is zeroed before it is handed out (--scrub_memory=" << scrub << ")";
+  }
+  registry_->StartLeaseReaper(absl::Milliseconds(100));
   hasher_ = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
   return absl::OkStatus();
 }

@@ -22,6 +22,7 @@
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
+#include "daemon/gpu/own_memory.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
 #include "daemon/path/local/local_engine.h"
@@ -160,6 +161,11 @@ struct DaemonOptions {
   // "all", "none", or a comma list of GPU indexes and/or UUIDs.
   std::string gpus = "all";
   absl::Duration default_lease = absl::ZeroDuration();
+  // Device memory that exportable buffers (an allocation each) may take per GPU.
+  uint64_t exportable_bytes_per_gpu = uint64_t{4} << 30;
+  // "auto" (zero each pool allocation when callers need credentials: several tenants share
+  // the pools), "always" or "never".
+  std::string scrub_memory = "auto";
   // SetPoolIdleSpin, for the whole process; negative: 1 ms with 16 CPUs or more, 0 below.
   absl::Duration pool_spin = absl::Milliseconds(-1);
   ServeOptions serve;
@@ -277,6 +283,7 @@ class Daemon {
   std::vector<std::unique_ptr<UcxTransport>> ucx_lanes_;
   // Before registry_: imported buffers hold mappings from it.
   std::unique_ptr<IpcTable> ipc_;
+  std::unique_ptr<OwnDeviceMemory> own_memory_;  // Exportable buffers'; outlives registry_.
   // Before registry_ and the scheduler, which count against them; the watcher re-reads
   // the quota file.
   std::unique_ptr<Quotas> quotas_;

@@ -78,7 +78,8 @@ def run_cuda(addr_a: str, addr_b: str, batches: int, rows: int, cols: int,
     import torch
     nbytes = rows * cols * 4
     with gpumove.Client(addr_a) as a, gpumove.Client(addr_b) as b:
-        inbox = b.allocate(nbytes * batches, kind="device", label="consumer")
+        inbox = b.allocate(nbytes * batches, kind="device", label="consumer",
+                           exportable=True)  # Its own allocation: open() maps it.
         view = b.open(inbox)  # Node B's device buffer, mapped here.
         inbox_t = torch.as_tensor(view, device="cuda").view(torch.float32).view(batches, rows, cols)
         received = []

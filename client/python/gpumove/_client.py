@@ -133,12 +133,15 @@ class Client:
 
     # Buffers.
     def allocate(self, size: int, kind: str = "host", device: int = 0, node: Optional[str] = None,
-                 lease: Optional[float] = None, label: str = "") -> Buffer:
+                 lease: Optional[float] = None, label: str = "",
+                 exportable: bool = False) -> Buffer:
         """A buffer of `size` bytes in `kind` memory ("host", "pinned", "device" on GPU
         `device`) on `node` (None: this daemon's), freed after `lease` seconds unless
-        renewed (None: the daemon's default)."""
+        renewed (None: the daemon's default). `exportable` (device only): a GPU allocation
+        of its own, so that `open` can map it into this process."""
         return Buffer.from_proto(self._call(
-            self._buffers.Allocate, req.allocate(size, kind, device, node, lease, label)))
+            self._buffers.Allocate,
+            req.allocate(size, kind, device, node, lease, label, exportable)))
 
     def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
         bid, bnode = buffer_id(buffer)
@@ -329,8 +332,9 @@ class Client:
         return Buffer.from_proto(self._call(self._buffers.Import, request))
 
     def open(self, buffer: BufferLike):
-        """Maps a daemon DEVICE buffer into this process (CUDA IPC): a gpumove.DeviceMemory
-        with __cuda_array_interface__ (torch.as_tensor / cupy.asarray take it)."""
+        """Maps a daemon DEVICE buffer allocated with exportable=True into this process
+        (CUDA IPC): a gpumove.DeviceMemory with __cuda_array_interface__ (torch.as_tensor /
+        cupy.asarray take it)."""
         from gpumove import _cuda
         bid, bnode = buffer_id(buffer)
         r = self._call(self._buffers.Export, pb.ExportRequest(buffer_id=bid, node=bnode))

@@ -42,11 +42,13 @@ def buffer_id(b: BufferLike) -> tuple:
 
 
 def allocate(size: int, kind: str, device: int, node: Optional[str], lease: Optional[float],
-             label: str) -> pb.AllocateRequest:
+             label: str, exportable: bool = False) -> pb.AllocateRequest:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
+    if exportable and kind != "device":
+        raise ValueError(f"only device buffers can be exportable, not {kind!r} ones")
     req = pb.AllocateRequest(size=size, kind=KINDS[kind], device=device, label=label,
-                             node=node or "")
+                             node=node or "", exportable=exportable)
     if lease is not None:
         req.lease_ttl.CopyFrom(duration(lease))
     return req

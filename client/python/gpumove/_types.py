@@ -82,13 +82,14 @@ class Buffer:
     owner: str = ""
     imported: bool = False
     lease_expire_time: Optional[datetime.datetime] = None
+    exportable: bool = False
 
     @classmethod
     def from_proto(cls, b: pb.Buffer) -> "Buffer":
         return cls(id=b.id, node=b.node, size=b.size, kind=KIND_NAMES.get(b.kind, "host"),
                    device=b.device, label=b.label, owner=b.owner, imported=b.imported,
                    lease_expire_time=_time(b.lease_expire_time)
-                   if b.HasField("lease_expire_time") else None)
+                   if b.HasField("lease_expire_time") else None, exportable=b.exportable)
 
     def ref(self, offset: int = 0, length: int = 0) -> Ref:
         return Ref(buffer=self.id, node=self.node, offset=offset, length=length)

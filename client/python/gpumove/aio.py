@@ -88,9 +88,10 @@ class Client:
 
     async def allocate(self, size: int, kind: str = "host", device: int = 0,
                        node: Optional[str] = None, lease: Optional[float] = None,
-                       label: str = "") -> Buffer:
+                       label: str = "", exportable: bool = False) -> Buffer:
         return Buffer.from_proto(await self._call(
-            self._buffers.Allocate, req.allocate(size, kind, device, node, lease, label)))
+            self._buffers.Allocate,
+            req.allocate(size, kind, device, node, lease, label, exportable)))
 
     async def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
         bid, bnode = buffer_id(buffer)

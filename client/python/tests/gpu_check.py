@@ -43,7 +43,7 @@ def main():
         await_peers(ca, 1)
         big = torch.arange(1 << 20, dtype=torch.int32, device="cuda")  # 4 MiB allocation...
         part = big[1000:1000 + (1 << 18)]  # ...and a tensor 4000 bytes into it.
-        dst = cb.allocate(1 << 20, kind="device")
+        dst = cb.allocate(1 << 20, kind="device", exportable=True)  # open() maps it.
         state = {}
 
         def register_and_move():

@@ -380,3 +380,9 @@ def test_cuda_calls_without_a_gpu_are_refused(client):
         client.open(b)
     assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
     client.release(b)
+    # Exportable: device memory only, and only where there is a GPU.
+    with pytest.raises(ValueError, match="only device buffers can be exportable"):
+        client.allocate(4096, exportable=True)
+    with pytest.raises(gpumove.Error) as e:
+        client.allocate(4096, kind="device", exportable=True)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION

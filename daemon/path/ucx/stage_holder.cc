@@ -24,9 +24,9 @@ bool StageHolder::Stages(const HoldContext& context, const BufferUse& range) con
   const peer::v1::PrepareRemoteRequest& r = context.request;
   if (r.path() != v1::PATH_AUTO && r.path() != v1::UCX) return false;
   // Device memory is staged when UCX cannot take it, and so is memory lent by a client
-  // (Import): no pool's UCX registration covers it.
+  // (Import) or in a buffer's own allocation (exportable): no pool's UCX key covers it.
   const bool device = range.kind() == MemoryKind::kDevice;
-  if (!options_.all && !(device && (options_.device || range.imported()))) return false;
+  if (!options_.all && !(device && (options_.device || range.outside_pools()))) return false;
   // GPU to GPU between daemons on this host goes over CUDA IPC when AUTO.
   return !(r.path() == v1::PATH_AUTO && r.runner_device() && context.runner_same_host &&
            context.runner_same_host());

@@ -37,9 +37,9 @@ void UcxCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 
 absl::StatusOr<std::unique_ptr<HoldPart>> UcxHolder::Offer(
     const HoldContext& context, const BufferUse& range, peer::v1::PrepareRemoteResponse* response) {
-  // A client's lent memory lies outside every registered pool: a pool's key must not be
-  // offered for it (the stage holder offers bounce slots instead).
-  if (range.imported()) return nullptr;
+  // A client's lent memory, or a buffer's own allocation, lies outside every registered
+  // pool: a pool's key must not be offered for it (the stage holder offers bounce slots).
+  if (range.outside_pools()) return nullptr;
   OfferUcx(cluster_->self(), range.kind(), range.device(), response);
   return nullptr;
 }
