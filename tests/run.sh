@@ -8,7 +8,8 @@
 # deploy checks, MPICH (the MPI suite against MPICH), ASan+UBSan (clang; the same objects
 # the fuzz targets use), fuzz (libFuzzer, FUZZ_SECONDS each), TSan. Builds go through the
 # disk cache in ~/.cache/gpumove/bazel-disk (.bazelrc), so a second clone of a commit
-# built before compiles nothing; tests always run again (--nocache_test_results).
+# built before compiles nothing; tests always run again (--nocache_test_results), four at
+# a time, the long ones in shards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,9 +80,10 @@ bazel_stage "ASan+UBSan" --config=asan //daemon/... //tests:integration_test \
   //tests:hostile_peer_test //tests:cluster_test //tests:tls_test //tests:auth_test \
   //tests:peer_auth_test //tests:ucx_forged_calls_test //tests:limits_test "$@"
 
-# The fuzz targets with libFuzzer, FUZZ_SECONDS each (default 60), from their corpora.
+# The fuzz targets with libFuzzer, FUZZ_SECONDS each (default 30), from their corpora
+# (docs/reliability.md has the long runs, done by hand).
 t=$SECONDS
-bash tests/fuzz/run.sh "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
+bash tests/fuzz/run.sh "${FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
 stage fuzz "$t" "$(tail -1 "$log")"
 
 # The unit tests (scheduler, registry, holds, staging, transports, cluster, peer handler)

@@ -32,6 +32,25 @@ def cases(xml_path, skipped):
     return passed, failed
 
 
+def target_files(testlogs, pkg, name, leaf):
+    """A target's test.xml or test.log: one, or one per shard (shard_K_of_N/)."""
+    base = os.path.join(testlogs, pkg, name)
+    shards = sorted(d for d in (os.listdir(base) if os.path.isdir(base) else [])
+                    if d.startswith("shard_"))
+    return [os.path.join(base, d, leaf) for d in shards] or [os.path.join(base, leaf)]
+
+
+def target_cases(testlogs, pkg, name, skipped):
+    """Cases over every shard of a target; None when a shard has no readable XML."""
+    passed = failed = 0
+    for path in target_files(testlogs, pkg, name, "test.xml"):
+        counted = cases(path, skipped)
+        if counted is None:
+            return None
+        passed, failed = passed + counted[0], failed + counted[1]
+    return passed, failed
+
+
 def shell_skips(log_path, label, skipped):
     """A shell test passes with "SKIPPED: reason" lines for what it could not run."""
     try:
@@ -55,10 +74,11 @@ def main(log_path, testlogs):
             targets += 1
             label, status = m.group(1), m.group(2)
             pkg, _, name = label[2:].partition(":")
-            counted = (cases(os.path.join(testlogs, pkg, name, "test.xml"), skipped)
+            counted = (target_cases(testlogs, pkg, name, skipped)
                        if status != "FAILED TO BUILD" else None)
             if status in ("PASSED", "FLAKY"):
-                shell_skips(os.path.join(testlogs, pkg, name, "test.log"), label, skipped)
+                for log_file in target_files(testlogs, pkg, name, "test.log"):
+                    shell_skips(log_file, label, skipped)
             p, f = counted if counted else (0, 0)
             if status not in ("PASSED", "FLAKY") and f == 0:
                 f = 1

@@ -335,7 +335,7 @@ int Main() {
     const double base = np.empty() ? 0 : MedianAt(np, size);
     const double rw = MedianAt(raw, size), rc = MedianAt(raw_cold, size);
     std::cout << absl::StrFormat(
-        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %11.3f\n",
+        "%10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3g %10.3g %10.3g %10.3g %11.3g\n",
         FormatBytes(size), one, many, base, rw, rc, base > 0 ? one / base : 0,
         base > 0 ? many / base : 0, rw > 0 ? one / rw : 0, rw > 0 ? many / rw : 0,
         rc > 0 ? many / rc : 0);

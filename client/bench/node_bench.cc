@@ -266,14 +266,15 @@ int Main() {
       const double tuned = Median(tuneds);
       const double multi = Median(multis);
       const double best = std::max({pt, tuned, iperf});
-      std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %14.3f %10.3f %10.3f %14.3f %11.3f\n",
+      // Ratios to 3 significant figures: a loaded machine's small ones are not 0.000.
+      std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %14.3f %10.3g %10.3g %14.3f %11.3g\n",
                                    FormatBytes(size), single_bw, stream_bw, pt, tuned,
                                    best > 0 ? single_bw / best : 0,
                                    best > 0 ? stream_bw / best : 0, multi,
                                    multi > 0 ? stream_bw / multi : 0);
       continue;
     }
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3f %10.3f\n", FormatBytes(size),
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %14.3f %10.3g %10.3g\n", FormatBytes(size),
                                  single_bw, stream_bw, pt, pt > 0 ? single_bw / pt : 0,
                                  pt > 0 ? stream_bw / pt : 0);
     streams.emplace_back(size, stream_bw);

@@ -81,7 +81,7 @@ void PrintMemcpyTable(const std::vector<std::pair<uint64_t, double>>& streams,
   for (const auto& [size, stream] : streams) {
     const uint64_t footprint = StreamFootprint(size, capacity, options);
     const MemcpyFigures m = MeasureMemcpy(size, footprint, budget);
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3f\n", FormatBytes(size), m.hot,
+    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3g\n", FormatBytes(size), m.hot,
                                  m.cold, FormatBytes(footprint), m.cold > 0 ? stream / m.cold : 0);
   }
 }
