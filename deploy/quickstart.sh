@@ -62,7 +62,7 @@ step "third-party move: a client of node-c moves node-a -> node-b (UCX, xxh3 che
 step "pull: node-c pulls node-b -> node-c"
 "$CTL" --addr "$C" move "node-b/$MID" "$DST" --checksum
 
-if "$CTL" --addr "$C" --json info | grep -q '"gpus"'; then
+if "$CTL" --addr "$C" info | grep -q '^  gpu0 '; then
   step "GPU found on node-c: through its device memory and back (LOCAL)"
   DEV=$("$CTL" --addr "$C" alloc "$SIZE" --kind device --gpu 0 --label demo-gpu)
   "$CTL" --addr "$C" move "$DST" "$DEV" --checksum
@@ -84,7 +84,7 @@ for len in 4KiB 1MiB 64MiB "$SIZE"; do
 done
 
 step "transfers, asked of node-b (any node answers for any transfer)"
-"$CTL" --addr "$A" transfers | head -3 | awk '{print $1}' | while read -r id; do
+"$CTL" --addr "$A" transfers | tail -n +2 | head -3 | awk '{print $1}' | while read -r id; do
   "$CTL" --addr "$B" transfer "$id"
 done
 step "stopping the cluster (SIGTERM drains each node)"

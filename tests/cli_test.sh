@@ -67,7 +67,7 @@ printf '# src dst\n2 0\n0 3\n' > "$WORK/blocks"
 printf 'zzzzzzzzzz' | "$CTL" write "$B@0" - 2>/dev/null
 P=$("$CTL" prepare --blocks "$WORK/blocks" --block_size 4KiB --label kv)
 [[ "$P" == p-*.cli-node ]] || fail "prepare printed '$P'"
-"$CTL" prepared | grep "$P" | grep -q "2 pieces.*8 KiB.*kv" || fail "prepared does not list $P"
+"$CTL" prepared | grep "$P" | grep -qE " 2 +8 KiB .*kv$" || fail "prepared does not list $P"
 "$CTL" move "$A" "$B" --prepared "$P" | grep -q "2 pieces" || fail "move --prepared"
 [ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "prepared block 2 -> 0"
 expect_code 2 "not both" -- "$CTL" move "$A" "$B" --prepared "$P" --blocks "$WORK/blocks" --block_size 4KiB
@@ -87,7 +87,7 @@ expect_code 1 "NOT_FOUND: no buffer \"b-missing\"" -- "$CTL" release b-missing
 expect_code 1 "INVALID_ARGUMENT" -- "$CTL" move "$A" "$B@1"
 expect_code 1 "NOT_FOUND: unknown node" -- "$CTL" move "$A" "elsewhere/$B"
 expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device
-expect_code 1 "INVALID_ARGUMENT: size must be greater than 0" -- "$CTL" alloc 0
+expect_code 2 "SIZE must be at least 1 byte" -- "$CTL" alloc 0
 expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
 expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
 expect_code 1 "INVALID_ARGUMENT: duration" -- "$CTL" alloc 1MiB --lease 9000h
@@ -102,10 +102,57 @@ expect_code 1 "FAILED_PRECONDITION: node cli-node has no GPU" -- "$CTL" import "
 expect_code 1 "FAILED_PRECONDITION: buffer \"$A\" is not device memory" -- "$CTL" export "$A"
 expect_code 1 "NOT_FOUND" -- "$CTL" export b-missing
 expect_code 2 "HANDLE_HEX must be" -- "$CTL" import abc 1MiB
-expect_code 2 "bad size" -- "$CTL" alloc lots
+expect_code 2 "SIZE lots: not a size" -- "$CTL" alloc lots
 expect_code 2 "bad buffer reference" -- "$CTL" move "a/b/c" "$B"
-expect_code 2 "unknown command" -- "$CTL" frobnicate
+expect_code 2 'no command "frobnicate"' -- "$CTL" frobnicate
 expect_code 1 "UNAVAILABLE: cannot reach gpumoved" -- "$CTL" --addr 127.0.0.1:1 --timeout 200ms ls
+
+# Help: exit 0 on stdout, a command's own flags and an example; usage errors exit 2 and
+# say what was wrong (issue 50).
+expect_code 0 "Commands:" -- "$CTL" --help
+expect_code 0 "Commands:" -- "$CTL" -h
+expect_code 0 "Commands:" -- "$CTL" help
+for form in "help alloc" "alloc --help" "alloc -h"; do
+  # shellcheck disable=SC2086  # The form splits on purpose.
+  expect_code 0 "--exportable" -- "$CTL" $form
+  "$CTL" $form | grep -q "^Example:" || fail "'$form' has no example"
+  "$CTL" $form | grep -q -- "--checksum" && fail "'$form' lists another command's flags"
+done
+expect_code 0 "move SRC DST" -- "$CTL" --helpfull
+expect_code 2 'no command "nope"' -- "$CTL" help nope
+expect_code 2 "did you mean --length?" -- "$CTL" read "$A" - --lenght 5
+expect_code 2 "--lease 30: not a duration with its unit" -- "$CTL" alloc 1MiB --lease 30
+expect_code 2 "-5 is not a flag" -- "$CTL" alloc -5
+expect_code 2 "too many arguments" -- "$CTL" get "$A" "$B"
+set +e; "$CTL" >/dev/null 2>&1; [ $? = 2 ] || fail "no command should exit 2"; set -e
+
+# --json: one document for every command, lists as arrays (empty ones too); text otherwise.
+json() { /usr/bin/python3 -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps(d))'; }
+for cmd in "info" "health" "peers" "ls" "get $A" "transfers" "transfers --state failed" \
+           "prepared" "transfer $ID" "wait $ID" "cancel $ID" "renew $B --lease 60s"; do
+  # shellcheck disable=SC2086
+  "$CTL" --json $cmd | json >/dev/null || fail "'$cmd --json' is not one JSON document"
+done
+"$CTL" --json peers | json | grep -q '"peers": \[\]' || fail "peers --json: no empty list"
+"$CTL" --json prepared | json | grep -q '"lists": \[\]' || fail "prepared --json: no empty list"
+"$CTL" --json transfers --state failed | json | grep -q '"transfers": \[\]' || fail "empty transfers"
+"$CTL" --json health | json | grep -q '"status": "SERVING"' || fail "health --json"
+"$CTL" --json read "$A" "$WORK/json-read" --length 100 | json | grep -q '"bytes_read": 100' \
+  || fail "read --json"
+printf 'x' | "$CTL" --json write "$A" - | json | grep -q '"bytes_written"' || fail "write --json"
+X=$("$CTL" --json alloc 4KiB | json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+"$CTL" --json release "$X" | json | grep -q "\"released\": \"$X\"" || fail "release --json"
+"$CTL" --json notifications --after 0 --count 1 | head -1 | json | grep -q '"sequence"' \
+  || fail "notifications --json: one document a line"
+"$CTL" get "$A" | grep -q '^ID ' || fail "get prints a table without --json"
+"$CTL" get "$A" | grep -q '{' && fail "get prints JSON without --json"
+# Tables: a header, a NODE column, human durations and rates.
+"$CTL" ls | head -1 | grep -qE "^ID +NODE +KIND +SIZE" || fail "ls header"
+"$CTL" ls | grep "$A" | grep -q " cli-node " || fail "ls has no NODE column"
+"$CTL" transfers | head -1 | grep -qE "^ID +STATE +SOURCE +DESTINATION" || fail "transfers header"
+"$CTL" transfer "$ID" | grep -qE " [0-9.]+ (us|ms|s) +[0-9.]+ (KiB|MiB|GiB)/s " \
+  || fail "transfer: no human duration and rate"
+"$CTL" transfer "$ID" | grep -qE "[0-9]\.[0-9]{4,}" && fail "transfer: more than 3 significant digits"
 
 "$CTL" release "$A"
 "$CTL" ls | grep -q "$A" && fail "released buffer still listed"
@@ -134,6 +181,7 @@ SECURE=$!
 trap 'kill $DAEMON $SECURE 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 for _ in $(seq 200); do [ -s "$WORK/addr2" ] && break; sleep 0.05; done
 S=(--addr "$(cat "$WORK/addr2")" --timeout 2s)
+expect_code 1 "GPUMOVE_TOKEN" -- "$CTL" "${S[@]}" "${TLS[@]}" ls  # UNAUTHENTICATED, with the hint.
 expect_code 1 "UNAUTHENTICATED" -- "$CTL" "${S[@]}" "${TLS[@]}" ls
 expect_code 1 "UNAUTHENTICATED" -- env GPUMOVE_TOKEN=wrong "$CTL" "${S[@]}" "${TLS[@]}" ls
 C=$("$CTL" "${S[@]}" "${TLS[@]}" --token_file "$WORK/token" alloc 1MiB)
