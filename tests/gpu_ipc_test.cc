@@ -596,6 +596,17 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
   ASSERT_TRUE(dst.ok()) << dst.status();
   auto peer = peer::v1::PeerService::NewStub(
       grpc::CreateChannel(b_->address(), grpc::InsecureChannelCredentials()));
+  // A node holds ranges only for peers it has met, at their incarnation: call as ipc-a,
+  // with the incarnation ipc-a says Hello with.
+  uint64_t incarnation = 0;
+  {
+    auto a = peer::v1::PeerService::NewStub(
+        grpc::CreateChannel(a_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    peer::v1::HelloResponse hello;
+    ASSERT_TRUE(a->Hello(&ctx, peer::v1::HelloRequest(), &hello).ok());
+    incarnation = hello.node().incarnation();
+  }
   int n = 0;
   for (const std::string& fence : {std::string(64, '\x5a'), std::string(10, 'x')}) {
     SCOPED_TRACE(absl::StrCat(fence.size(), "-byte fence"));
@@ -603,6 +614,7 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
     peer::v1::PrepareRemoteRequest prepare;
     prepare.set_transfer_id(id);
     prepare.set_from_node("ipc-a");
+    prepare.set_from_incarnation(incarnation);
     prepare.set_owner("anonymous");
     *prepare.mutable_range() = Ref(dst->id());
     prepare.set_write(true);

@@ -2,14 +2,14 @@
 for every node: name others with `node=` or in refs)."""
 from __future__ import annotations
 
-import logging
-import time
 import os
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
+from gpumove import _checks
 from gpumove import _requests as req
+from gpumove._progress import Progress
 from gpumove._requests import BufferLike, TransferLike, buffer_id
 from gpumove._specs import (PreparedLike, RangeLike, kv_specs, prepare_request, prepared_id,
                             transfer_spec)
@@ -17,13 +17,12 @@ from gpumove._types import Buffer, Error, Info, Notification, Peer, PreparedPiec
 from gpumove.v1 import gpumove_pb2 as pb
 from gpumove.v1 import gpumove_pb2_grpc as rpc
 
-log = logging.getLogger("gpumove")
-
 # The largest message either side takes (the daemon's --max_message_size is 64 MiB).
 MAX_MESSAGE = 64 << 20
 
 
 def channel_options() -> list:
+    """The channel options both clients use (message size bounds)."""
     return [("grpc.max_receive_message_length", MAX_MESSAGE),
             ("grpc.max_send_message_length", MAX_MESSAGE)]
 
@@ -48,8 +47,9 @@ def credentials(tls, token: Optional[str]):
 
 
 class NotificationStream:
-    """An open TransferService.Notifications stream: iterate for Notifications; cancel()
-    (from any thread) or leaving a `with` block ends it."""
+    """An open TransferService.Notifications stream: iterate for Notifications; close()
+    (or cancel(), from any thread) or leaving a `with` block ends it (iteration then
+    stops)."""
 
     def __init__(self, call):
         self._call = call
@@ -67,14 +67,19 @@ class NotificationStream:
         """The next notification (blocking; the stream's own deadline bounds it)."""
         return next(iter(self))
 
-    def cancel(self) -> None:
+    def close(self) -> None:
+        """Ends the stream (the daemon drops the subscription); closing twice is fine."""
         self._call.cancel()
+
+    def cancel(self) -> None:
+        """close() by its older name."""
+        self.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.cancel()
+        self.close()
 
 
 class Client:
@@ -91,8 +96,12 @@ class Client:
     here); `tls` True or {"ca": ..., "cert": ..., "key": ...}; `timeout` bounds every call
     that does not wait for a move (seconds; None: no bound)."""
 
+    _asynchronous = False  # Buffers it hands out are released by `with`, not `async with`.
+
     def __init__(self, addr: str = "127.0.0.1:7470", *, token: Optional[str] = None, tls=None,
                  timeout: Optional[float] = 60.0, server_name: Optional[str] = None):
+        timeout = _checks.seconds(timeout, "timeout", positive=True)
+        self._closed = False
         opts = channel_options()
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
@@ -107,7 +116,13 @@ class Client:
         self.addr = addr
 
     # Plumbing.
+    def _open(self) -> None:
+        """Raises the closed-client error in our words (not grpc's) after close()."""
+        if self._closed:
+            raise _checks.closed(self.addr)
+
     def _call(self, method, request, timeout: Optional[float] = -1.0):
+        self._open()
         try:
             return method(request, timeout=self._timeout if timeout == -1.0 else timeout,
                           metadata=self._metadata)
@@ -115,6 +130,8 @@ class Client:
             raise Error.from_rpc(e) from None
 
     def close(self) -> None:
+        """Closes the channel; calls after this raise ValueError. Closing twice is fine."""
+        self._closed = True
         self._channel.close()
 
     def __enter__(self):
@@ -125,32 +142,38 @@ class Client:
 
     # Node.
     def info(self) -> Info:
+        """This daemon's node, version, GPUs, paths and security settings."""
         return Info.from_proto(self._call(self._node.GetInfo, pb.GetInfoRequest()))
 
     def peers(self) -> List[Peer]:
+        """The other nodes of the cluster as this daemon sees them (up or not)."""
         r = self._call(self._node.ListPeers, pb.ListPeersRequest())
         return [Peer.from_proto(p) for p in r.peers]
 
     # Buffers.
-    def allocate(self, size: int, kind: str = "host", device: int = 0, node: Optional[str] = None,
-                 lease: Optional[float] = None, label: str = "",
+    def allocate(self, size: Union[int, str], kind: str = "host", device: int = 0,
+                 node: Optional[str] = None, lease: Optional[float] = None, label: str = "",
                  exportable: bool = False) -> Buffer:
-        """A buffer of `size` bytes in `kind` memory ("host", "pinned", "device" on GPU
-        `device`) on `node` (None: this daemon's), freed after `lease` seconds unless
-        renewed (None: the daemon's default). `exportable` (device only): a GPU allocation
-        of its own, so that `open` can map it into this process."""
+        """A buffer of `size` bytes (or a string such as "64MiB") in `kind` memory ("host",
+        "pinned", "device" on GPU `device`) on `node` (None: this daemon's), freed after
+        `lease` seconds unless renewed (None: the daemon's default). `exportable` (device
+        only): a GPU allocation of its own, so that `open` can map it into this process.
+        `with c.allocate(...) as buf:` releases it at the block's end."""
         return Buffer.from_proto(self._call(
             self._buffers.Allocate,
-            req.allocate(size, kind, device, node, lease, label, exportable)))
+            req.allocate(size, kind, device, node, lease, label, exportable)), self)
 
     def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
+        """Frees a buffer (NOT_FOUND if it is gone; FAILED_PRECONDITION while a move uses
+        it)."""
         bid, bnode = buffer_id(buffer)
         self._call(self._buffers.Release, pb.ReleaseRequest(buffer_id=bid, node=node or bnode))
 
     def buffer(self, buffer: BufferLike, node: Optional[str] = None) -> Buffer:
+        """A buffer as its daemon has it now (NOT_FOUND if it is gone)."""
         bid, bnode = buffer_id(buffer)
         return Buffer.from_proto(self._call(
-            self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
+            self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)), self)
 
     def _pages(self, method, request, field: str, want: int = 0) -> list:
         """The entries of a paged listing (`field` of each answer), page after page, up to
@@ -168,11 +191,13 @@ class Client:
 
     def buffers(self, node: Optional[str] = None) -> List[Buffer]:
         """Every buffer the caller sees, fetched page by page."""
-        return [Buffer.from_proto(b) for b in self._pages(
+        return [Buffer.from_proto(b, self) for b in self._pages(
             self._buffers.List, pb.ListBuffersRequest(node=node or ""), "buffers")]
 
     def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
-        return Buffer.from_proto(self._call(self._buffers.RenewLease, req.renew(buffer, lease)))
+        """Renews a buffer's lease: `lease` seconds from now (None: its current length)."""
+        return Buffer.from_proto(self._call(self._buffers.RenewLease, req.renew(buffer, lease)),
+                                 self)
 
     def write(self, buffer: RangeLike, data, offset: int = 0) -> int:
         """Writes `data` (bytes, memoryview, a numpy array, anything with the buffer
@@ -187,6 +212,7 @@ class Client:
         With `out` (a writable buffer: bytearray, numpy array, ...) they are written into it
         and `out` is returned."""
         request, start, view = req.read(buffer, offset, length, out)
+        self._open()
         try:
             stream = self._buffers.Read(request, timeout=self._timeout, metadata=self._metadata)
             if view is None:
@@ -225,7 +251,14 @@ class Client:
                              prepared=prepared, notify=notify, label=label)
         if progress and wait:
             t = self.submit([spec], wait=False)[0]
-            t = _show_progress(self.watch(t), t)
+            shown = Progress(t)
+            try:
+                for event in self.watch(t):
+                    if shown.show(event):
+                        break
+            finally:
+                shown.close()
+            t = shown.last
         else:
             t = self.submit([spec], wait=wait, timeout=timeout)[0]
         if wait and check:
@@ -266,18 +299,21 @@ class Client:
                    pb.ReleasePiecesRequest(id=prepared_id(prepared)))
 
     def prepared_lists(self, node: Optional[str] = None) -> List[PreparedPieces]:
+        """The piece lists kept on `node` (None: this daemon) for the caller."""
         return [PreparedPieces.from_proto(p) for p in self._pages(
             self._transfers.ListPreparedPieces, pb.ListPreparedPiecesRequest(node=node or ""),
             "lists")]
 
     def transfer(self, transfer: TransferLike) -> Transfer:
+        """A transfer (or its id) as the daemon has it now."""
         return Transfer.from_proto(self._call(
             self._transfers.Get, pb.GetTransferRequest(id=req.transfer_id(transfer))))
 
     def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
-        """The newest `limit` transfers (0: 1000), page by page."""
+        """The newest `limit` transfers (0: 1000), page by page; only those in `states`
+        ("queued", "running", "succeeded", "failed", "cancelled", any case) when named."""
         return [Transfer.from_proto(t) for t in self._pages(
-            self._transfers.List, req.transfers(states, 0), "transfers", limit or req.MAX_PAGE)]
+            self._transfers.List, req.transfers(states), "transfers", req.limit(limit))]
 
     def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         """The transfer once it has ended (DEADLINE_EXCEEDED after `timeout` seconds)."""
@@ -286,9 +322,10 @@ class Client:
 
     def watch(self, transfer: TransferLike, interval: float = 0.1) -> Iterator[Transfer]:
         """The transfer now, then at every change and progress step until it ends."""
+        request = req.watch(transfer, interval)
+        self._open()
         try:
-            for e in self._transfers.Watch(req.watch(transfer, interval),
-                                           metadata=self._metadata):
+            for e in self._transfers.Watch(request, metadata=self._metadata):
                 yield Transfer.from_proto(e.transfer)
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
@@ -308,9 +345,20 @@ class Client:
         """Subscribes to notifications of moves into `buffers` (none named: all the caller
         may see) on `node` (None: this daemon's; a Buffer names its node). Returns once the
         daemon has the subscription, so a move submitted after that is seen. `after`:
-        resume after that sequence number (0: from the oldest kept); None: new ones only."""
-        call = self._transfers.Notifications(req.notifications(buffers, node, after),
-                                             timeout=timeout, metadata=self._metadata)
+        resume after that sequence number (0: from the oldest kept); None: new ones only.
+        A named buffer that does not exist is Error NOT_FOUND. `timeout` ends the stream
+        after that many seconds (None: it stays open until closed)."""
+        request, gets = req.notifications(buffers, node, after)
+        timeout = _checks.seconds(timeout, "timeout", positive=True)
+        for get in gets:
+            try:
+                self._call(self._buffers.Get, get)
+            except Error as e:
+                if e.code == grpc.StatusCode.NOT_FOUND:
+                    raise req.not_found(get, self.addr) from None
+                raise
+        self._open()
+        call = self._transfers.Notifications(request, timeout=timeout, metadata=self._metadata)
         try:
             call.initial_metadata()  # The daemon sends its headers once subscribed.
         except grpc.RpcError as e:
@@ -328,8 +376,8 @@ class Client:
         request = _cuda.import_request(tensor, label=label)
         request.owner_pid = os.getpid()
         if lease is not None:
-            request.lease_ttl.CopyFrom(req.duration(lease))
-        return Buffer.from_proto(self._call(self._buffers.Import, request))
+            request.lease_ttl.CopyFrom(req.duration(lease, "lease"))
+        return Buffer.from_proto(self._call(self._buffers.Import, request), self)
 
     def open(self, buffer: BufferLike):
         """Maps a daemon DEVICE buffer allocated with exportable=True into this process
@@ -339,33 +387,6 @@ class Client:
         bid, bnode = buffer_id(buffer)
         r = self._call(self._buffers.Export, pb.ExportRequest(buffer_id=bid, node=bnode))
         return _cuda.DeviceMemory.open(r)
-
-
-def _show_progress(events: Iterator[Transfer], first: Transfer) -> Transfer:
-    """Follows a Watch stream to the end, drawing bytes done; returns the last state."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    last = first
-    bar = (tqdm(total=first.length, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"move {first.id}") if tqdm is not None else None)
-    shown, logged = 0, time.monotonic()
-    try:
-        for t in events:
-            last = t
-            if bar is not None:
-                bar.update(t.bytes_done - shown)
-                shown = t.bytes_done
-            elif time.monotonic() - logged >= 1.0 or t.done:
-                logged = time.monotonic()
-                log.info("move %s: %d of %d bytes (%s)", t.id, t.bytes_done, t.length, t.state)
-            if t.done:
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-    return last
 
 
 def spec(source: RangeLike, destination: RangeLike, **kwargs) -> pb.TransferSpec:

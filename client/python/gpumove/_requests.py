@@ -1,14 +1,17 @@
 """The requests both clients (gpumove.Client, gpumove.aio.Client) send, built in one place:
-each client method is "build here, call, convert the answer"."""
+each client method is "check and build here, call, convert the answer". Arguments are
+checked here (with _checks), so both clients refuse the same ones in the same words."""
 from __future__ import annotations
 
 import datetime
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
+import grpc
 from google.protobuf import duration_pb2
 
+from gpumove import _checks
 from gpumove._specs import RangeLike, to_ref
-from gpumove._types import KINDS, STATES, Buffer, Ref, Transfer
+from gpumove._types import KINDS, STATES, Buffer, Error, Ref, Transfer
 from gpumove.v1 import gpumove_pb2 as pb
 
 # Bytes per Write message and the largest Read chunk the daemon sends (ReadRequest).
@@ -19,7 +22,10 @@ TransferLike = Union[Transfer, str]
 BufferLike = Union[Buffer, Ref, str]
 
 
-def duration(seconds: Optional[float]) -> Optional[duration_pb2.Duration]:
+def duration(seconds: Optional[float],
+             name: str = "duration") -> Optional[duration_pb2.Duration]:
+    """A Duration of `seconds` (None: None), checked as argument `name`."""
+    seconds = _checks.seconds(seconds, name)
     if seconds is None:
         return None
     d = duration_pb2.Duration()
@@ -41,16 +47,22 @@ def buffer_id(b: BufferLike) -> tuple:
     return r.buffer, r.node
 
 
-def allocate(size: int, kind: str, device: int, node: Optional[str], lease: Optional[float],
-             label: str, exportable: bool = False) -> pb.AllocateRequest:
-    if kind not in KINDS:
+def allocate(size: Union[int, str], kind: str, device: int, node: Optional[str],
+             lease: Optional[float], label: str, exportable: bool = False) -> pb.AllocateRequest:
+    """`size`: bytes, or a string such as "64MiB"; `kind` in any case."""
+    nbytes = _checks.size(size)
+    name = kind.lower() if isinstance(kind, str) else None
+    if name not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
-    if exportable and kind != "device":
+    if exportable and name != "device":
         raise ValueError(f"only device buffers can be exportable, not {kind!r} ones")
-    req = pb.AllocateRequest(size=size, kind=KINDS[kind], device=device, label=label,
+    device_index = _checks.integer(device)
+    if device_index is None or device_index < 0:
+        raise ValueError(f"device must be a GPU index (0 or more), not {device!r}")
+    req = pb.AllocateRequest(size=nbytes, kind=KINDS[name], device=device_index, label=label,
                              node=node or "", exportable=exportable)
     if lease is not None:
-        req.lease_ttl.CopyFrom(duration(lease))
+        req.lease_ttl.CopyFrom(duration(lease, "lease"))
     return req
 
 
@@ -58,7 +70,7 @@ def renew(buffer: BufferLike, lease: Optional[float]) -> pb.RenewLeaseRequest:
     bid, bnode = buffer_id(buffer)
     req = pb.RenewLeaseRequest(buffer_id=bid, node=bnode)
     if lease is not None:
-        req.lease_ttl.CopyFrom(duration(lease))
+        req.lease_ttl.CopyFrom(duration(lease, "lease"))
     return req
 
 
@@ -70,6 +82,7 @@ def write_messages(buffer: RangeLike, data, offset: int) -> Iterator[pb.WriteReq
         raise ValueError("write takes contiguous data")
     view = view.cast("B")
     ref = to_ref(buffer)
+    offset = _checks.count(offset, "write's offset")
     target = pb.BufferRef(node=ref.node, buffer_id=ref.buffer, offset=ref.offset + offset,
                           length=len(view))
 
@@ -87,6 +100,9 @@ def write_messages(buffer: RangeLike, data, offset: int) -> Iterator[pb.WriteReq
 def read(buffer: RangeLike, offset: int, length: Optional[int], out) -> tuple:
     """(ReadRequest, first byte's offset in the buffer, writable view of `out` or None)."""
     ref = to_ref(buffer)
+    offset = _checks.count(offset, "read's offset")
+    if length is not None:
+        length = _checks.count(length, "read's length")
     view = None
     if out is not None:
         view = memoryview(out).cast("B")
@@ -111,9 +127,12 @@ def place(view: memoryview, start: int, message: pb.ReadResponse) -> None:
 
 def submit(specs: Sequence[pb.TransferSpec], wait: bool, idempotency_key: str,
            timeout: Optional[float]) -> pb.SubmitRequest:
+    if isinstance(specs, pb.TransferSpec):
+        raise TypeError("submit takes a list of TransferSpecs, not one: submit([spec])")
     req = pb.SubmitRequest(transfers=list(specs), idempotency_key=idempotency_key, wait=wait)
+    timeout = duration(timeout, "timeout")
     if wait and timeout is not None:
-        req.wait_timeout.CopyFrom(duration(timeout))
+        req.wait_timeout.CopyFrom(timeout)
     return req
 
 
@@ -123,40 +142,78 @@ MAX_LIST_PAGES = 10000
 MAX_PAGE = 1000
 
 
-def transfers(states: Iterable[str], limit: int) -> pb.ListTransfersRequest:
-    return pb.ListTransfersRequest(states=[STATES[s] for s in states], limit=limit)
+def transfers(states: Union[str, Iterable[str]]) -> pb.ListTransfersRequest:
+    """A listing of transfers in `states` (names in any case; one name alone will do)."""
+    if isinstance(states, str):
+        states = [states]
+    codes = []
+    for s in states:
+        if not isinstance(s, str) or s.lower() not in STATES:
+            raise ValueError(f"states must be among {list(STATES)} (any case), not {s!r}")
+        codes.append(STATES[s.lower()])
+    return pb.ListTransfersRequest(states=codes)
+
+
+def limit(value: int) -> int:
+    """The most transfers a listing returns: `value`, or MAX_PAGE for 0."""
+    n = _checks.integer(value)
+    if n is None or n < 0:
+        raise ValueError(f"limit must be a number of transfers (0: {MAX_PAGE}), not {value!r}")
+    return n or MAX_PAGE
 
 
 def cancel(transfer: TransferLike, wait: bool, timeout: Optional[float]) -> pb.CancelRequest:
     r = pb.CancelRequest(id=transfer_id(transfer), wait=wait)
+    timeout = duration(timeout, "timeout")
     if wait and timeout is not None:
-        r.wait_timeout.CopyFrom(duration(timeout))
+        r.wait_timeout.CopyFrom(timeout)
     return r
 
 
 def wait(transfer: TransferLike, timeout: Optional[float]) -> pb.WaitRequest:
     req = pb.WaitRequest(id=transfer_id(transfer))
     if timeout is not None:
-        req.timeout.CopyFrom(duration(timeout))
+        req.timeout.CopyFrom(duration(timeout, "timeout"))
     return req
 
 
 def watch(transfer: TransferLike, interval: float) -> pb.WatchRequest:
-    return pb.WatchRequest(id=transfer_id(transfer), progress_interval=duration(interval))
+    return pb.WatchRequest(id=transfer_id(transfer),
+                           progress_interval=duration(interval, "interval"))
+
+
+# The most buffers a subscription names (the daemon's bound) and so the most checked.
+MAX_SUBSCRIBED = 4096
 
 
 def notifications(buffers: Iterable[BufferLike], node: Optional[str],
-                  after: Optional[int]) -> pb.NotificationsRequest:
-    """Buffers named by a Buffer or "node/id" give the node when `node` is None."""
-    ids, nodes = [], set()
+                  after: Optional[int]) -> tuple:
+    """(NotificationsRequest, [pb.GetBufferRequest for each named buffer]): the client asks
+    for each buffer before it subscribes, so that a buffer that does not exist is NOT_FOUND
+    rather than a stream that never says anything. Buffers named by a Buffer or "node/id"
+    give the node when `node` is None."""
+    if isinstance(buffers, (str, Buffer, Ref)):
+        buffers = [buffers]
+    named, nodes = [], set()
     for b in buffers:
-        bid, bnode = buffer_id(b)
-        ids.append(bid)
-        if bnode:
-            nodes.add(bnode)
+        named.append(buffer_id(b))
+        if named[-1][1]:
+            nodes.add(named[-1][1])
     if node is None and len(nodes) == 1:
         node = nodes.pop()
-    req = pb.NotificationsRequest(node=node or "", buffers=ids)
+    req = pb.NotificationsRequest(node=node or "", buffers=[bid for bid, _ in named])
     if after is not None:
-        req.after_sequence = after
-    return req
+        req.after_sequence = _checks.count(after, "after")
+    # Past the daemon's bound the subscription is refused whole: no need to ask.
+    gets = [] if len(named) > MAX_SUBSCRIBED else [
+        pb.GetBufferRequest(buffer_id=bid, node=bnode or node or "")
+        for bid, bnode in dict.fromkeys(named)]
+    return req, gets
+
+
+def not_found(get: pb.GetBufferRequest, addr: str) -> Error:
+    """The error of a subscription to a buffer that does not exist."""
+    where = f"node {get.node}" if get.node else addr
+    return Error(grpc.StatusCode.NOT_FOUND,
+                 f"notifications: no buffer {get.buffer_id} on {where}, so no move into it "
+                 "would ever be notified")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Optional
+from typing import Any, Optional
 
 import grpc
 
+from gpumove import _checks
 from gpumove.v1 import gpumove_pb2 as pb
 
 KINDS = {"host": pb.HOST, "pinned": pb.PINNED_HOST, "device": pb.DEVICE}
@@ -35,6 +36,7 @@ class Error(Exception):
 
     @classmethod
     def from_rpc(cls, e: grpc.RpcError) -> "Error":
+        """The Error of a failed gRPC call (its code and details)."""
         return cls(e.code(), e.details() or "")
 
 
@@ -44,20 +46,65 @@ def _time(ts) -> Optional[datetime.datetime]:
     return ts.ToDatetime(tzinfo=datetime.timezone.utc)
 
 
+def _short(value) -> str:
+    """One field's value for a short repr: times to the second, ranges as "node/id@off+len",
+    status codes by name, long strings and bytes cut at about 32 characters."""
+    if isinstance(value, datetime.datetime):
+        return repr(value.isoformat(timespec="seconds"))
+    if isinstance(value, Ref):
+        return repr(str(value))
+    if isinstance(value, grpc.StatusCode):
+        return value.name
+    if isinstance(value, (str, bytes)) and len(value) > 32:
+        return repr(value[:29]) + "..."
+    return repr(value)
+
+
+def _repr(obj, always: tuple, when_set: tuple = ()) -> str:
+    """Name(field=value, ...): the `always` fields, then those of `when_set` that are set
+    (not empty, zero, False or None); a line, not the protobuf message behind it."""
+    parts = [f"{n}={_short(getattr(obj, n))}" for n in always]
+    parts += [f"{n}={_short(getattr(obj, n))}" for n in when_set if getattr(obj, n)]
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Ref:
-    """A byte range: (node, buffer id, offset, length); length 0 means to the end."""
+    """A byte range: (buffer id, node, offset, length); length 0 means to the end.
+    `Ref(buf, None, 4, 16)` takes a Buffer (its id and node) and None for its node."""
     buffer: str
     node: str = ""
     offset: int = 0
     length: int = 0
 
+    def __post_init__(self):
+        buffer, node = self.buffer, self.node
+        if isinstance(buffer, Buffer):
+            if node and node != buffer.node:
+                raise ValueError(f"Ref's node {node!r} is not the node of buffer {buffer.id} "
+                                 f"({buffer.node!r})")
+            buffer, node = buffer.id, buffer.node
+        if not isinstance(buffer, str):
+            raise TypeError(f"Ref's buffer must be a gpumove.Buffer or a buffer id, "
+                            f"not {buffer!r}")
+        if node is None:
+            node = ""
+        if not isinstance(node, str):
+            raise TypeError(f"Ref's node must be a node name or None, not {node!r}")
+        # Frozen: set through object (the checked values, ints even from numpy).
+        object.__setattr__(self, "buffer", buffer)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "offset", _checks.count(self.offset, "Ref's offset"))
+        object.__setattr__(self, "length", _checks.count(self.length, "Ref's length"))
+
     def to_proto(self) -> pb.BufferRef:
+        """The BufferRef message of this range."""
         return pb.BufferRef(node=self.node, buffer_id=self.buffer, offset=self.offset,
                             length=self.length)
 
     @classmethod
     def from_proto(cls, r: pb.BufferRef) -> "Ref":
+        """The Ref of a BufferRef message."""
         return cls(buffer=r.buffer_id, node=r.node, offset=r.offset, length=r.length)
 
     def __str__(self) -> str:
@@ -72,7 +119,12 @@ class Ref:
 @dataclasses.dataclass(frozen=True)
 class Buffer:
     """A buffer of a daemon. Usable wherever a range is named (the whole buffer), and with
-    `buffer[offset:end]` for part of it."""
+    `buffer[offset:end]` for part of it. A `with` block (`async with` for gpumove.aio's)
+    releases it at its end, by the client that handed it out:
+
+        with c.allocate("64MiB") as buf:
+            c.write(buf, data)
+    """
     id: str
     node: str
     size: int
@@ -83,16 +135,70 @@ class Buffer:
     imported: bool = False
     lease_expire_time: Optional[datetime.datetime] = None
     exportable: bool = False
+    # The client that handed it out (it releases the buffer at the end of a with block);
+    # neither compared, shown nor pickled.
+    _client: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_proto(cls, b: pb.Buffer) -> "Buffer":
+    def from_proto(cls, b: pb.Buffer, client: Any = None) -> "Buffer":
+        """The Buffer of a Buffer message; `client` releases it at the end of a with block."""
         return cls(id=b.id, node=b.node, size=b.size, kind=KIND_NAMES.get(b.kind, "host"),
                    device=b.device, label=b.label, owner=b.owner, imported=b.imported,
                    lease_expire_time=_time(b.lease_expire_time)
-                   if b.HasField("lease_expire_time") else None, exportable=b.exportable)
+                   if b.HasField("lease_expire_time") else None, exportable=b.exportable,
+                   _client=client)
 
     def ref(self, offset: int = 0, length: int = 0) -> Ref:
+        """The range of `length` bytes (0: to the end) from `offset` of this buffer."""
         return Ref(buffer=self.id, node=self.node, offset=offset, length=length)
+
+    def __repr__(self) -> str:
+        return _repr(self, ("id", "node", "size", "kind"),
+                     (("device",) if self.kind == "device" else ()) +
+                     ("label", "imported", "exportable", "lease_expire_time"))
+
+    def _releaser(self, asynchronous: bool):
+        """The client that releases this buffer at the end of a `with` (or `async with`)."""
+        c = self._client
+        if c is None:
+            raise TypeError(f"buffer {self.id} did not come from a client, so a with block "
+                            "cannot release it: call release(buffer) on a client")
+        if getattr(c, "_asynchronous", False) != asynchronous:
+            way = ("gpumove.Client: use with" if asynchronous
+                   else "gpumove.aio.Client: use async with")
+            raise TypeError(f"buffer {self.id} came from {way} to release it at a block's end")
+        return c
+
+    def __enter__(self) -> "Buffer":
+        self._releaser(False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._releaser(False).release(self)
+        except Error as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:  # Gone already: released or expired.
+                raise
+
+    async def __aenter__(self) -> "Buffer":
+        self._releaser(True)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        try:
+            await self._releaser(True).release(self)
+        except Error as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:  # Gone already: released or expired.
+                raise
+
+    def __getstate__(self) -> dict:
+        # Pickled (or copied) without its client: a channel does not travel.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
     def __getitem__(self, s: slice) -> Ref:
         if not isinstance(s, slice) or s.step not in (None, 1):
@@ -125,18 +231,22 @@ class Transfer:
 
     @property
     def create_time(self) -> Optional[datetime.datetime]:
+        """When the move submitted (UTC; None if not yet)."""
         return _time(self.raw.create_time) if self.raw is not None else None
 
     @property
     def start_time(self) -> Optional[datetime.datetime]:
+        """When the move started (UTC; None if not yet)."""
         return _time(self.raw.start_time) if self.raw is not None else None
 
     @property
     def end_time(self) -> Optional[datetime.datetime]:
+        """When the move ended (UTC; None if not yet)."""
         return _time(self.raw.end_time) if self.raw is not None else None
 
     @classmethod
     def from_proto(cls, t: pb.Transfer) -> "Transfer":
+        """The Transfer of a Transfer message."""
         code = _STATUS_CODES.get(t.error_code, grpc.StatusCode.UNKNOWN)
         return cls(id=t.id, state=STATE_NAMES.get(t.state, "unspecified"),
                    source=Ref.from_proto(t.source), destination=Ref.from_proto(t.destination),
@@ -145,8 +255,22 @@ class Transfer:
                    error_message=t.error_message, source_xxh3=t.source_xxh3,
                    destination_xxh3=t.destination_xxh3, label=t.label, raw=t)
 
+    def __repr__(self) -> str:
+        # bytes_done only while it differs from length, path once chosen, the error's code
+        # (its message is in error_message): a line of about 150 characters.
+        text = _repr(self, ("id", "state", "source", "destination", "length"),
+                     ("pieces", "label"))[:-1]
+        if self.bytes_done != self.length:
+            text += f", bytes_done={self.bytes_done}"
+        if self.path != "auto":
+            text += f", path={self.path!r}"
+        if self.error_code != grpc.StatusCode.OK:
+            text += f", error_code={self.error_code.name}"
+        return text + ")"
+
     @property
     def done(self) -> bool:
+        """It has ended: succeeded, failed or cancelled."""
         return self.state in ("succeeded", "failed", "cancelled")
 
     @property
@@ -156,6 +280,7 @@ class Transfer:
 
     @property
     def ok(self) -> bool:
+        """It succeeded."""
         return self.state == "succeeded"
 
     @property
@@ -193,9 +318,14 @@ class Notification:
 
     @classmethod
     def from_proto(cls, n: pb.Notification) -> "Notification":
+        """The Notification of a Notification message."""
         return cls(sequence=n.sequence, transfer_id=n.transfer_id, source_node=n.source_node,
                    destination_buffer=n.destination_buffer, notify=n.notify,
                    time=_time(n.time), missed=n.missed)
+
+    def __repr__(self) -> str:
+        return _repr(self, ("sequence", "transfer_id", "destination_buffer", "notify"),
+                     ("missed",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,13 +349,18 @@ class PreparedPieces:
 
     @classmethod
     def from_proto(cls, p: pb.PreparedPieces) -> "PreparedPieces":
+        """The PreparedPieces of a PreparedPieces message."""
         return cls(id=p.id, pieces=p.pieces, bytes=p.bytes, source_extent=p.source_extent,
                    destination_extent=p.destination_extent, label=p.label, owner=p.owner,
                    create_time=_time(p.create_time))
 
+    def __repr__(self) -> str:
+        return _repr(self, ("id", "pieces", "bytes"), ("label",))
+
 
 @dataclasses.dataclass(frozen=True)
 class Peer:
+    """A node of the cluster as this daemon sees it (ListPeers)."""
     node: str
     address: str
     up: bool
@@ -233,7 +368,11 @@ class Peer:
 
     @classmethod
     def from_proto(cls, p: pb.PeerInfo) -> "Peer":
+        """The Peer of a PeerInfo message."""
         return cls(node=p.node, address=p.address, up=p.up, last_seen=_time(p.last_seen))
+
+    def __repr__(self) -> str:
+        return _repr(self, ("node", "address", "up"), ("last_seen",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,14 +387,22 @@ class Info:
     mpi_cuda_aware: bool
     authentication: str
     tls: bool
-    raw: pb.NodeInfo
+    # The whole message (dozens of lines printed): kept out of repr and comparisons.
+    raw: pb.NodeInfo = dataclasses.field(repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, i: pb.NodeInfo) -> "Info":
+        """The Info of a NodeInfo message."""
         paths = {PATH_NAMES.get(p.path, str(p.path)): p.available for p in i.paths}
         return cls(node=i.node, host=i.host, version=i.version, gpus=len(i.gpus), paths=paths,
                    ucx_cuda_aware=i.ucx_cuda_aware, mpi_cuda_aware=i.mpi_cuda_aware,
                    authentication=i.authentication, tls=i.tls, raw=i)
+
+    def __repr__(self) -> str:
+        available = [name for name, up in self.paths.items() if up]
+        return (f"Info(node={_short(self.node)}, version={_short(self.version)}, "
+                f"gpus={self.gpus}, paths={available!r}, "
+                f"authentication={_short(self.authentication)}, tls={self.tls})")
 
 
 _STATUS_CODES = {c.value[0]: c for c in grpc.StatusCode}

@@ -1,13 +1,20 @@
 """gpumove.aio.Client: the asyncio client (grpc.aio), the same methods as gpumove.Client
-as coroutines; watch() and notifications() are async iterators."""
+(same names and parameters; tests/test_surface.py holds them to it) as coroutines; watch()
+is an async iterator and notifications() gives one."""
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterable, List, Optional, Sequence
+import asyncio
+import inspect
+import os
+from typing import AsyncIterator, Iterable, List, Optional, Sequence, Union
 
 import grpc
 
+from gpumove import _checks
+from gpumove import _client
 from gpumove import _requests as req
 from gpumove._client import channel_options, credentials
+from gpumove._progress import Progress
 from gpumove._requests import BufferLike, TransferLike, buffer_id
 from gpumove._specs import (PreparedLike, RangeLike, kv_specs, prepare_request, prepared_id,
                             transfer_spec)
@@ -17,15 +24,19 @@ from gpumove.v1 import gpumove_pb2_grpc as rpc
 
 
 class NotificationStream:
-    """An open Notifications stream: `async for n in stream`; cancel() ends it."""
+    """An open Notifications stream: `async for n in stream`; `await close()` (or
+    cancel()) or leaving an `async with` block ends it (iteration then stops)."""
 
     def __init__(self, call):
         self._call = call
+        self._closed = False
 
     def __aiter__(self) -> AsyncIterator[Notification]:
         return self._iterate()
 
     async def _iterate(self):
+        if self._closed:
+            return
         try:
             async for n in self._call:
                 yield Notification.from_proto(n)
@@ -33,22 +44,43 @@ class NotificationStream:
             if e.code() == grpc.StatusCode.CANCELLED:
                 return
             raise Error.from_rpc(e) from None
+        except asyncio.CancelledError:
+            # grpc.aio ends a call cancelled here with CancelledError: after close() that
+            # is the stream's end, not this task's.
+            if self._closed:
+                return
+            raise
+
+    async def close(self) -> None:
+        """Ends the stream (the daemon drops the subscription); closing twice is fine."""
+        self.cancel()
 
     def cancel(self) -> None:
+        """Ends the stream now, without awaiting (from a callback, say)."""
+        self._closed = True
         self._call.cancel()
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
-        self.cancel()
+        await self.close()
 
 
 class Client:
-    """The asyncio twin of gpumove.Client (same arguments)."""
+    """The asyncio twin of gpumove.Client (same arguments, methods as coroutines):
+
+        async with gpumove.aio.Client("127.0.0.1:7470") as c:
+            async with await c.allocate("64MiB") as buf:
+                await c.write(buf, data)
+    """
+
+    _asynchronous = True  # Buffers it hands out are released by `async with`.
 
     def __init__(self, addr: str = "127.0.0.1:7470", *, token: Optional[str] = None, tls=None,
                  timeout: Optional[float] = 60.0, server_name: Optional[str] = None):
+        timeout = _checks.seconds(timeout, "timeout", positive=True)
+        self._closed = False
         opts = channel_options()
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
@@ -62,7 +94,13 @@ class Client:
         self._node = rpc.NodeServiceStub(self._channel)
         self.addr = addr
 
+    def _open(self) -> None:
+        """Raises the closed-client error in our words (not grpc's) after close()."""
+        if self._closed:
+            raise _checks.closed(self.addr)
+
     async def _call(self, method, request, timeout: Optional[float] = -1.0):
+        self._open()
         try:
             return await method(request,
                                 timeout=self._timeout if timeout == -1.0 else timeout,
@@ -71,6 +109,7 @@ class Client:
             raise Error.from_rpc(e) from None
 
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close()
 
     async def __aenter__(self):
@@ -86,12 +125,12 @@ class Client:
         r = await self._call(self._node.ListPeers, pb.ListPeersRequest())
         return [Peer.from_proto(p) for p in r.peers]
 
-    async def allocate(self, size: int, kind: str = "host", device: int = 0,
+    async def allocate(self, size: Union[int, str], kind: str = "host", device: int = 0,
                        node: Optional[str] = None, lease: Optional[float] = None,
                        label: str = "", exportable: bool = False) -> Buffer:
         return Buffer.from_proto(await self._call(
             self._buffers.Allocate,
-            req.allocate(size, kind, device, node, lease, label, exportable)))
+            req.allocate(size, kind, device, node, lease, label, exportable)), self)
 
     async def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
         bid, bnode = buffer_id(buffer)
@@ -101,7 +140,7 @@ class Client:
     async def buffer(self, buffer: BufferLike, node: Optional[str] = None) -> Buffer:
         bid, bnode = buffer_id(buffer)
         return Buffer.from_proto(await self._call(
-            self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)))
+            self._buffers.Get, pb.GetBufferRequest(buffer_id=bid, node=node or bnode)), self)
 
     async def _pages(self, method, request, field: str, want: int = 0) -> list:
         """As Client._pages."""
@@ -117,12 +156,12 @@ class Client:
         return out
 
     async def buffers(self, node: Optional[str] = None) -> List[Buffer]:
-        return [Buffer.from_proto(b) for b in await self._pages(
+        return [Buffer.from_proto(b, self) for b in await self._pages(
             self._buffers.List, pb.ListBuffersRequest(node=node or ""), "buffers")]
 
     async def renew(self, buffer: BufferLike, lease: Optional[float] = None) -> Buffer:
         return Buffer.from_proto(await self._call(self._buffers.RenewLease,
-                                                  req.renew(buffer, lease)))
+                                                  req.renew(buffer, lease)), self)
 
     async def write(self, buffer: RangeLike, data, offset: int = 0) -> int:
         messages = req.write_messages(buffer, data, offset)
@@ -136,6 +175,7 @@ class Client:
     async def read(self, buffer: RangeLike, offset: int = 0, length: Optional[int] = None,
                    out=None):
         request, start, view = req.read(buffer, offset, length, out)
+        self._open()
         try:
             call = self._buffers.Read(request, timeout=self._timeout, metadata=self._metadata)
             if view is None:
@@ -158,11 +198,22 @@ class Client:
                    blocks=None, block_size: Optional[int] = None, segments=None,
                    prepared: Optional[PreparedLike] = None, notify=None,
                    wait: bool = True, timeout: Optional[float] = None, label: str = "",
-                   check: bool = True) -> Transfer:
+                   check: bool = True, progress: bool = False) -> Transfer:
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
                              prepared=prepared, notify=notify, label=label)
-        t = (await self.submit([spec], wait=wait, timeout=timeout))[0]
+        if progress and wait:
+            t = (await self.submit([spec], wait=False))[0]
+            shown = Progress(t)
+            try:
+                async for event in self.watch(t):
+                    if shown.show(event):
+                        break
+            finally:
+                shown.close()
+            t = shown.last
+        else:
+            t = (await self.submit([spec], wait=wait, timeout=timeout))[0]
         if wait and check:
             t.raise_for_state()
         return t
@@ -203,7 +254,7 @@ class Client:
 
     async def transfers(self, states: Iterable[str] = (), limit: int = 0) -> List[Transfer]:
         return [Transfer.from_proto(t) for t in await self._pages(
-            self._transfers.List, req.transfers(states, 0), "transfers", limit or req.MAX_PAGE)]
+            self._transfers.List, req.transfers(states), "transfers", req.limit(limit))]
 
     async def wait(self, transfer: TransferLike, timeout: Optional[float] = None) -> Transfer:
         return Transfer.from_proto(await self._call(self._transfers.Wait,
@@ -211,16 +262,16 @@ class Client:
 
     async def watch(self, transfer: TransferLike,
                     interval: float = 0.1) -> AsyncIterator[Transfer]:
+        request = req.watch(transfer, interval)
+        self._open()
         try:
-            async for e in self._transfers.Watch(req.watch(transfer, interval),
-                                                 metadata=self._metadata):
+            async for e in self._transfers.Watch(request, metadata=self._metadata):
                 yield Transfer.from_proto(e.transfer)
         except grpc.RpcError as e:
             raise Error.from_rpc(e) from None
 
     async def cancel(self, transfer: TransferLike, wait: bool = False,
                      timeout: Optional[float] = None) -> Transfer:
-        """As Client.cancel."""
         return Transfer.from_proto(await self._call(
             self._transfers.Cancel, req.cancel(transfer, wait, timeout),
             **({"timeout": None} if wait else {})))
@@ -228,8 +279,17 @@ class Client:
     async def notifications(self, buffers: Iterable[BufferLike] = (),
                             node: Optional[str] = None, after: Optional[int] = None,
                             timeout: Optional[float] = None) -> NotificationStream:
-        call = self._transfers.Notifications(req.notifications(buffers, node, after),
-                                             timeout=timeout, metadata=self._metadata)
+        request, gets = req.notifications(buffers, node, after)
+        timeout = _checks.seconds(timeout, "timeout", positive=True)
+        for get in gets:
+            try:
+                await self._call(self._buffers.Get, get)
+            except Error as e:
+                if e.code == grpc.StatusCode.NOT_FOUND:
+                    raise req.not_found(get, self.addr) from None
+                raise
+        self._open()
+        call = self._transfers.Notifications(request, timeout=timeout, metadata=self._metadata)
         try:
             await call.initial_metadata()  # Sent once the daemon has the subscription.
         except grpc.RpcError as e:
@@ -239,3 +299,33 @@ class Client:
             if code != grpc.StatusCode.OK:
                 raise Error(code, await call.details() or "")
         return NotificationStream(call)
+
+    # CUDA: lending tensors and mapping buffers (same host as the daemon).
+    async def register(self, tensor, label: str = "", lease: Optional[float] = None) -> Buffer:
+        from gpumove import _cuda
+        request = _cuda.import_request(tensor, label=label)
+        request.owner_pid = os.getpid()
+        if lease is not None:
+            request.lease_ttl.CopyFrom(req.duration(lease, "lease"))
+        return Buffer.from_proto(await self._call(self._buffers.Import, request), self)
+
+    async def open(self, buffer: BufferLike):
+        from gpumove import _cuda
+        bid, bnode = buffer_id(buffer)
+        r = await self._call(self._buffers.Export, pb.ExportRequest(buffer_id=bid, node=bnode))
+        return _cuda.DeviceMemory.open(r)
+
+
+def _share_docs() -> None:
+    """Gives each public method of this Client gpumove.Client's docstring (one text for
+    both, so they cannot drift apart), saying how the asyncio form is used."""
+    for name, method in vars(Client).items():
+        twin = getattr(_client.Client, name, None)
+        if name.startswith("_") or not callable(method) or twin is None or not twin.__doc__:
+            continue
+        how = ("iterate with `async for`" if name == "watch" else "await it")
+        method.__doc__ = (f"gpumove.Client.{name} for asyncio ({how}).\n\n"
+                          f"{inspect.cleandoc(twin.__doc__)}")
+
+
+_share_docs()
