@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -18,6 +19,7 @@
 #include "daemon/common/bytes.h"
 #include "daemon/common/cpus.h"
 #include "daemon/common/log.h"
+#include "daemon/help.h"
 #include "daemon/path/mpi/mpi_transport.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/daemon.h"
@@ -343,6 +345,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpumove daemon: owns this node's GPU and host buffer pools and moves bytes.\n"
       "  gpumoved [--listen=127.0.0.1:7470] [--node=NAME] [--device_pool_size=1GiB] ...");
+  // Help on stdout, exit 0, in groups (absl's own --help finds no flags in a file named
+  // main.cc and exits 1).
+  if (const int help = gpumove::HelpAsked(argc, argv); help != 0) {
+    std::cout << gpumove::DaemonHelp("daemon/main.cc", help == 2);
+    return 0;
+  }
   std::string folded;
   std::vector<char*> args = FoldRepeatedListen(argc, argv, folded);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

@@ -88,7 +88,7 @@ expect_code 1 "INVALID_ARGUMENT" -- "$CTL" move "$A" "$B@1"
 expect_code 1 "NOT_FOUND: unknown node" -- "$CTL" move "$A" "elsewhere/$B"
 expect_code 1 "FAILED_PRECONDITION" -- "$CTL" alloc 1MiB --kind device
 expect_code 2 "SIZE must be at least 1 byte" -- "$CTL" alloc 0
-expect_code 1 "RESOURCE_EXHAUSTED" -- "$CTL" alloc 255MiB
+expect_code 1 "RESOURCE_EXHAUSTED: node cli-node: " -- "$CTL" alloc 255MiB
 expect_code 1 "NOT_FOUND: no transfer" -- "$CTL" cancel t-missing
 expect_code 1 "INVALID_ARGUMENT: duration" -- "$CTL" alloc 1MiB --lease 9000h
 # A local file in a folder that does not exist is NOT_FOUND, not a refusal.
@@ -120,6 +120,11 @@ for form in "help alloc" "alloc --help" "alloc -h"; do
 done
 expect_code 0 "move SRC DST" -- "$CTL" --helpfull
 expect_code 2 'no command "nope"' -- "$CTL" help nope
+# The daemon's help: groups, exit 0, every flag in one of them.
+expect_code 0 "pools (the memory it owns):" -- "$GPUMOVED" --help
+expect_code 0 "  --device_pool_size " -- "$GPUMOVED" -h
+"$GPUMOVED" --help | grep -q "^other" && fail "gpumoved --help leaves flags outside the groups"
+expect_code 0 "(default 1GiB)" -- "$GPUMOVED" --helpfull
 expect_code 2 "did you mean --length?" -- "$CTL" read "$A" - --lenght 5
 expect_code 2 "--lease 30: not a duration with its unit" -- "$CTL" alloc 1MiB --lease 30
 expect_code 2 "-5 is not a flag" -- "$CTL" alloc -5

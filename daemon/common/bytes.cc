@@ -78,6 +78,15 @@ bool AbslParseFlag(absl::string_view text, ByteSize* size, std::string* error) {
   return true;
 }
 
-std::string AbslUnparseFlag(ByteSize size) { return absl::StrCat(size.bytes); }
+// The largest binary unit that divides it exactly ("1GiB", "384MiB", "1000"): readable in
+// --helpfull, and parsed back to the same value.
+std::string AbslUnparseFlag(ByteSize size) {
+  constexpr std::pair<uint64_t, const char*> kUnits[] = {
+      {uint64_t{1} << 40, "TiB"}, {uint64_t{1} << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}};
+  for (const auto& [unit, name] : kUnits) {
+    if (size.bytes != 0 && size.bytes % unit == 0) return absl::StrCat(size.bytes / unit, name);
+  }
+  return absl::StrCat(size.bytes);
+}
 
 }  // namespace gpumove

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <unistd.h>
+
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -1123,9 +1125,15 @@ std::unique_ptr<GpuRuntime> GpuRuntime::Create() {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    // Without a driver CUDA says "CUDA driver version is insufficient for CUDA runtime
+    // version", which sends people after the wrong fix.
+    if ((err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) &&
+        access("/proc/driver/nvidia/version", F_OK) != 0) {
+      return CreateHostOnly("no NVIDIA driver found (no /proc/driver/nvidia)");
+    }
     return CreateHostOnly(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(err)));
   }
-  if (count == 0) return CreateHostOnly("cudaGetDeviceCount found 0 devices");
+  if (count == 0) return CreateHostOnly("the NVIDIA driver sees no GPU");
   std::vector<GpuDevice> devices;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop;

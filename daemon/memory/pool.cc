@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/common/bytes.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {
@@ -159,7 +161,18 @@ absl::StatusOr<std::unique_ptr<PoolSet>> PoolSet::Create(const PoolSizes& sizes,
   auto set = std::make_unique<PoolSet>();
   auto add = [&](MemoryKind kind, int device, uint64_t size) -> absl::Status {
     if (size == 0) return absl::OkStatus();
+    // Host pools are faulted in (and pinned ones locked) now, which takes a while for big
+    // ones on a small machine: say so, so that a quiet start is not taken for a hang.
+    const absl::Time start = absl::Now();
+    LOG(INFO) << "setting up the " << MemoryKindName(kind) << " pool"
+              << (kind == MemoryKind::kDevice ? absl::StrCat(" of GPU ", device) : "") << ": "
+              << FormatBytes(size) << (kind == MemoryKind::kDevice ? "" : ", faulting its pages in")
+              << "...";
     auto pool = Pool::Create(kind, device, size, gpu, shared);
+    if (pool.ok()) {
+      LOG(INFO) << MemoryKindName(kind) << " pool ready in "
+                << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+    }
     if (!pool.ok()) {
       return absl::Status(pool.status().code(),
                           absl::StrCat("creating the ", MemoryKindName(kind), " pool of ", size,

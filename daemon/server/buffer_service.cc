@@ -65,6 +65,11 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
   options.owner = caller.owner();
   options.exportable = request->exportable();
   auto info = registry_->Allocate(options);
+  if (!info.ok() && info.status().code() == absl::StatusCode::kResourceExhausted) {
+    // In a cluster the caller may not know which node answered: name it.
+    return ToGrpcStatus(absl::ResourceExhaustedError(
+        absl::StrCat("node ", node_, ": ", info.status().message())));
+  }
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
   return grpc::Status::OK;

@@ -261,14 +261,7 @@ absl::Status Daemon::MakePools(const DaemonOptions& options) {
       ucx_lanes_.push_back(*std::move(lane));
     }
   }
-  for (const auto& pool : pools_->pools()) {
-    const PoolStats s = pool->Stats();
-    LOG(INFO) << "pool " << MemoryKindName(s.kind)
-              << (s.device >= 0 ? absl::StrCat(" GPU ", s.device) : "") << ": " << s.capacity
-              << " bytes"
-              << (s.kind == MemoryKind::kPinnedHost && !s.locked ? " (not locked)" : "");
-  }
-  return absl::OkStatus();
+  return absl::OkStatus();  // PoolSet::Create logged each pool (and a pinned one not locked).
 }
 
 absl::Status Daemon::ShareDevicePools(const DaemonOptions& options) {
