@@ -1,9 +1,12 @@
 // C++ client for gpumoved: a small, status-returning layer over the gpumove.v1 stubs.
+// examples/cpp/hello_move.cc is a whole program (built and run by the tests); docs/cpp.md.
 //
 //   auto client = gpumove::Client::Connect("127.0.0.1:7470");
-//   auto buf = (*client)->Allocate(64 << 20, gpumove::v1::PINNED_HOST);
-//   (*client)->Write(Ref(buf->id()), bytes);
-//   auto t = (*client)->Move(Ref(a), Ref(b), {.checksum = true});  // waits
+//   auto a = (*client)->Allocate(64 << 20);
+//   auto b = (*client)->Allocate(64 << 20, gpumove::v1::PINNED_HOST);
+//   (*client)->Write(gpumove::Ref(a->id()), std::string(64 << 20, 'x'));
+//   auto t = (*client)->Move(gpumove::Ref(a->id()), gpumove::Ref(b->id()),
+//                            {.checksum = true});  // Waits; t->state() says how it ended.
 #ifndef GPUMOVE_CLIENT_GPUMOVE_CLIENT_H_
 #define GPUMOVE_CLIENT_GPUMOVE_CLIENT_H_
 
