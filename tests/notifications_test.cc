@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
@@ -227,6 +228,41 @@ TEST(Notifications, ResumeFromASequenceAndCountWhatFellOut) {
   ASSERT_TRUE(gone.ok());
   EXPECT_FALSE((*gone)->Next(&n));
   EXPECT_EQ((*gone)->Finish().code(), StatusCode::kNotFound);
+}
+
+// A buffer that does not exist would never see a notification: NOT_FOUND at once. A stream
+// whose buffers are all released ends NOT_FOUND instead of waiting for ever.
+TEST(Notifications, MissingAndReleasedBuffersEndTheStream) {
+  auto d = DaemonProcess::Start({"--node=a", "--host_pool_size=64MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto c = Client::Connect((*d)->address());
+  ASSERT_TRUE(c.ok());
+  v1::Notification n;
+  auto nope = Subscribe(**c, {"b-nope"});
+  EXPECT_FALSE(nope->Next(&n));
+  const absl::Status missing = nope->Finish();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing;
+  EXPECT_TRUE(absl::StrContains(missing.message(), "b-nope")) << missing;
+
+  auto one = (*c)->Allocate(4096);
+  auto two = (*c)->Allocate(4096);
+  ASSERT_TRUE(one.ok() && two.ok());
+  auto both = Subscribe(**c, {one->id(), two->id()});
+  ASSERT_TRUE((*c)->Release(one->id()).ok());
+  // One of the two left: the stream goes on and still delivers.
+  MoveOptions o;
+  o.notify = "still here";
+  auto src = (*c)->Allocate(4096);
+  ASSERT_EQ((*c)->Move(Ref(src->id()), Ref(two->id()), o)->state(), v1::SUCCEEDED);
+  ASSERT_TRUE(both->Next(&n));
+  EXPECT_EQ(n.notify(), "still here");
+  ASSERT_TRUE((*c)->Release(two->id()).ok());
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(both->Next(&n));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  const absl::Status ended = both->Finish();
+  EXPECT_EQ(ended.code(), StatusCode::kNotFound) << ended;
+  EXPECT_TRUE(absl::StrContains(ended.message(), "released")) << ended;
 }
 
 }  // namespace

@@ -687,6 +687,7 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   long_calls_ = std::make_unique<LongCalls>(options.call_limits);
   buffer_service_->set_long_calls(long_calls_.get());
   transfer_service_->set_long_calls(long_calls_.get());
+  transfer_service_->set_buffers(registry_.get());
   if (metrics_ != nullptr) {
     LongCalls* calls = long_calls_.get();
     metrics_->AddGauge("open_calls",

@@ -446,6 +446,21 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
   }
   const std::string owner = caller.owner();
   absl::flat_hash_set<std::string> buffers(request->buffers().begin(), request->buffers().end());
+  // Named buffers are this node's (moves into them publish here): one that does not exist
+  // (a typo, another node's) would never see a notification.
+  auto any_left = [&] {
+    for (const std::string& b : buffers) {
+      if (buffers_ == nullptr || buffers_->Get(owner, b).ok()) return true;
+    }
+    return false;
+  };
+  for (const std::string& b : buffers) {
+    if (buffers_ != nullptr && !buffers_->Get(owner, b).ok()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("no buffer ", Quoted(b), " on node ", node_,
+                                       " (notifications name buffers of the node they ask)"));
+    }
+  }
   std::function<bool(const Notification&)> accept;
   if (!buffers.empty()) {
     accept = [&buffers](const Notification& n) { return buffers.contains(n.destination_buffer); };
@@ -456,10 +471,19 @@ grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
   // sees every move submitted after that.
   writer->SendInitialMetadata();
   CredentialsWatch credentials(*auth_, context, caller);
+  absl::Time buffers_checked = absl::Now();
   // Bounded waits: a caller that went away, or a daemon that stops, ends the stream; so
-  // do credentials revoked meanwhile.
+  // do credentials revoked meanwhile, and the release of every buffer it watched (nothing
+  // more can come; a subscriber would otherwise wait for ever).
   while (!context->IsCancelled()) {
     if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
+    if (!buffers.empty() && absl::Now() - buffers_checked >= absl::Seconds(1)) {
+      buffers_checked = absl::Now();
+      if (!any_left()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            "every buffer this stream watched was released");
+      }
+    }
     auto batch =
         notifications_->Read(owner, after, accept, 256, absl::Now() + absl::Milliseconds(250));
     after = batch.next_after;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "daemon/cluster/cluster.h"
+#include "daemon/core/buffer_registry.h"
 #include "daemon/core/prepared_pieces.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/server/auth.h"
@@ -58,6 +59,9 @@ class TransferServiceImpl final : public v1::TransferService::Service {
 
   // Caps the calls that last (streams, waits); null: no caps. Set before serving.
   void set_long_calls(LongCalls* calls) { long_calls_ = calls; }
+  // This node's buffers: Notifications for named buffers checks they exist, and ends once
+  // every one of them is released.
+  void set_buffers(const BufferRegistry* buffers) { buffers_ = buffers; }
 
  private:
   // The transfer once it has ended, as TransferScheduler::Wait, but given up (CANCELLED)
@@ -87,6 +91,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   absl::Duration WaitBound(bool has_timeout, const google::protobuf::Duration& timeout) const;
 
   LongCalls* long_calls_ = nullptr;
+  const BufferRegistry* buffers_ = nullptr;
   const Authenticator* const auth_;
   TransferScheduler* const scheduler_;
   Cluster* const cluster_;

@@ -7,7 +7,10 @@ from daemons import Missing
 
 def test_abuse_leaves_nothing_behind():
     try:
-        out = abuse_soak.soak(rounds=3, streams=600, waits=64, strings=64, log=lambda *_: None)
+        # Two malloc arenas: growth from a leak shows instead of glibc's arenas filling
+        # over the first rounds (docs/reliability.md has a long run with the default).
+        out = abuse_soak.soak(rounds=4, streams=600, waits=64, strings=64, log=lambda *_: None,
+                              arena_max=2)
     except Missing as e:
         pytest.skip(str(e))
     base = out["baseline"]
@@ -21,6 +24,7 @@ def test_abuse_leaves_nothing_behind():
         assert s["threads"] <= base["threads"] + 4, (i, s, base)
         assert s["fds"] <= base["fds"] + 4, (i, s, base)
     # Memory: what the first round took (allocator arenas, gRPC's caches) is reused, not
-    # taken again by the later rounds.
+    # taken again by the later rounds (a leak of 10 KiB a stream would be 18 MiB over the
+    # three rounds after the first; measured without one: 2-6 MiB, flat from round 3).
     first, last = out["rounds"][0]["settled"], out["rounds"][-1]["settled"]
-    assert last["rss_kib"] <= first["rss_kib"] + 16 * 1024, (first, last)
+    assert last["rss_kib"] <= first["rss_kib"] + 12 * 1024, (first, last)
