@@ -164,7 +164,8 @@ absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string
   if (old != 0 && old != d.incarnation()) {
     LOG(INFO) << "peer " << d.node() << " restarted (incarnation " << old << " -> "
               << d.incarnation() << ")";
-    lost_.emplace_back(d.node(), old);
+    // An incarnation already marked down had its loss reported then: once is enough.
+    if (p.view.up) lost_.emplace_back(d.node(), old);
   } else if (!p.view.up) {
     LOG(INFO) << "peer " << d.node() << " is up at " << d.address();
   }
