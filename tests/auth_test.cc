@@ -404,12 +404,24 @@ TEST_F(AuthTest, NotificationsReachTheirTenantAndAdminsOnly) {
     EXPECT_EQ(n.sequence(), 1u);
     (*stream)->Cancel();
   }
+  // Naming Alice's buffer, Bob hears what he would of a buffer that does not exist
+  // (NOT_FOUND: ids leak nothing); naming his own, his notifications.
   v1::NotificationsRequest alices_buffer = all;
   alices_buffer.add_buffers(t->id());
   alices_buffer.add_buffers(b2->id());
-  auto as_bob = bob->Subscribe(alices_buffer, absl::Seconds(30));
-  ASSERT_TRUE(as_bob.ok());
   v1::Notification n;
+  {
+    auto as_bob = bob->Subscribe(alices_buffer, absl::Seconds(30));
+    ASSERT_TRUE(as_bob.ok());
+    EXPECT_FALSE((*as_bob)->Next(&n));
+    const absl::Status st = (*as_bob)->Finish();
+    EXPECT_EQ(st.code(), StatusCode::kNotFound) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), t->id())) << st;
+  }
+  v1::NotificationsRequest bobs_buffer = all;
+  bobs_buffer.add_buffers(b2->id());
+  auto as_bob = bob->Subscribe(bobs_buffer, absl::Seconds(30));
+  ASSERT_TRUE(as_bob.ok());
   ASSERT_TRUE((*as_bob)->Next(&n));
   EXPECT_EQ(n.notify(), "bob's");
   (*as_bob)->Cancel();

@@ -128,8 +128,8 @@ const std::vector<std::string> kTransferHeader = {"ID",   "STATE", "SOURCE", "DE
 
 std::vector<std::string> TransferRow(const v1::Transfer& t) {
   const bool done = t.state() == v1::SUCCEEDED;
-  std::string path = v1::Path_Name(t.path());
-  if (path == "PATH_AUTO") path = "auto";
+  std::string path = v1::Path_Name(t.path());  // As the state: the API's own names.
+  if (path == "PATH_AUTO") path = "AUTO";
   std::string note;
   if (t.pieces() > 0) note = absl::StrCat(t.pieces(), " pieces");
   if (t.error_code() != 0) {
@@ -148,7 +148,7 @@ std::vector<std::string> TransferRow(const v1::Transfer& t) {
           FormatBufferRef(t.source()),
           FormatBufferRef(t.destination()),
           FormatBytes(t.length()),
-          absl::AsciiStrToLower(path),
+          path,
           done ? HumanDuration(Elapsed(t)) : "-",
           done ? HumanRate(t.length(), Elapsed(t)) : "-",
           note.empty() ? "-" : note};
