@@ -26,7 +26,7 @@ const std::vector<std::pair<const char*, std::vector<const char*>>>& Groups() {
         "exportable_bytes_per_gpu", "scrub_memory", "pool_spin"}},
       {"cluster (other daemons)",
        {"peers", "heartbeat", "peer_timeout", "forward_timeout", "peer_call_*",
-        "peer_clock_skew", "peer_fixed_width_pieces", "peer_mpi_vectored_with_hold"}},
+        "peer_clock_skew"}},
       {"security (callers and peers)",
        {"tls_*", "peer_tls_*", "cluster_secret_*", "auth_tokens", "client_cert_principals",
         "unix_socket_principals", "allow_insecure", "quotas"}},

@@ -225,14 +225,6 @@ ABSL_FLAG(std::string, cluster_secret_accept_file, "",
           "re-read when they change.");
 ABSL_FLAG(absl::Duration, peer_clock_skew, absl::Minutes(2),
           "With --cluster_secret_file: how far a peer call's clock may be from this node's.");
-ABSL_FLAG(bool, peer_fixed_width_pieces, true,
-          "Peers may send this node the piece lists of vectored moves as fixed-width arrays "
-          "(read in one copy); off: only as varint pairs, as nodes of earlier versions read "
-          "them (for testing mixed clusters).");
-ABSL_FLAG(bool, peer_mpi_vectored_with_hold, true,
-          "As an MPI rank, start this node's half of a peer's vectored MPI move with the hold "
-          "(the runner then makes no StartMpi call); off: as nodes of earlier versions (for "
-          "testing mixed clusters).");
 ABSL_FLAG(std::string, auth_tokens, "",
           "Bearer tokens callers must present (authorization: Bearer TOKEN): a file of "
           "token,principal,tenant,role lines (role admin, user or reader; # comments), re-read "
@@ -435,8 +427,6 @@ int main(int argc, char** argv) {
   options.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   options.cluster_secret_accept_file = absl::GetFlag(FLAGS_cluster_secret_accept_file);
   options.peer_clock_skew = absl::GetFlag(FLAGS_peer_clock_skew);
-  options.fixed_width_pieces = absl::GetFlag(FLAGS_peer_fixed_width_pieces);
-  options.mpi_vectored_halves_with_hold = absl::GetFlag(FLAGS_peer_mpi_vectored_with_hold);
 
   gpumove::SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));

@@ -250,26 +250,6 @@ void MoveVectoredEveryWay(MpiJob& job, uint64_t seed) {
 
 TEST_P(MpiTest, VectoredMovesEveryWayVerified) { MoveVectoredEveryWay(*job_, 900); }
 
-// Ranks that read piece lists only as varint pairs (as nodes of earlier versions) are
-// sent them in that form: StartMpi's and the holds' (checksums) pieces.
-TEST(MpiVectoredTest, PieceListsGoAsVarintsToNodesThatReadOnlyThose) {
-  auto job = MpiJob::Start(2, MpiLaunches().front(), {"--peer_fixed_width_pieces=false"});
-  ASSERT_TRUE(job.ok()) << job.status();
-  AwaitMembership(**job);
-  const NodeEnd r0{&(*job)->client(0), "rank0"}, r1{&(*job)->client(1), "rank1"};
-  uint64_t seed = 950;
-  for (bool uniform : {false, true}) {
-    for (const auto& [from, to] : {std::pair{&r0, &r1}, std::pair{&r1, &r0}}) {
-      ++seed;
-      auto pieces = uniform ? Shuffled(
-                                  3000, 4096, 4096, [](size_t) { return 4096; }, seed)
-                            : RandomPieces(3000, 4099, 4096, seed);
-      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, pieces, 3000 * 4099, 3000 * 4102,
-                           seed);
-    }
-  }
-}
-
 // How many times `what` occurs in `text`.
 size_t Occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -339,39 +319,37 @@ double StartMpiCalls(Client& c) {
   return n;
 }
 
-// A vectored move's half, push or pull, starts with the hold on a node that says it can
-// (it waits for its piece list, which the runner sends once ready): the runner makes no
-// StartMpi call; a prepared list's pieces are kept there for its next move. Off on the
-// holder (as a node of an earlier version), the runner starts the half with StartMpi
-// when the move runs and sends the list every time. Every byte checked, either way.
-TEST(MpiVectoredTest, HalvesStartWithTheHoldWhereTheHolderCan) {
-  for (bool with_hold : {true, false}) {
-    SCOPED_TRACE(with_hold ? "started with the hold" : "started by StartMpi");
-    auto job =
-        MpiJob::Start(2, MpiLaunches().front(),
-                      {absl::StrCat("--peer_mpi_vectored_with_hold=", with_hold ? "true" : "false"),
-                       "--metrics_listen=127.0.0.1:0", "--v=2"});
-    ASSERT_TRUE(job.ok()) << job.status();
-    AwaitMembership(**job);
-    Client& c0 = (*job)->client(0);
-    const NodeEnd r0{&c0, "rank0"}, r1{&(*job)->client(1), "rank1"};
-    const double before = StartMpiCalls(c0);
-    ASSERT_GE(before, 0);
-    uint64_t seed = 970;
-    for (const auto& [from, to] : {std::pair{&r0, &r1}, std::pair{&r1, &r0}}) {
-      ++seed;
-      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, RandomPieces(3000, 4099, 4096, seed),
-                           3000 * 4099, 3000 * 4102, seed);
-      // A prepared list too, moved again and again.
-      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, RandomPieces(2000, 17, 16, seed),
-                           2000 * 17, 2000 * 20, seed + 100, v1::HOST, v1::HOST, &r0,
-                           /*repeats=*/2);
+// A vectored move's half, push or pull, starts with the hold (it waits for its piece
+// list, which the runner sends once ready): the runner makes no StartMpi call; a prepared
+// list's pieces are kept there for its next move. Pieces of many lengths and of one (a
+// block list's, one length sent for all). Every byte checked.
+TEST(MpiVectoredTest, HalvesStartWithTheHold) {
+  auto job = MpiJob::Start(2, MpiLaunches().front(), {"--metrics_listen=127.0.0.1:0", "--v=2"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitMembership(**job);
+  Client& c0 = (*job)->client(0);
+  const NodeEnd r0{&c0, "rank0"}, r1{&(*job)->client(1), "rank1"};
+  const double before = StartMpiCalls(c0);
+  ASSERT_GE(before, 0);
+  uint64_t seed = 970;
+  for (const auto& [from, to] : {std::pair{&r0, &r1}, std::pair{&r1, &r0}}) {
+    ++seed;
+    for (bool uniform : {false, true}) {
+      auto pieces = uniform ? Shuffled(
+                                  3000, 4096, 4096, [](size_t) { return 4096; }, seed)
+                            : RandomPieces(3000, 4099, 4096, seed);
+      MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, pieces, 3000 * 4099, 3000 * 4102,
+                           seed);
     }
-    EXPECT_EQ(StartMpiCalls(c0) - before, with_hold ? 0 : 6);
-    // A prepared list's second move each way finds the other rank's pieces kept from the
-    // first (MpiAsk.list_key): no list sent, every byte still checked above.
-    EXPECT_EQ(Occurrences(QuietLog(**job), "known there"), with_hold ? 2u : 0u);
+    // A prepared list too, moved again and again.
+    MoveVectoredAndCheck(*from, *to, r0, v1::MPI, v1::MPI, RandomPieces(2000, 17, 16, seed),
+                         2000 * 17, 2000 * 20, seed + 100, v1::HOST, v1::HOST, &r0,
+                         /*repeats=*/2);
   }
+  EXPECT_EQ(StartMpiCalls(c0) - before, 0);
+  // A prepared list's second move each way finds the other rank's pieces kept from the
+  // first (MpiAsk.list_key): no list sent, every byte still checked above.
+  EXPECT_EQ(Occurrences(QuietLog(**job), "known there"), 2u);
 }
 
 TEST_P(MpiTest, PathMpiRefusesWhatItCannotServe) {

@@ -487,17 +487,14 @@ void MoveBetweenNodesAndCheck(const Way& w, const std::vector<Piece>& pieces, ui
 // Between nodes over UCX: pushes, pulls and a third-party move (submitted to a node that
 // holds neither end), through UCX's puts and gets and through same-host direct copies,
 // every byte of the destination checked. The moves are checksummed, so each hold carries
-// the other node's pieces: in the fixed-width form, and in the varint pairs to a node that
-// reads only those (node b of the second cluster, as nodes of earlier versions).
+// the other node's pieces.
 TEST(VectoredNodes, PushPullAndThirdPartyOverUcx) {
   for (bool direct : {false, true}) {
     const std::vector<std::string> flags = {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB",
                                             absl::StrCat("--ucx_direct=", direct)};
     TestNode a = LaunchNode("a", "", flags);
     ASSERT_TRUE(a.client);
-    std::vector<std::string> b_flags = flags;
-    if (direct) b_flags.push_back("--peer_fixed_width_pieces=false");
-    TestNode b = LaunchNode("b", a.process->address(), b_flags);
+    TestNode b = LaunchNode("b", a.process->address(), flags);
     TestNode c = LaunchNode("c", a.process->address(), flags);
     ASSERT_TRUE(b.client && c.client);
     for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
@@ -575,9 +572,7 @@ TEST(VectoredNodes, PreparedListsRunWhereTheyAreKept) {
 // ranges go through its bounce slots, as its device memory does with a UCX that is not
 // CUDA-aware): rounds of pieces packed into its slots, scattered or gathered there in one
 // call a round. Pieces longer than a slot (cut across rounds), and more tiny pieces than a
-// round takes; push, pull and third party; checksums; every byte checked. Node d stages
-// too but reads piece lists only as varint pairs (as nodes of earlier versions): its
-// rounds' pieces come in that form, b's in the fixed-width one.
+// round takes; push, pull and third party; checksums; every byte checked.
 TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
   const std::vector<std::string> common = {"--host_pool_size=64MiB", "--pinned_pool_size=16MiB"};
   TestNode a = LaunchNode("a", "", common);
@@ -587,11 +582,8 @@ TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
   staged.push_back("--stage_chunk=1MiB");
   TestNode b = LaunchNode("b", a.process->address(), staged);
   TestNode c = LaunchNode("c", a.process->address(), common);
-  std::vector<std::string> staged_varints = staged;
-  staged_varints.push_back("--peer_fixed_width_pieces=false");
-  TestNode d = LaunchNode("d", a.process->address(), staged_varints);
-  ASSERT_TRUE(b.client && c.client && d.client);
-  for (TestNode* n : {&a, &b, &c, &d}) ASSERT_TRUE(AwaitPeersUp(*n, 3).ok()) << n->name;
+  ASSERT_TRUE(b.client && c.client);
+  for (TestNode* n : {&a, &b, &c}) ASSERT_TRUE(AwaitPeersUp(*n, 2).ok()) << n->name;
   struct Shape {
     size_t n;
     uint64_t slot, max_len;
@@ -600,7 +592,7 @@ TEST(VectoredNodes, RoundsThroughTheOtherNodesBounceSlots) {
   for (const Shape& k :
        {Shape{20000, 17, 16}, Shape{300, 4099, 4096}, Shape{6, (3 << 20) + 5, 3 << 20}}) {
     for (const Way& w :
-         {Way{&a, &b, &a}, Way{&b, &a, &a}, Way{&a, &b, &c}, Way{&a, &d, &a}, Way{&d, &a, &a}}) {
+         {Way{&a, &b, &a}, Way{&b, &a, &a}, Way{&a, &b, &c}}) {
       ++seed;
       SCOPED_TRACE(absl::StrCat("pieces of up to ", k.max_len));
       std::mt19937_64 rng(seed);

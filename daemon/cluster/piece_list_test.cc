@@ -10,17 +10,12 @@ namespace {
 
 using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
 
-struct Encoded {
-  google::protobuf::RepeatedField<uint64_t> offsets, lengths;
-  peer::v1::PieceList fixed;
-};
-
-Encoded Encode(const Pieces& p, bool fixed_width) {
-  Encoded e;
+peer::v1::PieceList Encode(const Pieces& p) {
+  peer::v1::PieceList list;
   EncodePieces(
       p.size(), [&](size_t i) { return p[i].first; }, [&](size_t i) { return p[i].second; },
-      fixed_width, &e.offsets, &e.lengths, &e.fixed);
-  return e;
+      &list);
+  return list;
 }
 
 Pieces Decode(const PieceListView& v) {
@@ -29,85 +24,69 @@ Pieces Decode(const PieceListView& v) {
   return out;
 }
 
-TEST(PieceList, EitherFormReadsBackTheSamePieces) {
+TEST(PieceList, PiecesReadBackAsWritten) {
   const Pieces mixed = {{4096, 10}, {0, 4096}, {1ull << 40, 1}, {77, 1ull << 33}};
   const Pieces uniform = {{8192, 4096}, {0, 4096}, {1ull << 40, 4096}};
   for (const Pieces& p : {mixed, uniform}) {
-    for (bool fixed : {false, true}) {
-      SCOPED_TRACE(fixed ? "fixed" : "varint");
-      Encoded e = Encode(p, fixed);
-      EXPECT_EQ(e.offsets.empty(), fixed);
-      EXPECT_EQ(e.fixed.offsets().empty(), !fixed);
-      auto v = PieceListView::Of(e.offsets, e.lengths, &e.fixed, 16);
-      ASSERT_TRUE(v.ok()) << v.status();
-      EXPECT_EQ(Decode(*v), p);
-    }
+    const peer::v1::PieceList list = Encode(p);  // The view borrows its arrays.
+    auto v = PieceListView::Of(list, 16);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(Decode(*v), p);
   }
   // One length for a block list's pieces goes once.
-  Encoded e = Encode(uniform, true);
-  EXPECT_EQ(e.fixed.lengths_size(), 0);
-  EXPECT_EQ(e.fixed.length(), 4096u);
+  peer::v1::PieceList e = Encode(uniform);
+  EXPECT_EQ(e.lengths_size(), 0);
+  EXPECT_EQ(e.length(), 4096u);
+  EXPECT_EQ(Encode(mixed).lengths_size(), 4);
   // It survives the wire.
   peer::v1::StageChunkRequest request;
-  *request.mutable_pieces() = e.fixed;
+  *request.mutable_pieces() = e;
   peer::v1::StageChunkRequest parsed;
   ASSERT_TRUE(parsed.ParseFromString(request.SerializeAsString()));
-  auto v = PieceListView::Of(parsed.piece_offsets(), parsed.piece_lengths(), &parsed.pieces(), 16);
+  auto v = PieceListView::Of(parsed.pieces(), 16);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(Decode(*v), uniform);
 }
 
 TEST(PieceList, NoPiecesIsAnEmptyView) {
-  Encoded e = Encode({}, true);
-  auto v = PieceListView::Of(e.offsets, e.lengths, nullptr, 16);
+  const peer::v1::PieceList none = Encode({});
+  auto v = PieceListView::Of(none, 16);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->empty());
-  v = PieceListView::Of(e.offsets, e.lengths, &e.fixed, 16);
+  const peer::v1::StageChunkRequest unset;
+  v = PieceListView::Of(unset.pieces(), 16);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->empty());
 }
 
 TEST(PieceList, BadFormsAreRefused) {
-  auto refused = [](const Encoded& e, size_t max = 16) {
-    auto v = PieceListView::Of(e.offsets, e.lengths, &e.fixed, max);
+  auto refused = [](const peer::v1::PieceList& e, size_t max = 16) {
+    auto v = PieceListView::Of(e, max);
     return !v.ok() && v.status().code() == absl::StatusCode::kInvalidArgument;
   };
   const Pieces p = {{0, 1}, {8, 2}};
-  {  // Both forms.
-    Encoded e = Encode(p, true);
-    e.offsets.Add(0);
-    e.lengths.Add(1);
-    EXPECT_TRUE(refused(e));
-  }
-  {  // Varint arrays of different lengths.
-    Encoded e = Encode(p, false);
-    e.lengths.RemoveLast();
-    EXPECT_TRUE(refused(e));
-  }
-  {  // Fixed lengths of another count.
-    Encoded e = Encode(p, true);
-    e.fixed.mutable_lengths()->RemoveLast();
+  {  // Lengths of another count.
+    peer::v1::PieceList e = Encode(p);
+    e.mutable_lengths()->RemoveLast();
     EXPECT_TRUE(refused(e));
   }
   {  // Lengths per piece and for all.
-    Encoded e = Encode(p, true);
-    e.fixed.set_length(1);
+    peer::v1::PieceList e = Encode(p);
+    e.set_length(1);
     EXPECT_TRUE(refused(e));
   }
   {  // No lengths at all.
-    Encoded e = Encode({{0, 4}, {8, 4}}, true);
-    e.fixed.set_length(0);
+    peer::v1::PieceList e = Encode({{0, 4}, {8, 4}});
+    e.set_length(0);
     EXPECT_TRUE(refused(e));
   }
-  {  // The fixed-width form at a node that does not read it.
-    Encoded e = Encode(p, true);
-    EXPECT_FALSE(PieceListView::Of(e.offsets, e.lengths, &e.fixed, 16, false).ok());
-    e = Encode(p, false);
-    EXPECT_TRUE(PieceListView::Of(e.offsets, e.lengths, &e.fixed, 16, false).ok());
+  {  // Lengths without offsets.
+    peer::v1::PieceList e;
+    e.add_lengths(4);
+    EXPECT_TRUE(refused(e));
   }
-  // More than the call takes, in either form.
-  EXPECT_TRUE(refused(Encode(p, true), 1));
-  EXPECT_TRUE(refused(Encode(p, false), 1));
+  // More than the call takes.
+  EXPECT_TRUE(refused(Encode(p), 1));
 }
 
 }  // namespace

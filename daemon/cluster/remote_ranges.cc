@@ -83,8 +83,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
         const bool write = a.write;
         EncodePieces(
             a.pieces->list.size(), [p, write](size_t i) { return write ? p[i].dst : p[i].src; },
-            [p](size_t i) { return p[i].length; }, peer->descriptor.fixed_width_pieces(),
-            item->mutable_piece_offsets(), item->mutable_piece_lengths(), item->mutable_pieces());
+            [p](size_t i) { return p[i].length; }, item->mutable_pieces());
       }
       if (a.path_ask != nullptr) {
         for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, peer->descriptor, item);
@@ -157,7 +156,6 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
   hold.device = response.device();
   hold.write = ask.write;
   hold.same_host = peer.host_id() == self.host_id();
-  hold.fixed_width_pieces = peer.fixed_width_pieces();
   hold.waits_fences = response.waits_fences();
   for (const PathCodec* c : codecs_) c->DecodeOffer(peer, self, ask, response, &hold);
   return hold;
@@ -197,12 +195,14 @@ const char* PeerMethodName(PeerMethod method) {
 absl::Status ClusterRemoteRanges::Call(
     const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
     google::protobuf::Message* response,
-    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
+    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
+    absl::Duration more) {
   const bool fast = channel_ != nullptr && channel_->Reaches(peer.descriptor);
+  const absl::Duration timeout = rpc_timeout_ + more;
   PeerCallObserver* observer = observer_.load(std::memory_order_relaxed);
-  if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc);
+  if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc, timeout);
   const absl::Time start = absl::Now();
-  absl::Status st = CallUntimed(peer, method, request, response, fast, rpc);
+  absl::Status st = CallUntimed(peer, method, request, response, fast, rpc, timeout);
   observer->OnPeerCall(method, fast ? "ucx" : "grpc", absl::Now() - start, st);
   return st;
 }
@@ -210,9 +210,10 @@ absl::Status ClusterRemoteRanges::Call(
 absl::Status ClusterRemoteRanges::CallUntimed(
     const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
     google::protobuf::Message* response, bool fast,
-    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc) {
+    absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
+    absl::Duration timeout) {
   if (fast) {
-    auto body = channel_->Call(peer.descriptor, method, request.SerializeAsString(), rpc_timeout_);
+    auto body = channel_->Call(peer.descriptor, method, request.SerializeAsString(), timeout);
     if (!body.ok()) {
       return absl::Status(body.status().code(),
                           absl::StrCat(body.status().message(), " (node ", peer.node, ")"));
@@ -225,7 +226,7 @@ absl::Status ClusterRemoteRanges::CallUntimed(
   auto stub = peer::v1::PeerService::NewStub(
       peer.channel != nullptr ? peer.channel : cluster_->ChannelTo(peer.address));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   const std::string mac = StampGrpcCall(cluster_->auth(), static_cast<uint32_t>(method), request,
                                         peer.descriptor.incarnation(), &context);
   const grpc::Status st = rpc(*stub, &context);
@@ -237,6 +238,14 @@ absl::Status ClusterRemoteRanges::CallUntimed(
 }
 
 namespace {
+
+// What hashing `bytes` may take a node, at a rate far below xxh3's (a loaded machine, a
+// sanitizer build): the time an acknowledgement that checks a checksum gets besides the
+// call timeout.
+absl::Duration HashingTime(uint64_t bytes) {
+  constexpr double kSlowestBytesPerSecond = 256.0 * (1 << 20);
+  return absl::Seconds(static_cast<double>(bytes) / kSlowestBytesPerSecond);
+}
 
 // The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
 void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
@@ -275,8 +284,10 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hol
   peer::v1::CompleteRemoteRequest request;
   FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
   peer::v1::CompleteRemoteResponse response;
-  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
-                           &peer::v1::PeerService::Stub::CompleteRemote);
+  absl::Status st =
+      Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
+             &peer::v1::PeerService::Stub::CompleteRemote,
+             HashingTime(checksum && outcome.ok() ? hold.length : 0));
   VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
@@ -360,13 +371,16 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
   for (size_t first = 0; first < sent.size(); first += kMaxPeerBatch) {
     const size_t last = std::min(sent.size(), first + kMaxPeerBatch);
     peer::v1::CompleteRemoteBatchRequest part;
+    uint64_t hashed = 0;  // Bytes the other node hashes before it answers.
     for (size_t i = first; i < last; ++i) {
       const PendingAck& p = *sent[i];
       FillComplete(self, p.hold, p.outcome, p.checksum, p.fence, part.add_items());
+      if (p.checksum && p.outcome.ok()) hashed += p.hold.length;
     }
     peer::v1::CompleteRemoteBatchResponse response;
     absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
-                             &peer::v1::PeerService::Stub::CompleteRemoteBatch);
+                             &peer::v1::PeerService::Stub::CompleteRemoteBatch,
+                             HashingTime(hashed));
     if (st.ok() && response.results_size() != part.items_size()) {
       st = absl::UnavailableError(absl::StrCat("node ", node, " answered ", response.results_size(),
                                                " of ", part.items_size(), " acknowledgements"));

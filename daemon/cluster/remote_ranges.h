@@ -155,28 +155,34 @@ class ClusterRemoteRanges : public RemoteRanges {
                                       const peer::v1::PrepareRemoteResponse& response) const;
   // The hold's node, as long as it is the incarnation the hold was made with.
   absl::StatusOr<PeerView> PeerFor(const RemoteHold& hold);
-  // Calls `method` on `peer` through the fast channel when it reaches the peer, else `rpc`.
+  // Calls `method` on `peer` through the fast channel when it reaches the peer, else `rpc`;
+  // the peer has the call timeout and `more` to answer.
   template <class Request, class Response>
   absl::Status Invoke(const PeerView& peer, PeerMethod method, const Request& request,
                       Response* response,
                       grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                       const Request&, Response*)) {
-    return Call(peer, method, request, response,
-                [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
-                  return (stub.*rpc)(context, request, response);
-                });
+                                                                       const Request&, Response*),
+                      absl::Duration more = absl::ZeroDuration()) {
+    return Call(
+        peer, method, request, response,
+        [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+          return (stub.*rpc)(context, request, response);
+        },
+        more);
   }
   // Invoke's body, for any message types.
   absl::Status Call(
       const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
       google::protobuf::Message* response,
-      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc);
+      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
+      absl::Duration more = absl::ZeroDuration());
 
   // Call's body, untimed.
   absl::Status CallUntimed(
       const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
       google::protobuf::Message* response, bool fast,
-      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc);
+      absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
+      absl::Duration timeout);
 
   std::atomic<PeerCallObserver*> observer_{nullptr};
   Cluster* const cluster_;

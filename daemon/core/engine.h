@@ -67,8 +67,6 @@ struct RemoteHold {
   // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
   // acknowledgement before it ends its hold.
   bool waits_fences = false;
-  // The remote node reads piece lists in the fixed-width form (peer::v1::PieceList).
-  bool fixed_width_pieces = false;
   // A checksummed push: the source's xxh3, sent with the acknowledgement so that the
   // remote node publishes the move's notification only over the same bytes.
   std::optional<uint64_t> source_xxh3;

@@ -150,34 +150,34 @@ TEST(Kinds, UnknownValuesAreRefusedNotTakenForAnother) {
   }
 }
 
-// A vectored move's half starts with the hold only where the holder says it can (both
-// the fixed-width pieces and the capability): a node of an earlier version would take it
-// for a whole range's half, so it is not asked at all.
-TEST(MpiProtocol, VectoredHalvesAreAskedOnlyOfNodesThatStartThem) {
-  peer::v1::NodeDescriptor self, able, old, narrow;
-  self.set_mpi_rank(0);
-  able.set_fixed_width_pieces(true);
-  able.set_mpi_vectored_halves_with_hold(true);
-  old.set_fixed_width_pieces(true);
-  narrow.set_mpi_vectored_halves_with_hold(true);
+// An MPI half starts with the hold for a push and for a vectored move either way (its
+// pieces come as the move's first message); a list the runner keeps goes with its key.
+TEST(MpiProtocol, HalvesAreAskedToStartWithTheHold) {
+  peer::v1::NodeDescriptor self, holder;
+  self.set_mpi_rank(3);
   MpiAsk ask;
   ask.tag = 9;
   ask.chunk = 4 << 20;
   ask.piece_count = 65536;
-  peer::v1::PrepareRemoteRequest to_able, to_old, to_narrow;
-  MpiCodec().EncodeAsk(ask, self, able, &to_able);
-  EXPECT_EQ(to_able.mpi().tag(), 9);
-  EXPECT_EQ(to_able.mpi().piece_count(), 65536u);
-  MpiCodec().EncodeAsk(ask, self, old, &to_old);
-  EXPECT_FALSE(to_old.has_mpi());
-  MpiCodec().EncodeAsk(ask, self, narrow, &to_narrow);
-  EXPECT_FALSE(to_narrow.has_mpi());
-  // A whole range's push is asked of any node, as before.
+  ask.list_key = 77;
+  peer::v1::PrepareRemoteRequest vectored;
+  MpiCodec().EncodeAsk(ask, self, holder, &vectored);
+  EXPECT_EQ(vectored.mpi().from_rank(), 3);
+  EXPECT_EQ(vectored.mpi().tag(), 9);
+  EXPECT_EQ(vectored.mpi().chunk(), 4u << 20);
+  EXPECT_EQ(vectored.mpi().piece_count(), 65536u);
+  EXPECT_EQ(vectored.mpi().list_key(), 77u);
   ask.piece_count = 0;
   peer::v1::PrepareRemoteRequest whole;
-  MpiCodec().EncodeAsk(ask, self, old, &whole);
+  MpiCodec().EncodeAsk(ask, self, holder, &whole);
   EXPECT_EQ(whole.mpi().tag(), 9);
   EXPECT_EQ(whole.mpi().piece_count(), 0u);
+  EXPECT_EQ(whole.mpi().list_key(), 0u);  // Only a vectored move's list has a key.
+  // No tag: nothing asked (the half starts when the move runs).
+  ask.tag = 0;
+  peer::v1::PrepareRemoteRequest none;
+  MpiCodec().EncodeAsk(ask, self, holder, &none);
+  EXPECT_FALSE(none.has_mpi());
 }
 
 }  // namespace

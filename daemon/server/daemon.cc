@@ -345,9 +345,6 @@ absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
   self_.set_host_id(HostId());
   self_.set_incarnation(NewIncarnation());
   self_.set_version(kVersion);
-  self_.set_fixed_width_pieces(options.fixed_width_pieces);
-  self_.set_mpi_vectored_halves_with_hold(options.fixed_width_pieces &&
-                                          options.mpi_vectored_halves_with_hold);
   if (!options.cluster_secret_file.empty()) {
     auto secret = ReadClusterSecret(options.cluster_secret_file);
     if (!secret.ok()) return secret.status();

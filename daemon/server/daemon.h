@@ -195,13 +195,6 @@ struct DaemonOptions {
   std::string cluster_secret_accept_file;
   // How far a peer call's clock may be from this node's.
   absl::Duration peer_clock_skew = absl::Minutes(2);
-  // Peers may send this node vectored moves' piece lists in the fixed-width form
-  // (NodeDescriptor.fixed_width_pieces); false: only the varint pairs every version reads.
-  bool fixed_width_pieces = true;
-  // This node, an MPI rank, starts its half of a peer's vectored MPI move with the hold
-  // (NodeDescriptor.mpi_vectored_halves_with_hold; needs fixed_width_pieces); false: the
-  // runner starts it with StartMpi when the move runs, as with nodes of earlier versions.
-  bool mpi_vectored_halves_with_hold = true;
   UcxPathOptions ucx;
   // Bounce buffers of staged UCX moves (this node's own and those it holds for peers).
   StagingOptions staging;

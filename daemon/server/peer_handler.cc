@@ -51,9 +51,7 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
                             }};
   HoldAsk ask;
   if (request.write() && request.has_notify()) ask.notify = request.notify();
-  auto pieces = PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
-                                  request.has_pieces() ? &request.pieces() : nullptr,
-                                  kMaxHeldPieces, cluster_->self().fixed_width_pieces());
+  auto pieces = PieceListView::Of(request.pieces(), kMaxHeldPieces);
   if (!pieces.ok()) return pieces.status();
   ask.pieces.resize(pieces->size());
   for (size_t i = 0; i < pieces->size(); ++i) {
@@ -161,10 +159,7 @@ absl::Status PeerHandler::TakeStageSlots(const peer::v1::TakeStageSlotsRequest& 
 absl::Status PeerHandler::StageChunk(const peer::v1::StageChunkRequest& request,
                                      peer::v1::StageChunkResponse* response) {
   if (stage_ == nullptr) return NotStaged(request.from_node(), request.transfer_id());
-  auto listed =
-      PieceListView::Of(request.piece_offsets(), request.piece_lengths(),
-                        request.has_pieces() ? &request.pieces() : nullptr,
-                        StageHolder::kMaxStagePieces, cluster_->self().fixed_width_pieces());
+  auto listed = PieceListView::Of(request.pieces(), StageHolder::kMaxStagePieces);
   if (!listed.ok()) return listed.status();
   if (!listed->empty()) {
     std::vector<std::pair<uint64_t, uint64_t>> pieces(listed->size());

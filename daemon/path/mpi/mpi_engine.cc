@@ -572,12 +572,8 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   side.progress = control.Reporter();
   side.list_serial = pieces != nullptr ? pieces->serial : 0;
   // A vectored move: each side's pieces in list order. The other node's go as a message
-  // of their own (the move's first) where it reads that (a node of an earlier version:
-  // in the StartMpi call).
-  const bool list_message = pieces != nullptr && hold.fixed_width_pieces;
-  if (started && pieces != nullptr && !list_message) {
-    return absl::InternalError("a vectored half started with its hold but reads no piece list");
-  }
+  // of their own, the move's first.
+  const bool list_message = pieces != nullptr;
   std::vector<uint64_t> theirs;  // {offset, length} pairs.
   if (pieces != nullptr) {
     const size_t n = pieces->list.size();
@@ -606,7 +602,7 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
       if (known) st = SendGo(side.peer, side.tag);
     } else {
       st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
-                    pieces != nullptr ? &theirs : nullptr, list_message);
+                    pieces != nullptr ? pieces->list.size() : 0);
     }
     const absl::Time called = absl::Now();
     if (st.ok() && list_message && !known) st = SendPieceList(theirs, side.peer, side.tag);
@@ -832,8 +828,7 @@ absl::Status MpiEngine::Receive(const Side& side, const std::function<absl::Stat
 
 absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
-    bool patient, std::vector<Segment> pieces, uint64_t listed, const KnownPieces* known,
-    OnPieceList on_list) {
+    bool patient, uint64_t listed, const KnownPieces* known, OnPieceList on_list) {
   if (runner_rank < 0 || runner_rank >= mpi_->world().size || runner_rank == mpi_->world().rank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", runner_rank, " is not another rank"));
   }
@@ -844,24 +839,17 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     return absl::FailedPreconditionError(
         "this node has no pinned pool to stage device memory for MPI");
   }
-  if (listed > 0 && (!pieces.empty() || listed > kMaxHalfPieces)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(listed, " pieces to come as a message (at most ", kMaxHalfPieces,
-                     pieces.empty() ? ")" : ") besides pieces in the call"));
+  if (listed > kMaxHalfPieces) {
+    return absl::InvalidArgumentError(absl::StrCat(listed, " pieces to come as a message (at most ",
+                                                   kMaxHalfPieces, ")"));
   }
   std::shared_ptr<const std::vector<Segment>> packed;
   if (known != nullptr) {
-    if (!pieces.empty() || listed > 0 || known->pieces == nullptr || known->end > length) {
+    if (listed > 0 || known->pieces == nullptr || known->end > length) {
       return absl::InvalidArgumentError("kept pieces besides others, or past the range");
     }
     packed = known->pieces;
     length = known->total;
-  } else if (!pieces.empty()) {
-    // Untrusted: every piece must lie in the range held.
-    auto total = CheckPiecesIn(pieces, length, kMaxHalfPieces);
-    if (!total.ok()) return total.status();
-    length = *total;
-    packed = std::make_shared<const std::vector<Segment>>(std::move(pieces));
   }
   if (packed == nullptr && listed == 0 && !send && !Staged(range) &&
       (length + chunk - 1) / chunk <= uint64_t(options_.window)) {

@@ -112,8 +112,8 @@ class MpiEngine : public Engine {
   using OnPieceList = std::function<void(const KnownPieces&)>;
   absl::StatusOr<std::unique_ptr<PassiveHalf>> StartPassive(
       const Endpoint& range, uint64_t length, int runner_rank, int tag, uint64_t chunk, bool send,
-      bool patient = false, std::vector<Segment> pieces = {}, uint64_t listed = 0,
-      const KnownPieces* known = nullptr, OnPieceList on_list = nullptr);
+      bool patient = false, uint64_t listed = 0, const KnownPieces* known = nullptr,
+      OnPieceList on_list = nullptr);
   // At most this many pieces in one StartMpi.
   static constexpr size_t kMaxHalfPieces = size_t{1} << 22;
 

@@ -42,9 +42,6 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
   // A vectored move's half waits for its pieces (the move's first message) and then sends
   // (the range is the source) or receives them; a whole range's only receives.
   const bool vectored = r.mpi().piece_count() > 0;
-  // Not asked of a node that does not say it can (MpiCodec::EncodeAsk); if it is, the
-  // runner starts the half when the move runs.
-  if (vectored && !cluster_->self().mpi_vectored_halves_with_hold()) return part;
   if (!r.write() && !vectored) {
     return absl::InvalidArgumentError(
         "an MPI half starts with the hold only for a push or a vectored move");
@@ -138,24 +135,8 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
         absl::StrCat("transfer ", Quoted(request.transfer_id()), " already started"));
   }
   const absl::Time began = absl::Now();
-  auto listed = PieceListView::Of(request.piece_offsets(), request.piece_lengths(), nullptr,
-                                  MpiEngine::kMaxHalfPieces);
-  if (!listed.ok()) return listed.status();
-  if (request.piece_count() > 0) {
-    if (!self.fixed_width_pieces()) {
-      return absl::InvalidArgumentError(
-          "this node reads an MPI half's pieces only in the call "
-          "(--peer_fixed_width_pieces=false)");
-    }
-    if (!listed->empty()) return absl::InvalidArgumentError("pieces in the call and as a message");
-  }
-  std::vector<Segment> pieces(listed->size());
-  for (size_t i = 0; i < listed->size(); ++i) {
-    const uint64_t at = listed->offset(i);
-    pieces[i] = Segment{at, at, listed->length(i)};
-  }
-  const absl::Time read = absl::Now();
-  // StartPassive checks every piece against the range.
+  // A vectored half's pieces come as the move's first message; StartPassive checks every
+  // piece against the range.
   MpiEngine::OnPieceList on_list;
   if (!keep.empty()) {
     on_list = [this, keep = std::move(keep)](const MpiEngine::KnownPieces& list) {
@@ -164,12 +145,11 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
   }
   auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
                                     range.length(), request.from_rank(), request.tag(),
-                                    request.chunk(), request.send(), patient, std::move(pieces),
+                                    request.chunk(), request.send(), patient,
                                     request.piece_count(), known, std::move(on_list));
-  VLOG(2) << "MPI half of transfer " << request.transfer_id() << " ("
-          << std::max<uint64_t>(listed->size(), request.piece_count())
-          << " pieces) started: pieces read in " << absl::ToDoubleMicroseconds(read - began)
-          << " us, started in " << absl::ToDoubleMicroseconds(absl::Now() - read) << " us";
+  VLOG(2) << "MPI half of transfer " << request.transfer_id() << " (" << request.piece_count()
+          << " pieces to come) started in " << absl::ToDoubleMicroseconds(absl::Now() - began)
+          << " us";
   if (!half.ok()) return half.status();
   part.half_ = *std::move(half);
   return absl::OkStatus();

@@ -2,7 +2,6 @@
 
 #include <memory>
 
-#include "daemon/cluster/piece_list.h"
 
 namespace gpumove {
 
@@ -11,12 +10,6 @@ void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& sel
                          peer::v1::PrepareRemoteRequest* request) const {
   const auto* mpi = dynamic_cast<const MpiAsk*>(&ask);
   if (mpi == nullptr || mpi->tag == 0) return;
-  // A node of an earlier version would take a vectored half for a whole-range one: it is
-  // not asked (StartMpi starts its half when the move runs).
-  if (mpi->piece_count > 0 &&
-      !(holder.mpi_vectored_halves_with_hold() && holder.fixed_width_pieces())) {
-    return;
-  }
   peer::v1::MpiAsk* out = request->mutable_mpi();
   out->set_from_rank(self.mpi_rank());
   out->set_tag(mpi->tag);
@@ -42,21 +35,13 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 }
 
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, const std::vector<uint64_t>* pieces, bool pieces_follow) {
+                      bool send, uint64_t piece_count) {
   peer::v1::StartMpiRequest request;
   request.set_from_rank(remote.self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
-  if (pieces != nullptr && pieces_follow) {
-    request.set_piece_count(pieces->size() / 2);
-  } else if (pieces != nullptr) {
-    const uint64_t* p = pieces->data();
-    EncodePieces(
-        pieces->size() / 2, [p](size_t i) { return p[2 * i]; },
-        [p](size_t i) { return p[2 * i + 1]; }, /*fixed_width=*/false,
-        request.mutable_piece_offsets(), request.mutable_piece_lengths(), nullptr);
-  }
+  request.set_piece_count(piece_count);
   peer::v1::StartMpiResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
                            &peer::v1::PeerService::Stub::StartMpi);

@@ -47,13 +47,10 @@ class MpiCodec : public PathCodec {
 
 // Runner: has the holder start its half of the move, sending the held range to our rank
 // (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
-// its first receives are posted. A vectored move names the holder's pieces in list order
-// ({offset in the held range, length} pairs, one after another in `pieces`): with
-// `pieces_follow` only their count, the runner sending the pairs next as an MPI message
-// (MpiEngine::SendPieceList), else in the call.
+// its first receives are posted. A vectored move gives the count of the holder's pieces,
+// which the runner sends next as an MPI message (MpiEngine::SendPieceList).
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, const std::vector<uint64_t>* pieces = nullptr,
-                      bool pieces_follow = false);
+                      bool send, uint64_t piece_count = 0);
 // Runner: asks the holder, the sender of a pull, to stop after the chunks in flight (a
 // cancel).
 absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold);

@@ -99,7 +99,6 @@ absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, ui
   const std::pair<uint64_t, uint64_t>* p = pieces.data();
   EncodePieces(
       pieces.size(), [p](size_t i) { return p[i].first; }, [p](size_t i) { return p[i].second; },
-      hold.fixed_width_pieces, request.mutable_piece_offsets(), request.mutable_piece_lengths(),
       request.mutable_pieces());
   peer::v1::StageChunkResponse response;
   return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
