@@ -1,0 +1,217 @@
+// The peer protocol's holding side in-process: a PeerHandler over a real cluster table,
+// buffer registry and hold table, called as the gRPC and UCX adapters call it, with the
+// requests a peer (or a forger of peers) may send.
+#include "daemon/server/peer_handler.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "daemon/core/buffer_registry.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/pool.h"
+
+namespace gpumove {
+namespace {
+
+using absl::StatusCode;
+
+constexpr uint64_t kIncarnation = 5;
+constexpr uint64_t kHashed = 7;  // What the table's hasher says of any range.
+
+class PeerHandlerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PoolSizes sizes;
+    sizes.host = 16 << 20;
+    sizes.pinned = 0;
+    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    holds_ = std::make_unique<HoldTable>(registry_.get(), [](const Endpoint&, uint64_t) {
+      return absl::StatusOr<uint64_t>(kHashed);
+    });
+    peer::v1::NodeDescriptor self;
+    self.set_node("b");
+    self.set_address("127.0.0.1:2");
+    self.set_incarnation(1);
+    cluster_ = std::make_unique<Cluster>(ClusterOptions(), self);
+    handler_ =
+        std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), std::vector<PathHolder*>{});
+    AllocateOptions o;
+    o.size = 1 << 20;
+    o.owner = "alice";
+    alices_ = registry_->Allocate(o)->id;
+    o.owner = "bob";
+    bobs_ = registry_->Allocate(o)->id;
+  }
+
+  // Node "a" says Hello (at kIncarnation): a peer from now on.
+  void MeetA() {
+    peer::v1::HelloRequest hello;
+    hello.mutable_from()->set_node("a");
+    hello.mutable_from()->set_address("127.0.0.1:1");
+    hello.mutable_from()->set_incarnation(kIncarnation);
+    peer::v1::HelloResponse answer;
+    ASSERT_TRUE(handler_->Hello(hello, &answer).ok());
+    EXPECT_EQ(answer.node().node(), "b");
+  }
+
+  // Node a's hold of alice's buffer [offset, offset + length) for transfer `id`.
+  peer::v1::PrepareRemoteRequest Ask(const std::string& id, uint64_t offset = 0,
+                                     uint64_t length = 4096) {
+    peer::v1::PrepareRemoteRequest r;
+    r.set_transfer_id(id);
+    r.set_from_node("a");
+    r.set_from_incarnation(kIncarnation);
+    r.set_owner("alice");
+    r.mutable_range()->set_buffer_id(alices_);
+    r.mutable_range()->set_offset(offset);
+    r.mutable_range()->set_length(length);
+    r.set_write(true);
+    return r;
+  }
+
+  absl::StatusCode Prepare(const peer::v1::PrepareRemoteRequest& r) {
+    peer::v1::PrepareRemoteResponse response;
+    return handler_->PrepareRemote(r, &response).code();
+  }
+
+  uint64_t UsesOf(const std::string& owner, const std::string& id) {
+    return registry_->Get(owner, id)->active_uses;
+  }
+
+  std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  std::unique_ptr<HoldTable> holds_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<PeerHandler> handler_;
+  std::string alices_, bobs_;
+};
+
+TEST_F(PeerHandlerTest, AMetPeerHoldsARangeAndItsAcknowledgementEndsTheHold) {
+  MeetA();
+  peer::v1::PrepareRemoteResponse held;
+  ASSERT_TRUE(handler_->PrepareRemote(Ask("t1", 4096, 8192), &held).ok());
+  EXPECT_EQ(held.length(), 8192u);
+  EXPECT_EQ(held.kind(), v1::HOST);
+  EXPECT_NE(held.address(), 0u);
+  EXPECT_EQ(holds_->size(), 1u);
+  EXPECT_EQ(UsesOf("alice", alices_), 1u);
+  // The same transfer again is not a second hold.
+  EXPECT_EQ(Prepare(Ask("t1")), StatusCode::kAlreadyExists);
+  EXPECT_EQ(holds_->size(), 1u);
+
+  peer::v1::CompleteRemoteRequest ack;
+  ack.set_transfer_id("t1");
+  ack.set_from_node("a");
+  ack.set_checksum(true);
+  peer::v1::CompleteRemoteResponse answer;
+  ASSERT_TRUE(handler_->CompleteRemote(ack, &answer).ok());
+  EXPECT_EQ(answer.xxh3(), kHashed);
+  EXPECT_EQ(holds_->size(), 0u);
+  EXPECT_EQ(UsesOf("alice", alices_), 0u);
+  // Acknowledged twice, or never held: nothing to end.
+  EXPECT_EQ(handler_->CompleteRemote(ack, &answer).code(), StatusCode::kNotFound);
+}
+
+TEST_F(PeerHandlerTest, NodesThatNeverSaidHelloHoldNothing) {
+  EXPECT_EQ(Prepare(Ask("t1")), StatusCode::kFailedPrecondition);
+  MeetA();
+  peer::v1::PrepareRemoteRequest stale = Ask("t2");
+  stale.set_from_incarnation(kIncarnation - 1);  // An incarnation that is not up.
+  EXPECT_EQ(Prepare(stale), StatusCode::kFailedPrecondition);
+  peer::v1::PrepareRemoteRequest stranger = Ask("t3");
+  stranger.set_from_node("z");
+  EXPECT_EQ(Prepare(stranger), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(holds_->size(), 0u);
+  EXPECT_EQ(UsesOf("alice", alices_), 0u);
+}
+
+TEST_F(PeerHandlerTest, BadHoldsAreRefusedAndChangeNothing) {
+  MeetA();
+  peer::v1::PrepareRemoteRequest no_id = Ask("");
+  EXPECT_EQ(Prepare(no_id), StatusCode::kInvalidArgument);
+  // Another tenant's buffer is not found for alice; a buffer that does not exist neither.
+  peer::v1::PrepareRemoteRequest bobs = Ask("t1");
+  bobs.mutable_range()->set_buffer_id(bobs_);
+  EXPECT_EQ(Prepare(bobs), StatusCode::kNotFound);
+  peer::v1::PrepareRemoteRequest missing = Ask("t2");
+  missing.mutable_range()->set_buffer_id("b-nope");
+  EXPECT_EQ(Prepare(missing), StatusCode::kNotFound);
+  // Past the buffer's end, and an offset + length that wraps.
+  EXPECT_NE(Prepare(Ask("t3", (1 << 20) - 100, 4096)), StatusCode::kOk);
+  EXPECT_NE(Prepare(Ask("t4", UINT64_MAX - 10, 4096)), StatusCode::kOk);
+  // Piece lists of a bad form or outside the range.
+  peer::v1::PrepareRemoteRequest uneven = Ask("t5");
+  uneven.mutable_pieces()->add_offsets(0);
+  uneven.mutable_pieces()->add_offsets(64);
+  uneven.mutable_pieces()->add_lengths(8);
+  EXPECT_EQ(Prepare(uneven), StatusCode::kInvalidArgument);
+  peer::v1::PrepareRemoteRequest outside = Ask("t6");
+  outside.mutable_pieces()->add_offsets(4000);
+  outside.mutable_pieces()->set_length(200);
+  EXPECT_NE(Prepare(outside), StatusCode::kOk);
+  EXPECT_EQ(holds_->size(), 0u);
+  EXPECT_EQ(UsesOf("alice", alices_), 0u);
+  EXPECT_EQ(UsesOf("bob", bobs_), 0u);
+}
+
+TEST_F(PeerHandlerTest, BatchesAreBoundedAndAnswerEachItem) {
+  MeetA();
+  peer::v1::PrepareRemoteBatchRequest empty;
+  peer::v1::PrepareRemoteBatchResponse answered;
+  EXPECT_EQ(handler_->PrepareRemoteBatch(empty, &answered).code(), StatusCode::kInvalidArgument);
+  peer::v1::PrepareRemoteBatchRequest huge;
+  for (size_t i = 0; i <= kMaxPeerBatch; ++i) *huge.add_items() = Ask("h");
+  EXPECT_EQ(handler_->PrepareRemoteBatch(huge, &answered).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(holds_->size(), 0u);
+
+  peer::v1::PrepareRemoteBatchRequest mixed;
+  *mixed.add_items() = Ask("good");
+  peer::v1::PrepareRemoteRequest bad = Ask("bad");
+  bad.mutable_range()->set_buffer_id(bobs_);
+  *mixed.add_items() = bad;
+  ASSERT_TRUE(handler_->PrepareRemoteBatch(mixed, &answered).ok());
+  ASSERT_EQ(answered.results_size(), 2);
+  EXPECT_EQ(answered.results(0).code(), 0);
+  EXPECT_EQ(answered.results(1).code(), static_cast<int>(StatusCode::kNotFound));
+  EXPECT_EQ(holds_->size(), 1u);
+
+  peer::v1::CompleteRemoteBatchRequest acks;
+  for (const char* id : {"good", "bad"}) {
+    peer::v1::CompleteRemoteRequest* ack = acks.add_items();
+    ack->set_transfer_id(id);
+    ack->set_from_node("a");
+  }
+  peer::v1::CompleteRemoteBatchResponse acked;
+  ASSERT_TRUE(handler_->CompleteRemoteBatch(acks, &acked).ok());
+  ASSERT_EQ(acked.results_size(), 2);
+  EXPECT_EQ(acked.results(0).code(), 0);
+  EXPECT_EQ(acked.results(1).code(), static_cast<int>(StatusCode::kNotFound));
+  EXPECT_EQ(holds_->size(), 0u);
+  EXPECT_EQ(UsesOf("alice", alices_), 0u);
+}
+
+TEST_F(PeerHandlerTest, PathCallsANodeDoesNotServeAreRefused) {
+  MeetA();
+  peer::v1::PrepareRemoteResponse held;
+  ASSERT_TRUE(handler_->PrepareRemote(Ask("t1"), &held).ok());
+  peer::v1::StageChunkRequest chunk;
+  chunk.set_transfer_id("t1");
+  chunk.set_from_node("a");
+  peer::v1::StageChunkResponse staged;
+  EXPECT_EQ(handler_->StageChunk(chunk, &staged).code(), StatusCode::kFailedPrecondition);
+  chunk.set_transfer_id("nope");
+  EXPECT_EQ(handler_->StageChunk(chunk, &staged).code(), StatusCode::kNotFound);
+  peer::v1::StartMpiRequest start;
+  start.set_transfer_id("t1");
+  start.set_from_node("a");
+  peer::v1::StartMpiResponse started;
+  EXPECT_NE(handler_->StartMpi(start, &started).code(), StatusCode::kOk);
+  EXPECT_EQ(holds_->size(), 1u);  // The hold itself is untouched.
+}
+
+}  // namespace
+}  // namespace gpumove
