@@ -370,6 +370,58 @@ TEST_F(AuthTest, RevokedTokensEndTheirOpenStreams) {
   EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
 }
 
+// A stream relayed by the node the caller reached (b) to the node where the data lives (a)
+// ends when the caller's token leaves b's file, though a (which takes the caller b
+// asserts) would go on serving it: the relaying node ends it, as for a stream of its own.
+TEST_F(AuthTest, RevokedTokensEndTheStreamsTheirNodeRelays) {
+  WriteTokens(std::string(kTokens) + "carol-token-0123456789,carol,team-c,user\n");
+  const std::string b_tokens = dir_ + "/b-tokens.csv";
+  std::filesystem::copy_file(tokens_, b_tokens);
+  auto a = DaemonProcess::Start({"--node=a", "--heartbeat=100ms", "--auth_tokens=" + tokens_,
+                                 "--cluster_secret_file=" + secret_});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = DaemonProcess::Start({"--node=b", "--heartbeat=100ms", "--auth_tokens=" + b_tokens,
+                                 "--cluster_secret_file=" + secret_, "--peers=" + (*a)->address()});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto carol = As(**b, "carol-token-0123456789");
+  bool up = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !up && absl::Now() < end;) {
+    auto peers = carol->ListPeers();
+    up = peers.ok() && peers->size() == 1 && (*peers)[0].up();
+    if (!up) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(up);
+  v1::NotificationsRequest request;
+  request.set_node("a");
+  auto stream = carol->Subscribe(request, absl::Seconds(30));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  absl::Notification ended;
+  absl::Time end_time;
+  std::thread reader([&] {
+    v1::Notification n;
+    while ((*stream)->Next(&n)) {
+    }
+    end_time = absl::Now();
+    ended.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(ended.HasBeenNotified()) << "the stream ended before the token was removed";
+  const absl::Time revoked = absl::Now();
+  {
+    const std::string tmp = b_tokens + ".new";
+    std::ofstream(tmp) << kTokens;
+    std::filesystem::rename(tmp, b_tokens);
+  }
+  const bool done = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
+  if (!done) (*stream)->Cancel();
+  reader.join();
+  ASSERT_TRUE(done) << "the relayed stream outlived its token by 10 s";
+  EXPECT_LT(end_time - revoked, absl::Seconds(5));
+  absl::Status st = (*stream)->Finish();
+  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
+}
+
 TEST_F(AuthTest, NotificationsReachTheirTenantAndAdminsOnly) {
   auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
   ASSERT_TRUE(d.ok()) << d.status();

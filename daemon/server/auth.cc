@@ -124,8 +124,11 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthS
           if (!parsed.ok()) {
             return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
           }
-          absl::MutexLock lock(&self->mu_);
-          self->*map = *std::move(parsed);
+          {
+            absl::MutexLock lock(&self->mu_);
+            self->*map = *std::move(parsed);
+          }
+          self->SweepRevoked();
           return absl::OkStatus();
         });
   };
@@ -212,6 +215,40 @@ absl::Status Authenticator::StillValid(const grpc::ServerContext* context,
         "the caller's credentials changed while the call ran (principal, tenant or role)");
   }
   return absl::OkStatus();
+}
+
+uint64_t Authenticator::WatchRevocation(const grpc::ServerContext* context,
+                                        std::function<void()> revoked) const {
+  if (open() || !Metadata(*context, kForwardedCallerKey).empty()) return 0;
+  std::string why;
+  auto caller = Identify(*context, &why);
+  if (!caller.ok()) {  // Gone already (the call was checked a moment ago).
+    revoked();
+    return 0;
+  }
+  absl::MutexLock lock(&watches_mu_);
+  const uint64_t id = next_watch_++;
+  watches_.emplace(id, Watched{context, *std::move(caller), std::move(revoked)});
+  return id;
+}
+
+void Authenticator::Unwatch(uint64_t id) const {
+  if (id == 0) return;
+  absl::MutexLock lock(&watches_mu_);
+  watches_.erase(id);
+}
+
+void Authenticator::SweepRevoked() const {
+  // Under the lock, so that Unwatch returns only once no callback of its call runs.
+  absl::MutexLock lock(&watches_mu_);
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (StillValid(it->second.context, it->second.caller).ok()) {
+      ++it;
+      continue;
+    }
+    it->second.revoked();
+    watches_.erase(it++);
+  }
 }
 
 absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& context,

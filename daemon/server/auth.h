@@ -9,6 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +106,16 @@ class Authenticator {
   // by a peer is its first node's to end.
   absl::Status StillValid(const grpc::ServerContext* context, const Caller& caller) const;
 
+  // For a call relayed to another node (whose loop waits on that node, not here): runs
+  // `revoked` once the credentials `context` carries no longer make it the caller they
+  // make it now, checked each time a credentials file is re-read, on the thread that
+  // re-reads it (it must not block or call back in). Returns an id for Unwatch; 0 when
+  // nothing can revoke the call (an open daemon, a call a peer forwarded here).
+  uint64_t WatchRevocation(const grpc::ServerContext* context,
+                           std::function<void()> revoked) const;
+  // Once it returns, the callback of `id` neither runs nor is running.
+  void Unwatch(uint64_t id) const;
+
   // Adds to a call forwarded to the node at `to_incarnation` what identifies its caller
   // there: the bearer token, and (with peers) the caller identified here, stamped.
   void Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
@@ -118,12 +129,24 @@ class Authenticator {
   // The caller of a unix socket connection known by uid, if the file names it.
   std::optional<Caller> UnixCaller(const grpc::ServerContext& context, std::string* uid) const;
 
+  // Runs the callbacks of the watched calls whose credentials went (after a file changed).
+  void SweepRevoked() const;
+
   std::string tokens_path_, certs_path_, unix_path_;
   PeerAuth* peers_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Caller> tokens_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Caller> certs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Caller> unix_users_ ABSL_GUARDED_BY(mu_);
+  struct Watched {
+    const grpc::ServerContext* context;
+    Caller caller;
+    std::function<void()> revoked;
+  };
+  // Taken before mu_, never after it.
+  mutable absl::Mutex watches_mu_;
+  mutable absl::flat_hash_map<uint64_t, Watched> watches_ ABSL_GUARDED_BY(watches_mu_);
+  mutable uint64_t next_watch_ ABSL_GUARDED_BY(watches_mu_) = 1;
   // Last: they stop before the maps go.
   std::unique_ptr<WatchedFiles> tokens_watcher_, certs_watcher_, unix_watcher_;
 };

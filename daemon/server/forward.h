@@ -39,9 +39,17 @@ class ForwardedCall {
       : cluster_(cluster),
         node_(std::move(node)),
         client_(grpc::ClientContext::FromServerContext(server)) {
+    grpc::ClientContext* c = client_.get();
     if (auth != nullptr) {
       auto peer = cluster_.Find(node_);
-      auth->Forward(server, peer.ok() ? peer->descriptor.incarnation() : 0, client_.get());
+      auth->Forward(server, peer.ok() ? peer->descriptor.incarnation() : 0, c);
+      // The node it goes to takes the caller this node asserts: ending the call when the
+      // caller's credentials go is this node's to do.
+      auth_ = auth;
+      revocation_ = auth->WatchRevocation(&server, [this, c] {
+        revoked_ = true;
+        c->TryCancel();
+      });
     }
     client_->AddMetadata(kForwardedKey, "1");
     if (bound != absl::InfiniteDuration()) {
@@ -52,13 +60,15 @@ class ForwardedCall {
         bound_deadline_ = absl::InfiniteFuture();  // The caller's own deadline is earlier.
       }
     }
-    grpc::ClientContext* c = client_.get();
     watch_ = cluster_.WatchLoss(node_, [this, c] {
       lost_ = true;
       c->TryCancel();
     });
   }
-  ~ForwardedCall() { cluster_.Forget(watch_); }
+  ~ForwardedCall() {
+    cluster_.Forget(watch_);
+    if (auth_ != nullptr) auth_->Unwatch(revocation_);
+  }
   ForwardedCall(const ForwardedCall&) = delete;
   ForwardedCall& operator=(const ForwardedCall&) = delete;
 
@@ -67,6 +77,10 @@ class ForwardedCall {
   // The forwarded call's status, with the node's loss or silence told apart.
   grpc::Status Finish(const grpc::Status& st) const {
     if (st.ok()) return st;
+    if (revoked_) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "credentials revoked while the call ran (on the node it was sent to)");
+    }
     if (lost_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat("node ", Quoted(node_), " went down during the call"));
@@ -85,7 +99,10 @@ class ForwardedCall {
   std::unique_ptr<grpc::ClientContext> client_;
   absl::Time bound_deadline_ = absl::InfiniteFuture();
   std::atomic<bool> lost_{false};
+  std::atomic<bool> revoked_{false};
   uint64_t watch_ = 0;
+  const Authenticator* auth_ = nullptr;
+  uint64_t revocation_ = 0;
 };
 
 // A stub of `Service` on `node`, a peer of node `self`, for the call of `context`;
