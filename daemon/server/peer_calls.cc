@@ -34,38 +34,79 @@ bool Unframe(const std::string& framed, absl::string_view* head, absl::string_vi
   return true;
 }
 
-// Parses the request, runs the handler, serializes the response.
-template <class Request, class Response>
-void RunCall(PeerHandler* handler, absl::Status (PeerHandler::*method)(const Request&, Response*),
-             const std::string& body, const UcxReply& reply) {
-  Request request;
-  if (!request.ParseFromString(body)) {
-    reply(absl::InvalidArgumentError(
-              absl::StrCat("malformed ", Request::descriptor()->name(), " in a peer call")),
-          {});
-    return;
-  }
-  Response response;
-  const absl::Status st = (handler->*method)(request, &response);
-  if (!st.ok()) {
-    reply(absl::Status(st.code(), Bounded(st.message())), {});
-    return;
-  }
-  reply(absl::OkStatus(), response.SerializeAsString());
+// Whether a request can be served without blocking (on the transport's progress thread):
+// holds and acknowledgements that wait for nothing, and taking stage slots (which takes
+// them or says there is no room). GPU copies and MPI halves may wait.
+template <class Request>
+bool AtOnce(const PeerHandler&, const Request&) {
+  return false;
 }
-
-// Whether every item of a batch request can be served without blocking.
+bool AtOnce(const PeerHandler& handler, const peer::v1::CompleteRemoteRequest& r) {
+  return handler.AnswersAtOnce(r);
+}
+bool AtOnce(const PeerHandler&, const peer::v1::TakeStageSlotsRequest&) { return true; }
 template <class Batch>
-bool EveryItemAtOnce(const PeerHandler* service, const std::string& body) {
-  Batch batch;
-  if (!batch.ParseFromString(body)) return false;
+bool EveryItemAtOnce(const PeerHandler& handler, const Batch& batch) {
   for (const auto& item : batch.items()) {
-    if (!service->AnswersAtOnce(item)) return false;
+    if (!handler.AnswersAtOnce(item)) return false;
   }
   return true;
 }
+bool AtOnce(const PeerHandler& handler, const peer::v1::PrepareRemoteBatchRequest& r) {
+  return EveryItemAtOnce(handler, r);
+}
+bool AtOnce(const PeerHandler& handler, const peer::v1::CompleteRemoteBatchRequest& r) {
+  return EveryItemAtOnce(handler, r);
+}
+
+// Parses the request (once): the call runs the handler on it and serializes the response.
+template <class Request, class Response>
+absl::StatusOr<ParsedPeerCall> Parse(PeerHandler* handler,
+                                     absl::Status (PeerHandler::*method)(const Request&, Response*),
+                                     const std::string& body) {
+  auto request = std::make_shared<Request>();
+  if (!request->ParseFromString(body)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", Request::descriptor()->name(), " in a peer call"));
+  }
+  ParsedPeerCall call;
+  call.at_once = AtOnce(*handler, *request);
+  call.run = [handler, method, request](const UcxReply& reply) {
+    Response response;
+    const absl::Status st = (handler->*method)(*request, &response);
+    if (!st.ok()) {
+      reply(absl::Status(st.code(), Bounded(st.message())), {});
+      return;
+    }
+    reply(absl::OkStatus(), response.SerializeAsString());
+  };
+  return call;
+}
 
 }  // namespace
+
+absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* s, uint32_t method,
+                                             const std::string& body) {
+  switch (static_cast<PeerMethod>(method)) {
+    case PeerMethod::kPrepareRemoteBatch:
+      return Parse(s, &PeerHandler::PrepareRemoteBatch, body);
+    case PeerMethod::kCompleteRemoteBatch:
+      return Parse(s, &PeerHandler::CompleteRemoteBatch, body);
+    case PeerMethod::kCompleteRemote:
+      return Parse(s, &PeerHandler::CompleteRemote, body);
+    case PeerMethod::kStageChunk:
+      return Parse(s, &PeerHandler::StageChunk, body);
+    case PeerMethod::kStartMpi:
+      return Parse(s, &PeerHandler::StartMpi, body);
+    case PeerMethod::kStopMpi:
+      return Parse(s, &PeerHandler::StopMpi, body);
+    case PeerMethod::kTakeStageSlots:
+      return Parse(s, &PeerHandler::TakeStageSlots, body);
+    case PeerMethod::kPrepareRemote:
+      return Parse(s, &PeerHandler::PrepareRemote, body);
+  }
+  return absl::UnimplementedError(absl::StrCat("no peer call number ", method));
+}
 
 std::optional<PeerId> ParsePeerKey(absl::string_view key) {
   const size_t hash = key.rfind('#');
@@ -134,8 +175,8 @@ void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string fr
   std::string body = std::move(checked->body);
   if (auth_ != nullptr) {
     // The answer is signed with the call's mac.
-    reply = [this, mac = std::move(checked->mac), inner = std::move(reply)](
-                const absl::Status& st, std::string answer) {
+    reply = [this, mac = std::move(checked->mac), inner = std::move(reply)](const absl::Status& st,
+                                                                            std::string answer) {
       if (!st.ok()) return inner(st, {});
       std::string sig = auth_->SignReply(mac, answer);
       inner(st, Framed(sig, std::move(answer)));
@@ -145,7 +186,7 @@ void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string fr
       inner(st, st.ok() ? Framed("", std::move(answer)) : std::string());
     };
   }
-  if (Known(caller)) return Dispatch(method, std::move(body), std::move(reply));
+  if (Known(caller)) return Dispatch(method, body, std::move(reply), /*on_worker=*/false);
   // A node met a moment ago (its Hello's answer still on its way here) may call before this
   // node has learned it: a few such calls wait on a serving thread, briefly.
   if (admit_waiting_.fetch_add(1) >= kMaxAdmitWaiting) {
@@ -164,7 +205,7 @@ void UcxPeerCalls::OnCall(const UcxPeer& caller, uint32_t method, std::string fr
     }
     admit_waiting_.fetch_sub(1);
     if (!known) return Refuse(caller, "not a peer this node has met");
-    Handle(method, body, reply);
+    Dispatch(method, body, reply, /*on_worker=*/true);
   });
 }
 
@@ -173,24 +214,33 @@ bool UcxPeerCalls::Known(const UcxPeer& caller) const {
   return id.has_value() && known_ && known_(id->node, id->incarnation, caller.worker_address);
 }
 
-void UcxPeerCalls::Dispatch(uint32_t method, std::string body, UcxReply reply) {
+void UcxPeerCalls::Dispatch(uint32_t method, const std::string& body, UcxReply reply,
+                            bool on_worker) {
   PeerHandler* s = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (stop_) {
+    if (stop_ && !on_worker) {
       reply(absl::UnavailableError("node is shutting down"), {});
       return;
     }
     s = service_;
   }
-  if (s != nullptr && AtOnce(s, method, body)) {
-    Handle(method, body, reply);
+  if (s == nullptr) {
+    reply(absl::UnavailableError("this node does not serve peer calls"), {});
+    return;
+  }
+  ++served_;
+  auto call = ParsePeerCall(s, method, body);
+  if (!call.ok()) {
+    reply(call.status(), {});
+    return;
+  }
+  if (on_worker || call->at_once) {
+    call->run(reply);
     return;
   }
   absl::MutexLock lock(&mu_);
-  queue_.push_back([this, method, body = std::move(body), reply = std::move(reply)] {
-    Handle(method, body, reply);
-  });
+  queue_.push_back([run = std::move(call->run), reply = std::move(reply)] { run(reply); });
 }
 
 void UcxPeerCalls::Refuse(const UcxPeer& caller, absl::string_view why) {
@@ -246,55 +296,6 @@ void UcxPeerCalls::Work() {
       queue_.pop_front();
     }
     job();
-  }
-}
-
-void UcxPeerCalls::Handle(uint32_t method, const std::string& body, const UcxReply& reply) {
-  PeerHandler* s = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    s = service_;
-  }
-  if (s == nullptr) {
-    reply(absl::UnavailableError("this node does not serve peer calls"), {});
-    return;
-  }
-  ++served_;
-  switch (static_cast<PeerMethod>(method)) {
-    case PeerMethod::kPrepareRemoteBatch:
-      return RunCall(s, &PeerHandler::PrepareRemoteBatch, body, reply);
-    case PeerMethod::kCompleteRemoteBatch:
-      return RunCall(s, &PeerHandler::CompleteRemoteBatch, body, reply);
-    case PeerMethod::kCompleteRemote:
-      return RunCall(s, &PeerHandler::CompleteRemote, body, reply);
-    case PeerMethod::kStageChunk:
-      return RunCall(s, &PeerHandler::StageChunk, body, reply);
-    case PeerMethod::kStartMpi:
-      return RunCall(s, &PeerHandler::StartMpi, body, reply);
-    case PeerMethod::kStopMpi:
-      return RunCall(s, &PeerHandler::StopMpi, body, reply);
-    case PeerMethod::kTakeStageSlots:
-      return RunCall(s, &PeerHandler::TakeStageSlots, body, reply);
-    case PeerMethod::kPrepareRemote:
-      return RunCall(s, &PeerHandler::PrepareRemote, body, reply);
-  }
-  reply(absl::UnimplementedError(absl::StrCat("no peer call number ", method)), {});
-}
-
-bool UcxPeerCalls::AtOnce(PeerHandler* service, uint32_t method, const std::string& body) const {
-  switch (static_cast<PeerMethod>(method)) {
-    case PeerMethod::kPrepareRemoteBatch:
-      return EveryItemAtOnce<peer::v1::PrepareRemoteBatchRequest>(service, body);
-    case PeerMethod::kCompleteRemoteBatch:
-      return EveryItemAtOnce<peer::v1::CompleteRemoteBatchRequest>(service, body);
-    case PeerMethod::kCompleteRemote: {
-      peer::v1::CompleteRemoteRequest r;
-      return r.ParseFromString(body) && service->AnswersAtOnce(r);
-    }
-    case PeerMethod::kTakeStageSlots:
-      return true;  // Takes slots or says there is no room; never waits.
-    default:
-      return false;  // GPU copies, MPI halves.
   }
 }
 

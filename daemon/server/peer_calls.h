@@ -37,6 +37,18 @@ absl::StatusOr<CheckedUcxCall> CheckUcxCall(PeerAuth* auth, absl::string_view ca
 // The node and incarnation a peer key ("node#incarnation") names; nullopt for none.
 std::optional<PeerId> ParsePeerKey(absl::string_view key);
 
+// A peer call's request, parsed once: whether it can be served without blocking (on the
+// transport's progress thread, saving the hand-off to a serving thread and back), and
+// the handler's run over it, which answers through the reply.
+struct ParsedPeerCall {
+  bool at_once = false;
+  std::function<void(const UcxReply&)> run;
+};
+// INVALID_ARGUMENT for a body that does not parse as `method`'s request, UNIMPLEMENTED for
+// a method number that is not a peer call.
+absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* handler, uint32_t method,
+                                             const std::string& body);
+
 class UcxPeerCalls : public PeerCallChannel {
  public:
   // `transport` must outlive this; `self` is this node's descriptor (node, incarnation,
@@ -83,17 +95,13 @@ class UcxPeerCalls : public PeerCallChannel {
   void OnCall(const UcxPeer& caller, uint32_t method, std::string framed, UcxReply reply);
   // Whether `caller` is a peer met here at the address it gives.
   bool Known(const UcxPeer& caller) const;
-  // Runs an admitted call: at once when it cannot block, else on a serving thread.
-  void Dispatch(uint32_t method, std::string body, UcxReply reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs an admitted call, parsed once: at once when it cannot block (or `on_worker`, on
+  // a serving thread already), else on a serving thread.
+  void Dispatch(uint32_t method, const std::string& body, UcxReply reply, bool on_worker)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a call unanswered, counted and logged at most every 10 s.
   void Refuse(const UcxPeer& caller, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
   void Work();
-  // Whether `body` for `method` can be served on the transport's progress thread itself
-  // (saving the hand-off to a serving thread and back): holds and acknowledgements that
-  // cannot block.
-  bool AtOnce(PeerHandler* service, uint32_t method, const std::string& body) const;
-  // Runs one call on a serving thread.
-  void Handle(uint32_t method, const std::string& body, const UcxReply& reply);
 
   UcxTransport* const transport_;
   const peer::v1::NodeDescriptor self_;

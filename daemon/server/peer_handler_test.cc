@@ -11,6 +11,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
+#include "daemon/server/peer_calls.h"
 
 namespace gpumove {
 namespace {
@@ -211,6 +212,55 @@ TEST_F(PeerHandlerTest, PathCallsANodeDoesNotServeAreRefused) {
   peer::v1::StartMpiResponse started;
   EXPECT_NE(handler_->StartMpi(start, &started).code(), StatusCode::kOk);
   EXPECT_EQ(holds_->size(), 1u);  // The hold itself is untouched.
+}
+
+// The UCX channel parses each call once: the parse says whether the call may run on the
+// progress thread and runs the handler on the same parsed request.
+TEST_F(PeerHandlerTest, UcxCallsAreParsedOnceAndRunWhereTheyMay) {
+  MeetA();
+  const auto method = [](PeerMethod m) { return static_cast<uint32_t>(m); };
+  EXPECT_EQ(ParsePeerCall(handler_.get(), method(PeerMethod::kPrepareRemoteBatch), "\xff\xff")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePeerCall(handler_.get(), 9999, "").status().code(), StatusCode::kUnimplemented);
+
+  peer::v1::PrepareRemoteBatchRequest batch;
+  *batch.add_items() = Ask("u1");
+  auto call = ParsePeerCall(handler_.get(), method(PeerMethod::kPrepareRemoteBatch),
+                            batch.SerializeAsString());
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_TRUE(call->at_once);  // No path holder here whose offer blocks.
+  absl::Status answered = absl::UnknownError("not answered");
+  std::string body;
+  call->run([&](const absl::Status& st, std::string answer) {
+    answered = st;
+    body = std::move(answer);
+  });
+  ASSERT_TRUE(answered.ok()) << answered;
+  peer::v1::PrepareRemoteBatchResponse response;
+  ASSERT_TRUE(response.ParseFromString(body));
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(), 0);
+  EXPECT_EQ(holds_->size(), 1u);
+
+  // An acknowledgement that hashes the range may take long: a serving thread's.
+  peer::v1::CompleteRemoteRequest ack;
+  ack.set_transfer_id("u1");
+  ack.set_from_node("a");
+  ack.set_checksum(true);
+  auto hashed =
+      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  ASSERT_TRUE(hashed.ok());
+  EXPECT_FALSE(hashed->at_once);
+  ack.set_checksum(false);
+  auto plain =
+      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->at_once);
+  plain->run([&](const absl::Status& st, std::string) { answered = st; });
+  EXPECT_TRUE(answered.ok()) << answered;
+  EXPECT_EQ(holds_->size(), 0u);
 }
 
 }  // namespace
