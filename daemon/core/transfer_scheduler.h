@@ -33,6 +33,9 @@
 
 namespace gpumove {
 
+class HoldPlanner;
+struct TransferRecord;
+
 enum class TransferState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 
 const char* TransferStateName(TransferState state);
@@ -74,7 +77,7 @@ struct TransferSnapshot {
   bool checksum = false;
   uint64_t source_xxh3 = 0;
   uint64_t destination_xxh3 = 0;
-  uint64_t version = 0;  // Bumped on every state change.
+  uint64_t version = 0;           // Bumped on every state change.
   bool cancel_requested = false;  // Asked to stop; it stops at its next chunk.
 };
 
@@ -183,14 +186,23 @@ class TransferScheduler {
   size_t max_pieces() const { return options_.max_pieces; }
 
  private:
-  struct Record;
+  using Record = TransferRecord;  // transfer_record.h
   class Control;
 
-  static std::string BufferKey(const RangeSpec& r);
-  // Checks moves and holds their ranges (locally, or on other nodes through remote_); one
-  // result per spec.
-  std::vector<absl::StatusOr<std::shared_ptr<Record>>> PrepareAll(
-      const std::string& owner, const std::vector<TransferSpec>& specs);
+  // Submitting (transfer_scheduler.cc).
+  // The transfers of an earlier Submit with the same owner and idempotency key `idem`.
+  std::optional<std::vector<TransferSnapshot>> ReplayLocked(const std::string& idem) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `count` more transfers of `owner` fit the queue and the owner's quota.
+  absl::Status AdmitLocked(const std::string& owner, size_t count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A waiting caller's small moves, run on its thread one after another; their ends are
+  // recorded together, and `out` (the snapshots of `batch`) takes those that ended.
+  void RunInline(const std::vector<std::shared_ptr<Record>>& run_inline,
+                 const std::vector<std::shared_ptr<Record>>& batch,
+                 std::vector<TransferSnapshot>& out) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Running (transfer_runner.cc).
   void WorkerLoop();
   // A move run inline whose end is recorded with the others of its batch (one lock).
   struct Ended {
@@ -199,23 +211,22 @@ class TransferScheduler {
     uint64_t src_hash = 0, dst_hash = 0;
   };
   // Runs a move. With `ended`, a move without a remote end leaves its end there for the
-  // caller to record (FinishInline) instead of taking the lock for it.
+  // caller to record (RunInline) instead of taking the lock for it.
   void Run(const std::shared_ptr<Record>& t, std::vector<Ended>* ended = nullptr);
   // Whether moves are queued for a worker (the one running now has more to do after it).
   bool MovesWaiting() ABSL_LOCKS_EXCLUDED(mu_);
-  // Lets go of a hold whose move never ran (engines first undo what they started there).
-  // It may call the other node and wait (an MPI engine's Abandon does), so never under mu_:
-  // FinishLocked leaves such holds in unrun_ for ReleaseUnrunHolds, which the callers of
-  // FinishLocked run once they have let go of the lock.
-  void ReleaseUnrun(const RemoteHold& hold);
+  // Lets go of the holds of moves that never ran (HoldPlanner::ReleaseUnrun, which may
+  // wait for the other node, so never under mu_): FinishLocked leaves such holds in unrun_
+  // for ReleaseUnrunHolds, which the callers of FinishLocked run once they have let go of
+  // the lock.
   void ReleaseUnrunHolds() ABSL_LOCKS_EXCLUDED(mu_);
   // The end of a move once its bytes are in (acknowledged when remote): checksums, state.
   void AfterMove(const std::shared_ptr<Record>& t, absl::Status status, uint64_t src_hash,
                  uint64_t dst_hash, std::vector<Ended>* ended = nullptr);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Engine*> ChooseEngine(PathKind path, const Endpoint& src, const Endpoint& dst,
-                                       bool pieces) const;
+
+  // The transfer table (transfer_table.cc).
   std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Record> FindLocked(const std::string& owner, const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -226,6 +237,8 @@ class TransferScheduler {
   const std::vector<Engine*> engines_;
   const RangeHasher hasher_;
   RemoteRanges* const remote_;
+  // Checks moves and holds their ranges (hold_planner.h), outside mu_.
+  const std::unique_ptr<HoldPlanner> planner_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Record>> transfers_ ABSL_GUARDED_BY(mu_);

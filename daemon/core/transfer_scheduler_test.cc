@@ -534,10 +534,9 @@ TEST_F(SchedulerTest, ABoundedWaitRunsInlineOnlyWhatEndsQuickly) {
   ASSERT_TRUE(bounded.ok());
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(150));
   EXPECT_FALSE(IsTerminal(bounded->at(0).state));
-  EXPECT_EQ(sched_->Wait("me", bounded->at(0).id, absl::Now() + absl::Milliseconds(20))
-                .status()
-                .code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(
+      sched_->Wait("me", bounded->at(0).id, absl::Now() + absl::Milliseconds(20)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(WaitDone(bounded->at(0).id).state, TransferState::kSucceeded);
 }
 
@@ -631,8 +630,24 @@ class FakeRemote : public RemoteRanges {
     {
       absl::MutexLock lock(&mu_);
       batches_.push_back(absl::StrCat(node, ":", asks.size()));
+      most_preparing_ = std::max(most_preparing_, ++preparing_);
+      auto met = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return most_preparing_ >= meet_; };
+      mu_.AwaitWithTimeout(absl::Condition(&met), absl::Seconds(10));
     }
-    return RemoteRanges::PrepareMany(owner, node, asks);
+    std::vector<absl::StatusOr<RemoteHold>> out = RemoteRanges::PrepareMany(owner, node, asks);
+    absl::MutexLock lock(&mu_);
+    --preparing_;
+    return out;
+  }
+  // Batches wait (up to 10 s) until `n` of them have been in PrepareMany at once.
+  void MeetInPrepare(int n) {
+    absl::MutexLock lock(&mu_);
+    meet_ = n;
+  }
+  // The most batches that were in PrepareMany at once.
+  int most_preparing() {
+    absl::MutexLock lock(&mu_);
+    return most_preparing_;
   }
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
                                     bool checksum, const AckFence& fence) override {
@@ -744,6 +759,9 @@ class FakeRemote : public RemoteRanges {
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification* release_gate_ ABSL_GUARDED_BY(mu_) = nullptr;
   int releases_entered_ ABSL_GUARDED_BY(mu_) = 0;
+  int meet_ ABSL_GUARDED_BY(mu_) = 0;
+  int preparing_ ABSL_GUARDED_BY(mu_) = 0;
+  int most_preparing_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Copies between local memory and FakeRemote holds.
@@ -849,6 +867,32 @@ class SchedulerRemoteTest : public ::testing::Test {
   RemoteCopyEngine engine_;
   std::unique_ptr<TransferScheduler> sched_;  // Last: stopped before the rest.
 };
+
+// A Submit's batches of holds on several nodes are asked for at once, not one node after
+// another (each batch waits here until all three are in).
+TEST_F(SchedulerRemoteTest, HoldsOnSeveralNodesAreAskedForAtOnce) {
+  TransferScheduler& sched = Start(/*workers=*/2);
+  BufferInfo local = Local(4096);
+  std::vector<TransferSpec> specs;
+  for (const char* node : {"n2", "n3", "n4"}) {
+    remote_.AddBuffer(node, "b-dst", std::string(4096, 'x'));
+    TransferSpec s;
+    s.source = {"", local.id, 0, 4096};
+    s.destination = {node, "b-dst", 0, 0};
+    specs.push_back(s);
+  }
+  remote_.MeetInPrepare(3);
+  auto submitted = sched.Submit("me", specs, "");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(remote_.most_preparing(), 3);
+  remote_.AwaitAcks(3);
+  remote_.Acknowledge(/*fail_index=*/99);
+  for (const TransferSnapshot& t : *submitted) {
+    auto end = sched.Wait("me", t.id, absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(end.ok());
+    EXPECT_EQ(end->state, TransferState::kSucceeded) << end->status;
+  }
+}
 
 TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBlockWorkers) {
   TransferScheduler& sched = Start(/*workers=*/2);
