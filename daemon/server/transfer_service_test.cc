@@ -1,0 +1,183 @@
+// TransferService in-process: the service over a real scheduler, registry and host
+// engine, served by an in-process gRPC server and called through its stub (no daemon
+// spawned). Moves land and are watched; other tenants see nothing; bad specs change
+// nothing.
+#include "daemon/server/transfer_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/buffer_registry.h"
+#include "daemon/core/transfer_scheduler.h"
+#include "daemon/gpu/gpu.h"
+#include "daemon/memory/pool.h"
+#include "daemon/path/local/local_engine.h"
+#include "daemon/server/auth.h"
+#include "daemon/server/call_limits.h"
+
+namespace gpumove {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr char kTokens[] = R"(alice-token-0123456789,alice,team-a,user
+bob-token-0123456789,bob,team-b,user
+)";
+constexpr char kAlice[] = "alice-token-0123456789";
+constexpr char kBob[] = "bob-token-0123456789";
+
+class TransferServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    tokens_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/transfer_service_test.", getpid());
+    std::ofstream(tokens_) << kTokens;
+    auth_ = *Authenticator::FromTokenFile(tokens_, absl::Seconds(1));
+    PoolSizes sizes;
+    sizes.host = 16 << 20;
+    sizes.pinned = 0;
+    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
+    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    engine_ = std::make_unique<LocalEngine>(gpu_.get());
+    scheduler_ = std::make_unique<TransferScheduler>(
+        SchedulerOptions(), registry_.get(), std::vector<Engine*>{engine_.get()},
+        [](const Endpoint&, uint64_t) { return absl::StatusOr<uint64_t>(1); });
+    service_ = std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), nullptr, "n");
+    calls_ = std::make_unique<LongCalls>(CallLimits{});
+    service_->set_long_calls(calls_.get());
+    service_->set_buffers(registry_.get());
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    stub_ = v1::TransferService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    std::filesystem::remove(tokens_);
+  }
+
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->AddMetadata("authorization", "Bearer " + token);
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return c;
+  }
+  // A buffer of `owner` (a tenant) filled with `fill`.
+  std::string Buffer(const std::string& owner, uint64_t size, char fill) {
+    AllocateOptions o;
+    o.size = size;
+    o.owner = owner;
+    auto b = registry_->Allocate(o);
+    EXPECT_TRUE(b.ok()) << b.status();
+    auto use = registry_->Acquire(owner, b->id, 0, size);
+    std::memset(use->data(), fill, size);
+    return b->id;
+  }
+  std::string Bytes(const std::string& owner, const std::string& id) {
+    auto use = registry_->Acquire(owner, id, 0, 0);
+    return std::string(static_cast<const char*>(use->data()), use->length());
+  }
+  static v1::SubmitRequest Move(const std::string& from, const std::string& to, uint64_t offset = 0,
+                                uint64_t length = 0) {
+    v1::SubmitRequest r;
+    v1::TransferSpec* s = r.add_transfers();
+    s->mutable_source()->set_buffer_id(from);
+    s->mutable_source()->set_offset(offset);
+    s->mutable_source()->set_length(length);
+    s->mutable_destination()->set_buffer_id(to);
+    s->set_checksum(true);
+    r.set_wait(true);
+    return r;
+  }
+
+  std::string tokens_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
+  std::unique_ptr<PoolSet> pools_;
+  std::unique_ptr<BufferRegistry> registry_;
+  std::unique_ptr<LocalEngine> engine_;
+  std::unique_ptr<TransferScheduler> scheduler_;
+  std::unique_ptr<TransferServiceImpl> service_;
+  std::unique_ptr<LongCalls> calls_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::TransferService::Stub> stub_;
+};
+
+TEST_F(TransferServiceTest, AMoveLandsAndIsWatchedByItsTenantOnly) {
+  const std::string src = Buffer("team-a", 1 << 20, 's');
+  const std::string dst = Buffer("team-a", 1 << 20, 'd');
+  v1::SubmitResponse submitted;
+  ASSERT_TRUE(stub_->Submit(As(kAlice).get(), Move(src, dst), &submitted).ok());
+  ASSERT_EQ(submitted.transfers_size(), 1);
+  const v1::Transfer& t = submitted.transfers(0);
+  EXPECT_EQ(t.state(), v1::SUCCEEDED);
+  EXPECT_EQ(t.length(), 1u << 20);
+  EXPECT_EQ(Bytes("team-a", dst), std::string(1 << 20, 's'));
+  // Its tenant watches it to its end; Bob finds no such transfer, whichever call he makes.
+  v1::WatchRequest watch;
+  watch.set_id(t.id());
+  auto context = As(kAlice);
+  auto events = stub_->Watch(context.get(), watch);
+  v1::TransferEvent e;
+  ASSERT_TRUE(events->Read(&e));
+  EXPECT_EQ(e.transfer().state(), v1::SUCCEEDED);
+  EXPECT_FALSE(events->Read(&e));  // Ended: nothing more to say.
+  EXPECT_TRUE(events->Finish().ok());
+  auto bobs = As(kBob);
+  EXPECT_EQ(stub_->Watch(bobs.get(), watch)->Finish().error_code(), StatusCode::NOT_FOUND);
+  v1::GetTransferRequest get;
+  get.set_id(t.id());
+  v1::Transfer got;
+  EXPECT_EQ(stub_->Get(As(kBob).get(), get, &got).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(stub_->Get(As(kAlice).get(), get, &got).ok());
+  v1::CancelRequest cancel;
+  cancel.set_id(t.id());
+  v1::Transfer cancelled;
+  EXPECT_EQ(stub_->Cancel(As(kBob).get(), cancel, &cancelled).error_code(), StatusCode::NOT_FOUND);
+  v1::ListTransfersRequest list;
+  v1::ListTransfersResponse listed;
+  ASSERT_TRUE(stub_->List(As(kBob).get(), list, &listed).ok());
+  EXPECT_EQ(listed.transfers_size(), 0);
+  ASSERT_TRUE(stub_->List(As(kAlice).get(), list, &listed).ok());
+  EXPECT_EQ(listed.transfers_size(), 1);
+}
+
+TEST_F(TransferServiceTest, MovesOverOtherTenantsBuffersOrBadRangesChangeNothing) {
+  const std::string mine = Buffer("team-a", 4096, 'a');
+  const std::string also = Buffer("team-a", 4096, 'b');
+  const std::string bobs = Buffer("team-b", 4096, 'x');
+  v1::SubmitResponse r;
+  // Into Bob's buffer, or out of it: as if it did not exist.
+  EXPECT_EQ(stub_->Submit(As(kAlice).get(), Move(mine, bobs), &r).error_code(),
+            StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub_->Submit(As(kAlice).get(), Move(bobs, mine), &r).error_code(),
+            StatusCode::NOT_FOUND);
+  // Past the end, overlapping itself, an empty batch, no credentials.
+  EXPECT_EQ(stub_->Submit(As(kAlice).get(), Move(mine, also, 4000, 200), &r).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(stub_->Submit(As(kAlice).get(), Move(mine, mine), &r).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(stub_->Submit(As(kAlice).get(), v1::SubmitRequest(), &r).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext anonymous;
+  EXPECT_EQ(stub_->Submit(&anonymous, Move(mine, also), &r).error_code(),
+            StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Bytes("team-a", mine), std::string(4096, 'a'));
+  EXPECT_EQ(Bytes("team-a", also), std::string(4096, 'b'));
+  EXPECT_EQ(Bytes("team-b", bobs), std::string(4096, 'x'));
+  EXPECT_EQ(scheduler_->active(), 0u);
+  for (const std::string& id : {mine, also}) {
+    EXPECT_EQ(registry_->Get("team-a", id)->active_uses, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace gpumove
