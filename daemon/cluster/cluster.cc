@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
+#include "daemon/common/status_macros.h"
 
 namespace gpumove {
 
@@ -143,7 +144,7 @@ absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d) {
 
 absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string& via) {
   if (d.node().empty() || d.node() == node_) return absl::OkStatus();
-  if (absl::Status st = CheckDescriptor(d); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(CheckDescriptor(d));
   if (options_.check) {
     if (absl::Status st = options_.check(d); !st.ok()) {
       return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
+#include "daemon/common/status_macros.h"
 
 namespace gpumove {
 
@@ -87,7 +88,7 @@ absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
     entry->transfer_id = transfer_id;
   }
   if (make != nullptr) {
-    if (absl::Status st = make(entry->use, &entry->parts); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(make(entry->use, &entry->parts));
   }
   const Held held{entry->use.data(), entry->use.length(), entry->use.kind(), entry->use.device()};
   absl::MutexLock lock(&mu_);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 
 namespace gpumove {
 
@@ -48,7 +49,7 @@ absl::StatusOr<bool> WatchedFiles::Refresh() {
   if (contents == seen_) return false;
   // Looked at once: a refused change is not refused again every refresh.
   seen_ = contents;
-  if (absl::Status st = apply_(contents); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(apply_(contents));
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/common/xxh3_split.h"
 #include "daemon/gpu/cuda_internal.h"
 
@@ -56,7 +57,7 @@ absl::Status LaunchKept(const KeptDescriptors& kept, const char* src, char* dst,
     const uint64_t begin = r == 0 ? 0 : kept.rounds[r - 1].end;
     CUDA_RETURN_IF_ERROR(
         LaunchGather(kept.pieces + begin, kept.rounds[r].end - begin, src, dst, g.s.stream));
-    if (absl::Status st = g.Queued(kept.rounds[r]); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(g.Queued(kept.rounds[r]));
   }
   g.k = kept.rounds.back().end;
   g.done = g.rounds.back().done;
@@ -115,7 +116,7 @@ absl::Status WriteAndLaunch(const Segment* pieces, size_t n, uint64_t round_byte
     if (at + need > s.room.capacity) {
       // The room is full: what is in it is queued and waited for, then it is doubled
       // (or made to fit this piece).
-      if (absl::Status st = send(); !st.ok()) return st;
+      GPUMOVE_RETURN_IF_ERROR(send());
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
       if (absl::Status st = s.Reserve(std::max<uint64_t>(need, s.room.capacity * 2)); !st.ok()) {
         return st;
@@ -135,11 +136,11 @@ absl::Status WriteAndLaunch(const Segment* pieces, size_t n, uint64_t round_byte
     round += p.length;
     const bool round_ends = round >= round_bytes || i + 1 == n;
     if (round_ends || k - sent >= kGatherBatch) {
-      if (absl::Status st = send(); !st.ok()) return st;
+      GPUMOVE_RETURN_IF_ERROR(send());
     }
     if (round_ends) {
       round = 0;
-      if (absl::Status st = g.Queued(Round{k, done}); !st.ok()) return st;
+      GPUMOVE_RETURN_IF_ERROR(g.Queued(Round{k, done}));
     }
   }
   g.whole = i == n && g.rounds.back().end == k;
@@ -183,12 +184,12 @@ absl::Status CudaRuntime::Gather(int device, char* dst, const char* src, const S
   StreamLease lease(&streams_, *taken);
   CopyStream& s = *lease;
   if (!reused) {
-    if (absl::Status st = s.Reserve(n); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(s.Reserve(n));
   }
   GatherRounds g{s, progress};
   std::shared_ptr<KeptDescriptors> made;  // A kept list's first gather on this GPU.
   if (reused) {
-    if (absl::Status st = LaunchKept(*kept, src, dst, g); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(LaunchKept(*kept, src, dst, g));
   } else {
     if (list_serial != 0) made = NewKept(device, list_serial, round_bytes, count);
     if (absl::Status st = WriteAndLaunch(pieces, n, round_bytes, src, dst, made.get(), g);
@@ -279,7 +280,7 @@ absl::Status CudaRuntime::Xxh3BlockSums(int device, const char* data, uint64_t b
   if (!taken.ok()) return taken.status();
   StreamLease lease(&streams_, *taken);
   CopyStream& s = *lease;
-  if (absl::Status st = s.ReserveSums(blocks * kXxh3Lanes); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(s.ReserveSums(blocks * kXxh3Lanes));
   CUDA_RETURN_IF_ERROR(LaunchXxh3Sums(data, blocks, s.device_sums, s.stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
   use(s.sums);

@@ -6,6 +6,7 @@
 #include "daemon/cluster/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/server/convert.h"
 
 namespace gpumove {
@@ -116,7 +117,7 @@ absl::Status CheckBatchSize(int n) {
 
 absl::Status PeerHandler::PrepareRemoteBatch(const peer::v1::PrepareRemoteBatchRequest& request,
                                              peer::v1::PrepareRemoteBatchResponse* response) {
-  if (absl::Status st = CheckBatchSize(request.items_size()); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(CheckBatchSize(request.items_size()));
   const absl::Time t0 = absl::Now();
   absl::Cleanup log = [&] {
     VLOG(2) << "PrepareRemoteBatch of " << request.items_size() << " handled in "
@@ -134,7 +135,7 @@ absl::Status PeerHandler::PrepareRemoteBatch(const peer::v1::PrepareRemoteBatchR
 
 absl::Status PeerHandler::CompleteRemoteBatch(const peer::v1::CompleteRemoteBatchRequest& request,
                                               peer::v1::CompleteRemoteBatchResponse* response) {
-  if (absl::Status st = CheckBatchSize(request.items_size()); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(CheckBatchSize(request.items_size()));
   for (const peer::v1::CompleteRemoteRequest& item : request.items()) {
     peer::v1::CompleteRemoteResult* r = response->add_results();
     peer::v1::CompleteRemoteResponse one;

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 
 namespace gpumove {
 namespace {
@@ -185,7 +186,7 @@ absl::Status TlsFiles::Publish(const std::string& cert, const std::string& key,
   const std::pair<const char*, const std::string*> files[] = {
       {"cert.pem", &cert}, {"key.pem", &key}, {"ca.pem", &ca}};
   for (const auto& [name, contents] : files) {
-    if (absl::Status st = WriteFile(absl::StrCat(path, "/", name), *contents); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(WriteFile(absl::StrCat(path, "/", name), *contents));
   }
   const std::string link = absl::StrCat(dir_, "/current.new");
   unlink(link.c_str());

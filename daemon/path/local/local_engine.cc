@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/common/xxh3_split.h"
 
 namespace gpumove {
@@ -160,11 +161,11 @@ absl::StatusOr<uint64_t> HashDevice(GpuRuntime* gpu, const Endpoint& e,
       filled += n;
       off += n;
       if (filled == kBounce) {
-        if (absl::Status st = flush(); !st.ok()) return st;
+        GPUMOVE_RETURN_IF_ERROR(flush());
       }
     }
   }
-  if (absl::Status st = flush(); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(flush());
   if (hashing.joinable()) hashing.join();
   return XXH3_64bits_digest(state.get());
 }

@@ -1,3 +1,4 @@
+#include "daemon/common/status_macros.h"
 #include "daemon/path/staging/staging.h"
 
 #include <algorithm>
@@ -314,7 +315,7 @@ absl::Status RunThreeSteps(uint64_t length, uint64_t chunk, size_t a_slots, size
   if (chunks == 1) {
     // Nothing to overlap: the three steps on this thread, without hand-offs.
     for (const StageHop* step : {&steps.fill, &steps.carry, &steps.drain}) {
-      if (absl::Status st = (*step)(0, 0, 0, length); !st.ok()) return st;
+      GPUMOVE_RETURN_IF_ERROR((*step)(0, 0, 0, length));
     }
     if (progress) progress(length);
     return absl::OkStatus();

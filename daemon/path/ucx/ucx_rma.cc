@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/path/ucx/ucx_transport_impl.h"
 
 namespace gpumove {
@@ -225,7 +226,7 @@ absl::Status UcxTransport::Impl::RunOps(
     done += current->length;
     if (progress && !progress(done) && done < total) stopped = true;
     if (stopped && next != nullptr) {
-      if (absl::Status n = wait(*next); !n.ok()) return n;
+      GPUMOVE_RETURN_IF_ERROR(wait(*next));
       done += next->length;
       flushed = next->flush_after;
       next = nullptr;
@@ -240,7 +241,7 @@ absl::Status UcxTransport::Impl::RunOps(
     flush->put = true;
     flush->flush = true;
     flush->remote = remote;
-    if (absl::Status st = wait(*post(flush)); !st.ok()) return st;
+    GPUMOVE_RETURN_IF_ERROR(wait(*post(flush)));
   }
   if (stopped && done < total) return absl::CancelledError("cancelled");
   return absl::OkStatus();

@@ -1,3 +1,4 @@
+#include "daemon/common/status_macros.h"
 #include "daemon/path/ucx/ucx_wire_check.h"
 
 #include <algorithm>
@@ -245,7 +246,7 @@ absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddr
     absl::Status st = CheckUcxRkey(k);
     return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
   };
-  if (absl::Status st = address(d.ucx_worker_address(), "UCX worker address"); !st.ok()) return st;
+  GPUMOVE_RETURN_IF_ERROR(address(d.ucx_worker_address(), "UCX worker address"));
   for (int i = 0; i < d.pools_size(); ++i) {
     if (absl::Status st = rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")); !st.ok()) {
       return st;
