@@ -22,7 +22,7 @@
 #include "daemon/help.h"
 #include "daemon/path/mpi/mpi_transport.h"
 #include "daemon/path/ucx/ucx_transport.h"
-#include "daemon/server/daemon.h"
+#include "daemon/app/daemon.h"
 #include "daemon/server/service_manager.h"
 
 ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:7470"},
