@@ -136,7 +136,7 @@ struct MpiPathOptions {
 };
 
 // Everything a daemon is started with, one struct per module: a new flag touches its
-// module's struct and daemon/main.cc.
+// module's struct and daemon/app/flags.cc.
 struct DaemonOptions {
   std::string node;  // Empty: the host name.
   PoolSizes pools;
