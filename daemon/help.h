@@ -11,7 +11,7 @@ namespace gpumove {
 // Which help `argv` asks for: 0 none, 1 --help (-h, -help, --helpshort), 2 --helpfull.
 int HelpAsked(int argc, char** argv);
 // The help text for flags defined in `defined_in` (a file name suffix, e.g.
-// "daemon/main.cc").
+// "daemon/app/flags.cc").
 std::string DaemonHelp(const std::string& defined_in, bool full);
 
 }  // namespace gpumove

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "daemon/server/daemon.h"
+#include "daemon/app/daemon.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 

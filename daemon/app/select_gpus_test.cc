@@ -1,7 +1,7 @@
 // --gpus: which of a node's GPUs a daemon serves, by index or UUID.
 #include <gtest/gtest.h>
 
-#include "daemon/server/daemon.h"
+#include "daemon/app/daemon.h"
 
 namespace gpumove {
 namespace {

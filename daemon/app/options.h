@@ -1,43 +1,25 @@
-// One gpumoved: GPU runtime, pools, buffer registry, engines, transfer scheduler and the
-// gRPC server, started together and stopped in order.
-#ifndef GPUMOVE_DAEMON_SERVER_DAEMON_H_
-#define GPUMOVE_DAEMON_SERVER_DAEMON_H_
+// What a daemon is started with: one options struct per module, gathered in DaemonOptions,
+// and the machine-dependent defaults filled in from the number of CPUs.
+#ifndef GPUMOVE_DAEMON_APP_OPTIONS_H_
+#define GPUMOVE_DAEMON_APP_OPTIONS_H_
 
-#include <grpcpp/grpcpp.h>
-
-#include <functional>
-#include <memory>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/holds.h"
-#include "daemon/cluster/remote_ranges.h"
-#include "daemon/common/watched_files.h"
-#include "daemon/core/buffer_registry.h"
 #include "daemon/core/prepared_pieces.h"
 #include "daemon/core/transfer_scheduler.h"
-#include "daemon/gpu/gpu.h"
-#include "daemon/gpu/ipc.h"
-#include "daemon/gpu/own_memory.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
-#include "daemon/path/local/local_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/path/mpi/mpi_transport.h"
-#include "daemon/path/ucx/ucx_engine.h"
+#include "daemon/path/staging/staging.h"
 #include "daemon/path/ucx/ucx_transport.h"
-#include "daemon/server/buffer_service.h"
-#include "daemon/server/listeners.h"
-#include "daemon/server/metrics.h"
-#include "daemon/server/node_service.h"
-#include "daemon/server/peer_calls.h"
-#include "daemon/server/peer_service.h"
+#include "daemon/server/call_limits.h"
 #include "daemon/server/tls.h"
-#include "daemon/server/transfer_service.h"
 
 namespace gpumove {
 
@@ -154,7 +136,7 @@ struct MpiPathOptions {
 };
 
 // Everything a daemon is started with, one struct per module: a new flag touches its
-// module's struct and main.cc.
+// module's struct and daemon/app/flags.cc.
 struct DaemonOptions {
   std::string node;  // Empty: the host name.
   PoolSizes pools;
@@ -207,121 +189,6 @@ struct DaemonOptions {
 // The one place where the number of CPUs picks a default.
 DaemonOptions WithMachineDefaults(DaemonOptions options, unsigned cpus);
 
-class Daemon {
- public:
-  static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonOptions options);
-  ~Daemon();
-
-  // Addresses actually bound (port 0 resolved).
-  const std::vector<std::string>& addresses() const { return addresses_; }
-  const std::string& node() const { return node_; }
-  // A channel to this daemon's services inside the process (no socket): for in-process
-  // drivers such as the service fuzzer.
-  std::shared_ptr<grpc::Channel> InProcessChannel();
-
-  // Drains: health NOT_SERVING and new Submits refused at once; queued and running
-  // transfers get until `grace` to finish, then the rest are cancelled; then the server
-  // stops. Safe to call once.
-  void Shutdown(absl::Duration grace);
-  // Cancels every transfer now (a second signal during a drain).
-  void CancelAll();
-  // Blocks until the server has stopped.
-  void Wait();
-
- private:
-  Daemon() = default;
-
-  // The steps of Start, in order: each makes one part of the daemon from its options and
-  // the parts made before it.
-  absl::Status JoinMpiJob(DaemonOptions& options);  // As a rank: names, address, peers.
-  absl::Status FindGpus(const DaemonOptions& options);
-  absl::Status StartUcx(const DaemonOptions& options);  // Before the pools it allocates.
-  // What UCX's progress threads run first: this node's first GPU's context made current.
-  std::function<void()> UcxThreadSetup() const;
-  absl::Status MakePools(const DaemonOptions& options);         // And the extra UCX lanes.
-  absl::Status ShareDevicePools(const DaemonOptions& options);  // Over CUDA IPC.
-  absl::Status MakeRegistry(const DaemonOptions& options);
-  // This node's descriptor for peers (pools registered with UCX, lanes, peer calls).
-  absl::Status DescribeSelf(const DaemonOptions& options);
-  absl::Status JoinCluster(const DaemonOptions& options);  // Membership, remote ranges.
-  absl::Status MakeEngines(const DaemonOptions& options);  // And the hold table.
-  absl::Status StartMetrics(const DaemonOptions& options);
-  absl::Status MakeScheduler(const DaemonOptions& options);
-  absl::Status MakeServices(const DaemonOptions& options);  // Public API and peer protocol.
-  absl::Status Serve(const DaemonOptions& options);         // The gRPC server.
-  // The address peers use, the MPI job's other ranks, the cluster's heartbeats, health.
-  absl::Status Advertise(const DaemonOptions& options);
-
-  // What Start's steps hand on: the GPUs used, the engines, how ranges are hashed, this
-  // node's descriptor, and one line per data plane for Info.
-  std::vector<int> gpus_;
-  std::vector<Engine*> engines_;
-  RangeHasher hasher_;
-  peer::v1::NodeDescriptor self_;
-  struct {
-    std::string mpi, ucx, ipc;
-  } summary_;
-
-  std::string node_;
-  std::vector<std::string> addresses_;
-  // Before what stamps or checks peer calls with it (the cluster holds it too).
-  std::shared_ptr<PeerAuth> peer_auth_;
-  std::unique_ptr<WatchedFiles> secret_watcher_;  // Gives peer_auth_ changed secrets.
-  std::unique_ptr<GpuRuntime> gpu_;
-  // Before pools_: host pools may live in memory UCX allocated.
-  std::unique_ptr<UcxTransport> ucx_;
-  std::unique_ptr<UcxHostMemory> ucx_memory_;
-  std::unique_ptr<PoolSet> pools_;
-  // UCX lanes besides ucx_ (lane 1 first); after pools_: they register its memory.
-  std::vector<std::unique_ptr<UcxTransport>> ucx_lanes_;
-  // Before registry_: imported buffers hold mappings from it.
-  std::unique_ptr<IpcTable> ipc_;
-  std::unique_ptr<OwnDeviceMemory> own_memory_;  // Exportable buffers'; outlives registry_.
-  // Before registry_ and the scheduler, which count against them; the watcher re-reads
-  // the quota file.
-  std::unique_ptr<Quotas> quotas_;
-  std::unique_ptr<WatchedFiles> quotas_watcher_;
-  std::unique_ptr<BufferRegistry> registry_;
-  // Before holds_: MPI halves of held ranges use them.
-  std::unique_ptr<MpiTransport> mpi_;
-  std::unique_ptr<MpiEngine> mpi_engine_;
-  // Before holds_ and the scheduler, which publish to it.
-  std::unique_ptr<NotificationLog> notifications_;
-  std::unique_ptr<PreparedPieceLists> prepared_;
-  std::unique_ptr<HoldTable> holds_;
-  // The paths' holding sides (those this node runs), for the peer handler.
-  std::unique_ptr<CudaIpcHolder> cuda_ipc_holder_;
-  std::unique_ptr<UcxHolder> ucx_holder_;
-  std::unique_ptr<StageHolder> stage_holder_;
-  std::unique_ptr<MpiHolder> mpi_holder_;
-  std::vector<PathHolder*> holders_;
-  std::unique_ptr<UcxEngine> ucx_engine_;
-  std::unique_ptr<LocalEngine> local_engine_;
-  std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;
-  std::unique_ptr<Cluster> cluster_;
-  // Before remote_ranges_, which calls peers through it.
-  std::unique_ptr<UcxPeerCalls> peer_calls_;
-  std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
-  std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<TransferScheduler> scheduler_;
-  std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
-  std::unique_ptr<BufferServiceImpl> buffer_service_;
-  std::unique_ptr<TransferServiceImpl> transfer_service_;
-  bool introspection_ = false;  // Reflection and channelz served.
-  std::unique_ptr<LongCalls> long_calls_;
-  std::unique_ptr<NodeServiceImpl> node_service_;
-  // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).
-  std::unique_ptr<PeerHandler> peer_handler_;
-  std::unique_ptr<PeerServiceImpl> peer_service_;
-  std::unique_ptr<TlsFiles> tls_;         // Before server_: its ports use the credentials.
-  std::unique_ptr<Listeners> listeners_;  // Stopped before server_ shuts down.
-  std::unique_ptr<grpc::Server> server_;
-};
-
-// Resolves a --gpus value against the devices present: indexes to use.
-absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec,
-                                            const std::vector<GpuDevice>& devices);
-
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_SERVER_DAEMON_H_
+#endif  // GPUMOVE_DAEMON_APP_OPTIONS_H_

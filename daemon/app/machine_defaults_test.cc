@@ -1,6 +1,6 @@
 // The machine-dependent defaults, picked in one place (WithMachineDefaults).
 #include "absl/time/time.h"
-#include "daemon/server/daemon.h"
+#include "daemon/app/daemon.h"
 #include "gtest/gtest.h"
 
 namespace gpumove {
