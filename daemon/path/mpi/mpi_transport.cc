@@ -1,7 +1,8 @@
+// MpiTransport's start and finalisation and the calls other threads make (post, wait,
+// cancel, fail a peer); the MPI thread's loop that serves them is in mpi_transport_loop.cc.
 #include "daemon/path/mpi/mpi_transport.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -12,10 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/common/log.h"
+#include "daemon/path/mpi/mpi_transport_impl.h"
 
 #ifdef GPUMOVE_HAVE_MPI
 #include <dlfcn.h>
-#include <mpi.h>
 #endif
 
 namespace gpumove {
@@ -27,28 +28,6 @@ bool MpiTransport::LaunchedByMpi() {
   }
   return false;
 }
-
-struct MpiTransport::Op {
-  bool send = false;
-  bool patient = false;  // A receive posted ahead of its sender (see Irecv).
-  bool woken = false;    // Its sender said it started (see Wake); the MPI thread's.
-  int32_t payload = 0;   // A wake's tag: a wake sends these four bytes.
-  void* data = nullptr;
-  uint64_t n = 0;
-  Parts parts;  // parts.at nonempty: a derived datatype of these (IsendParts).
-  int peer = 0;
-  int tag = 0;
-  uint64_t generation = 0;
-  absl::Time posted;
-  absl::Duration timeout;
-  // Written under mu_ by the MPI thread.
-  bool done = false;               // Waiters may return: status/count are final.
-  std::atomic<bool> ready{false};  // done, for a waiter polling without the lock.
-  bool finished = false;           // MPI is done with the buffer.
-  bool cancel_asked = false;
-  absl::Status status;
-  uint64_t count = 0;
-};
 
 uint64_t MpiParts::bytes() const {
   if (lengths.empty()) return block * at.size();
@@ -91,19 +70,10 @@ size_t MpiTransport::pending() const { return 0; }
 
 #else  // GPUMOVE_HAVE_MPI
 
+using mpi_internal::MpiError;
+using mpi_internal::MpiStatus;
+
 namespace {
-
-std::string MpiError(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return absl::StrCat("MPI error ", code);
-  return std::string(text, len);
-}
-
-absl::Status MpiStatus(int code, const char* what) {
-  if (code == MPI_SUCCESS) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(what, ": ", MpiError(code)));
-}
 
 // Whether the library the daemon runs with (not the headers it was built with) takes
 // device pointers, asked the way each family answers: the symbols are looked up at run
@@ -210,245 +180,6 @@ MpiTransport::~MpiTransport() {
   }
   thread_.join();
 }
-
-void MpiTransport::Loop() {
-  std::vector<MPI_Request> requests;
-  std::vector<std::shared_ptr<Op>> ops;
-  std::vector<int> indexes;
-  std::vector<MPI_Status> statuses;
-  // New work for this thread (ends a wait or a nap).
-  auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stop_ || !to_post_.empty() || !tasks_.empty() || !to_cancel_.empty();
-  };
-  // See MpiOptions::poll_window.
-  absl::Time last_activity = absl::Now();
-  // Wakes from other ranks (see Wake): one receive from any rank under the wake tag,
-  // reposted after each. A library that fails it (a rank died) ends the wakes, and
-  // patient receives then nap as they did before any wake.
-  int32_t wake_buf = 0;
-  MPI_Request wake = MPI_REQUEST_NULL;
-  // Wakes that came before their receives were posted here (rank, tag), latest last.
-  std::deque<std::pair<int, int>> early_wakes;
-  auto post_wake = [&] {
-    if (MPI_Irecv(&wake_buf, sizeof(wake_buf), MPI_BYTE, MPI_ANY_SOURCE, wake_tag(), MPI_COMM_WORLD,
-                  &wake) != MPI_SUCCESS) {
-      wake = MPI_REQUEST_NULL;
-    }
-  };
-  post_wake();
-  auto take_wakes = [&] {
-    while (wake != MPI_REQUEST_NULL) {
-      int flag = 0;
-      MPI_Status s;
-      const int rc = MPI_Test(&wake, &flag, &s);
-      if (rc != MPI_SUCCESS) {
-        LOG(WARNING) << "MPI wake receive failed (" << MpiError(rc)
-                     << "); patient receives nap when idle from now on";
-        wake = MPI_REQUEST_NULL;
-        return;
-      }
-      if (!flag) return;
-      last_activity = absl::Now();
-      int found = 0;
-      for (auto& op : ops) {
-        if (!op->send && op->patient && op->peer == s.MPI_SOURCE && op->tag == wake_buf) {
-          op->woken = true;
-          ++found;
-        }
-      }
-      VLOG(2) << "MPI: rank " << s.MPI_SOURCE << " starts sending tag " << wake_buf << " (" << found
-              << " receive(s) here)";
-      if (found == 0) {
-        early_wakes.emplace_back(s.MPI_SOURCE, wake_buf);
-        if (early_wakes.size() > 256) early_wakes.pop_front();
-      }
-      post_wake();
-    }
-  };
-  auto stop_wakes = [&] {
-    if (wake == MPI_REQUEST_NULL) return;
-    MPI_Cancel(&wake);
-    MPI_Wait(&wake, MPI_STATUS_IGNORE);
-  };
-  absl::Time stop_deadline = absl::InfiniteFuture();
-  auto finish = [this](Op& op, absl::Status status, uint64_t count) {
-    mu_.AssertHeld();
-    op.finished = true;
-    if (!op.done) {
-      op.done = true;
-      op.status = std::move(status);
-      op.count = count;
-      op.ready.store(true, std::memory_order_release);
-    }
-    --in_flight_;
-  };
-  while (true) {
-    std::deque<std::shared_ptr<Op>> post, cancel;
-    std::deque<std::function<void()>> tasks;
-    {
-      absl::MutexLock lock(&mu_);
-      // Nothing in MPI's hands: wait for work, unless polling (see MpiOptions::spin).
-      if (ops.empty() && !(options_.spin && absl::Now() - last_activity < options_.poll_window)) {
-        mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
-      }
-      post.swap(to_post_);
-      cancel.swap(to_cancel_);
-      tasks.swap(tasks_);
-      if (stop_ && stop_deadline == absl::InfiniteFuture()) {
-        stop_deadline = absl::Now() + absl::Seconds(2);
-        for (auto& op : ops) {
-          if (!op->send) cancel.push_back(op);
-        }
-      }
-      if (stop_ && tasks.empty() && post.empty() && (ops.empty() || absl::Now() > stop_deadline)) {
-        for (auto& op : ops) finish(*op, absl::UnavailableError("daemon stopping"), 0);
-        for (auto& op : post) finish(*op, absl::UnavailableError("daemon stopping"), 0);
-        stop_wakes();
-        break;
-      }
-    }
-    if (!post.empty() || !tasks.empty()) last_activity = absl::Now();
-    for (auto& task : tasks) task();
-    for (auto& op : post) {
-      MPI_Request r = MPI_REQUEST_NULL;
-      int count = static_cast<int>(op->n);
-      MPI_Datatype type = MPI_BYTE;
-      int rc = MPI_SUCCESS;
-      if (!op->parts.at.empty()) {
-        // One of the derived type, freed once posted (MPI keeps it for the operation).
-        const Parts& p = op->parts;
-        std::vector<MPI_Aint> at(p.at.begin(), p.at.end());
-        rc = p.lengths.empty()
-                 ? MPI_Type_create_hindexed_block(static_cast<int>(at.size()),
-                                                  static_cast<int>(p.block), at.data(), MPI_BYTE,
-                                                  &type)
-                 : MPI_Type_create_hindexed(static_cast<int>(at.size()), p.lengths.data(),
-                                            at.data(), MPI_BYTE, &type);
-        if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&type);
-        count = 1;
-      }
-      if (rc == MPI_SUCCESS) {
-        rc = op->send ? MPI_Isend(op->data, count, type, op->peer, op->tag, MPI_COMM_WORLD, &r)
-                      : MPI_Irecv(op->data, count, type, op->peer, op->tag, MPI_COMM_WORLD, &r);
-      }
-      if (type != MPI_BYTE) MPI_Type_free(&type);
-      if (rc != MPI_SUCCESS) {
-        absl::MutexLock lock(&mu_);
-        finish(*op, MpiStatus(rc, op->send ? "MPI_Isend" : "MPI_Irecv"), 0);
-        continue;
-      }
-      // A wake that came first counts for every receive of its move, so it stays in the
-      // list (a tag that comes round again much later at most polls where it could nap).
-      if (op->patient && std::find(early_wakes.begin(), early_wakes.end(),
-                                   std::make_pair(op->peer, op->tag)) != early_wakes.end()) {
-        op->woken = true;
-      }
-      requests.push_back(r);
-      ops.push_back(std::move(op));
-    }
-    auto cancel_at = [&](size_t i) {
-      if (ops[i]->send || ops[i]->cancel_asked) return;
-      ops[i]->cancel_asked = true;
-      MPI_Cancel(&requests[i]);
-    };
-    for (auto& op : cancel) {
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i] == op) cancel_at(i);
-      }
-    }
-    take_wakes();
-    if (ops.empty()) {
-      if (tasks.empty() && post.empty()) std::this_thread::yield();  // Polling idle.
-      continue;
-    }
-    // Timeouts: a receive is cancelled (and ends when MPI lets go of it); a send is
-    // reported failed now and left to MPI.
-    const absl::Time now = absl::Now();
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (now - ops[i]->posted < ops[i]->timeout) continue;
-      if (!ops[i]->send) {
-        cancel_at(i);
-      } else {
-        absl::MutexLock lock(&mu_);
-        if (!ops[i]->done) {
-          ops[i]->done = true;
-          ops[i]->ready.store(true, std::memory_order_release);
-          ops[i]->status = absl::UnavailableError(
-              absl::StrCat("MPI send to rank ", ops[i]->peer, " did not complete in ",
-                           absl::FormatDuration(options_.op_timeout)));
-        }
-      }
-    }
-    indexes.resize(ops.size());
-    statuses.resize(ops.size());
-    int completed = 0;
-    const int rc = MPI_Testsome(static_cast<int>(ops.size()), requests.data(), &completed,
-                                indexes.data(), statuses.data());
-    if (completed == MPI_UNDEFINED) completed = 0;
-    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-      // The library could not say which request failed: fail them all.
-      LOG(ERROR) << "MPI_Testsome: " << MpiError(rc) << "; failing " << ops.size()
-                 << " operation(s)";
-      absl::MutexLock lock(&mu_);
-      for (auto& op : ops) finish(*op, MpiStatus(rc, "MPI_Testsome"), 0);
-      ops.clear();
-      requests.clear();
-      continue;
-    }
-    if (completed == 0) {
-      // Bytes may be on their way for a send not yet timed out (one to a rank that died
-      // stays with MPI), a receive of a running move, a woken patient receive.
-      const bool running = std::any_of(ops.begin(), ops.end(), [](const auto& op) {
-        return op->send ? !op->done : !op->patient || op->woken;
-      });
-      if (!running && absl::Now() - last_activity > options_.poll_window) {
-        // Long waits (a patient receive, a slow peer) nap, and new work ends the nap.
-        absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&work), absl::Microseconds(50));
-      } else {
-        std::this_thread::yield();
-      }
-      continue;
-    }
-    last_activity = absl::Now();
-    {
-      absl::MutexLock lock(&mu_);
-      for (int k = 0; k < completed; ++k) {
-        Op& op = *ops[indexes[k]];
-        MPI_Status& s = statuses[k];
-        if (rc == MPI_ERR_IN_STATUS && s.MPI_ERROR != MPI_SUCCESS) {
-          finish(op,
-                 absl::UnavailableError(absl::StrCat(op.send ? "send to" : "receive from", " rank ",
-                                                     op.peer, ": ", MpiError(s.MPI_ERROR))),
-                 0);
-          continue;
-        }
-        int cancelled = 0;
-        MPI_Test_cancelled(&s, &cancelled);
-        if (cancelled) {
-          finish(op, absl::CancelledError("receive cancelled"), 0);
-          continue;
-        }
-        int count = static_cast<int>(op.n);
-        if (!op.send) MPI_Get_count(&s, MPI_BYTE, &count);
-        finish(op, absl::OkStatus(), static_cast<uint64_t>(count));
-      }
-    }
-    // Drop what completed (Testsome set their requests to MPI_REQUEST_NULL).
-    size_t keep = 0;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (requests[i] == MPI_REQUEST_NULL) continue;
-      requests[keep] = requests[i];
-      ops[keep++] = std::move(ops[i]);
-    }
-    requests.resize(keep);
-    ops.resize(keep);
-  }
-  MPI_Finalize();
-  absl::MutexLock lock(&mu_);
-  finalized_ = true;
-}
-
 absl::Status MpiTransport::RunOnMpiThread(std::function<absl::Status()> fn) {
   auto done = std::make_shared<absl::Notification>();
   auto status = std::make_shared<absl::Status>();

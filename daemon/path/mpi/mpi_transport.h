@@ -1,7 +1,7 @@
 // The daemon's MPI library use, all of it: one thread initialises MPI, makes every MPI call
 // and finalises it; other threads hand it point-to-point operations and wait for them.
 // Built against Open MPI (default), MPICH (--config=mpich) or without MPI
-// (--config=nompi: Start says so). This is the only file that includes mpi.h.
+// (--config=nompi: Start says so). Only its files (mpi_transport*) include mpi.h.
 #ifndef GPUMOVE_DAEMON_PATH_MPI_TRANSPORT_H_
 #define GPUMOVE_DAEMON_PATH_MPI_TRANSPORT_H_
 
@@ -121,7 +121,33 @@ class MpiTransport {
 
  private:
   explicit MpiTransport(MpiOptions options) : options_(options) {}
+  // The MPI thread's loop and its steps (mpi_transport_loop.cc), over state of its own kept
+  // from one round to the next.
+  struct LoopState;
   void Loop();
+  // New work for this thread (ends a wait or a nap).
+  bool NewWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Takes the queued work (waiting for some while MPI has none); false: stopping, with
+  // every operation finished.
+  bool TakeWork(LoopState& loop, std::deque<std::shared_ptr<Op>>& post,
+                std::deque<std::shared_ptr<Op>>& cancel, std::deque<std::function<void()>>& tasks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands `op` to MPI (into loop.ops), or finishes it with the library's error.
+  void PostOp(LoopState& loop, std::shared_ptr<Op>& op) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels receive loop.ops[i] (once; sends are not cancelled).
+  void CancelAt(LoopState& loop, size_t i);
+  void PostWake(LoopState& loop);
+  // Marks the patient receives each wake that came is for.
+  void TakeWakes(LoopState& loop);
+  void StopWakes(LoopState& loop);
+  void TimeOut(LoopState& loop) ABSL_LOCKS_EXCLUDED(mu_);
+  // MPI_Testsome over loop.ops: finishes and drops what completed, or naps or polls.
+  void TestOps(LoopState& loop) ABSL_LOCKS_EXCLUDED(mu_);
+  void NapOrPoll(LoopState& loop) ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishCompleted(LoopState& loop, int completed, int rc) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends `op`: MPI is done with its buffer, and its waiters get `status` (unless it was
+  // reported failed before, as a send that timed out).
+  void Finish(Op& op, absl::Status status, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs fn on the MPI thread and waits for it.
   absl::Status RunOnMpiThread(std::function<absl::Status()> fn);
   // `wake`: a wake (see Wake) telling `peer` about this tag; the only ops under wake_tag().
