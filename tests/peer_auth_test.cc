@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/auth.h"
 #include "gtest/gtest.h"

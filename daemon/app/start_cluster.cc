@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/app/daemon.h"
 #include "daemon/app/start_facts.h"
-#include "daemon/cluster/kinds.h"
+#include "daemon/peer/kinds.h"
 #include "daemon/cluster/peer_auth.h"
 #include "daemon/common/log.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"

@@ -2,7 +2,7 @@
 // and a path's offer is made only from its own part of the answer.
 #include <gtest/gtest.h>
 
-#include "daemon/cluster/kinds.h"
+#include "daemon/peer/kinds.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"
 #include "daemon/path/mpi/mpi_protocol.h"
 #include "daemon/path/ucx/ucx_protocol.h"

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/cluster/kinds.h"
+#include "daemon/peer/kinds.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "proto/gpumove/v1/gpumove.pb.h"

@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/memory/pool.h"
 

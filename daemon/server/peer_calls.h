@@ -17,7 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/peer_auth.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/peer_handler.h"
 

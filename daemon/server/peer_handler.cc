@@ -3,7 +3,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/common/status_macros.h"

@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/holds.h"
-#include "daemon/cluster/path_holder.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/holds.h"
+#include "daemon/peer/path_holder.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/path/mpi/mpi_holder.h"
 #include "daemon/path/ucx/stage_holder.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"

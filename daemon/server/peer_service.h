@@ -4,7 +4,7 @@
 #define GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
 
 #include "daemon/cluster/peer_auth.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/peer_handler.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"

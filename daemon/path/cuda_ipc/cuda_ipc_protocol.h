@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/cluster/path_codec.h"
-#include "daemon/cluster/path_holder.h"
+#include "daemon/peer/path_codec.h"
+#include "daemon/peer/path_holder.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 

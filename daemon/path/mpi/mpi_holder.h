@@ -10,8 +10,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/holds.h"
-#include "daemon/cluster/path_holder.h"
+#include "daemon/peer/holds.h"
+#include "daemon/peer/path_holder.h"
 #include "daemon/path/mpi/mpi_engine.h"
 
 namespace gpumove {

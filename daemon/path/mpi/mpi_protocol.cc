@@ -56,4 +56,4 @@ absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold) {
 
 }  // namespace gpumove
 
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/piece_list.h"

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "daemon/cluster/path_codec.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/path_codec.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/common/segment.h"
 
 namespace gpumove {

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "daemon/cluster/kinds.h"
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/kinds.h"
+#include "daemon/peer/piece_list.h"
 
 namespace gpumove {
 

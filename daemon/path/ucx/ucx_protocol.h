@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/path_codec.h"
-#include "daemon/cluster/path_holder.h"
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/path_codec.h"
+#include "daemon/peer/path_holder.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {

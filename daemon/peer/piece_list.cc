@@ -1,4 +1,4 @@
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/piece_list.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,4 +1,4 @@
-#include "daemon/cluster/holds.h"
+#include "daemon/peer/holds.h"
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"

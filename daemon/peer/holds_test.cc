@@ -1,4 +1,4 @@
-#include "daemon/cluster/holds.h"
+#include "daemon/peer/holds.h"
 
 #include <gtest/gtest.h>
 

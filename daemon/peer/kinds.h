@@ -1,8 +1,8 @@
 // Memory kinds and paths on the wire (gpumove.v1 enums, which the peer protocol uses
 // too): the one place they are translated. An unknown value is INVALID_ARGUMENT, never
 // taken for another.
-#ifndef GPUMOVE_DAEMON_CLUSTER_KINDS_H_
-#define GPUMOVE_DAEMON_CLUSTER_KINDS_H_
+#ifndef GPUMOVE_DAEMON_PEER_KINDS_H_
+#define GPUMOVE_DAEMON_PEER_KINDS_H_
 
 #include "absl/status/statusor.h"
 #include "daemon/core/engine.h"
@@ -18,4 +18,4 @@ v1::Path ToProto(PathKind path);
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_CLUSTER_KINDS_H_
+#endif  // GPUMOVE_DAEMON_PEER_KINDS_H_

@@ -2,8 +2,8 @@
 // ranges. Each path that needs a say adds its offer to the hold's answer and may keep a
 // part of its own with the hold (bounce slots, an MPI half), which ends with it. The
 // hold table and the peer handler call every holder and read none of their parts.
-#ifndef GPUMOVE_DAEMON_CLUSTER_PATH_HOLDER_H_
-#define GPUMOVE_DAEMON_CLUSTER_PATH_HOLDER_H_
+#ifndef GPUMOVE_DAEMON_PEER_PATH_HOLDER_H_
+#define GPUMOVE_DAEMON_PEER_PATH_HOLDER_H_
 
 #include <functional>
 #include <memory>
@@ -48,4 +48,4 @@ class PathHolder {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_CLUSTER_PATH_HOLDER_H_
+#endif  // GPUMOVE_DAEMON_PEER_PATH_HOLDER_H_

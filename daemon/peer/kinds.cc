@@ -1,4 +1,4 @@
-#include "daemon/cluster/kinds.h"
+#include "daemon/peer/kinds.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,8 +1,8 @@
 // The holding side of node-to-node moves: ranges of this node's buffers held in use for
 // moves that other nodes run, from PrepareRemote until CompleteRemote, or until the
 // runner is seen down or restarted, each with its paths' parts (path_holder.h).
-#ifndef GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
-#define GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
+#ifndef GPUMOVE_DAEMON_PEER_HOLDS_H_
+#define GPUMOVE_DAEMON_PEER_HOLDS_H_
 
 #include <atomic>
 #include <deque>
@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/cluster/path_holder.h"
+#include "daemon/peer/path_holder.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
 #include "daemon/core/notifications.h"
@@ -174,4 +174,4 @@ class HoldTable {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_CLUSTER_HOLDS_H_
+#endif  // GPUMOVE_DAEMON_PEER_HOLDS_H_

@@ -1,10 +1,10 @@
-#include "daemon/cluster/remote_ranges.h"
+#include "daemon/peer/remote_ranges.h"
 
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/cluster/kinds.h"
-#include "daemon/cluster/piece_list.h"
+#include "daemon/peer/kinds.h"
+#include "daemon/peer/piece_list.h"
 #include "daemon/common/log.h"
 
 namespace gpumove {

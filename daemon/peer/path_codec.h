@@ -2,8 +2,8 @@
 // path asks of the holder into the hold request, and reads its path's offer from the
 // holder's answer. One codec per path, in the path's module; the cluster calls every
 // codec and reads none of their fields.
-#ifndef GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_
-#define GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_
+#ifndef GPUMOVE_DAEMON_PEER_PATH_CODEC_H_
+#define GPUMOVE_DAEMON_PEER_PATH_CODEC_H_
 
 #include <memory>
 
@@ -30,4 +30,4 @@ class PathCodec {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_CLUSTER_PATH_CODEC_H_
+#endif  // GPUMOVE_DAEMON_PEER_PATH_CODEC_H_

@@ -1,7 +1,7 @@
 // RemoteRanges over the peer service: how the scheduler holds, reaches and releases
 // ranges on other nodes.
-#ifndef GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
-#define GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
+#ifndef GPUMOVE_DAEMON_PEER_REMOTE_RANGES_H_
+#define GPUMOVE_DAEMON_PEER_REMOTE_RANGES_H_
 
 #include <atomic>
 #include <deque>
@@ -14,7 +14,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/cluster/path_codec.h"
+#include "daemon/peer/path_codec.h"
 #include "daemon/core/engine.h"
 
 namespace gpumove {
@@ -201,4 +201,4 @@ class ClusterRemoteRanges : public RemoteRanges {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_CLUSTER_REMOTE_RANGES_H_
+#endif  // GPUMOVE_DAEMON_PEER_REMOTE_RANGES_H_
