@@ -36,8 +36,8 @@
 #include "daemon/server/listeners.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
-#include "daemon/server/peer_calls.h"
-#include "daemon/server/peer_service.h"
+#include "daemon/peer/peer_calls.h"
+#include "daemon/peer/peer_service.h"
 #include "daemon/server/tls.h"
 #include "daemon/server/transfer_service.h"
 

@@ -40,13 +40,10 @@ absl::Status NoHold(const std::string& from_node, const std::string& transfer_id
 
 }  // namespace
 
-absl::StatusOr<HoldTable::Held> HoldTable::Hold(const std::string& from_node,
-                                                uint64_t from_incarnation,
-                                                const std::string& transfer_id,
-                                                const std::string& owner,
-                                                const std::string& buffer_id, uint64_t offset,
-                                                uint64_t length, const PartMaker& make,
-                                                HoldAsk ask) {
+absl::StatusOr<HoldTable::Held> HoldTable::Hold(
+    const std::string& from_node, uint64_t from_incarnation, const std::string& transfer_id,
+    const std::string& owner, const std::string& buffer_id, uint64_t offset, uint64_t length,
+    const PartMaker& make, HoldAsk ask) {
   std::optional<std::string>& notify = ask.notify;
   if (notify.has_value() && notifications_ == nullptr) {
     return absl::FailedPreconditionError("this node publishes no notifications");
@@ -177,17 +174,17 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     return 0;
   }
   const Endpoint here{u.data(), u.kind(), u.device()};
-  auto hash = entry->pieces != nullptr ? piece_hasher_(here, *entry->pieces)
-                                       : hasher_(here, u.length());
+  auto hash =
+      entry->pieces != nullptr ? piece_hasher_(here, *entry->pieces) : hasher_(here, u.length());
   if (hash.ok() && (!source_xxh3.has_value() || *source_xxh3 == *hash)) Publish(*entry);
   return hash;
 }
 
 void HoldTable::Publish(const Entry& entry) const {
   if (!entry.notify.has_value() || notifications_ == nullptr) return;
-  notifications_->Publish(entry.owner, Notification{entry.transfer_id, entry.from_node,
-                                                    entry.use.buffer_id(), *entry.notify,
-                                                    absl::Now()});
+  notifications_->Publish(entry.owner,
+                          Notification{entry.transfer_id, entry.from_node, entry.use.buffer_id(),
+                                       *entry.notify, absl::Now()});
 }
 
 bool HoldTable::AnswersFenceAtOnce(const AckFence& fence, bool checksum) const {
@@ -231,9 +228,8 @@ void HoldTable::EndLoop() {
     FenceWait wait;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !ending_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ending_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (ending_.empty()) return;  // Stopping, every hold ended.
       wait = ending_.front().wait;  // Left in the queue meanwhile, so size() counts it.

@@ -15,11 +15,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/peer/path_holder.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
 #include "daemon/core/notifications.h"
 #include "daemon/gpu/gpu.h"
+#include "daemon/peer/path_holder.h"
 
 namespace gpumove {
 

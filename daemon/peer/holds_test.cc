@@ -43,9 +43,9 @@ class FenceRecorder : public GpuRuntime {
     if (handle == "refused") return absl::InvalidArgumentError("not a fence");
     opened_.insert(handle);
     auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
-    if (deadline == absl::InfinitePast() ? !ended()
-                                         : !mu_.AwaitWithDeadline(absl::Condition(&ended),
-                                                                  deadline)) {
+    if (deadline == absl::InfinitePast()
+            ? !ended()
+            : !mu_.AwaitWithDeadline(absl::Condition(&ended), deadline)) {
       return absl::DeadlineExceededError("the copy runs on");
     }
     return absl::OkStatus();
@@ -130,8 +130,8 @@ class HoldTableTest : public ::testing::Test {
 // acknowledgement came (8 MiB at 16 GiB/s: half a millisecond), never more than the range.
 TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes) {
   auto table = Table(16ull << 30);  // 16 GiB/s.
-  for (const auto& [behind, counted] : std::vector<std::pair<uint64_t, uint64_t>>{
-           {8 << 20, 8 << 20}, {64 << 20, 16 << 20}}) {
+  for (const auto& [behind, counted] :
+       std::vector<std::pair<uint64_t, uint64_t>>{{8 << 20, 8 << 20}, {64 << 20, 16 << 20}}) {
     SCOPED_TRACE(behind);
     ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
     const absl::Time before = absl::Now();
@@ -361,8 +361,9 @@ TEST_F(HoldTableTest, AHoldInUseOutlivesItsEndAndRepeatsMakeNoParts) {
 TEST_F(HoldTableTest, PiecesAreCheckedAgainstTheRangeAndHashedInOrder) {
   std::vector<std::vector<uint64_t>> hashed;
   auto table = std::make_unique<HoldTable>(
-      registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
-      FencePolicy{&gpu_, 0}, nullptr, [&](const Endpoint&, const Segments& pieces) {
+      registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, FencePolicy{&gpu_, 0},
+      nullptr,
+      [&](const Endpoint&, const Segments& pieces) {
         std::vector<uint64_t> seen;
         for (const Segment& p : pieces.list) seen.push_back(p.src);
         hashed.push_back(seen);
@@ -392,9 +393,7 @@ TEST_F(HoldTableTest, PiecesAreCheckedAgainstTheRangeAndHashedInOrder) {
   }
   // A table that cannot hash pieces refuses them.
   auto plain = Table(0);
-  EXPECT_EQ(plain->Hold("node-a", 1, "p", "alice", buffer_, 0, 4096, nullptr, ask)
-                .status()
-                .code(),
+  EXPECT_EQ(plain->Hold("node-a", 1, "p", "alice", buffer_, 0, 4096, nullptr, ask).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -13,8 +13,7 @@ using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
 peer::v1::PieceList Encode(const Pieces& p) {
   peer::v1::PieceList list;
   EncodePieces(
-      p.size(), [&](size_t i) { return p[i].first; }, [&](size_t i) { return p[i].second; },
-      &list);
+      p.size(), [&](size_t i) { return p[i].first; }, [&](size_t i) { return p[i].second; }, &list);
   return list;
 }
 

@@ -3,9 +3,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/log.h"
 #include "daemon/peer/kinds.h"
 #include "daemon/peer/piece_list.h"
-#include "daemon/common/log.h"
 
 namespace gpumove {
 namespace {
@@ -284,10 +284,9 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hol
   peer::v1::CompleteRemoteRequest request;
   FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
   peer::v1::CompleteRemoteResponse response;
-  absl::Status st =
-      Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
-             &peer::v1::PeerService::Stub::CompleteRemote,
-             HashingTime(checksum && outcome.ok() ? hold.length : 0));
+  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
+                           &peer::v1::PeerService::Stub::CompleteRemote,
+                           HashingTime(checksum && outcome.ok() ? hold.length : 0));
   VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
   if (!st.ok()) return st;
   return response.xxh3();
@@ -378,9 +377,9 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
       if (p.checksum && p.outcome.ok()) hashed += p.hold.length;
     }
     peer::v1::CompleteRemoteBatchResponse response;
-    absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
-                             &peer::v1::PeerService::Stub::CompleteRemoteBatch,
-                             HashingTime(hashed));
+    absl::Status st =
+        Invoke(*peer, PeerMethod::kCompleteRemoteBatch, part, &response,
+               &peer::v1::PeerService::Stub::CompleteRemoteBatch, HashingTime(hashed));
     if (st.ok() && response.results_size() != part.items_size()) {
       st = absl::UnavailableError(absl::StrCat("node ", node, " answered ", response.results_size(),
                                                " of ", part.items_size(), " acknowledgements"));

@@ -14,8 +14,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/peer/path_codec.h"
 #include "daemon/core/engine.h"
+#include "daemon/peer/path_codec.h"
 
 namespace gpumove {
 
@@ -74,8 +74,8 @@ class ClusterRemoteRanges : public RemoteRanges {
 
   absl::StatusOr<RemoteHold> Prepare(const std::string& owner, const std::string& transfer_id,
                                      const std::string& node, const std::string& buffer_id,
-                                     uint64_t offset, uint64_t length, bool write,
-                                     PathKind path, bool local_device) override;
+                                     uint64_t offset, uint64_t length, bool write, PathKind path,
+                                     bool local_device) override;
   std::vector<absl::StatusOr<RemoteHold>> PrepareMany(const std::string& owner,
                                                       const std::string& node,
                                                       const std::vector<RemoteAsk>& asks) override;
@@ -120,7 +120,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   // Acknowledgements to one node.
   struct Acker {
     absl::Mutex mu;
-    bool busy ABSL_GUARDED_BY(mu) = false;  // A batch is being sent.
+    bool busy ABSL_GUARDED_BY(mu) = false;   // A batch is being sent.
     bool drain ABSL_GUARDED_BY(mu) = false;  // The drainer owns sending what queued.
     bool stop ABSL_GUARDED_BY(mu) = false;
     std::vector<PendingAck> queue ABSL_GUARDED_BY(mu);

@@ -7,14 +7,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/peer/kinds.h"
+#include "daemon/common/grpc_status.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
+#include "daemon/peer/kinds.h"
 #include "proto/gpumove/v1/gpumove.pb.h"
 
 namespace gpumove {
-
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 v1::TransferState ToProto(TransferState state);
 absl::StatusOr<TransferState> FromProto(v1::TransferState state);

@@ -1,13 +1,13 @@
-#include "daemon/server/peer_handler.h"
+#include "daemon/peer/peer_handler.h"
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/peer/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/server/convert.h"
+#include "daemon/peer/kinds.h"
+#include "daemon/peer/piece_list.h"
 
 namespace gpumove {
 
@@ -39,9 +39,9 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
   };
   for (const absl::Time until = absl::Now() + absl::Milliseconds(500); !met();) {
     if (absl::Now() >= until) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("node ", Quoted(request.from_node()), " (incarnation ",
-                       request.from_incarnation(), ") is not a peer of this node: say Hello first"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", Quoted(request.from_node()), " (incarnation ", request.from_incarnation(),
+          ") is not a peer of this node: say Hello first"));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }

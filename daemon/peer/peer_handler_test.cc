@@ -1,7 +1,7 @@
 // The peer protocol's holding side in-process: a PeerHandler over a real cluster table,
 // buffer registry and hold table, called as the gRPC and UCX adapters call it, with the
 // requests a peer (or a forger of peers) may send.
-#include "daemon/server/peer_handler.h"
+#include "daemon/peer/peer_handler.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
-#include "daemon/server/peer_calls.h"
+#include "daemon/peer/peer_calls.h"
 
 namespace gpumove {
 namespace {

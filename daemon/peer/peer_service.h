@@ -1,12 +1,12 @@
 // gpumove.peer.v1.PeerService over gRPC: a thin adapter onto the transport-neutral
 // PeerHandler, which checks each call's stamp first when the cluster has a secret.
-#ifndef GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
-#define GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
+#ifndef GPUMOVE_DAEMON_PEER_PEER_SERVICE_H_
+#define GPUMOVE_DAEMON_PEER_PEER_SERVICE_H_
 
 #include "daemon/cluster/peer_auth.h"
+#include "daemon/common/grpc_status.h"
+#include "daemon/peer/peer_handler.h"
 #include "daemon/peer/remote_ranges.h"
-#include "daemon/server/convert.h"
-#include "daemon/server/peer_handler.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 
 namespace gpumove {
@@ -104,4 +104,4 @@ class PeerServiceImpl final : public peer::v1::PeerService::Service {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_SERVER_PEER_SERVICE_H_
+#endif  // GPUMOVE_DAEMON_PEER_PEER_SERVICE_H_

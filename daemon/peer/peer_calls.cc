@@ -1,4 +1,4 @@
-#include "daemon/server/peer_calls.h"
+#include "daemon/peer/peer_calls.h"
 
 #include <algorithm>
 

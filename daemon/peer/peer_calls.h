@@ -3,8 +3,8 @@
 // worker instead of gRPC. On this kind of machine a gRPC round trip made from inside a
 // serving daemon costs 2-3x a bare echo (client/bench/rpc_probe); these calls are on
 // every remote move's critical path. Same messages, same handlers, same status codes.
-#ifndef GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
-#define GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
+#ifndef GPUMOVE_DAEMON_PEER_PEER_CALLS_H_
+#define GPUMOVE_DAEMON_PEER_PEER_CALLS_H_
 
 #include <atomic>
 #include <deque>
@@ -17,9 +17,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/peer_auth.h"
-#include "daemon/peer/remote_ranges.h"
 #include "daemon/path/ucx/ucx_transport.h"
-#include "daemon/server/peer_handler.h"
+#include "daemon/peer/peer_handler.h"
+#include "daemon/peer/remote_ranges.h"
 
 namespace gpumove {
 
@@ -124,4 +124,4 @@ class UcxPeerCalls : public PeerCallChannel {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_SERVER_PEER_CALLS_H_
+#endif  // GPUMOVE_DAEMON_PEER_PEER_CALLS_H_

@@ -1,16 +1,16 @@
 // The peer protocol's logic, transport-neutral: membership Hello and the holding side of
 // node-to-node moves, in absl::Status. Two thin adapters call it: the gRPC PeerService
 // (peer_service.h) and the UCX active-message channel (peer_calls.h).
-#ifndef GPUMOVE_DAEMON_SERVER_PEER_HANDLER_H_
-#define GPUMOVE_DAEMON_SERVER_PEER_HANDLER_H_
+#ifndef GPUMOVE_DAEMON_PEER_PEER_HANDLER_H_
+#define GPUMOVE_DAEMON_PEER_PEER_HANDLER_H_
 
 #include "absl/status/status.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/path/mpi/mpi_holder.h"
+#include "daemon/path/ucx/stage_holder.h"
 #include "daemon/peer/holds.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/peer/remote_ranges.h"
-#include "daemon/path/mpi/mpi_holder.h"
-#include "daemon/path/ucx/stage_holder.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
@@ -74,4 +74,4 @@ class PeerHandler {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_SERVER_PEER_HANDLER_H_
+#endif  // GPUMOVE_DAEMON_PEER_PEER_HANDLER_H_
