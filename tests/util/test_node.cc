@@ -6,10 +6,30 @@
 #include "tests/util/random_bytes.h"
 
 namespace gpumove {
+namespace {
+
+// How long a node waits for a peer's answer. Sanitizer builds run several times slower, and
+// on a loaded 2-CPU machine a busy peer's answer (a hold, an acknowledgement that hashes
+// hundreds of MiB) can take longer than 1.5 s without anything being wrong.
+constexpr const char* PeerTimeoutFlag() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return "--peer_timeout=4s";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return "--peer_timeout=4s";
+#else
+  return "--peer_timeout=1500ms";
+#endif
+#else
+  return "--peer_timeout=1500ms";
+#endif
+}
+
+}  // namespace
 
 TestNode LaunchNode(const std::string& name, const std::string& join,
                     std::vector<std::string> flags) {
-  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", "--peer_timeout=1500ms"});
+  flags.insert(flags.begin(), {"--node=" + name, "--heartbeat=100ms", PeerTimeoutFlag()});
   if (!join.empty()) flags.push_back("--peers=" + join);
   TestNode n;
   n.name = name;
