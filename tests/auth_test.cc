@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -51,11 +52,10 @@ grpc::Status EmptyCall(const std::string& address, const std::string& method) {
   grpc::ByteBuffer request(&empty, 1), response;
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = s;
-                   done.Notify();
-                 });
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
   done.WaitForNotification();
   return status;
 }
@@ -76,6 +76,42 @@ TEST(TokenFile, ParsesAndRefusesWhatDoesNotFit) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_TRUE(absl::StrContains(r.status().message(), "line ")) << r.status();
   }
+}
+
+// Whether `client` sees its one peer up (waits up to 20 s).
+bool OnePeerUp(Client& client) {
+  for (absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
+    auto peers = client.ListPeers();
+    if (peers.ok() && peers->size() == 1 && (*peers)[0].up()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+// An open stream that `revoke` takes the credentials of ends UNAUTHENTICATED ("revoked")
+// within 5 s, and not before.
+void EndsUnauthenticatedWhenRevoked(NotificationStream& stream, absl::FunctionRef<void()> revoke) {
+  absl::Notification ended;
+  absl::Time end_time;
+  std::thread reader([&] {
+    v1::Notification n;
+    while (stream.Next(&n)) {
+    }
+    end_time = absl::Now();
+    ended.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(ended.HasBeenNotified()) << "the stream ended before the token was removed";
+  const absl::Time revoked = absl::Now();
+  revoke();
+  const bool done = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
+  if (!done) stream.Cancel();
+  reader.join();
+  ASSERT_TRUE(done) << "the stream outlived its token by 10 s";
+  EXPECT_LT(end_time - revoked, absl::Seconds(5));
+  absl::Status st = stream.Finish();
+  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
 }
 
 class AuthTest : public ::testing::Test {
@@ -265,13 +301,7 @@ TEST_F(AuthTest, ForwardedCallsAreCheckedWhereTheDataLives) {
   ASSERT_TRUE(b.ok()) << b.status();
   auto alice_b = As(**b, "alice-token-0123456789");
   auto bob_b = As(**b, "bob-token-0123456789");
-  bool up = false;
-  for (absl::Time end = absl::Now() + absl::Seconds(20); !up && absl::Now() < end;) {
-    auto peers = alice_b->ListPeers();
-    up = peers.ok() && peers->size() == 1 && (*peers)[0].up();
-    if (!up) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(up);
+  ASSERT_TRUE(OnePeerUp(*alice_b));
   // Alice, through node b, on node a.
   auto on_a = alice_b->Allocate(4096, v1::HOST, 0, absl::ZeroDuration(), "", "a");
   ASSERT_TRUE(on_a.ok()) << on_a.status();
@@ -347,27 +377,7 @@ TEST_F(AuthTest, RevokedTokensEndTheirOpenStreams) {
   v1::NotificationsRequest request;
   auto stream = carol->Subscribe(request, absl::Seconds(30));
   ASSERT_TRUE(stream.ok()) << stream.status();
-  absl::Notification ended;
-  absl::Time end_time;
-  std::thread reader([&] {
-    v1::Notification n;
-    while ((*stream)->Next(&n)) {
-    }
-    end_time = absl::Now();
-    ended.Notify();
-  });
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_FALSE(ended.HasBeenNotified()) << "the stream ended before the token was removed";
-  const absl::Time revoked = absl::Now();
-  WriteTokens(kTokens);
-  const bool done = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
-  if (!done) (*stream)->Cancel();
-  reader.join();
-  ASSERT_TRUE(done) << "the stream outlived its token by 10 s";
-  EXPECT_LT(end_time - revoked, absl::Seconds(5));
-  absl::Status st = (*stream)->Finish();
-  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated) << st;
-  EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
+  EndsUnauthenticatedWhenRevoked(**stream, [&] { WriteTokens(kTokens); });
 }
 
 // A stream relayed by the node the caller reached (b) to the node where the data lives (a)
@@ -384,42 +394,16 @@ TEST_F(AuthTest, RevokedTokensEndTheStreamsTheirNodeRelays) {
                                  "--cluster_secret_file=" + secret_, "--peers=" + (*a)->address()});
   ASSERT_TRUE(b.ok()) << b.status();
   auto carol = As(**b, "carol-token-0123456789");
-  bool up = false;
-  for (absl::Time end = absl::Now() + absl::Seconds(20); !up && absl::Now() < end;) {
-    auto peers = carol->ListPeers();
-    up = peers.ok() && peers->size() == 1 && (*peers)[0].up();
-    if (!up) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(up);
+  ASSERT_TRUE(OnePeerUp(*carol));
   v1::NotificationsRequest request;
   request.set_node("a");
   auto stream = carol->Subscribe(request, absl::Seconds(30));
   ASSERT_TRUE(stream.ok()) << stream.status();
-  absl::Notification ended;
-  absl::Time end_time;
-  std::thread reader([&] {
-    v1::Notification n;
-    while ((*stream)->Next(&n)) {
-    }
-    end_time = absl::Now();
-    ended.Notify();
-  });
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_FALSE(ended.HasBeenNotified()) << "the stream ended before the token was removed";
-  const absl::Time revoked = absl::Now();
-  {
+  EndsUnauthenticatedWhenRevoked(**stream, [&] {
     const std::string tmp = b_tokens + ".new";
     std::ofstream(tmp) << kTokens;
     std::filesystem::rename(tmp, b_tokens);
-  }
-  const bool done = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
-  if (!done) (*stream)->Cancel();
-  reader.join();
-  ASSERT_TRUE(done) << "the relayed stream outlived its token by 10 s";
-  EXPECT_LT(end_time - revoked, absl::Seconds(5));
-  absl::Status st = (*stream)->Finish();
-  EXPECT_EQ(st.code(), StatusCode::kUnauthenticated) << st;
-  EXPECT_TRUE(absl::StrContains(st.message(), "revoked")) << st;
+  });
 }
 
 TEST_F(AuthTest, NotificationsReachTheirTenantAndAdminsOnly) {
@@ -552,8 +536,8 @@ namespace {
 TEST_F(AuthTest, ABufferNeverShowsAnotherTenantsOldBytes) {
   for (const std::string scrub : {"auto", "never"}) {
     SCOPED_TRACE(scrub);
-    auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_,
-                                   "--host_pool_size=4MiB", "--scrub_memory=" + scrub});
+    auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_, "--host_pool_size=4MiB",
+                                   "--scrub_memory=" + scrub});
     ASSERT_TRUE(d.ok()) << d.status();
     auto alice = As(**d, "alice-token-0123456789");
     auto bob = As(**d, "bob-token-0123456789");

@@ -3,21 +3,10 @@
 // spawned). Tenants, credentials, bounds and the byte streams.
 #include "daemon/server/buffer_service.h"
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "daemon/core/buffer_registry.h"
-#include "daemon/gpu/gpu.h"
-#include "daemon/memory/pool.h"
-#include "daemon/server/auth.h"
-#include "daemon/server/call_limits.h"
+#include "daemon/server/service_test_base.h"
 
 namespace gpumove {
 namespace {
@@ -29,36 +18,15 @@ rita-token-0123456789,rita,team-a,reader
 bob-token-0123456789,bob,team-b,user
 )";
 
-class BufferServiceTest : public ::testing::Test {
+class BufferServiceTest : public ServiceTestBase {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    tokens_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/buffer_service_test.", getpid());
-    std::ofstream(tokens_) << kTokens;
-    auth_ = *Authenticator::FromTokenFile(tokens_, absl::Seconds(1));
-    PoolSizes sizes;
-    sizes.host = 16 << 20;
-    sizes.pinned = 0;
-    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
-    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    SetUpNode(kTokens);
     service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(), "n");
-    calls_ = std::make_unique<LongCalls>(CallLimits{});
     service_->set_long_calls(calls_.get());
-    grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    stub_ = v1::BufferService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
-  }
-  void TearDown() override {
-    server_->Shutdown();
-    std::filesystem::remove(tokens_);
+    stub_ = Serve<v1::BufferService>(service_.get());
   }
 
-  std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
-    auto c = std::make_unique<grpc::ClientContext>();
-    if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
-    return c;
-  }
   grpc::Status Allocate(const std::string& token, uint64_t size, v1::Buffer* out) {
     v1::AllocateRequest r;
     r.set_size(size);
@@ -97,14 +65,7 @@ class BufferServiceTest : public ::testing::Test {
     return r;
   }
 
-  std::string tokens_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
-  std::unique_ptr<PoolSet> pools_;
-  std::unique_ptr<BufferRegistry> registry_;
   std::unique_ptr<BufferServiceImpl> service_;
-  std::unique_ptr<LongCalls> calls_;
-  std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::BufferService::Stub> stub_;
 };
 

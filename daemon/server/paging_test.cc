@@ -76,7 +76,8 @@ TEST(Paging, APageStopsAtItsByteBudgetButHoldsOneEntry) {
 }
 
 TEST(Paging, TokensNotMadeHereAreInvalidArguments) {
-  for (const std::string& bad : std::vector<std::string>{"x", "cDEuMTIz", std::string(400, 'A'), "!!!!"}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"x", "cDEuMTIz", std::string(400, 'A'), "!!!!"}) {
     auto key = ParsePageToken(bad);
     EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }

@@ -4,24 +4,13 @@
 // nothing.
 #include "daemon/server/transfer_service.h"
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "daemon/core/buffer_registry.h"
 #include "daemon/core/transfer_scheduler.h"
-#include "daemon/gpu/gpu.h"
-#include "daemon/memory/pool.h"
 #include "daemon/path/local/local_engine.h"
-#include "daemon/server/auth.h"
-#include "daemon/server/call_limits.h"
+#include "daemon/server/service_test_base.h"
 
 namespace gpumove {
 namespace {
@@ -34,42 +23,20 @@ bob-token-0123456789,bob,team-b,user
 constexpr char kAlice[] = "alice-token-0123456789";
 constexpr char kBob[] = "bob-token-0123456789";
 
-class TransferServiceTest : public ::testing::Test {
+class TransferServiceTest : public ServiceTestBase {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    tokens_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/transfer_service_test.", getpid());
-    std::ofstream(tokens_) << kTokens;
-    auth_ = *Authenticator::FromTokenFile(tokens_, absl::Seconds(1));
-    PoolSizes sizes;
-    sizes.host = 16 << 20;
-    sizes.pinned = 0;
-    pools_ = *PoolSet::Create(sizes, {}, gpu_.get());
-    registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
+    SetUpNode(kTokens);
     engine_ = std::make_unique<LocalEngine>(gpu_.get());
     scheduler_ = std::make_unique<TransferScheduler>(
         SchedulerOptions(), registry_.get(), std::vector<Engine*>{engine_.get()},
         [](const Endpoint&, uint64_t) { return absl::StatusOr<uint64_t>(1); });
     service_ = std::make_unique<TransferServiceImpl>(auth_.get(), scheduler_.get(), nullptr, "n");
-    calls_ = std::make_unique<LongCalls>(CallLimits{});
     service_->set_long_calls(calls_.get());
     service_->set_buffers(registry_.get());
-    grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    stub_ = v1::TransferService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
-  }
-  void TearDown() override {
-    server_->Shutdown();
-    std::filesystem::remove(tokens_);
+    stub_ = Serve<v1::TransferService>(service_.get());
   }
 
-  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
-    auto c = std::make_unique<grpc::ClientContext>();
-    c->AddMetadata("authorization", "Bearer " + token);
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return c;
-  }
   // A buffer of `owner` (a tenant) filled with `fill`.
   std::string Buffer(const std::string& owner, uint64_t size, char fill) {
     AllocateOptions o;
@@ -98,16 +65,9 @@ class TransferServiceTest : public ::testing::Test {
     return r;
   }
 
-  std::string tokens_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<GpuRuntime> gpu_ = GpuRuntime::CreateHostOnly("test");
-  std::unique_ptr<PoolSet> pools_;
-  std::unique_ptr<BufferRegistry> registry_;
   std::unique_ptr<LocalEngine> engine_;
   std::unique_ptr<TransferScheduler> scheduler_;
   std::unique_ptr<TransferServiceImpl> service_;
-  std::unique_ptr<LongCalls> calls_;
-  std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::TransferService::Stub> stub_;
 };
 
