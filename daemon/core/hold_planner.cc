@@ -58,6 +58,27 @@ void RunEach(size_t n, const std::function<void(size_t)>& job) {
   jobs->done.Wait();
 }
 
+// A vectored move whose range does not fit its buffer: the first piece past the buffer's
+// end, named by its index (a block list's block index), instead of the range around them
+// all, which names no piece. Other refusals as they were.
+absl::Status NamePiecePastEnd(const BufferRegistry& registry, const std::string& owner,
+                              const RangeSpec& r, bool write, const Segments* pieces,
+                              absl::Status refused) {
+  if (pieces == nullptr || !absl::IsInvalidArgument(refused)) return refused;
+  auto info = registry.Get(owner, r.buffer_id);
+  if (!info.ok()) return refused;
+  for (size_t i = 0; i < pieces->list.size(); ++i) {
+    const Segment& p = pieces->list[i];
+    const uint64_t at = r.offset + (write ? p.dst : p.src);  // BoundPieces checked 2^64.
+    if (at >= info->size || p.length > info->size - at) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(write ? "destination" : "source", " piece ", i, " (block ", i,
+                       " of a block list: ", p.length, " bytes at offset ", at,
+                       ") ends past the end of buffer ", r.buffer_id, " (", info->size, " bytes)"));
+    }
+  }
+  return refused;
+}
 }  // namespace
 
 struct HoldPlanner::Draft {
@@ -201,7 +222,7 @@ void HoldPlanner::HoldLocal(const std::string& owner, Draft& d, const RangeSpec&
                             bool write) const {
   auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length);
   if (!u.ok()) {
-    d.error = u.status();
+    d.error = NamePiecePastEnd(*registry_, owner, r, write, d.t->pieces.get(), u.status());
     return;
   }
   TransferRecord& t = *d.t;

@@ -139,5 +139,30 @@ TEST_F(TransferServiceTest, MovesOverOtherTenantsBuffersOrBadRangesChangeNothing
   }
 }
 
+// A block list with an index past its buffer's end names the block (not the range
+// around all the blocks), and moves nothing.
+TEST_F(TransferServiceTest, ABlockPastTheEndIsNamed) {
+  const std::string src = Buffer("team-a", 64 << 10, 's');
+  const std::string dst = Buffer("team-a", 64 << 10, 'd');
+  v1::SubmitRequest r;
+  v1::TransferSpec* spec = r.add_transfers();
+  spec->mutable_source()->set_buffer_id(src);
+  spec->mutable_destination()->set_buffer_id(dst);
+  v1::BlockList* blocks = spec->mutable_blocks();
+  blocks->set_block_size(4096);
+  for (uint64_t i : {0, 3, 5}) blocks->add_source_blocks(i);
+  for (uint64_t i : {1, 2, 1000000}) blocks->add_destination_blocks(i);  // 16 blocks fit.
+  r.set_wait(true);
+  v1::SubmitResponse response;
+  const grpc::Status st = stub_->Submit(As(kAlice).get(), r, &response);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("destination piece 2 (block 2 of a block list: 4096 bytes "
+                                    "at offset 4096000000)"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(Bytes("team-a", dst), std::string(64 << 10, 'd'));
+  EXPECT_EQ(registry_->Get("team-a", src)->active_uses, 0u);
+}
+
 }  // namespace
 }  // namespace gpumove
