@@ -4,12 +4,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/generic/generic_stub.h"
 
 namespace gpumove {
 namespace {
+
+// How Health's message names a daemon that is still starting.
+constexpr char kStartingMessage[] = "gpumoved is starting";
+
 
 constexpr size_t kWriteChunk = 1 << 20;
 
@@ -95,6 +100,20 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   }
   auto client = std::make_unique<Client>(std::move(channel));
   client->set_token(options.token);
+  // A daemon that is still starting answers NOT_SERVING, naming its step: wait for it
+  // (bounded by the timeout), so that a call right after the daemon's launch works.
+  const absl::Time deadline = absl::Now() + options.timeout;
+  for (int i = 0; options.wait_while_starting; ++i) {
+    absl::Status health =
+        client->Health("", std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    if (!absl::StrContains(health.message(), kStartingMessage)) break;
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "gpumoved at ", address, " is still starting after ",
+          absl::FormatDuration(options.timeout), ": ", health.message()));
+    }
+    absl::SleepFor(std::min(absl::Milliseconds(10) * (i + 1), absl::Milliseconds(100)));
+  }
   return client;
 }
 
@@ -514,6 +533,11 @@ absl::Status Client::Health(const std::string& service, absl::Duration timeout) 
                  });
   done.WaitForNotification();
   if (!status.ok()) return FromGrpcStatus(status);
+  // A daemon still starting says what it is doing (gpumoved's kStartingKey).
+  std::string starting;
+  for (const auto& [key, value] : context.GetServerTrailingMetadata()) {
+    if (key == "gpumove-starting") starting.assign(value.data(), value.size());
+  }
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::InternalError("health: unreadable response");
   std::string bytes;
@@ -525,7 +549,9 @@ absl::Status Client::Health(const std::string& service, absl::Duration timeout) 
   static const char* const kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
   if (value == 1) return absl::OkStatus();
   return absl::UnavailableError(
-      absl::StrCat("health: ", value < 4 ? kNames[value] : "status " + std::to_string(value)));
+      absl::StrCat("health: ", value < 4 ? kNames[value] : "status " + std::to_string(value),
+                   starting.empty() ? "" : absl::StrCat(" (", kStartingMessage, ": ", starting,
+                                                        ")")));
 }
 
 absl::StatusOr<std::vector<v1::PeerInfo>> Client::ListPeers() {

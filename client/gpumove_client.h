@@ -84,6 +84,9 @@ struct ConnectOptions {
   std::string tls_server_name;
   // A bearer token, sent with every call (for a daemon with --auth_tokens).
   std::string token;
+  // Whether Connect waits (within `timeout`) while the daemon answers that it is starting;
+  // a health probe does not.
+  bool wait_while_starting = true;
 };
 
 // Channel credentials for `options` (INVALID_ARGUMENT for files that cannot be read or

@@ -112,7 +112,10 @@ int Main(int argc, char** argv) {
     const char* env = std::getenv("GPUMOVE_ADDR");
     addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7470";
   }
-  auto client = Client::Connect(addr, *Connection());
+  ConnectOptions connect = *Connection();
+  // A probe wants the daemon's state now: NOT_SERVING while it starts.
+  connect.wait_while_starting = args[0] != "health";
+  auto client = Client::Connect(addr, connect);
   if (!client.ok()) return Fail(client.status());
   return command->run(**client, args);
 }

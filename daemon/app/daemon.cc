@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "daemon/common/log.h"
 #include "daemon/common/thread_pool.h"
@@ -16,24 +17,35 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   SetPoolIdleSpin(options.pool_spin);
   // Each step makes one part from its options and the parts made before it.
   if (absl::Status st = d->JoinMpiJob(options); !st.ok()) return st;  // May name this node.
-  for (auto step : {
-           &Daemon::FindGpus,          // start_pools.cc
-           &Daemon::StartUcx,          // start_paths.cc
-           &Daemon::MakePools,         // start_pools.cc
-           &Daemon::StartUcxLanes,     // start_paths.cc
-           &Daemon::ShareDevicePools,  // start_pools.cc
-           &Daemon::MakeRegistry,      // start_pools.cc
-           &Daemon::DescribeSelf,      // start_cluster.cc
-           &Daemon::JoinCluster,       // start_cluster.cc
-           &Daemon::MakeEngines,       // start_paths.cc
-           &Daemon::StartMetrics,      // start_metrics.cc
-           &Daemon::MakeScheduler,     // start_services.cc
-           &Daemon::MakeServices,      // start_services.cc
-           &Daemon::Serve,             // start_server.cc
-           &Daemon::Advertise,         // start_cluster.cc
+  if (absl::Status st = d->Listen(options); !st.ok()) return st;
+  const absl::Time started = absl::Now();
+  // Each step makes one part from its options and the parts made before it; what a step
+  // does is what a caller is told while it runs.
+  using Step = absl::Status (Daemon::*)(const DaemonOptions&);
+  for (auto [step, doing] : std::initializer_list<std::pair<Step, const char*>>{
+           {&Daemon::FindGpus, "finding GPUs"},                       // start_pools.cc
+           {&Daemon::StartUcx, "starting UCX"},                       // start_paths.cc
+           {&Daemon::MakePools, "setting up memory pools"},           // start_pools.cc
+           {&Daemon::StartUcxLanes, "starting UCX lanes"},            // start_paths.cc
+           {&Daemon::ShareDevicePools, "sharing device pools"},       // start_pools.cc
+           {&Daemon::MakeRegistry, "making the buffer registry"},     // start_pools.cc
+           {&Daemon::DescribeSelf, "registering pools for peers"},    // start_cluster.cc
+           {&Daemon::JoinCluster, "joining the cluster"},             // start_cluster.cc
+           {&Daemon::MakeEngines, "starting the paths"},              // start_paths.cc
+           {&Daemon::StartMetrics, "starting metrics"},               // start_metrics.cc
+           {&Daemon::MakeScheduler, "starting the scheduler"},        // start_services.cc
+           {&Daemon::MakeServices, "starting the services"},          // start_services.cc
+           {&Daemon::Serve, "starting the server"},                   // start_server.cc
+           {&Daemon::Advertise, "advertising this node"},             // start_cluster.cc
        }) {
+    if (d->starting_ != nullptr) d->starting_->SetStep(doing);
+    const absl::Time begun = absl::Now();
     if (absl::Status st = (d.get()->*step)(options); !st.ok()) return st;
+    if (absl::Now() - begun > absl::Seconds(1)) {
+      LOG(INFO) << "starting: " << doing << " took " << absl::FormatDuration(absl::Now() - begun);
+    }
   }
+  LOG(INFO) << "started in " << absl::FormatDuration(absl::Now() - started);
   return d;
 }
 
@@ -43,6 +55,7 @@ Daemon::~Daemon() {
   // Peer calls stop before the services they run on go.
   if (peer_calls_ != nullptr) peer_calls_->StopServing();
   if (listeners_ != nullptr) listeners_->Stop();
+  if (starting_ != nullptr) starting_->Stop();  // Start failed before serving.
   if (server_ != nullptr) {
     scheduler_->CancelAll();
     notifications_->Stop();

@@ -36,6 +36,7 @@
 #include "daemon/server/listeners.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
+#include "daemon/server/starting_server.h"
 #include "daemon/peer/peer_calls.h"
 #include "daemon/peer/peer_service.h"
 #include "daemon/server/tls.h"
@@ -70,6 +71,8 @@ class Daemon {
   // The steps of Start, in order: each makes one part of the daemon from its options and
   // the parts made before it.
   absl::Status JoinMpiJob(DaemonOptions& options);  // As a rank: names, address, peers.
+  // Binds the sockets and answers on them, NOT_SERVING, while the next steps run.
+  absl::Status Listen(const DaemonOptions& options);
   absl::Status FindGpus(const DaemonOptions& options);
   absl::Status StartUcx(const DaemonOptions& options);  // Before the pools it allocates.
   absl::Status MakePools(const DaemonOptions& options);
@@ -165,6 +168,8 @@ class Daemon {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<TlsFiles> tls_;         // Before server_: its ports use the credentials.
   std::unique_ptr<Listeners> listeners_;  // Stopped before server_ shuts down.
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials_;  // The TCP sockets'.
+  std::unique_ptr<StartingServer> starting_;  // Until server_ takes the sockets over.
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -1,4 +1,5 @@
-// Start's step that serves the public API and the peer protocol over gRPC: reflection and
+// Start's steps that bind the sockets (answering NOT_SERVING while the daemon starts) and
+// that serves the public API and the peer protocol over gRPC: reflection and
 // channelz, the server's limits, TLS on the TCP ports, the listeners and NodeService's facts.
 #include <grpcpp/ext/channelz_service_plugin.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -54,13 +55,10 @@ absl::Status ConfigureServer(const ServeOptions& serve, grpc::ServerBuilder& bui
 
 }  // namespace
 
-absl::Status Daemon::Serve(const DaemonOptions& options) {
-  grpc::EnableDefaultHealthCheckService(true);
-  if (absl::Status st = EnableIntrospection(options.serve); !st.ok()) return st;
-  grpc::ServerBuilder builder;
-  if (absl::Status st = ConfigureServer(options.serve, builder); !st.ok()) return st;
+absl::Status Daemon::Listen(const DaemonOptions& options) {
   auto tcp = TcpCredentials(options.serve);
   if (!tcp.ok()) return tcp.status();
+  tcp_credentials_ = *std::move(tcp);
   ListenOptions listen;
   listen.addresses = options.serve.listen;
   listen.unix_socket_mode = options.serve.unix_socket_mode;
@@ -69,7 +67,23 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   auto listeners = Listeners::Bind(listen);
   if (!listeners.ok()) return listeners.status();
   listeners_ = *std::move(listeners);
-  listeners_->Register(builder, *tcp);
+  auto starting = StartingServer::Start(*listeners_, tcp_credentials_);
+  if (!starting.ok()) return starting.status();
+  starting_ = *std::move(starting);
+  LOG(INFO) << "listening on " << absl::StrJoin(listeners_->bound(), ", ")
+            << "; health NOT_SERVING until started";
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Serve(const DaemonOptions& options) {
+  grpc::EnableDefaultHealthCheckService(true);
+  if (absl::Status st = EnableIntrospection(options.serve); !st.ok()) return st;
+  grpc::ServerBuilder builder;
+  if (absl::Status st = ConfigureServer(options.serve, builder); !st.ok()) return st;
+  // The sockets move from the starting server to this one (connections wait in the
+  // backlog meanwhile); the starting server's own connections reconnect here.
+  listeners_->Pause();
+  listeners_->Register(builder, tcp_credentials_);
   NodeFacts facts = Facts(options.serve);
   // The bound addresses are known only after BuildAndStart; the node service gets them then.
   builder.RegisterService(buffer_service_.get());
@@ -83,6 +97,8 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
         absl::StrCat("cannot listen on ", absl::StrJoin(options.serve.listen, ", ")));
   }
   listeners_->Start();
+  starting_->Stop();
+  starting_.reset();
   addresses_ = listeners_->bound();
   facts.listen = addresses_;
   if (metrics_ != nullptr) facts.metrics_address = metrics_->address();

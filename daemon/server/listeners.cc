@@ -183,6 +183,9 @@ absl::Status Listeners::BindUnix(const std::string& address) {
 void Listeners::Register(grpc::ServerBuilder& builder,
                          std::shared_ptr<grpc::ServerCredentials> tcp) {
   using Type = grpc::ServerBuilder::experimental_type::ExternalConnectionType;
+  uid_acceptors_.clear();
+  slot_uid_.clear();
+  slot_of_.clear();
   tcp_ = builder.experimental().AddExternalConnectionAcceptor(Type::FROM_FD, std::move(tcp));
   unix_ = builder.experimental().AddExternalConnectionAcceptor(Type::FROM_FD,
                                                                grpc::InsecureServerCredentials());
@@ -200,17 +203,26 @@ void Listeners::Register(grpc::ServerBuilder& builder,
 }
 
 void Listeners::Start() {
+  if (stopped_ || thread_.joinable()) return;
   thread_ = std::thread([this] { Loop(); });
+}
+
+void Listeners::Pause() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  if (write(wake_, &one, sizeof(one)) < 0) LOG(WARNING) << "listeners: cannot wake: " << Errno();
+  thread_.join();
+  // Reset the wake, so that a later Start's loop does not return at once.
+  uint64_t count = 0;
+  if (read(wake_, &count, sizeof(count)) < 0 && errno != EAGAIN) {
+    LOG(WARNING) << "listeners: cannot reset the wake: " << Errno();
+  }
 }
 
 void Listeners::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    if (write(wake_, &one, sizeof(one)) < 0) LOG(WARNING) << "listeners: cannot wake: " << Errno();
-    thread_.join();
-  }
+  Pause();
   for (Socket& s : sockets_) {
     close(s.fd);
     struct stat st {};

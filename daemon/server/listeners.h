@@ -59,9 +59,14 @@ class Listeners {
   // The addresses as bound (port 0 replaced by the port).
   const std::vector<std::string>& bound() const { return bound_; }
   // Gives `builder` the acceptors: `tcp` credentials on TCP sockets, plaintext on unix ones.
+  // Called again while paused, it moves the sockets to a new server (the one serving while
+  // the daemon starts hands them to the daemon's server).
   void Register(grpc::ServerBuilder& builder, std::shared_ptr<grpc::ServerCredentials> tcp);
   // Starts accepting; after the server started.
   void Start();
+  // Stops accepting but keeps the sockets bound (connections wait in their backlog) until
+  // Start; idempotent.
+  void Pause();
   // Stops accepting, closes the sockets and removes the unix sockets' files; idempotent.
   void Stop();
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import time
 from typing import Optional
 
 # Byte sizes as the daemon's flags take them (daemon/common/bytes.cc): a whole number and
@@ -73,3 +74,25 @@ def closed(addr: str) -> ValueError:
     """The error of a call on a client after close() (a ValueError, as for a closed file)."""
     return ValueError(f"this gpumove client of {addr} is closed (close() was called or its "
                       "with block ended): make a new one")
+
+
+class StartingWaits:
+    """When to try a call again that a starting daemon refused: it says UNAVAILABLE
+    "gpumoved is starting (...)" before it has done anything, so the call is safe to repeat.
+    Waits grow from 10 ms to 100 ms, for at most `timeout` seconds (None: 30)."""
+
+    def __init__(self, timeout: Optional[float]):
+        self._deadline = time.monotonic() + (30.0 if timeout is None else timeout)
+        self._tries = 0
+
+    def next(self, error) -> Optional[float]:
+        """Seconds to wait before trying again after `error`, or None to give up."""
+        code = getattr(error, "code", lambda: None)()
+        details = getattr(error, "details", lambda: "")() or ""
+        if str(code) != "StatusCode.UNAVAILABLE" or not details.startswith("gpumoved is starting"):
+            return None
+        self._tries += 1
+        pause = min(0.01 * self._tries, 0.1)
+        if time.monotonic() + pause >= self._deadline:
+            return None
+        return pause

@@ -3,6 +3,7 @@ for every node: name others with `node=` or in refs)."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import grpc
@@ -123,11 +124,16 @@ class Client:
 
     def _call(self, method, request, timeout: Optional[float] = -1.0):
         self._open()
-        try:
-            return method(request, timeout=self._timeout if timeout == -1.0 else timeout,
-                          metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise Error.from_rpc(e) from None
+        timeout = self._timeout if timeout == -1.0 else timeout
+        waits = _checks.StartingWaits(timeout)
+        while True:
+            try:
+                return method(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                pause = waits.next(e)
+                if pause is None:
+                    raise Error.from_rpc(e) from None
+                time.sleep(pause)
 
     def close(self) -> None:
         """Closes the channel; calls after this raise ValueError. Closing twice is fine."""

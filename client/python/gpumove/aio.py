@@ -101,12 +101,16 @@ class Client:
 
     async def _call(self, method, request, timeout: Optional[float] = -1.0):
         self._open()
-        try:
-            return await method(request,
-                                timeout=self._timeout if timeout == -1.0 else timeout,
-                                metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise Error.from_rpc(e) from None
+        timeout = self._timeout if timeout == -1.0 else timeout
+        waits = _checks.StartingWaits(timeout)
+        while True:
+            try:
+                return await method(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                pause = waits.next(e)
+                if pause is None:
+                    raise Error.from_rpc(e) from None
+                await asyncio.sleep(pause)
 
     async def close(self) -> None:
         self._closed = True
