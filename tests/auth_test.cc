@@ -63,6 +63,33 @@ grpc::Status EmptyCall(const std::string& address, const std::string& method) {
 constexpr char kChannelz[] = "/grpc.channelz.v1.Channelz/GetTopChannels";
 constexpr char kHealth[] = "/grpc.health.v1.Health/Check";
 
+// A reflection list_services request (`version` v1 or v1alpha) with `token` if any: its
+// status, and the services listed.
+grpc::Status ListServices(const std::string& address, const std::string& version,
+                          const std::string& token, std::string* services) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  grpc::Slice ask(std::string("\x3a\x00", 2));  // ServerReflectionRequest{list_services: ""}.
+  grpc::ByteBuffer request(&ask, 1), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context,
+                 absl::StrCat("/grpc.reflection.", version, ".ServerReflection/ServerReflectionInfo"),
+                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  std::vector<grpc::Slice> slices;
+  services->clear();
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (auto& s : slices) services->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return status;
+}
+
 TEST(TokenFile, ParsesAndRefusesWhatDoesNotFit) {
   auto tokens = ParseTokenFile(kTokens);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
@@ -352,14 +379,33 @@ TEST_F(AuthTest, TheTokenFileIsReReadAndABadOneIsRefused) {
   EXPECT_FALSE(bad.ok());
 }
 
-// Where callers need credentials, channelz and reflection (which answer without any, and
-// channelz with other clients' addresses) are off unless --introspection=on; health is
-// served to anyone (probes carry no credentials).
+// Where callers need credentials, channelz (which answers without any, with other clients'
+// addresses) is off unless --introspection=on, and reflection (v1 and v1alpha) answers
+// only callers with credentials, listing the public services (not the peer protocol);
+// health is served to anyone (probes carry no credentials).
 TEST_F(AuthTest, IntrospectionIsOffWhereCallersNeedCredentials) {
   auto d = DaemonProcess::Start({"--node=a", "--auth_tokens=" + tokens_});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(EmptyCall((*d)->address(), kChannelz).error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_TRUE(EmptyCall((*d)->address(), kHealth).ok());
+  for (const std::string version : {"v1", "v1alpha"}) {
+    std::string services;
+    EXPECT_EQ(ListServices((*d)->address(), version, "", &services).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << version;
+    EXPECT_EQ(ListServices((*d)->address(), version, "wrong-token", &services).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << version;
+    grpc::Status st = ListServices((*d)->address(), version, "rita-token-0123456789", &services);
+    EXPECT_TRUE(st.ok()) << version << ": " << st.error_message();
+    EXPECT_TRUE(absl::StrContains(services, "gpumove.v1.TransferService")) << version;
+    EXPECT_FALSE(absl::StrContains(services, "gpumove.peer.v1")) << version;
+  }
+  auto off = DaemonProcess::Start({"--node=c", "--auth_tokens=" + tokens_, "--introspection=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  std::string services;
+  EXPECT_EQ(ListServices((*off)->address(), "v1", "rita-token-0123456789", &services).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
   auto on = DaemonProcess::Start({"--node=b", "--auth_tokens=" + tokens_, "--introspection=on"});
   ASSERT_TRUE(on.ok()) << on.status();
   EXPECT_TRUE(EmptyCall((*on)->address(), kChannelz).ok());

@@ -36,6 +36,7 @@
 #include "daemon/server/listeners.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
+#include "daemon/server/reflection.h"
 #include "daemon/server/starting_server.h"
 #include "daemon/peer/peer_calls.h"
 #include "daemon/peer/peer_service.h"
@@ -160,7 +161,8 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<TransferServiceImpl> transfer_service_;
-  bool introspection_ = false;  // Reflection and channelz served.
+  std::unique_ptr<Reflection> reflection_;  // Null: not served.
+  bool channelz_ = false;                    // Served.
   std::unique_ptr<LongCalls> long_calls_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   // The peer protocol, and its gRPC adapter (the UCX one is peer_calls_).

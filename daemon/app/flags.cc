@@ -233,9 +233,10 @@ ABSL_FLAG(gpumove::ByteSize, max_message_size, gpumove::ByteSize{64 << 20},
           "The largest message a call may send or receive (8MiB to 1GiB); past it the call "
           "is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::string, introspection, "auto",
-          "gRPC server reflection and channelz: on, off, or auto (on for an open daemon; off "
-          "where callers need credentials, since both answer callers without any and "
-          "channelz lists other clients' addresses). Health is always served.");
+          "gRPC server reflection (v1 and v1alpha, the public services only, to callers with "
+          "credentials where they are needed) and channelz: auto (reflection; channelz only on "
+          "an open daemon, since it answers callers without credentials and lists other "
+          "clients' addresses), on (both), off (neither). Health is always served.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Listen on addresses beyond this host although callers need no credentials "
           "(neither --auth_tokens nor --tls_client_ca): anyone who reaches the port may use "

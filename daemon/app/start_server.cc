@@ -2,7 +2,6 @@
 // that serves the public API and the peer protocol over gRPC: reflection and
 // channelz, the server's limits, TLS on the TCP ports, the listeners and NodeService's facts.
 #include <grpcpp/ext/channelz_service_plugin.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
@@ -91,6 +90,8 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   builder.RegisterService(peer_service_.get());
   node_service_ = std::make_unique<NodeServiceImpl>(auth_.get(), facts);
   builder.RegisterService(node_service_.get());
+  // Reflection, and the answer to methods the server does not have.
+  if (reflection_ != nullptr) builder.RegisterCallbackGenericService(reflection_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
     return absl::UnavailableError(
@@ -106,22 +107,37 @@ absl::Status Daemon::Serve(const DaemonOptions& options) {
   return absl::OkStatus();
 }
 
-// Server reflection and channelz, as --introspection says.
+// Server reflection (daemon/server/reflection.h) and channelz, as --introspection says.
 absl::Status Daemon::EnableIntrospection(const ServeOptions& serve) {
   const std::string& introspection = serve.introspection;
   if (introspection != "on" && introspection != "off" && introspection != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--introspection must be on, off or auto, not ", Quoted(introspection)));
   }
-  if (introspection == "on" || (introspection == "auto" && !ClientsNeedCredentials(serve))) {
-    // Reflection and channelz have no credentials check of their own: only where every
-    // caller may do anything anyway, or where the operator asks for them.
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-    grpc::channelz::experimental::InitChannelzService();
-    introspection_ = true;
+  if (introspection != "off") {
+    // Reflection describes the public API only, to callers who may read it.
+    auto reflection = Reflection::Make(
+        {"gpumove.v1.BufferService", "gpumove.v1.TransferService", "gpumove.v1.NodeService",
+         "grpc.reflection.v1.ServerReflection"},
+        [auth = auth_.get()](grpc::CallbackServerContext* context) {
+          auto caller = auth->Check(context, Access::kRead, "ServerReflection");
+          return caller.ok() ? grpc::Status::OK : ToGrpcStatus(caller.status());
+        });
+    if (!reflection.ok()) return reflection.status();
+    reflection_ = *std::move(reflection);
   }
-  LOG(INFO) << "server reflection and channelz: "
-            << (introspection_ ? "served" : "off (callers need credentials; --introspection=on)");
+  if (introspection == "on" || (introspection == "auto" && !ClientsNeedCredentials(serve))) {
+    // Channelz has no credentials check of its own (and lists every client's address):
+    // only where every caller may do anything anyway, or where the operator asks for it.
+    grpc::channelz::experimental::InitChannelzService();
+    channelz_ = true;
+  }
+  LOG(INFO) << "server reflection: "
+            << (reflection_ == nullptr ? "off"
+                : ClientsNeedCredentials(serve) ? "served to callers with credentials"
+                                                : "served")
+            << "; channelz: "
+            << (channelz_ ? "served" : "off (callers need credentials; --introspection=on)");
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "client/gpumove_client.h"
 #include "gtest/gtest.h"
+#include "proto/gpumove/v1/gpumove.grpc.pb.h"
 
 namespace gpumove {
 namespace {
@@ -42,6 +43,7 @@ class StartingServerTest : public ::testing::Test {
   void HandOver() {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
+    builder.RegisterService(&node_service_);  // A server has at least one service.
     listeners_->Pause();
     listeners_->Register(builder, grpc::InsecureServerCredentials());
     server_ = builder.BuildAndStart();
@@ -54,6 +56,7 @@ class StartingServerTest : public ::testing::Test {
   std::string socket_;
   std::unique_ptr<Listeners> listeners_;
   std::unique_ptr<StartingServer> starting_;
+  v1::NodeService::Service node_service_;  // Every method UNIMPLEMENTED.
   std::unique_ptr<grpc::Server> server_;
 };
 
