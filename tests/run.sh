@@ -5,7 +5,7 @@
 # Extra arguments go to every `bazel test`, e.g. --config=gpu.
 #
 # Stages, in order: setup (packages), build (//... in the plain configuration), main tests,
-# deploy checks, MPICH (the MPI suite against MPICH), ASan+UBSan (clang; the same objects
+# deploy checks, MPICH and MVAPICH2 (the MPI suite against each), ASan+UBSan (clang; the same objects
 # the fuzz targets use), fuzz (libFuzzer, FUZZ_SECONDS each), TSan. Builds go through the
 # disk cache in ~/.cache/gpumove/bazel-disk (.bazelrc), so a second clone of a commit
 # built before compiles nothing; tests always run again (--nocache_test_results), four at
@@ -72,6 +72,12 @@ stage deploy "$t" "$(tail -1 "$log")"
 
 # The MPI suite again against MPICH (the daemon rebuilt with --config=mpich).
 bazel_stage MPICH --config=mpich --test_env=GPUMOVE_MPI=mpich //tests:mpi_test "$@"
+
+# And against MVAPICH2 (third_party/mpi/mvapich2: the archive, unpacked by the build into
+# Bazel's external folder, where its Hydra mpiexec is).
+mv2_mpiexec="$(bazel info output_base 2>/dev/null)/external/mvapich2/mv2/bin/mpiexec"
+bazel_stage MVAPICH2 --config=mvapich2 --test_env=GPUMOVE_MPI=mvapich2 \
+  --test_env=GPUMOVE_MPIEXEC="$mv2_mpiexec" //tests:mpi_test "$@"
 
 # The unit, integration, hostile-peer, cluster and UCX-forgery tests again under
 # AddressSanitizer and UndefinedBehaviorSanitizer (.bazelrc's asan config: clang, with the

@@ -29,9 +29,12 @@ std::string MpiFlavor() {
   return f != nullptr && *f != '\0' ? f : "openmpi";
 }
 
+bool HydraLauncher() { return MpiFlavor() == "mpich" || MpiFlavor() == "mvapich2"; }
+
 std::vector<MpiLaunch> MpiLaunches() {
-  if (MpiFlavor() == "mpich") {
-    return {{"mpich", {}, {}}, {"mpich_staged", {}, {"--mpi_force_staging"}}};
+  if (HydraLauncher()) {
+    const std::string f = MpiFlavor();
+    return {{f, {}, {}}, {f + "_staged", {}, {"--mpi_force_staging"}}};
   }
   return {
       {"ob1_tcp", {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp"}, {}},
@@ -45,6 +48,23 @@ std::vector<MpiLaunch> MpiLaunches() {
 }
 
 std::vector<std::string> MpiLauncher(int ranks) {
+  if (MpiFlavor() == "mvapich2") {
+    // Its Hydra mpiexec (GPUMOVE_MPIEXEC, tests/run.sh's MVAPICH2 stage). With CPU affinity
+    // on it gives MPI_THREAD_SINGLE only; it dlopens librdmacm.so, which only the -dev
+    // package provides (the runtime's .so.1 is named instead).
+    const char* mpiexec = std::getenv("GPUMOVE_MPIEXEC");
+    std::vector<std::string> args = {mpiexec != nullptr ? mpiexec : "mpiexec",
+                                     "-disable-auto-cleanup", "-genv", "MV2_ENABLE_AFFINITY",
+                                     "0", "-genv", "MV2_USE_THREAD_WARNING", "0"};
+    const std::string rdmacm = "/usr/lib/x86_64-linux-gnu/librdmacm.so";
+    if (access(rdmacm.c_str(), R_OK) != 0 && access((rdmacm + ".1").c_str(), R_OK) == 0) {
+      for (std::string a : {"-genv", "MV2_LIBRDMACM_PATH"}) args.push_back(a);
+      args.push_back(rdmacm + ".1");
+    }
+    for (std::string a : {"-n", ""}) args.push_back(a);
+    args.back() = absl::StrCat(ranks);
+    return args;
+  }
   if (MpiFlavor() == "mpich") {
     // -disable-auto-cleanup: Hydra keeps the other ranks when one dies.
     return {Executable("/usr/bin/mpiexec.mpich") ? "/usr/bin/mpiexec.mpich" : "mpiexec",

@@ -15,8 +15,11 @@
 
 namespace gpumove {
 
-// "openmpi" (default) or "mpich", from $GPUMOVE_MPI.
+// "openmpi" (default), "mpich" or "mvapich2", from $GPUMOVE_MPI.
 std::string MpiFlavor();
+// Whether the flavour's launcher is Hydra's mpiexec (MPICH, MVAPICH2), whose options
+// differ from Open MPI's mpirun.
+bool HydraLauncher();
 
 // One way to launch a job.
 struct MpiLaunch {
@@ -26,7 +29,7 @@ struct MpiLaunch {
 };
 
 // The launches the MPI tests run for the flavour: Open MPI with ob1/tcp, with its UCX
-// pml, and ob1/shared memory with every side staged; MPICH plain and staged.
+// pml, and ob1/shared memory with every side staged; MPICH and MVAPICH2 plain and staged.
 std::vector<MpiLaunch> MpiLaunches();
 
 // The launcher and its arguments for `ranks` ranks (root-safe, oversubscribed).

@@ -9,7 +9,9 @@
 #include <optional>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/common/log.h"
@@ -102,6 +104,31 @@ bool ProbeCudaAwareness(std::string* how) {
   return false;
 }
 
+// The library's first version line, blanks collapsed ("MVAPICH2 Version : 2.3.7",
+// "Open MPI v4.1.4, ...", "MPICH Version: 4.0.2").
+std::string LibraryName() {
+  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(library, &len);
+  // Some libraries count the terminating NUL in len.
+  const absl::string_view text(library, strnlen(library, std::min<int>(len, sizeof(library))));
+  const absl::string_view first = *absl::StrSplit(text, absl::MaxSplits('\n', 1)).begin();
+  return absl::StrJoin(absl::StrSplit(first, absl::ByAnyChar(" \t"), absl::SkipEmpty()), " ");
+}
+
+// Why the MPI path does not run with thread level `provided`, and the knob where one is known.
+absl::Status ThreadLevelRefused(int provided, const std::string& library) {
+  std::string why = absl::StrCat(
+      "MPI_Init_thread gave thread level ", provided == MPI_THREAD_SINGLE ? "SINGLE" : "unknown",
+      " (", provided, "); the MPI path needs FUNNELED (one thread of its own makes every MPI "
+      "call); ", library);
+  if (absl::StartsWith(library, "MVAPICH2")) {
+    absl::StrAppend(&why, ": MVAPICH2 lowers the level while its CPU affinity is on; set "
+                          "MV2_ENABLE_AFFINITY=0 for the daemon's ranks");
+  }
+  return absl::FailedPreconditionError(why);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions options) {
@@ -118,6 +145,14 @@ absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions opt
       return;
     }
     MpiWorld& w = self->world_;
+    w.library = LibraryName();
+    if (provided < MPI_THREAD_FUNNELED) {
+      // This thread makes every MPI call, but it is not the process's main thread:
+      // SINGLE is not enough. No finalize (collective): a rank given more may be waiting.
+      init = ThreadLevelRefused(provided, w.library);
+      ready.Notify();
+      return;
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w.size);
@@ -133,12 +168,6 @@ absl::StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Start(MpiOptions opt
     if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag) {
       w.tag_ub = *ub;
     }
-    char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-    int len = 0;
-    MPI_Get_library_version(library, &len);
-    // Some libraries count the terminating NUL in len.
-    const absl::string_view text(library, strnlen(library, std::min<int>(len, sizeof(library))));
-    w.library = std::string(*absl::StrSplit(text, absl::MaxSplits('\n', 1)).begin());
     w.cuda_aware = ProbeCudaAwareness(&w.cuda_awareness);
     uint64_t id = 0;
     if (w.rank == 0) id = std::random_device()() * 0x100000000ull + std::random_device()();
