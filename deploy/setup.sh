@@ -8,7 +8,7 @@ PACKAGES=(
   g++ libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin libmpich-dev mpich netpipe-openmpi
-  libnuma1 libxml2 libibverbs1 librdmacm1
+  libnuma1 libxml2 libibverbs1 librdmacm1 python3-matplotlib
   iproute2 python3 clang libclang-rt-14-dev libssl-dev openssl
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pytest-asyncio
   python3-build python3-setuptools python3-wheel python3-venv libsystemd-dev

@@ -1,0 +1,74 @@
+// gpumove-bench's parts: a subcommand fills a Run with its series (gpumove and the
+// baselines measured beside it) and one sample per point per round; the Run prints the
+// table (medians, spread, gpumove's ratio to each baseline) and writes the JSON.
+#ifndef GPUMOVE_CLIENT_BENCH_TOOL_BENCH_H_
+#define GPUMOVE_CLIENT_BENCH_TOOL_BENCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/bench/tool/result.pb.h"
+#include "client/gpumove_client.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove::bench {
+
+class Run {
+ public:
+  Run(std::string subcommand, std::string title);
+
+  // A series; the first that is not a baseline is gpumove's, the others' ratio is to it.
+  void AddSeries(const std::string& name, bool baseline, const std::string& unit,
+                 bool higher_is_better);
+  // One round's sample of `series` at (size, concurrency).
+  void Add(const std::string& series, uint64_t size, uint32_t concurrency, double value);
+  void SetFlag(const std::string& name, const std::string& value);
+  void SetDaemon(const gpumove::v1::NodeInfo& info);
+
+  // Medians and spreads computed; the table printed to stdout.
+  const bench_result::BenchRun& Finish();
+  // Writes the run as JSON (proto3 JSON of BenchRun).
+  absl::Status WriteJson(const std::string& path) const;
+
+ private:
+  bench_result::BenchRun run_;
+  // (series, size, concurrency) -> point index.
+  std::map<std::tuple<std::string, uint64_t, uint32_t>, int> index_;
+};
+
+// What every subcommand gets: its daemon(s) (an existing one at --addr, or started here),
+// the rounds to take in turns, and the run to fill.
+struct Context {
+  int rounds = 3;
+  double seconds = 0.5;  // Measuring time per point and series, per round.
+  std::string addr;      // An existing daemon; empty: the subcommand starts its own.
+  // Starts a daemon with `flags` (plus the tool's own), unless --addr names one: its
+  // address then. `own` keeps a started one alive.
+  absl::StatusOr<std::string> Daemon(std::vector<std::string> flags,
+                                     std::vector<std::unique_ptr<DaemonProcess>>& own) const;
+};
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  // Runs the sweep; flags were parsed already.
+  std::function<absl::Status(const Context&, Run&)> run;
+};
+
+// Seconds per call of `op`, median over as many calls as fit in `seconds` (at least 3).
+double MedianSeconds(const std::function<void()>& op, double seconds);
+
+// The subcommands (each in its own file).
+Subcommand LocalSubcommand();
+Subcommand SmallSubcommand();
+
+}  // namespace gpumove::bench
+
+#endif  // GPUMOVE_CLIENT_BENCH_TOOL_BENCH_H_

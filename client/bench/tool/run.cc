@@ -1,0 +1,181 @@
+#include <google/protobuf/util/json_util.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/bench/tool/bench.h"
+#include "daemon/common/bytes.h"
+
+namespace gpumove::bench {
+namespace {
+
+std::string GitRevision() {
+  if (const char* r = std::getenv("GPUMOVE_GIT_REVISION"); r != nullptr && *r != '\0') return r;
+  // `bazel run` says where the workspace is.
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const std::string cmd =
+      absl::StrCat("git -C '", ws != nullptr ? ws : ".", "' rev-parse --short HEAD 2>/dev/null");
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[64] = {};
+    if (fgets(buf, sizeof(buf), p) != nullptr) out = buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+std::string Human(double v) { return absl::StrFormat(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v); }
+
+}  // namespace
+
+Run::Run(std::string subcommand, std::string title) {
+  run_.set_schema("gpumove-bench/1");
+  run_.set_subcommand(std::move(subcommand));
+  run_.set_title(std::move(title));
+  run_.set_started(absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  run_.set_git_revision(GitRevision());
+  auto* m = run_.mutable_machine();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  m->set_hostname(host);
+  m->set_cpus(static_cast<uint32_t>(sysconf(_SC_NPROCESSORS_ONLN)));
+  m->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+  utsname u{};
+  if (uname(&u) == 0) m->set_kernel(absl::StrCat(u.sysname, " ", u.release));
+}
+
+void Run::AddSeries(const std::string& name, bool baseline, const std::string& unit,
+                    bool higher_is_better) {
+  auto* s = run_.add_series();
+  s->set_name(name);
+  s->set_baseline(baseline);
+  s->set_unit(unit);
+  s->set_higher_is_better(higher_is_better);
+}
+
+void Run::Add(const std::string& series, uint64_t size, uint32_t concurrency, double value) {
+  auto key = std::make_tuple(series, size, concurrency);
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    auto* p = run_.add_points();
+    p->set_series(series);
+    p->set_size(size);
+    p->set_concurrency(concurrency);
+    it = index_.emplace(key, run_.points_size() - 1).first;
+  }
+  run_.mutable_points(it->second)->add_samples(value);
+}
+
+void Run::SetFlag(const std::string& name, const std::string& value) {
+  (*run_.mutable_flags())[name] = value;
+}
+
+void Run::SetDaemon(const gpumove::v1::NodeInfo& info) {
+  run_.set_gpumove_version(info.version());
+  for (const auto& g : info.gpus()) run_.mutable_machine()->add_gpus(g.name());
+}
+
+const bench_result::BenchRun& Run::Finish() {
+  for (auto& p : *run_.mutable_points()) {
+    std::vector<double> v(p.samples().begin(), p.samples().end());
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    p.set_median(n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+    p.set_min(v.front());
+    p.set_max(v.back());
+  }
+  // The table: a row per (size, concurrency), a column per series (median [min-max]) and
+  // gpumove's ratio to each baseline (> 1: gpumove better).
+  std::cout << "\n" << run_.title() << "\n";
+  std::string header = absl::StrFormat("%10s %5s", "size", "conc");
+  const bench_result::Series* mine = nullptr;
+  for (const auto& s : run_.series()) {
+    header += absl::StrFormat(" %22s", absl::StrCat(s.name(), " ", s.unit()));
+    if (!s.baseline() && mine == nullptr) mine = &s;
+  }
+  for (const auto& s : run_.series()) {
+    if (s.baseline() && mine != nullptr) header += absl::StrFormat(" %14s", "vs " + s.name());
+  }
+  std::cout << header << "\n";
+  std::set<std::pair<uint64_t, uint32_t>> rows;
+  for (const auto& p : run_.points()) rows.insert({p.size(), p.concurrency()});
+  auto median = [&](const std::string& series, uint64_t size, uint32_t c) -> const bench_result::Point* {
+    auto it = index_.find(std::make_tuple(series, size, c));
+    return it == index_.end() ? nullptr : &run_.points(it->second);
+  };
+  for (const auto& [size, c] : rows) {
+    std::string line = absl::StrFormat("%10s %5u", FormatBytes(size), c);
+    for (const auto& s : run_.series()) {
+      const auto* p = median(s.name(), size, c);
+      line += absl::StrFormat(
+          " %22s", p == nullptr ? "-"
+                                : absl::StrCat(Human(p->median()), " [", Human(p->min()), "-",
+                                               Human(p->max()), "]"));
+    }
+    const auto* m = mine == nullptr ? nullptr : median(mine->name(), size, c);
+    for (const auto& s : run_.series()) {
+      if (!s.baseline() || mine == nullptr) continue;
+      const auto* b = median(s.name(), size, c);
+      if (m == nullptr || b == nullptr || m->median() <= 0 || b->median() <= 0) {
+        line += absl::StrFormat(" %14s", "-");
+        continue;
+      }
+      const double ratio = s.higher_is_better() ? m->median() / b->median() : b->median() / m->median();
+      line += absl::StrFormat(" %14.3f", ratio);
+    }
+    std::cout << line << "\n";
+  }
+  std::cout << "(medians of " << (run_.points_size() > 0 ? run_.points(0).samples_size() : 0)
+            << " rounds taken in turns, [min-max]; vs: gpumove's figure over the baseline's, "
+               "latency inverted, so > 1 means gpumove is better)\n";
+  return run_;
+}
+
+absl::Status Run::WriteJson(const std::string& path) const {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(run_, &json, options).ok()) {
+    return absl::InternalError("cannot write the run as JSON");
+  }
+  std::ofstream out(path, std::ios::trunc);
+  out << json;
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Context::Daemon(std::vector<std::string> flags,
+                                            std::vector<std::unique_ptr<DaemonProcess>>& own) const {
+  if (!addr.empty()) return addr;
+  auto d = DaemonProcess::Start(std::move(flags));
+  if (!d.ok()) return d.status();
+  own.push_back(*std::move(d));
+  return own.back()->address();
+}
+
+double MedianSeconds(const std::function<void()>& op, double seconds) {
+  op();  // Warm.
+  std::vector<double> v;
+  const absl::Time end = absl::Now() + absl::Seconds(seconds);
+  while ((v.size() < 3 || absl::Now() < end) && v.size() < 1000000) {
+    const absl::Time t0 = absl::Now();
+    op();
+    v.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace gpumove::bench
