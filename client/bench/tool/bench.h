@@ -68,6 +68,7 @@ double MedianSeconds(const std::function<void()>& op, double seconds);
 // The subcommands (each in its own file).
 Subcommand LocalSubcommand();
 Subcommand SmallSubcommand();
+Subcommand NodeSubcommand();
 
 }  // namespace gpumove::bench
 

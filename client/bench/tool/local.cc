@@ -56,8 +56,10 @@ absl::Status RunLocal(const Context& ctx, Run& run) {
     for (uint64_t size = min_size; size <= max_size; size *= 4) {
       auto move = [&] {
         auto t = (*client)->Move(Ref(src->id(), 0, size), Ref(dst->id()));
-        if (!t.ok()) failed = t.status();
-        else if (t->state() != v1::SUCCEEDED) failed = absl::InternalError(t->error_message());
+        if (!t.ok())
+          failed = t.status();
+        else if (t->state() != v1::SUCCEEDED)
+          failed = absl::InternalError(t->error_message());
       };
       auto copy = [&] { std::memcpy(raw_dst, raw_src, size); };
       // In turns: which side goes first alternates by round.

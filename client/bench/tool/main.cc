@@ -28,15 +28,19 @@ ABSL_FLAG(std::string, addr, "",
 namespace gpumove::bench {
 namespace {
 
-std::vector<Subcommand> Subcommands() { return {LocalSubcommand(), SmallSubcommand()}; }
+std::vector<Subcommand> Subcommands() {
+  return {LocalSubcommand(), SmallSubcommand(), NodeSubcommand()};
+}
 
 std::string Usage() {
   std::string u =
       "usage: gpumove-bench SUBCOMMAND [--rounds=N] [--seconds=S] [--json=FILE] [--addr=A] "
       "[its flags]\n       gpumove-bench plot FILE.json... -o DIR\n\nsubcommands:\n";
-  for (const Subcommand& s : Subcommands()) absl::StrAppend(&u, "  ", s.name, "\t", s.summary, "\n");
-  absl::StrAppend(&u, "  plot\tPNG plots of bandwidth or rate against size or concurrency, "
-                      "runs overlaid\n");
+  for (const Subcommand& s : Subcommands())
+    absl::StrAppend(&u, "  ", s.name, "\t", s.summary, "\n");
+  absl::StrAppend(&u,
+                  "  plot\tPNG plots of bandwidth or rate against size or concurrency, "
+                  "runs overlaid\n");
   return u;
 }
 

@@ -33,7 +33,9 @@ std::string GitRevision() {
   return out.empty() ? "unknown" : out;
 }
 
-std::string Human(double v) { return absl::StrFormat(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v); }
+std::string Human(double v) {
+  return absl::StrFormat(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+}
 
 }  // namespace
 
@@ -95,42 +97,52 @@ const bench_result::BenchRun& Run::Finish() {
     p.set_max(v.back());
   }
   // The table: a row per (size, concurrency), a column per series (median [min-max]) and
-  // gpumove's ratio to each baseline (> 1: gpumove better).
+  // each gpumove series' ratio to each baseline (> 1: gpumove better).
   std::cout << "\n" << run_.title() << "\n";
+  std::vector<std::pair<const bench_result::Series*, const bench_result::Series*>> ratios;
+  for (const auto& m : run_.series()) {
+    if (m.baseline()) continue;
+    for (const auto& b : run_.series()) {
+      if (b.baseline()) ratios.emplace_back(&m, &b);
+    }
+  }
   std::string header = absl::StrFormat("%10s %5s", "size", "conc");
-  const bench_result::Series* mine = nullptr;
   for (const auto& s : run_.series()) {
     header += absl::StrFormat(" %22s", absl::StrCat(s.name(), " ", s.unit()));
-    if (!s.baseline() && mine == nullptr) mine = &s;
   }
-  for (const auto& s : run_.series()) {
-    if (s.baseline() && mine != nullptr) header += absl::StrFormat(" %14s", "vs " + s.name());
+  for (const auto& [m, b] : ratios) {
+    header +=
+        absl::StrFormat(" %14s", ratios.size() == run_.series_size() - 1
+                                     ? "vs " + b->name()
+                                     : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1),
+                                                    " vs ", b->name().substr(0, 8)));
   }
   std::cout << header << "\n";
   std::set<std::pair<uint64_t, uint32_t>> rows;
   for (const auto& p : run_.points()) rows.insert({p.size(), p.concurrency()});
-  auto median = [&](const std::string& series, uint64_t size, uint32_t c) -> const bench_result::Point* {
+  auto point = [&](const std::string& series, uint64_t size,
+                   uint32_t c) -> const bench_result::Point* {
     auto it = index_.find(std::make_tuple(series, size, c));
     return it == index_.end() ? nullptr : &run_.points(it->second);
   };
   for (const auto& [size, c] : rows) {
     std::string line = absl::StrFormat("%10s %5u", FormatBytes(size), c);
     for (const auto& s : run_.series()) {
-      const auto* p = median(s.name(), size, c);
-      line += absl::StrFormat(
-          " %22s", p == nullptr ? "-"
-                                : absl::StrCat(Human(p->median()), " [", Human(p->min()), "-",
-                                               Human(p->max()), "]"));
+      const auto* p = point(s.name(), size, c);
+      line += absl::StrFormat(" %22s", p == nullptr
+                                           ? "-"
+                                           : absl::StrCat(Human(p->median()), " [", Human(p->min()),
+                                                          "-", Human(p->max()), "]"));
     }
-    const auto* m = mine == nullptr ? nullptr : median(mine->name(), size, c);
-    for (const auto& s : run_.series()) {
-      if (!s.baseline() || mine == nullptr) continue;
-      const auto* b = median(s.name(), size, c);
+    for (const auto& [ms, bs] : ratios) {
+      const auto* m = point(ms->name(), size, c);
+      const auto* b = point(bs->name(), size, c);
       if (m == nullptr || b == nullptr || m->median() <= 0 || b->median() <= 0) {
         line += absl::StrFormat(" %14s", "-");
         continue;
       }
-      const double ratio = s.higher_is_better() ? m->median() / b->median() : b->median() / m->median();
+      const double ratio =
+          bs->higher_is_better() ? m->median() / b->median() : b->median() / m->median();
       line += absl::StrFormat(" %14.3f", ratio);
     }
     std::cout << line << "\n";
@@ -156,8 +168,8 @@ absl::Status Run::WriteJson(const std::string& path) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Context::Daemon(std::vector<std::string> flags,
-                                            std::vector<std::unique_ptr<DaemonProcess>>& own) const {
+absl::StatusOr<std::string> Context::Daemon(
+    std::vector<std::string> flags, std::vector<std::unique_ptr<DaemonProcess>>& own) const {
   if (!addr.empty()) return addr;
   auto d = DaemonProcess::Start(std::move(flags));
   if (!d.ok()) return d.status();

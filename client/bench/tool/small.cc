@@ -74,10 +74,10 @@ absl::Status RunSmall(const Context& ctx, Run& run) {
     ~Stop() { StopEchoServer(pid); }
   } stop_echo{echo};
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto addr = ctx.Daemon({"--node=bench", absl::StrCat("--host_pool_size=",
-                                                       2 * size * max_clients + (64 << 20)),
-                          "--pinned_pool_size=0"},
-                         own);
+  auto addr = ctx.Daemon(
+      {"--node=bench", absl::StrCat("--host_pool_size=", 2 * size * max_clients + (64 << 20)),
+       "--pinned_pool_size=0"},
+      own);
   if (!addr.ok()) return addr.status();
   auto admin = Client::Connect(*addr);
   if (!admin.ok()) return admin.status();
@@ -122,8 +122,8 @@ absl::Status RunSmall(const Context& ctx, Run& run) {
     for (int n = 1; n <= max_clients; n *= 2) {
       for (int side = 0; side < 2; ++side) {
         const bool ours = (side == 0) == (r % 2 == 0);
-        const double rate = Rate(n, ctx.seconds, ours ? std::function<absl::Status(int)>(move)
-                                                       : echo_call, failed);
+        const double rate =
+            Rate(n, ctx.seconds, ours ? std::function<absl::Status(int)>(move) : echo_call, failed);
         run.Add(ours ? "gpumove" : "grpc echo", size, n, rate);
       }
     }

@@ -18,6 +18,7 @@ run() {
 }
 run local --min_size=4KiB --max_size=64KiB
 run small --max_clients=2
+run node --node_min_size=64KiB --node_max_size=256KiB
 PYTHONPATH="$out/py" python3 - "$out"/*.json <<'PY'
 import sys
 from google.protobuf import json_format
@@ -36,7 +37,7 @@ for path in sys.argv[1:]:
     print(f"{path}: {run.subcommand}, {len(run.points)} points, schema ok")
 PY
 "$BENCH" plot "$out"/*.json -o "$out/plots"
-for sub in local small; do
+for sub in local small node; do
   test -s "$out/plots/$sub.png" || { echo "FAIL: no $sub.png"; exit 1; }
 done
-echo "PASS: gpumove-bench local, small: JSON valid, plots drawn"
+echo "PASS: gpumove-bench local, small, node: JSON valid, plots drawn"
