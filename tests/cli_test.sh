@@ -24,6 +24,8 @@ expect_code() {  # expect_code CODE TEXT -- command...
 "$CTL" info | grep -q "node      cli-node" || fail "info does not name the node"
 "$CTL" info | grep -q "host pools only" || fail "info does not say host pools only"
 "$CTL" --json info | grep -q '"node": "cli-node"' || fail "info --json"
+# The GPU-NIC map from this machine's sysfs (here: no GPU or no RDMA device on PCI).
+"$CTL" info | grep -qE "^gpu-nic   (GPU0 |[0-9]+ GPU\(s\), [0-9]+ RDMA device)" || fail "info has no gpu-nic line"
 # Health (what container and Kubernetes probes ask): the server and each service.
 expect_code 0 "SERVING" -- "$CTL" health
 expect_code 0 "SERVING" -- "$CTL" health gpumove.v1.TransferService

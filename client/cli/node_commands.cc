@@ -33,6 +33,9 @@ int Info(Client& c, const Args& args) {
                                  g.uuid(), FormatBytes(g.total_memory()),
                                  absl::StrJoin(g.peer_access(), ","));
   }
+  for (const std::string& line : info->gpu_nic_topology()) {
+    std::cout << "gpu-nic   " << line << "\n";
+  }
   std::cout << "pools\n";
   std::vector<std::vector<std::string>> pools = {
       {"  KIND", "CAPACITY", "FREE", "LARGEST FREE", "BUFFERS", ""}};

@@ -13,6 +13,7 @@
 #include "daemon/app/start_facts.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
+#include "daemon/topology/topology.h"
 
 namespace gpumove {
 namespace {
@@ -178,6 +179,11 @@ NodeFacts Daemon::Facts(const ServeOptions& serve) const {
                   gpus_};
   facts.tls = tls_ != nullptr;
   facts.tls_client_certificates = tls_ != nullptr && !serve.tls.client_ca.empty();
+  if (auto topology = ReadTopology("/sys"); topology.ok()) {
+    facts.gpu_nic_topology = DescribeTopology(*topology);
+  } else {
+    facts.gpu_nic_topology = {absl::StrCat("no GPU-NIC map: ", topology.status().message())};
+  }
   facts.peer_authentication = peer_auth_ != nullptr           ? "cluster secret"
                               : ClientsNeedCredentials(serve) ? "none"
                                                               : "open";

@@ -18,6 +18,7 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::Ge
   response->set_tls(facts_.tls);
   response->set_tls_client_certificates(facts_.tls_client_certificates);
   response->set_peer_authentication(facts_.peer_authentication);
+  for (const std::string& line : facts_.gpu_nic_topology) response->add_gpu_nic_topology(line);
   response->set_cpus(static_cast<uint32_t>(AllowedCpus()));
   if (facts_.scheduler != nullptr) {
     response->set_workers(static_cast<uint32_t>(facts_.scheduler->workers()));

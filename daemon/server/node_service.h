@@ -42,6 +42,7 @@ struct NodeFacts {
   bool tls = false;
   bool tls_client_certificates = false;
   std::string peer_authentication;  // NodeInfo.peer_authentication
+  std::vector<std::string> gpu_nic_topology;  // NodeInfo.gpu_nic_topology
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
