@@ -181,6 +181,8 @@ NodeFacts Daemon::Facts(const ServeOptions& serve) const {
   facts.tls_client_certificates = tls_ != nullptr && !serve.tls.client_ca.empty();
   if (auto topology = ReadTopology("/sys"); topology.ok()) {
     facts.gpu_nic_topology = DescribeTopology(*topology);
+    facts.gpu_nic_topology.push_back(
+        GpuDirectRdmaReadiness(*topology, ucx_ != nullptr && ucx_->cuda_aware()));
   } else {
     facts.gpu_nic_topology = {absl::StrCat("no GPU-NIC map: ", topology.status().message())};
   }

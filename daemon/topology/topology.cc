@@ -157,6 +157,34 @@ absl::StatusOr<Topology> ReadTopology(const std::string& root) {
   return t;
 }
 
+std::string GpuDirectRdmaReadiness(const Topology& t, bool ucx_cuda_aware,
+                                   const std::string& root) {
+  const fs::path sysfs(root);
+  std::error_code ec;
+  std::vector<std::string> missing;
+  if (t.gpus.empty()) missing.push_back("no NVIDIA GPU on PCI");
+  if (t.nics.empty()) missing.push_back("no RDMA device on PCI");
+  if (!ucx_cuda_aware) missing.push_back("UCX does not take device memory (not built with CUDA)");
+  const bool peermem = fs::exists(sysfs / "module/nvidia_peermem", ec) ||
+                       fs::exists(sysfs / "module/nv_peer_mem", ec);
+  // The open GPU kernel modules (loaded, and not tainting the kernel as proprietary: no 'P'
+  // in the module's taint flags) export GPU memory as dma-buf, which the RDMA stack imports.
+  const bool nvidia_loaded = ReadLine(sysfs / "module/nvidia/initstate") == "live";
+  const bool dmabuf =
+      nvidia_loaded && !absl::StrContains(ReadLine(sysfs / "module/nvidia/taint"), "P");
+  if (!peermem && !dmabuf) {
+    missing.push_back(
+        "neither nvidia_peermem loaded (modprobe nvidia-peermem) nor the open "
+        "GPU kernel modules' dma-buf");
+  }
+  if (missing.empty()) {
+    return absl::StrCat("GPUDirect RDMA: ready (", t.nics.size(), " RDMA device(s), ",
+                        peermem ? "nvidia_peermem" : "dma-buf", ", CUDA-aware UCX)");
+  }
+  return absl::StrCat("GPUDirect RDMA: not available (", absl::StrJoin(missing, "; "),
+                      "): device memory crosses hosts staged through pinned host memory");
+}
+
 std::vector<std::string> DescribeTopology(const Topology& t) {
   std::vector<std::string> lines;
   for (const GpuNics& m : t.map) {

@@ -52,6 +52,13 @@ struct Topology {
 // RDMA devices is not an error (an empty list); an unreadable tree is.
 absl::StatusOr<Topology> ReadTopology(const std::string& sysfs = "/sys");
 
+// Whether device memory can go straight from a GPU to an RDMA NIC (GPUDirect RDMA) here,
+// and if not, why: it needs RDMA devices on PCI, a UCX that takes device pointers, and the
+// NVIDIA driver's peer-memory module (nvidia_peermem, or the older nv_peer_mem) loaded or
+// dma-buf (the open GPU kernel modules). One line for `gpumovectl info`.
+std::string GpuDirectRdmaReadiness(const Topology& t, bool ucx_cuda_aware,
+                                   const std::string& sysfs = "/sys");
+
 // One line per GPU for `gpumovectl info`: "GPU0 (0000:1b:00.0, NUMA 0): mlx5_0 (PIX: ...)".
 std::vector<std::string> DescribeTopology(const Topology& t);
 

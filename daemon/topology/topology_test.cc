@@ -154,6 +154,39 @@ TEST(TopologyTest, NoNicOrNoGpuGivesNoMap) {
   EXPECT_FALSE(ReadTopology(sys.root() + "/nowhere").ok());
 }
 
+// GPUDirect RDMA readiness names every missing piece, and is ready with all of them.
+TEST(TopologyTest, GpuDirectRdmaReadinessSaysWhatIsMissing) {
+  FakeSysfs sys;
+  auto empty = ReadTopology(sys.root());
+  ASSERT_TRUE(empty.ok());
+  const std::string none = GpuDirectRdmaReadiness(*empty, false, sys.root());
+  for (const char* part : {"not available", "no NVIDIA GPU on PCI", "no RDMA device on PCI",
+                           "UCX does not take device memory", "nvidia_peermem"}) {
+    EXPECT_NE(none.find(part), std::string::npos) << part << " in " << none;
+  }
+  sys.Gpu("pci0000:00", {Bdf(0, 1), Bdf(1), Bdf(2, 0), Bdf(3)}, 0);
+  sys.Nic("mlx5_0", "pci0000:00", {Bdf(0, 1), Bdf(1), Bdf(2, 1), Bdf(4)}, 0);
+  auto t = ReadTopology(sys.root());
+  ASSERT_TRUE(t.ok());
+  EXPECT_NE(GpuDirectRdmaReadiness(*t, true, sys.root()).find("neither nvidia_peermem"),
+            std::string::npos);
+  // The proprietary driver loaded (taint P): no dma-buf; the open one: dma-buf.
+  const fs::path nvidia = fs::path(sys.root()) / "module/nvidia";
+  fs::create_directories(nvidia);
+  std::ofstream(nvidia / "initstate") << "live\n";
+  std::ofstream(nvidia / "taint") << "PO\n";
+  EXPECT_NE(GpuDirectRdmaReadiness(*t, true, sys.root()).find("not available"), std::string::npos);
+  std::ofstream(nvidia / "taint") << "O\n";
+  EXPECT_EQ(GpuDirectRdmaReadiness(*t, true, sys.root()),
+            "GPUDirect RDMA: ready (1 RDMA device(s), dma-buf, CUDA-aware UCX)");
+  std::ofstream(nvidia / "taint") << "PO\n";
+  fs::create_directories(fs::path(sys.root()) / "module/nvidia_peermem");
+  EXPECT_EQ(GpuDirectRdmaReadiness(*t, true, sys.root()),
+            "GPUDirect RDMA: ready (1 RDMA device(s), nvidia_peermem, CUDA-aware UCX)");
+  EXPECT_NE(GpuDirectRdmaReadiness(*t, false, sys.root()).find("not available (UCX"),
+            std::string::npos);
+}
+
 // This machine's own sysfs reads without error, whatever it has.
 TEST(TopologyTest, TheRealSysfsReads) {
   auto t = ReadTopology("/sys");
