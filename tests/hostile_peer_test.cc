@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
 
@@ -160,7 +161,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
         r.mutable_range()->set_buffer_id(buffer->id());
         r.set_write(true);
         peer::v1::PrepareRemoteResponse response;
-        prepared += stub->PrepareRemote(&context, r, &response).ok();
+        prepared += PrepareOne(*stub, &context, r, &response).ok();
       } else if (i % 3 == 0) {
         auto r = OnTheHold<peer::v1::StageChunkRequest>();
         r.set_slot(0);
@@ -176,7 +177,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
         auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
         r.set_checksum(i % 2 == 0);
         peer::v1::CompleteRemoteResponse response;
-        completed += stub->CompleteRemote(&context, r, &response).ok();
+        completed += CompleteOne(*stub, &context, r, &response).ok();
       }
     }
   };
@@ -190,7 +191,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
     grpc::ClientContext context;
     auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
     peer::v1::CompleteRemoteResponse response;
-    a.peer->CompleteRemote(&context, r, &response);
+    CompleteOne(*a.peer, &context, r, &response);
   }
   EXPECT_TRUE(a.client->Release(buffer->id()).ok());
   EXPECT_TRUE(a.client->GetInfo().ok());

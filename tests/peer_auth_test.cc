@@ -23,6 +23,7 @@
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
 
@@ -135,14 +136,6 @@ TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
   peer::v1::PrepareRemoteBatchRequest batch;
   *batch.add_items() = prepare;
   for (PeerAuth* auth : {static_cast<PeerAuth*>(nullptr), &other}) {
-    {
-      grpc::ClientContext context;
-      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemote), prepare, 0, &context);
-      peer::v1::PrepareRemoteResponse r;
-      st = stub->PrepareRemote(&context, prepare, &r);
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-      EXPECT_EQ(r.address(), 0u);
-    }
     {
       grpc::ClientContext context;
       StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemoteBatch), batch, 0,
@@ -327,7 +320,7 @@ TEST_F(PeerAuthTest, WithoutASecretHoldsAreForMetPeersOnly) {
   hold.mutable_range()->set_length(1 << 20);
   grpc::ClientContext context;
   peer::v1::PrepareRemoteResponse held;
-  grpc::Status st = PeerStub(a)->PrepareRemote(&context, hold, &held);
+  grpc::Status st = PrepareOne(*PeerStub(a), &context, hold, &held);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_TRUE(absl::StrContains(st.error_message(), "say Hello first")) << st.error_message();
   EXPECT_TRUE(a.client->Release(buffer->id()).ok()) << "the buffer was left held";

@@ -41,9 +41,6 @@ template <class Request>
 bool AtOnce(const PeerHandler&, const Request&) {
   return false;
 }
-bool AtOnce(const PeerHandler& handler, const peer::v1::CompleteRemoteRequest& r) {
-  return handler.AnswersAtOnce(r);
-}
 bool AtOnce(const PeerHandler&, const peer::v1::TakeStageSlotsRequest&) { return true; }
 template <class Batch>
 bool EveryItemAtOnce(const PeerHandler& handler, const Batch& batch) {
@@ -92,8 +89,6 @@ absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* s, uint32_t method,
       return Parse(s, &PeerHandler::PrepareRemoteBatch, body);
     case PeerMethod::kCompleteRemoteBatch:
       return Parse(s, &PeerHandler::CompleteRemoteBatch, body);
-    case PeerMethod::kCompleteRemote:
-      return Parse(s, &PeerHandler::CompleteRemote, body);
     case PeerMethod::kStageChunk:
       return Parse(s, &PeerHandler::StageChunk, body);
     case PeerMethod::kStartMpi:
@@ -102,8 +97,6 @@ absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* s, uint32_t method,
       return Parse(s, &PeerHandler::StopMpi, body);
     case PeerMethod::kTakeStageSlots:
       return Parse(s, &PeerHandler::TakeStageSlots, body);
-    case PeerMethod::kPrepareRemote:
-      return Parse(s, &PeerHandler::PrepareRemote, body);
   }
   return absl::UnimplementedError(absl::StrCat("no peer call number ", method));
 }

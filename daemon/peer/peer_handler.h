@@ -25,6 +25,7 @@ class PeerHandler {
       : cluster_(cluster), holds_(holds), holders_(std::move(holders)), stage_(stage), mpi_(mpi) {}
 
   absl::Status Hello(const peer::v1::HelloRequest& request, peer::v1::HelloResponse* response);
+  // One item of a PrepareRemoteBatch and of a CompleteRemoteBatch (the calls peers make).
   absl::Status PrepareRemote(const peer::v1::PrepareRemoteRequest& request,
                              peer::v1::PrepareRemoteResponse* response);
   absl::Status CompleteRemote(const peer::v1::CompleteRemoteRequest& request,

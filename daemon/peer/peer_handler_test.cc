@@ -245,17 +245,18 @@ TEST_F(PeerHandlerTest, UcxCallsAreParsedOnceAndRunWhereTheyMay) {
   EXPECT_EQ(holds_->size(), 1u);
 
   // An acknowledgement that hashes the range may take long: a serving thread's.
-  peer::v1::CompleteRemoteRequest ack;
-  ack.set_transfer_id("u1");
-  ack.set_from_node("a");
-  ack.set_checksum(true);
-  auto hashed =
-      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  peer::v1::CompleteRemoteBatchRequest acks;
+  peer::v1::CompleteRemoteRequest* ack = acks.add_items();
+  ack->set_transfer_id("u1");
+  ack->set_from_node("a");
+  ack->set_checksum(true);
+  auto hashed = ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemoteBatch),
+                              acks.SerializeAsString());
   ASSERT_TRUE(hashed.ok());
   EXPECT_FALSE(hashed->at_once);
-  ack.set_checksum(false);
-  auto plain =
-      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  ack->set_checksum(false);
+  auto plain = ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemoteBatch),
+                             acks.SerializeAsString());
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->at_once);
   plain->run([&](const absl::Status& st, std::string) { answered = st; });

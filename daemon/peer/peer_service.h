@@ -24,18 +24,6 @@ class PeerServiceImpl final : public peer::v1::PeerService::Service {
     return Serve(context, kHelloMethod, *request, response, &PeerHandler::Hello);
   }
 
-  grpc::Status PrepareRemote(grpc::ServerContext* context,
-                             const peer::v1::PrepareRemoteRequest* request,
-                             peer::v1::PrepareRemoteResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kPrepareRemote), *request, response,
-                 &PeerHandler::PrepareRemote);
-  }
-  grpc::Status CompleteRemote(grpc::ServerContext* context,
-                              const peer::v1::CompleteRemoteRequest* request,
-                              peer::v1::CompleteRemoteResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kCompleteRemote), *request, response,
-                 &PeerHandler::CompleteRemote);
-  }
   grpc::Status PrepareRemoteBatch(grpc::ServerContext* context,
                                   const peer::v1::PrepareRemoteBatchRequest* request,
                                   peer::v1::PrepareRemoteBatchResponse* response) override {

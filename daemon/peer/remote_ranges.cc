@@ -176,8 +176,6 @@ const char* PeerMethodName(PeerMethod method) {
       return "prepare_remote_batch";
     case PeerMethod::kCompleteRemoteBatch:
       return "complete_remote_batch";
-    case PeerMethod::kCompleteRemote:
-      return "complete_remote";
     case PeerMethod::kStageChunk:
       return "stage_chunk";
     case PeerMethod::kStartMpi:
@@ -186,8 +184,6 @@ const char* PeerMethodName(PeerMethod method) {
       return "stop_mpi";
     case PeerMethod::kTakeStageSlots:
       return "take_stage_slots";
-    case PeerMethod::kPrepareRemote:
-      return "prepare_remote";
   }
   return "unknown";
 }
@@ -247,7 +243,7 @@ absl::Duration HashingTime(uint64_t bytes) {
   return absl::Seconds(static_cast<double>(bytes) / kSlowestBytesPerSecond);
 }
 
-// The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
+// The acknowledgement of one move, as an item of a CompleteRemoteBatch.
 void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
                   bool checksum, const AckFence& fence, peer::v1::CompleteRemoteRequest* item) {
   item->set_transfer_id(hold.transfer_id);
@@ -281,15 +277,25 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hol
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
-  peer::v1::CompleteRemoteRequest request;
-  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
-  peer::v1::CompleteRemoteResponse response;
-  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
-                           &peer::v1::PeerService::Stub::CompleteRemote,
+  peer::v1::CompleteRemoteBatchRequest request;
+  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, request.add_items());
+  peer::v1::CompleteRemoteBatchResponse response;
+  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, request, &response,
+                           &peer::v1::PeerService::Stub::CompleteRemoteBatch,
                            HashingTime(checksum && outcome.ok() ? hold.length : 0));
-  VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  VLOG(2) << "CompleteRemoteBatch of one: " << absl::ToDoubleMicroseconds(absl::Now() - t0)
+          << " us";
   if (!st.ok()) return st;
-  return response.xxh3();
+  if (response.results_size() != 1) {
+    return absl::UnavailableError(absl::StrCat("node ", hold.node, " answered ",
+                                               response.results_size(), " of 1 acknowledgements"));
+  }
+  const peer::v1::CompleteRemoteResult& r = response.results(0);
+  if (r.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.code()),
+                        absl::StrCat(r.message(), " (node ", hold.node, ")"));
+  }
+  return r.xxh3();
 }
 
 ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& node) {

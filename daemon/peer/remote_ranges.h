@@ -27,12 +27,10 @@ inline constexpr size_t kMaxPeerBatch = 4096;
 enum class PeerMethod : uint32_t {
   kPrepareRemoteBatch = 1,
   kCompleteRemoteBatch = 2,
-  kCompleteRemote = 3,
   kStageChunk = 4,
   kStartMpi = 5,
   kStopMpi = 6,
   kTakeStageSlots = 7,
-  kPrepareRemote = 8,  // One hold; the moving side sends batches.
 };
 
 // A faster way than gRPC to make those calls (UCX active messages): the same serialized

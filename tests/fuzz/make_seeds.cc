@@ -144,7 +144,6 @@ int main(int argc, char** argv) {
     r.mutable_range()->set_buffer_id(first);
     r.mutable_range()->set_length(8192);
     r.set_write(true);
-    Call(15, "prepare", r);
     peer::v1::PrepareRemoteBatchRequest b;
     *b.add_items() = r;
     r.set_transfer_id("u");
@@ -156,7 +155,6 @@ int main(int argc, char** argv) {
     r.set_transfer_id("t");
     r.set_from_node("node-b");
     r.set_checksum(true);
-    Call(17, "complete", r);
     peer::v1::CompleteRemoteBatchRequest b;
     *b.add_items() = r;
     Call(18, "complete_batch", b);

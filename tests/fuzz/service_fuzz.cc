@@ -191,9 +191,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 12: Unary(*env.node, &v1::NodeService::Stub::GetInfo, data, size, env); break;
     case 13: Unary(*env.node, &v1::NodeService::Stub::ListPeers, data, size, env); break;
     case 14: Unary(*env.peer, &PS::Hello, data, size, env); break;
-    case 15: Unary(*env.peer, &PS::PrepareRemote, data, size, env); break;
     case 16: Unary(*env.peer, &PS::PrepareRemoteBatch, data, size, env); break;
-    case 17: Unary(*env.peer, &PS::CompleteRemote, data, size, env); break;
     case 18: Unary(*env.peer, &PS::CompleteRemoteBatch, data, size, env); break;
     case 19: Unary(*env.peer, &PS::TakeStageSlots, data, size, env); break;
     case 20: Unary(*env.peer, &PS::StageChunk, data, size, env); break;
