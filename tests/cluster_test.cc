@@ -636,9 +636,9 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
   auto take = [&](const std::string& id, peer::v1::TakeStageSlotsResponse* slots) {
     peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id(id);
-    r.set_from_node("node-a");
     grpc::ClientContext ctx;
-    return peer->TakeStageSlots(&ctx, r, slots).error_code();
+    return CallPath(*peer, "ucx", "take_stage_slots", "node-a", IncarnationOf(nodes_[0]), r, slots)
+        .error_code();
   };
   auto complete = [&](const std::string& id) {
     peer::v1::CompleteRemoteRequest r;

@@ -149,10 +149,10 @@ TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
       grpc::ClientContext context;
       peer::v1::StageChunkRequest chunk;
       chunk.set_transfer_id("t");
-      chunk.set_from_node("mallory");
-      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kStageChunk), chunk, 0, &context);
-      peer::v1::StageChunkResponse r;
-      EXPECT_EQ(stub->StageChunk(&context, chunk, &r).error_code(),
+      const peer::v1::PathCallRequest call = PathCallOf("ucx", "stage_chunk", "mallory", 7, chunk);
+      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPathCall), call, 0, &context);
+      peer::v1::PathCallResponse r;
+      EXPECT_EQ(stub->PathCall(&context, call, &r).error_code(),
                 grpc::StatusCode::UNAUTHENTICATED);
     }
   }
@@ -202,14 +202,14 @@ TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
   UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), d.ucx_worker_address(), false};
   peer::v1::TakeStageSlotsRequest take;
   take.set_transfer_id("t");
-  take.set_from_node("mallory");
-  const std::string body = take.SerializeAsString();
+  const std::string body =
+      PathCallOf("ucx", "take_stage_slots", "mallory", 7, take).SerializeAsString();
   auto framed = [](const std::string& head, const std::string& body) {
     std::string out(4, '\0');
     for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(head.size() >> (8 * i));
     return out + head + body;
   };
-  const uint32_t method = static_cast<uint32_t>(PeerMethod::kTakeStageSlots);
+  const uint32_t method = static_cast<uint32_t>(PeerMethod::kPathCall);
   auto unstamped = (*ucx)->Call(to, method, framed("", body), absl::Seconds(2));
   EXPECT_EQ(unstamped.status().code(), absl::StatusCode::kUnavailable) << unstamped.status();
   PeerAuth other("another-secret-of-the-same-length", "mallory", 7);

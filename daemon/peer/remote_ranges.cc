@@ -176,21 +176,40 @@ const char* PeerMethodName(PeerMethod method) {
       return "prepare_remote_batch";
     case PeerMethod::kCompleteRemoteBatch:
       return "complete_remote_batch";
-    case PeerMethod::kStageChunk:
-      return "stage_chunk";
-    case PeerMethod::kStartMpi:
-      return "start_mpi";
-    case PeerMethod::kStopMpi:
-      return "stop_mpi";
-    case PeerMethod::kTakeStageSlots:
-      return "take_stage_slots";
+    case PeerMethod::kPathCall:
+      return "path_call";
   }
   return "unknown";
 }
 
+absl::Status ClusterRemoteRanges::CallPath(const RemoteHold& hold, absl::string_view path,
+                                           absl::string_view method,
+                                           const google::protobuf::Message& request,
+                                           google::protobuf::Message* response) {
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
+  const peer::v1::NodeDescriptor self = cluster_->self();
+  peer::v1::PathCallRequest call;
+  call.set_path(std::string(path));
+  call.set_method(std::string(method));
+  call.set_from_node(self.node());
+  call.set_from_incarnation(self.incarnation());
+  call.set_body(request.SerializeAsString());
+  peer::v1::PathCallResponse answer;
+  absl::Status st = Call(*peer, PeerMethod::kPathCall, method, call, &answer,
+                         [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+                           return stub.PathCall(context, call, &answer);
+                         });
+  if (!st.ok()) return st;
+  if (!response->ParseFromString(answer.body())) {
+    return absl::InternalError(absl::StrCat("malformed reply from node ", hold.node));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ClusterRemoteRanges::Call(
-    const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
-    google::protobuf::Message* response,
+    const PeerView& peer, PeerMethod method, absl::string_view name,
+    const google::protobuf::Message& request, google::protobuf::Message* response,
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
     absl::Duration more) {
   const bool fast = channel_ != nullptr && channel_->Reaches(peer.descriptor);
@@ -199,7 +218,7 @@ absl::Status ClusterRemoteRanges::Call(
   if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc, timeout);
   const absl::Time start = absl::Now();
   absl::Status st = CallUntimed(peer, method, request, response, fast, rpc, timeout);
-  observer->OnPeerCall(method, fast ? "ucx" : "grpc", absl::Now() - start, st);
+  observer->OnPeerCall(name, fast ? "ucx" : "grpc", absl::Now() - start, st);
   return st;
 }
 

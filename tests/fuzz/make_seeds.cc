@@ -162,11 +162,16 @@ int main(int argc, char** argv) {
   {
     peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id("t");
-    r.set_from_node("node-b");
     Call(19, "take_slots", r);
+    peer::v1::PathCallRequest p;
+    p.set_path("ucx");
+    p.set_method("take_stage_slots");
+    p.set_from_node("node-b");
+    p.set_from_incarnation(77);
+    p.set_body(r.SerializeAsString());
+    Call(15, "path_call", p);
     peer::v1::StageChunkRequest s;
     s.set_transfer_id("t");
-    s.set_from_node("node-b");
     s.set_slot(1);
     s.set_offset(4096);
     s.set_length(4096);
@@ -191,8 +196,13 @@ int main(int argc, char** argv) {
     gpumove::PeerAuth member("seed-cluster-secret-0123456789", "node-a", 5);
     peer::v1::TakeStageSlotsRequest take;
     take.set_transfer_id("t");
-    take.set_from_node("node-a");
-    const std::string body = take.SerializeAsString();
+    peer::v1::PathCallRequest call;
+    call.set_path("ucx");
+    call.set_method("take_stage_slots");
+    call.set_from_node("node-a");
+    call.set_from_incarnation(5);
+    call.set_body(take.SerializeAsString());
+    const std::string body = call.SerializeAsString();
     auto seed = [](uint8_t method, const std::string& key, const std::string& stamp,
                    const std::string& body) {
       std::string out{static_cast<char>(method), static_cast<char>(key.size())};
@@ -200,10 +210,10 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(stamp.size() >> (8 * i)));
       return out + stamp + body;
     };
-    Write("ucx_call_fuzz", "unstamped", seed(7, "node-a#5", "", body));
-    Write("ucx_call_fuzz", "stamped", seed(7, "node-a#5", member.Stamp(7, body, 1).stamp, body));
+    Write("ucx_call_fuzz", "unstamped", seed(3, "node-a#5", "", body));
+    Write("ucx_call_fuzz", "stamped", seed(3, "node-a#5", member.Stamp(3, body, 1).stamp, body));
     Write("ucx_call_fuzz", "other_key",
-          seed(8, "node-b#6", member.Stamp(8, body, 1).stamp, body));
+          seed(1, "node-b#6", member.Stamp(1, body, 1).stamp, body));
   }
   std::printf("seeds written under %s\n", dir.c_str());
   return 0;
