@@ -637,7 +637,8 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
     peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id(id);
     grpc::ClientContext ctx;
-    return CallPath(*peer, "ucx", "take_stage_slots", "node-a", IncarnationOf(nodes_[0]), r, slots)
+    return CallPath(*peer, &ctx, "ucx", "take_stage_slots", "node-a", IncarnationOf(nodes_[0]), r,
+                    slots)
         .error_code();
   };
   auto complete = [&](const std::string& id) {

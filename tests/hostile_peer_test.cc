@@ -177,11 +177,12 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
         r.set_length(64 << 10);
         r.set_to_range(true);
         peer::v1::StageChunkResponse response;
-        staged += CallPath(*stub, "ucx", "stage_chunk", "mallory", 1, r, &response).ok();
+        staged +=
+            CallPath(*stub, &context, "ucx", "stage_chunk", "mallory", 1, r, &response).ok();
       } else if (i % 3 == 1) {
         auto r = PathCallOnTheHold<peer::v1::TakeStageSlotsRequest>();
         peer::v1::TakeStageSlotsResponse response;
-        CallPath(*stub, "ucx", "take_stage_slots", "mallory", 1, r, &response);
+        CallPath(*stub, &context, "ucx", "take_stage_slots", "mallory", 1, r, &response);
       } else {
         auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
         r.set_checksum(i % 2 == 0);

@@ -212,8 +212,7 @@ int main(int argc, char** argv) {
     };
     Write("ucx_call_fuzz", "unstamped", seed(3, "node-a#5", "", body));
     Write("ucx_call_fuzz", "stamped", seed(3, "node-a#5", member.Stamp(3, body, 1).stamp, body));
-    Write("ucx_call_fuzz", "other_key",
-          seed(1, "node-b#6", member.Stamp(1, body, 1).stamp, body));
+    Write("ucx_call_fuzz", "other_key", seed(1, "node-b#6", member.Stamp(1, body, 1).stamp, body));
   }
   std::printf("seeds written under %s\n", dir.c_str());
   return 0;
