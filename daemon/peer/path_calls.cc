@@ -18,6 +18,8 @@ absl::Status PathCalls::Register(const std::string& path, const std::string& met
 }
 
 const PathCalls::Entry* PathCalls::Find(absl::string_view path, absl::string_view method) const {
+  // No copy of a hostile caller's long names (this may run on a UCX progress thread).
+  if (path.size() > kMaxName || method.size() > kMaxName) return nullptr;
   auto it = entries_.find(std::make_pair(std::string(path), std::string(method)));
   return it == entries_.end() ? nullptr : &it->second;
 }
