@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
 
@@ -272,7 +273,7 @@ TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
   peer::v1::PrepareRemoteResponse held;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
+    ASSERT_TRUE(PrepareOne(*peer, &ctx, prepare, &held).ok());
   }
   EXPECT_FALSE(held.waits_fences());  // Host memory, and no GPU here.
   EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 1u);
@@ -282,7 +283,7 @@ TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
   complete.set_fence(std::string(64, 'f'));
   peer::v1::CompleteRemoteResponse acked;
   grpc::ClientContext ctx;
-  const grpc::Status st = peer->CompleteRemote(&ctx, complete, &acked);
+  const grpc::Status st = CompleteOne(*peer, &ctx, complete, &acked);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_NE(st.error_message().find("copy"), std::string::npos) << st.error_message();
   EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 0u);
@@ -440,7 +441,7 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
   // The runners timed their calls, under the channel they took (histograms for alerts).
   const std::string channel = GetParam().ucx_calls ? "ucx" : "grpc";
   double timed = 0;
-  for (const char* method : {"prepare_remote_batch", "complete_remote_batch", "complete_remote"}) {
+  for (const char* method : {"prepare_remote_batch", "complete_remote_batch"}) {
     for (Node* n : {&a, &b, &slow}) {
       timed += std::max(0.0, Counter(*n, absl::StrCat("peer_call_seconds_count{channel=\"",
                                                       channel, "\",method=\"", method, "\"}")));
@@ -629,15 +630,16 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
     r.set_write(true);
     peer::v1::PrepareRemoteResponse held;
     grpc::ClientContext ctx;
-    EXPECT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
+    EXPECT_TRUE(PrepareOne(*peer, &ctx, r, &held).ok());
     return held;
   };
   auto take = [&](const std::string& id, peer::v1::TakeStageSlotsResponse* slots) {
     peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id(id);
-    r.set_from_node("node-a");
     grpc::ClientContext ctx;
-    return peer->TakeStageSlots(&ctx, r, slots).error_code();
+    return CallPath(*peer, &ctx, "ucx", "take_stage_slots", "node-a", IncarnationOf(nodes_[0]), r,
+                    slots)
+        .error_code();
   };
   auto complete = [&](const std::string& id) {
     peer::v1::CompleteRemoteRequest r;
@@ -646,7 +648,7 @@ TEST_F(ClusterTest, AHoldWithoutRoomTakesItsBounceSlotsLater) {
     r.set_code(static_cast<int>(grpc::StatusCode::CANCELLED));
     peer::v1::CompleteRemoteResponse done;
     grpc::ClientContext ctx;
-    return peer->CompleteRemote(&ctx, r, &done).error_code();
+    return CompleteOne(*peer, &ctx, r, &done).error_code();
   };
   const peer::v1::PrepareRemoteResponse first = prepare("t-first");
   EXPECT_EQ(first.stage().slots_size(), 2);
@@ -702,7 +704,7 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
       grpc::CreateChannel(h.process->address(), grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(peer->PrepareRemote(&ctx, r, &held).ok());
+    ASSERT_TRUE(PrepareOne(*peer, &ctx, r, &held).ok());
   }
   EXPECT_EQ(held.stage().slots_size(), 3);
   EXPECT_EQ(held.stage().slot_size(), 1u << 20);
@@ -713,7 +715,7 @@ TEST_F(ClusterTest, StagingSlotsFollowTheHoldersFlags) {
   peer::v1::CompleteRemoteResponse ended;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(peer->CompleteRemote(&ctx, done, &ended).ok());
+    ASSERT_TRUE(CompleteOne(*peer, &ctx, done, &ended).ok());
   }
   const std::string data = RandomBytes(size, 909);
   ASSERT_TRUE(nodes_[0].client->Write(Ref(src->id()), data).ok());

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/mpi_job.h"
 #include "tests/util/pieces.h"
 #include "tests/util/random_bytes.h"
@@ -623,7 +624,7 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
     peer::v1::PrepareRemoteResponse held;
     {
       grpc::ClientContext ctx;
-      ASSERT_TRUE(peer->PrepareRemote(&ctx, prepare, &held).ok());
+      ASSERT_TRUE(PrepareOne(*peer, &ctx, prepare, &held).ok());
     }
     EXPECT_TRUE(held.waits_fences());
     EXPECT_FALSE(held.cuda_ipc().handle().empty());
@@ -633,7 +634,7 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
     complete.set_fence(fence);
     peer::v1::CompleteRemoteResponse acked;
     grpc::ClientContext ctx;
-    const grpc::Status st = peer->CompleteRemote(&ctx, complete, &acked);
+    const grpc::Status st = CompleteOne(*peer, &ctx, complete, &acked);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
     EXPECT_EQ(cb_->GetBuffer(dst->id())->active_uses(), 0u);
   }

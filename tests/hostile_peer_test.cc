@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
 
@@ -130,10 +131,19 @@ Request OnTheHold() {
   return r;
 }
 
-// PrepareRemote, StageChunk, TakeStageSlots and CompleteRemote for one hold, from four
-// threads at once for a second and a half: nothing may crash (a hold once handed out
-// pointers into itself that a concurrent Complete freed), and afterwards the buffer is
-// free again. Staging is forced, so holds take bounce rings and StageChunk copies.
+// A path call's request about that hold (mallory is the path call's caller).
+template <class Request>
+Request PathCallOnTheHold() {
+  Request r;
+  r.set_transfer_id("t");
+  return r;
+}
+
+// A hold, its staging calls (StageChunk, TakeStageSlots: path calls of path UCX) and its
+// acknowledgement for one hold, from four threads at once for a second and a half:
+// nothing may crash (a hold once handed out pointers into itself that a concurrent
+// Complete freed), and afterwards the buffer is free again. Staging is forced, so holds
+// take bounce rings and StageChunk copies.
 TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
   Node a = Launch("node-a", "", {"--ucx_force_staging"});
   auto buffer = a.client->Allocate(4 << 20, v1::HOST);
@@ -160,23 +170,24 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
         r.mutable_range()->set_buffer_id(buffer->id());
         r.set_write(true);
         peer::v1::PrepareRemoteResponse response;
-        prepared += stub->PrepareRemote(&context, r, &response).ok();
+        prepared += PrepareOne(*stub, &context, r, &response).ok();
       } else if (i % 3 == 0) {
-        auto r = OnTheHold<peer::v1::StageChunkRequest>();
+        auto r = PathCallOnTheHold<peer::v1::StageChunkRequest>();
         r.set_slot(0);
         r.set_length(64 << 10);
         r.set_to_range(true);
         peer::v1::StageChunkResponse response;
-        staged += stub->StageChunk(&context, r, &response).ok();
+        staged +=
+            CallPath(*stub, &context, "ucx", "stage_chunk", "mallory", 1, r, &response).ok();
       } else if (i % 3 == 1) {
-        auto r = OnTheHold<peer::v1::TakeStageSlotsRequest>();
+        auto r = PathCallOnTheHold<peer::v1::TakeStageSlotsRequest>();
         peer::v1::TakeStageSlotsResponse response;
-        stub->TakeStageSlots(&context, r, &response);
+        CallPath(*stub, &context, "ucx", "take_stage_slots", "mallory", 1, r, &response);
       } else {
         auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
         r.set_checksum(i % 2 == 0);
         peer::v1::CompleteRemoteResponse response;
-        completed += stub->CompleteRemote(&context, r, &response).ok();
+        completed += CompleteOne(*stub, &context, r, &response).ok();
       }
     }
   };
@@ -190,7 +201,7 @@ TEST(HostilePeer, PeerCallsRacingOnOneHoldDoNotCrashTheDaemon) {
     grpc::ClientContext context;
     auto r = OnTheHold<peer::v1::CompleteRemoteRequest>();
     peer::v1::CompleteRemoteResponse response;
-    a.peer->CompleteRemote(&context, r, &response);
+    CompleteOne(*a.peer, &context, r, &response);
   }
   EXPECT_TRUE(a.client->Release(buffer->id()).ok());
   EXPECT_TRUE(a.client->GetInfo().ok());

@@ -23,6 +23,7 @@
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
 
@@ -137,14 +138,6 @@ TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
   for (PeerAuth* auth : {static_cast<PeerAuth*>(nullptr), &other}) {
     {
       grpc::ClientContext context;
-      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemote), prepare, 0, &context);
-      peer::v1::PrepareRemoteResponse r;
-      st = stub->PrepareRemote(&context, prepare, &r);
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-      EXPECT_EQ(r.address(), 0u);
-    }
-    {
-      grpc::ClientContext context;
       StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPrepareRemoteBatch), batch, 0,
                     &context);
       peer::v1::PrepareRemoteBatchResponse r;
@@ -156,10 +149,10 @@ TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
       grpc::ClientContext context;
       peer::v1::StageChunkRequest chunk;
       chunk.set_transfer_id("t");
-      chunk.set_from_node("mallory");
-      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kStageChunk), chunk, 0, &context);
-      peer::v1::StageChunkResponse r;
-      EXPECT_EQ(stub->StageChunk(&context, chunk, &r).error_code(),
+      const peer::v1::PathCallRequest call = PathCallOf("ucx", "stage_chunk", "mallory", 7, chunk);
+      StampGrpcCall(auth, static_cast<uint32_t>(PeerMethod::kPathCall), call, 0, &context);
+      peer::v1::PathCallResponse r;
+      EXPECT_EQ(stub->PathCall(&context, call, &r).error_code(),
                 grpc::StatusCode::UNAUTHENTICATED);
     }
   }
@@ -209,14 +202,14 @@ TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
   UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), d.ucx_worker_address(), false};
   peer::v1::TakeStageSlotsRequest take;
   take.set_transfer_id("t");
-  take.set_from_node("mallory");
-  const std::string body = take.SerializeAsString();
+  const std::string body =
+      PathCallOf("ucx", "take_stage_slots", "mallory", 7, take).SerializeAsString();
   auto framed = [](const std::string& head, const std::string& body) {
     std::string out(4, '\0');
     for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(head.size() >> (8 * i));
     return out + head + body;
   };
-  const uint32_t method = static_cast<uint32_t>(PeerMethod::kTakeStageSlots);
+  const uint32_t method = static_cast<uint32_t>(PeerMethod::kPathCall);
   auto unstamped = (*ucx)->Call(to, method, framed("", body), absl::Seconds(2));
   EXPECT_EQ(unstamped.status().code(), absl::StatusCode::kUnavailable) << unstamped.status();
   PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
@@ -327,7 +320,7 @@ TEST_F(PeerAuthTest, WithoutASecretHoldsAreForMetPeersOnly) {
   hold.mutable_range()->set_length(1 << 20);
   grpc::ClientContext context;
   peer::v1::PrepareRemoteResponse held;
-  grpc::Status st = PeerStub(a)->PrepareRemote(&context, hold, &held);
+  grpc::Status st = PrepareOne(*PeerStub(a), &context, hold, &held);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   EXPECT_TRUE(absl::StrContains(st.error_message(), "say Hello first")) << st.error_message();
   EXPECT_TRUE(a.client->Release(buffer->id()).ok()) << "the buffer was left held";

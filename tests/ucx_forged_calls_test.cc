@@ -38,7 +38,9 @@ struct CallRequestHeader {
   uint32_t address_length;
   uint8_t error_handling;
 };
-constexpr uint32_t kTakeStageSlots = 7;  // PeerMethod::kTakeStageSlots: never blocks.
+// PeerMethod::kPathCall: every call below is path UCX's "take_stage_slots", which never
+// blocks.
+constexpr uint32_t kPathCall = 3;
 constexpr char kSecret[] = "c1u5ter-5ecret-0123456789abcdef";
 
 // A bare UCP worker that sends call messages and counts the replies that come back.
@@ -104,7 +106,7 @@ class RawUcx {
             const std::string& body) {
     CallRequestHeader h{};
     h.magic = kCallMagic;
-    h.method = kTakeStageSlots;
+    h.method = kPathCall;
     h.call_id = ++next_id_;
     h.key_length = static_cast<uint32_t>(key.size());
     h.address_length = static_cast<uint32_t>(reply_address.size());
@@ -217,8 +219,13 @@ TEST_P(UcxForgedCallsTest, ForgedCallsGetNoAnswerNoEndpointAndNoCrash) {
   raw.Connect(victim.ucx_worker_address());
   peer::v1::TakeStageSlotsRequest take;
   take.set_transfer_id("t");
-  take.set_from_node("mallory");
-  const std::string body = take.SerializeAsString();
+  peer::v1::PathCallRequest call;
+  call.set_path("ucx");
+  call.set_method("take_stage_slots");
+  call.set_from_node("mallory");
+  call.set_from_incarnation(7);
+  call.set_body(take.SerializeAsString());
+  const std::string body = call.SerializeAsString();
   const std::string junk(300, '\x7f');
 
   // No stamp, junk reply address (this aborted the daemon), then a valid one.
@@ -227,13 +234,13 @@ TEST_P(UcxForgedCallsTest, ForgedCallsGetNoAnswerNoEndpointAndNoCrash) {
   // A stamp of another secret, and the node "probe" at an incarnation it never had.
   PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
   raw.Send("mallory#7", raw.address(),
-           other.Stamp(kTakeStageSlots, body, victim.incarnation()).stamp, body);
+           other.Stamp(kPathCall, body, victim.incarnation()).stamp, body);
   raw.Send("probe#2", raw.address(), "", body);
   if (with_secret()) {
     // A member's stamp, but from a node the daemon never met: waits for its Hello a second,
     // then is dropped too.
     raw.Send("mallory#7", raw.address(),
-             member.Stamp(kTakeStageSlots, body, victim.incarnation()).stamp, body);
+             member.Stamp(kPathCall, body, victim.incarnation()).stamp, body);
   }
   raw.Progress(absl::Milliseconds(1500));
   EXPECT_EQ(raw.replies(), 0);
@@ -263,7 +270,7 @@ TEST_P(UcxForgedCallsTest, ForgedCallsGetNoAnswerNoEndpointAndNoCrash) {
   me.set_ucx_worker_address(raw.address());
   Hello(n, me, with_secret() ? &member : nullptr);
   const std::string stamp =
-      with_secret() ? member.Stamp(kTakeStageSlots, body, victim.incarnation()).stamp : "";
+      with_secret() ? member.Stamp(kPathCall, body, victim.incarnation()).stamp : "";
   raw.Send("mallory#7", raw.address(), stamp, body);
   raw.Progress(absl::Seconds(5), 1);
   EXPECT_EQ(raw.replies(), 1) << "a met peer's call was not answered";

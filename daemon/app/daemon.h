@@ -17,6 +17,7 @@
 #include "daemon/app/options.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/peer/holds.h"
+#include "daemon/peer/path_calls.h"
 #include "daemon/peer/remote_ranges.h"
 #include "daemon/common/watched_files.h"
 #include "daemon/core/buffer_registry.h"
@@ -29,7 +30,9 @@
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
 #include "daemon/path/local/local_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
+#include "daemon/path/mpi/mpi_holder.h"
 #include "daemon/path/mpi/mpi_transport.h"
+#include "daemon/path/ucx/stage_holder.h"
 #include "daemon/path/ucx/ucx_engine.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
@@ -149,6 +152,8 @@ class Daemon {
   std::unique_ptr<StageHolder> stage_holder_;
   std::unique_ptr<MpiHolder> mpi_holder_;
   std::vector<PathHolder*> holders_;
+  // The paths' own peer calls, registered by the paths whose holders this node runs.
+  PathCalls path_calls_;
   std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
   std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;

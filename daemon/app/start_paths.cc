@@ -7,6 +7,9 @@
 #include "daemon/app/daemon.h"
 #include "daemon/app/start_facts.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/path/mpi/mpi_calls.h"
+#include "daemon/path/ucx/stage_calls.h"
 
 namespace gpumove {
 
@@ -153,6 +156,13 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
       notifications_.get(), [gpu](const Endpoint& e, const Segments& pieces) {
         return HashPieces(gpu, e, pieces, /*source=*/true);
       });
+  // Each path's own peer calls, served by its holder.
+  if (stage_holder_ != nullptr) {
+    GPUMOVE_RETURN_IF_ERROR(RegisterStageCalls(stage_holder_.get(), holds_.get(), &path_calls_));
+  }
+  if (mpi_holder_ != nullptr) {
+    GPUMOVE_RETURN_IF_ERROR(RegisterMpiCalls(mpi_holder_.get(), holds_.get(), &path_calls_));
+  }
   return absl::OkStatus();
 }
 

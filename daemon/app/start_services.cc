@@ -128,8 +128,8 @@ absl::Status Daemon::MakeAuthenticator(const DaemonOptions& options) {
 
 // The peer protocol's handler, its gRPC adapter, and the UCX one served.
 void Daemon::MakePeerService(const DaemonOptions& options) {
-  peer_handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_,
-                                                stage_holder_.get(), mpi_holder_.get());
+  peer_handler_ =
+      std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), holders_, &path_calls_);
   const bool no_peers = ClientsNeedCredentials(options.serve) && peer_auth_ == nullptr;
   peer_service_ = std::make_unique<PeerServiceImpl>(peer_handler_.get(), peer_auth_.get(),
                                                     /*closed=*/no_peers);

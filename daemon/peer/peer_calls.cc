@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
-#include "daemon/path/ucx/ucx_engine.h"
 
 namespace gpumove {
 namespace {
@@ -35,16 +34,11 @@ bool Unframe(const std::string& framed, absl::string_view* head, absl::string_vi
 }
 
 // Whether a request can be served without blocking (on the transport's progress thread):
-// holds and acknowledgements that wait for nothing, and taking stage slots (which takes
-// them or says there is no room). GPU copies and MPI halves may wait.
-template <class Request>
-bool AtOnce(const PeerHandler&, const Request&) {
-  return false;
-}
-bool AtOnce(const PeerHandler& handler, const peer::v1::CompleteRemoteRequest& r) {
+// holds and acknowledgements that wait for nothing, and path calls registered so (taking
+// stage slots takes them or says there is no room). GPU copies and MPI halves may wait.
+bool AtOnce(const PeerHandler& handler, const peer::v1::PathCallRequest& r) {
   return handler.AnswersAtOnce(r);
 }
-bool AtOnce(const PeerHandler&, const peer::v1::TakeStageSlotsRequest&) { return true; }
 template <class Batch>
 bool EveryItemAtOnce(const PeerHandler& handler, const Batch& batch) {
   for (const auto& item : batch.items()) {
@@ -92,18 +86,8 @@ absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* s, uint32_t method,
       return Parse(s, &PeerHandler::PrepareRemoteBatch, body);
     case PeerMethod::kCompleteRemoteBatch:
       return Parse(s, &PeerHandler::CompleteRemoteBatch, body);
-    case PeerMethod::kCompleteRemote:
-      return Parse(s, &PeerHandler::CompleteRemote, body);
-    case PeerMethod::kStageChunk:
-      return Parse(s, &PeerHandler::StageChunk, body);
-    case PeerMethod::kStartMpi:
-      return Parse(s, &PeerHandler::StartMpi, body);
-    case PeerMethod::kStopMpi:
-      return Parse(s, &PeerHandler::StopMpi, body);
-    case PeerMethod::kTakeStageSlots:
-      return Parse(s, &PeerHandler::TakeStageSlots, body);
-    case PeerMethod::kPrepareRemote:
-      return Parse(s, &PeerHandler::PrepareRemote, body);
+    case PeerMethod::kPathCall:
+      return Parse(s, &PeerHandler::PathCall, body);
   }
   return absl::UnimplementedError(absl::StrCat("no peer call number ", method));
 }

@@ -147,58 +147,39 @@ absl::Status PeerHandler::CompleteRemoteBatch(const peer::v1::CompleteRemoteBatc
   return absl::OkStatus();
 }
 
-absl::Status PeerHandler::TakeStageSlots(const peer::v1::TakeStageSlotsRequest& request,
-                                         peer::v1::TakeStageSlotsResponse* response) {
-  if (stage_ == nullptr) return NotStaged(request.from_node(), request.transfer_id());
-  auto ring = stage_->TakeRing(*holds_, request.from_node(), request.transfer_id());
-  if (!ring.ok()) return ring.status();
-  for (char* slot : ring->slots) response->add_stage_slots(reinterpret_cast<uint64_t>(slot));
-  response->set_stage_slot_size(ring->slot_size);
-  return absl::OkStatus();
-}
-
-absl::Status PeerHandler::StageChunk(const peer::v1::StageChunkRequest& request,
-                                     peer::v1::StageChunkResponse* response) {
-  if (stage_ == nullptr) return NotStaged(request.from_node(), request.transfer_id());
-  auto listed = PieceListView::Of(request.pieces(), StageHolder::kMaxStagePieces);
-  if (!listed.ok()) return listed.status();
-  if (!listed->empty()) {
-    std::vector<std::pair<uint64_t, uint64_t>> pieces(listed->size());
-    for (size_t i = 0; i < listed->size(); ++i) {
-      pieces[i] = {listed->offset(i), listed->length(i)};
-    }
-    return stage_->StagePieces(*holds_, request.from_node(), request.transfer_id(), request.slot(),
-                               request.slot_offset(), pieces, request.to_range());
-  }
-  return stage_->StageChunk(*holds_, request.from_node(), request.transfer_id(), request.slot(),
-                            request.slot_offset(), request.offset(), request.length(),
-                            request.to_range());
-}
-
-absl::Status PeerHandler::NotStaged(const std::string& from_node,
-                                    const std::string& transfer_id) const {
-  auto hold = holds_->Find(from_node, transfer_id);
-  if (!hold.ok()) return hold.status();
-  return absl::FailedPreconditionError("this range is not staged");
-}
-
-absl::Status PeerHandler::StartMpi(const peer::v1::StartMpiRequest& request,
-                                   peer::v1::StartMpiResponse* response) {
-  if (mpi_ == nullptr) {
+absl::Status PeerHandler::PathCall(const peer::v1::PathCallRequest& request,
+                                   peer::v1::PathCallResponse* response) {
+  // The caller first, before anything of the call is looked at further. No wait as for a
+  // hold: a path call follows a hold, made once the caller was met.
+  if (!cluster_->Matches(request.from_node(), request.from_incarnation(),
+                         [](const peer::v1::NodeDescriptor&) { return true; })) {
     return absl::FailedPreconditionError(
-        absl::StrCat("node ", cluster_->self().node(), " is not an MPI rank"));
+        absl::StrCat("node ", Quoted(request.from_node()), " (incarnation ",
+                     request.from_incarnation(), ") is not a peer of this node: say Hello first"));
   }
-  return mpi_->Start(*holds_, request);
-}
-
-absl::Status PeerHandler::StopMpi(const peer::v1::StopMpiRequest& request,
-                                  peer::v1::StopMpiResponse* response) {
-  if (mpi_ == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no running half for transfer ",
-                                            Quoted(request.transfer_id()), " from ",
-                                            Quoted(request.from_node())));
+  for (const std::string* name : {&request.path(), &request.method()}) {
+    if (name->empty() || name->size() > PathCalls::kMaxName) {
+      return absl::InvalidArgumentError(absl::StrCat("a path call's path and method have 1 to ",
+                                                     PathCalls::kMaxName, " bytes, not ",
+                                                     name->size()));
+    }
   }
-  return mpi_->Stop(*holds_, request);
+  if (request.body().size() > PathCalls::kMaxBody) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a path call's body of ", request.body().size(), " bytes; at most ", PathCalls::kMaxBody));
+  }
+  const PathCalls::Entry* e =
+      path_calls_ == nullptr ? nullptr : path_calls_->Find(request.path(), request.method());
+  if (e == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("node ", cluster_->self().node(),
+                                                 " serves no path call ", Quoted(request.path()),
+                                                 " ", Quoted(request.method())));
+  }
+  auto answer =
+      e->handler(PathCaller{request.from_node(), request.from_incarnation()}, request.body());
+  if (!answer.ok()) return answer.status();
+  response->set_body(*std::move(answer));
+  return absl::OkStatus();
 }
 
 }  // namespace gpumove

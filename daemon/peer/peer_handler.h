@@ -6,9 +6,8 @@
 
 #include "absl/status/status.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/path/mpi/mpi_holder.h"
-#include "daemon/path/ucx/stage_holder.h"
 #include "daemon/peer/holds.h"
+#include "daemon/peer/path_calls.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/peer/remote_ranges.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
@@ -18,13 +17,13 @@ namespace gpumove {
 class PeerHandler {
  public:
   // All must outlive the handler. `holders`: every path's holding side, asked in order
-  // for its offer on each new hold; `stage` and `mpi` (null: none here) also serve their
-  // paths' own calls.
+  // for its offer on each new hold; `path_calls` (null: none) the paths' own calls.
   PeerHandler(Cluster* cluster, HoldTable* holds, std::vector<PathHolder*> holders,
-              StageHolder* stage = nullptr, MpiHolder* mpi = nullptr)
-      : cluster_(cluster), holds_(holds), holders_(std::move(holders)), stage_(stage), mpi_(mpi) {}
+              const PathCalls* path_calls = nullptr)
+      : cluster_(cluster), holds_(holds), holders_(std::move(holders)), path_calls_(path_calls) {}
 
   absl::Status Hello(const peer::v1::HelloRequest& request, peer::v1::HelloResponse* response);
+  // One item of a PrepareRemoteBatch and of a CompleteRemoteBatch (the calls peers make).
   absl::Status PrepareRemote(const peer::v1::PrepareRemoteRequest& request,
                              peer::v1::PrepareRemoteResponse* response);
   absl::Status CompleteRemote(const peer::v1::CompleteRemoteRequest& request,
@@ -33,14 +32,10 @@ class PeerHandler {
                                   peer::v1::PrepareRemoteBatchResponse* response);
   absl::Status CompleteRemoteBatch(const peer::v1::CompleteRemoteBatchRequest& request,
                                    peer::v1::CompleteRemoteBatchResponse* response);
-  absl::Status StageChunk(const peer::v1::StageChunkRequest& request,
-                          peer::v1::StageChunkResponse* response);
-  absl::Status TakeStageSlots(const peer::v1::TakeStageSlotsRequest& request,
-                              peer::v1::TakeStageSlotsResponse* response);
-  absl::Status StartMpi(const peer::v1::StartMpiRequest& request,
-                        peer::v1::StartMpiResponse* response);
-  absl::Status StopMpi(const peer::v1::StopMpiRequest& request,
-                       peer::v1::StopMpiResponse* response);
+  // A path's own call, served by the handler registered for it once the caller is found
+  // to be a met peer and the call's names and body are within bounds.
+  absl::Status PathCall(const peer::v1::PathCallRequest& request,
+                        peer::v1::PathCallResponse* response);
 
   // Whether serving the request cannot block (no MPI half to start or wait for, no
   // checksum to compute, no fence to wait for or open), so a thread that must not wait
@@ -59,17 +54,18 @@ class PeerHandler {
                 request.checksum())) &&
            !holds_->EndBlocks(request.from_node(), request.transfer_id());
   }
+  // As its registration says (a call that is refused is refused at once).
+  bool AnswersAtOnce(const peer::v1::PathCallRequest& request) const {
+    const PathCalls::Entry* e =
+        path_calls_ == nullptr ? nullptr : path_calls_->Find(request.path(), request.method());
+    return e == nullptr || e->at_once;
+  }
 
  private:
-  // FAILED_PRECONDITION for a staging call on a hold that is not staged; NOT_FOUND when
-  // there is no such hold.
-  absl::Status NotStaged(const std::string& from_node, const std::string& transfer_id) const;
-
   Cluster* const cluster_;
   HoldTable* const holds_;
   const std::vector<PathHolder*> holders_;
-  StageHolder* const stage_;
-  MpiHolder* const mpi_;
+  const PathCalls* const path_calls_;
 };
 
 }  // namespace gpumove

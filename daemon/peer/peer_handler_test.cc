@@ -8,10 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/cluster/peer_auth.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/peer/peer_calls.h"
+#include "daemon/peer/peer_service.h"
 
 namespace gpumove {
 namespace {
@@ -37,8 +41,24 @@ class PeerHandlerTest : public ::testing::Test {
     self.set_address("127.0.0.1:2");
     self.set_incarnation(1);
     cluster_ = std::make_unique<Cluster>(ClusterOptions(), self);
-    handler_ =
-        std::make_unique<PeerHandler>(cluster_.get(), holds_.get(), std::vector<PathHolder*>{});
+    // A path of the test's own: "echo" answers the body reversed (and may run anywhere),
+    // "wait" answers the caller's name (a thread that may wait's).
+    ASSERT_TRUE(path_calls_
+                    .Register("test", "echo", /*at_once=*/true,
+                              [this](const PathCaller&, absl::string_view body) {
+                                ++served_;
+                                return std::string(body.rbegin(), body.rend());
+                              })
+                    .ok());
+    ASSERT_TRUE(path_calls_
+                    .Register("test", "wait", /*at_once=*/false,
+                              [this](const PathCaller& caller, absl::string_view) {
+                                ++served_;
+                                return absl::StrCat(caller.node, "#", caller.incarnation);
+                              })
+                    .ok());
+    handler_ = std::make_unique<PeerHandler>(cluster_.get(), holds_.get(),
+                                             std::vector<PathHolder*>{}, &path_calls_);
     AllocateOptions o;
     o.size = 1 << 20;
     o.owner = "alice";
@@ -73,6 +93,21 @@ class PeerHandlerTest : public ::testing::Test {
     return r;
   }
 
+  // Node a's call of the test path's `method`.
+  peer::v1::PathCallRequest PathCall(const std::string& method, const std::string& body = "abc") {
+    peer::v1::PathCallRequest r;
+    r.set_path("test");
+    r.set_method(method);
+    r.set_from_node("a");
+    r.set_from_incarnation(kIncarnation);
+    r.set_body(body);
+    return r;
+  }
+  absl::StatusCode Call(const peer::v1::PathCallRequest& r) {
+    peer::v1::PathCallResponse response;
+    return handler_->PathCall(r, &response).code();
+  }
+
   absl::StatusCode Prepare(const peer::v1::PrepareRemoteRequest& r) {
     peer::v1::PrepareRemoteResponse response;
     return handler_->PrepareRemote(r, &response).code();
@@ -87,6 +122,8 @@ class PeerHandlerTest : public ::testing::Test {
   std::unique_ptr<BufferRegistry> registry_;
   std::unique_ptr<HoldTable> holds_;
   std::unique_ptr<Cluster> cluster_;
+  PathCalls path_calls_;
+  int served_ = 0;  // Path calls that reached a handler.
   std::unique_ptr<PeerHandler> handler_;
   std::string alices_, bobs_;
 };
@@ -195,23 +232,115 @@ TEST_F(PeerHandlerTest, BatchesAreBoundedAndAnswerEachItem) {
   EXPECT_EQ(UsesOf("alice", alices_), 0u);
 }
 
-TEST_F(PeerHandlerTest, PathCallsANodeDoesNotServeAreRefused) {
+TEST_F(PeerHandlerTest, ARegisteredPathCallIsAnsweredByItsHandler) {
+  MeetA();
+  peer::v1::PathCallResponse answer;
+  ASSERT_TRUE(handler_->PathCall(PathCall("echo", "hello"), &answer).ok());
+  EXPECT_EQ(answer.body(), "olleh");
+  ASSERT_TRUE(handler_->PathCall(PathCall("wait"), &answer).ok());
+  EXPECT_EQ(answer.body(), absl::StrCat("a#", kIncarnation));  // The caller, as checked.
+  EXPECT_EQ(served_, 2);
+}
+
+TEST_F(PeerHandlerTest, PathCallsNobodyRegisteredAreUnimplementedAndChangeNothing) {
   MeetA();
   peer::v1::PrepareRemoteResponse held;
   ASSERT_TRUE(handler_->PrepareRemote(Ask("t1"), &held).ok());
-  peer::v1::StageChunkRequest chunk;
-  chunk.set_transfer_id("t1");
-  chunk.set_from_node("a");
-  peer::v1::StageChunkResponse staged;
-  EXPECT_EQ(handler_->StageChunk(chunk, &staged).code(), StatusCode::kFailedPrecondition);
-  chunk.set_transfer_id("nope");
-  EXPECT_EQ(handler_->StageChunk(chunk, &staged).code(), StatusCode::kNotFound);
-  peer::v1::StartMpiRequest start;
-  start.set_transfer_id("t1");
-  start.set_from_node("a");
-  peer::v1::StartMpiResponse started;
-  EXPECT_NE(handler_->StartMpi(start, &started).code(), StatusCode::kOk);
+  peer::v1::PathCallRequest other_method = PathCall("nope");
+  peer::v1::PathCallRequest other_path = PathCall("echo");
+  other_path.set_path("ucx");
+  other_path.set_method("stage_chunk");  // A path this node does not run.
+  for (const auto& r : {other_method, other_path}) {
+    peer::v1::PathCallResponse answer;
+    const absl::Status st = handler_->PathCall(r, &answer);
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("\"", r.method(), "\""))) << st;
+    EXPECT_TRUE(answer.body().empty());
+  }
+  EXPECT_EQ(served_, 0);
   EXPECT_EQ(holds_->size(), 1u);  // The hold itself is untouched.
+  EXPECT_EQ(UsesOf("alice", alices_), 1u);
+}
+
+TEST_F(PeerHandlerTest, PathCallsFromNodesNeverMetAreRefusedBeforeTheirHandler) {
+  EXPECT_EQ(Call(PathCall("echo")), StatusCode::kFailedPrecondition);  // Before Hello.
+  MeetA();
+  peer::v1::PathCallRequest stale = PathCall("echo");
+  stale.set_from_incarnation(kIncarnation - 1);
+  EXPECT_EQ(Call(stale), StatusCode::kFailedPrecondition);
+  peer::v1::PathCallRequest stranger = PathCall("echo");
+  stranger.set_from_node("z");
+  EXPECT_EQ(Call(stranger), StatusCode::kFailedPrecondition);
+  // Unknown names are not looked up for a stranger either: the caller is checked first.
+  stranger.set_method("nope");
+  EXPECT_EQ(Call(stranger), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(served_, 0);
+}
+
+// With a cluster secret, the gRPC adapter checks the stamp before the handler sees the
+// call; without one it serves it.
+TEST_F(PeerHandlerTest, UnstampedPathCallsAreRefusedBeforeTheirHandler) {
+  MeetA();
+  PeerAuth auth("peer-handler-test-secret-0123456789", "b", 1);
+  PeerServiceImpl checked(handler_.get(), &auth);
+  grpc::ServerContext context;
+  const peer::v1::PathCallRequest r = PathCall("echo");
+  peer::v1::PathCallResponse answer;
+  EXPECT_EQ(checked.PathCall(&context, &r, &answer).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  PeerServiceImpl closed(handler_.get(), nullptr, /*closed=*/true);
+  grpc::ServerContext context2;
+  EXPECT_EQ(closed.PathCall(&context2, &r, &answer).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(served_, 0);
+  PeerServiceImpl open(handler_.get());
+  grpc::ServerContext context3;
+  ASSERT_TRUE(open.PathCall(&context3, &r, &answer).ok());
+  EXPECT_EQ(answer.body(), "cba");
+  EXPECT_EQ(served_, 1);
+}
+
+TEST_F(PeerHandlerTest, OversizedPathCallsAreRefusedBeforeTheirHandler) {
+  MeetA();
+  EXPECT_EQ(Call(PathCall("echo", std::string(PathCalls::kMaxBody + 1, 'x'))),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(Call(PathCall(std::string(PathCalls::kMaxName + 1, 'm'))),
+            StatusCode::kInvalidArgument);
+  peer::v1::PathCallRequest long_path = PathCall("echo");
+  long_path.set_path(std::string(PathCalls::kMaxName + 1, 'p'));
+  EXPECT_EQ(Call(long_path), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Call(PathCall("")), StatusCode::kInvalidArgument);
+  EXPECT_EQ(served_, 0);
+  // At the bounds: served.
+  EXPECT_EQ(Call(PathCall("echo", std::string(PathCalls::kMaxBody, 'x'))), StatusCode::kOk);
+  EXPECT_EQ(served_, 1);
+}
+
+TEST_F(PeerHandlerTest, PathCallRegistrationsAreCheckedAndTypedBodiesParsed) {
+  PathCalls calls;
+  const auto any = [](const PathCaller&, absl::string_view) { return std::string(); };
+  EXPECT_EQ(calls.Register("", "m", false, any).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(calls.Register("p", std::string(PathCalls::kMaxName + 1, 'm'), false, any).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(calls.Register("p", "m", false, any).ok());
+  EXPECT_EQ(calls.Register("p", "m", true, any).code(), StatusCode::kAlreadyExists);
+  EXPECT_FALSE(calls.Find("p", "m")->at_once);  // The first registration stands.
+  EXPECT_EQ(calls.Find("p", "n"), nullptr);
+  ASSERT_TRUE(
+      (RegisterPathCall<peer::v1::StopMpiRequest, peer::v1::StopMpiResponse>(
+           &calls, "p", "typed", false,
+           [](const PathCaller&, const peer::v1::StopMpiRequest& r, peer::v1::StopMpiResponse*) {
+             return r.transfer_id() == "t" ? absl::OkStatus() : absl::NotFoundError("no such hold");
+           }))
+          .ok());
+  const PathCallHandler& typed = calls.Find("p", "typed")->handler;
+  peer::v1::StopMpiRequest stop;
+  stop.set_transfer_id("t");
+  EXPECT_TRUE(typed(PathCaller{"a", 1}, stop.SerializeAsString()).ok());
+  stop.set_transfer_id("u");
+  EXPECT_EQ(typed(PathCaller{"a", 1}, stop.SerializeAsString()).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(typed(PathCaller{"a", 1}, "\xff\xff").status().code(), StatusCode::kInvalidArgument);
 }
 
 // The UCX channel parses each call once: the parse says whether the call may run on the
@@ -245,22 +374,48 @@ TEST_F(PeerHandlerTest, UcxCallsAreParsedOnceAndRunWhereTheyMay) {
   EXPECT_EQ(holds_->size(), 1u);
 
   // An acknowledgement that hashes the range may take long: a serving thread's.
-  peer::v1::CompleteRemoteRequest ack;
-  ack.set_transfer_id("u1");
-  ack.set_from_node("a");
-  ack.set_checksum(true);
-  auto hashed =
-      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  peer::v1::CompleteRemoteBatchRequest acks;
+  peer::v1::CompleteRemoteRequest* ack = acks.add_items();
+  ack->set_transfer_id("u1");
+  ack->set_from_node("a");
+  ack->set_checksum(true);
+  auto hashed = ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemoteBatch),
+                              acks.SerializeAsString());
   ASSERT_TRUE(hashed.ok());
   EXPECT_FALSE(hashed->at_once);
-  ack.set_checksum(false);
-  auto plain =
-      ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemote), ack.SerializeAsString());
+  ack->set_checksum(false);
+  auto plain = ParsePeerCall(handler_.get(), method(PeerMethod::kCompleteRemoteBatch),
+                             acks.SerializeAsString());
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->at_once);
   plain->run([&](const absl::Status& st, std::string) { answered = st; });
   EXPECT_TRUE(answered.ok()) << answered;
   EXPECT_EQ(holds_->size(), 0u);
+
+  // A path call runs where its registration says, parsed once.
+  auto echo = ParsePeerCall(handler_.get(), method(PeerMethod::kPathCall),
+                            PathCall("echo", "xyz").SerializeAsString());
+  ASSERT_TRUE(echo.ok());
+  EXPECT_TRUE(echo->at_once);
+  echo->run([&](const absl::Status& st, std::string answer) {
+    answered = st;
+    body = std::move(answer);
+  });
+  ASSERT_TRUE(answered.ok()) << answered;
+  peer::v1::PathCallResponse echoed;
+  ASSERT_TRUE(echoed.ParseFromString(body));
+  EXPECT_EQ(echoed.body(), "zyx");
+  auto wait = ParsePeerCall(handler_.get(), method(PeerMethod::kPathCall),
+                            PathCall("wait").SerializeAsString());
+  ASSERT_TRUE(wait.ok());
+  EXPECT_FALSE(wait->at_once);
+  auto unknown = ParsePeerCall(handler_.get(), method(PeerMethod::kPathCall),
+                               PathCall("nope").SerializeAsString());
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_TRUE(unknown->at_once);  // Refused at once.
+  unknown->run([&](const absl::Status& st, std::string) { answered = st; });
+  EXPECT_EQ(answered.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(served_, 1);
 }
 
 }  // namespace

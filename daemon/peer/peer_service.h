@@ -24,18 +24,6 @@ class PeerServiceImpl final : public peer::v1::PeerService::Service {
     return Serve(context, kHelloMethod, *request, response, &PeerHandler::Hello);
   }
 
-  grpc::Status PrepareRemote(grpc::ServerContext* context,
-                             const peer::v1::PrepareRemoteRequest* request,
-                             peer::v1::PrepareRemoteResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kPrepareRemote), *request, response,
-                 &PeerHandler::PrepareRemote);
-  }
-  grpc::Status CompleteRemote(grpc::ServerContext* context,
-                              const peer::v1::CompleteRemoteRequest* request,
-                              peer::v1::CompleteRemoteResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kCompleteRemote), *request, response,
-                 &PeerHandler::CompleteRemote);
-  }
   grpc::Status PrepareRemoteBatch(grpc::ServerContext* context,
                                   const peer::v1::PrepareRemoteBatchRequest* request,
                                   peer::v1::PrepareRemoteBatchResponse* response) override {
@@ -48,26 +36,10 @@ class PeerServiceImpl final : public peer::v1::PeerService::Service {
     return Serve(context, static_cast<uint32_t>(PeerMethod::kCompleteRemoteBatch), *request,
                  response, &PeerHandler::CompleteRemoteBatch);
   }
-  grpc::Status StageChunk(grpc::ServerContext* context, const peer::v1::StageChunkRequest* request,
-                          peer::v1::StageChunkResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kStageChunk), *request, response,
-                 &PeerHandler::StageChunk);
-  }
-  grpc::Status TakeStageSlots(grpc::ServerContext* context,
-                              const peer::v1::TakeStageSlotsRequest* request,
-                              peer::v1::TakeStageSlotsResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kTakeStageSlots), *request, response,
-                 &PeerHandler::TakeStageSlots);
-  }
-  grpc::Status StartMpi(grpc::ServerContext* context, const peer::v1::StartMpiRequest* request,
-                        peer::v1::StartMpiResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kStartMpi), *request, response,
-                 &PeerHandler::StartMpi);
-  }
-  grpc::Status StopMpi(grpc::ServerContext* context, const peer::v1::StopMpiRequest* request,
-                       peer::v1::StopMpiResponse* response) override {
-    return Serve(context, static_cast<uint32_t>(PeerMethod::kStopMpi), *request, response,
-                 &PeerHandler::StopMpi);
+  grpc::Status PathCall(grpc::ServerContext* context, const peer::v1::PathCallRequest* request,
+                        peer::v1::PathCallResponse* response) override {
+    return Serve(context, static_cast<uint32_t>(PeerMethod::kPathCall), *request, response,
+                 &PeerHandler::PathCall);
   }
 
  private:

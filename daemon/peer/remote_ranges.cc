@@ -176,25 +176,40 @@ const char* PeerMethodName(PeerMethod method) {
       return "prepare_remote_batch";
     case PeerMethod::kCompleteRemoteBatch:
       return "complete_remote_batch";
-    case PeerMethod::kCompleteRemote:
-      return "complete_remote";
-    case PeerMethod::kStageChunk:
-      return "stage_chunk";
-    case PeerMethod::kStartMpi:
-      return "start_mpi";
-    case PeerMethod::kStopMpi:
-      return "stop_mpi";
-    case PeerMethod::kTakeStageSlots:
-      return "take_stage_slots";
-    case PeerMethod::kPrepareRemote:
-      return "prepare_remote";
+    case PeerMethod::kPathCall:
+      return "path_call";
   }
   return "unknown";
 }
 
+absl::Status ClusterRemoteRanges::CallPath(const RemoteHold& hold, absl::string_view path,
+                                           absl::string_view method,
+                                           const google::protobuf::Message& request,
+                                           google::protobuf::Message* response) {
+  auto peer = PeerFor(hold);
+  if (!peer.ok()) return peer.status();
+  const peer::v1::NodeDescriptor self = cluster_->self();
+  peer::v1::PathCallRequest call;
+  call.set_path(std::string(path));
+  call.set_method(std::string(method));
+  call.set_from_node(self.node());
+  call.set_from_incarnation(self.incarnation());
+  call.set_body(request.SerializeAsString());
+  peer::v1::PathCallResponse answer;
+  absl::Status st = Call(*peer, PeerMethod::kPathCall, method, call, &answer,
+                         [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+                           return stub.PathCall(context, call, &answer);
+                         });
+  if (!st.ok()) return st;
+  if (!response->ParseFromString(answer.body())) {
+    return absl::InternalError(absl::StrCat("malformed reply from node ", hold.node));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ClusterRemoteRanges::Call(
-    const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
-    google::protobuf::Message* response,
+    const PeerView& peer, PeerMethod method, absl::string_view name,
+    const google::protobuf::Message& request, google::protobuf::Message* response,
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
     absl::Duration more) {
   const bool fast = channel_ != nullptr && channel_->Reaches(peer.descriptor);
@@ -203,7 +218,7 @@ absl::Status ClusterRemoteRanges::Call(
   if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc, timeout);
   const absl::Time start = absl::Now();
   absl::Status st = CallUntimed(peer, method, request, response, fast, rpc, timeout);
-  observer->OnPeerCall(method, fast ? "ucx" : "grpc", absl::Now() - start, st);
+  observer->OnPeerCall(name, fast ? "ucx" : "grpc", absl::Now() - start, st);
   return st;
 }
 
@@ -247,7 +262,7 @@ absl::Duration HashingTime(uint64_t bytes) {
   return absl::Seconds(static_cast<double>(bytes) / kSlowestBytesPerSecond);
 }
 
-// The acknowledgement of one move, as CompleteRemote and CompleteRemoteBatch carry it.
+// The acknowledgement of one move, as an item of a CompleteRemoteBatch.
 void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
                   bool checksum, const AckFence& fence, peer::v1::CompleteRemoteRequest* item) {
   item->set_transfer_id(hold.transfer_id);
@@ -281,15 +296,25 @@ absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hol
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
-  peer::v1::CompleteRemoteRequest request;
-  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, &request);
-  peer::v1::CompleteRemoteResponse response;
-  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemote, request, &response,
-                           &peer::v1::PeerService::Stub::CompleteRemote,
+  peer::v1::CompleteRemoteBatchRequest request;
+  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, request.add_items());
+  peer::v1::CompleteRemoteBatchResponse response;
+  absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, request, &response,
+                           &peer::v1::PeerService::Stub::CompleteRemoteBatch,
                            HashingTime(checksum && outcome.ok() ? hold.length : 0));
-  VLOG(2) << "CompleteRemote: " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  VLOG(2) << "CompleteRemoteBatch of one: " << absl::ToDoubleMicroseconds(absl::Now() - t0)
+          << " us";
   if (!st.ok()) return st;
-  return response.xxh3();
+  if (response.results_size() != 1) {
+    return absl::UnavailableError(absl::StrCat("node ", hold.node, " answered ",
+                                               response.results_size(), " of 1 acknowledgements"));
+  }
+  const peer::v1::CompleteRemoteResult& r = response.results(0);
+  if (r.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.code()),
+                        absl::StrCat(r.message(), " (node ", hold.node, ")"));
+  }
+  return r.xxh3();
 }
 
 ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& node) {

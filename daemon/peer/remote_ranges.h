@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/engine.h"
@@ -23,16 +24,12 @@ namespace gpumove {
 // the moving side sends in one call.
 inline constexpr size_t kMaxPeerBatch = 4096;
 
-// The PeerService calls the moving side makes, by number, for channels other than gRPC.
+// The PeerService calls the moving side makes, by number, for channels other than gRPC
+// and for the cluster stamp.
 enum class PeerMethod : uint32_t {
   kPrepareRemoteBatch = 1,
   kCompleteRemoteBatch = 2,
-  kCompleteRemote = 3,
-  kStageChunk = 4,
-  kStartMpi = 5,
-  kStopMpi = 6,
-  kTakeStageSlots = 7,
-  kPrepareRemote = 8,  // One hold; the moving side sends batches.
+  kPathCall = 3,  // A path's own call, by path and method name (path_calls.h).
 };
 
 // A faster way than gRPC to make those calls (UCX active messages): the same serialized
@@ -51,13 +48,14 @@ class PeerCallChannel {
 // The name of a peer method in metrics and logs ("prepare_remote_batch", ...).
 const char* PeerMethodName(PeerMethod method);
 
-// Told of every peer call this node makes (for metrics): how long it took, over which
-// channel ("ucx" active messages or "grpc"), and its outcome. Called on the calling
-// thread; must be cheap and thread-safe.
+// Told of every peer call this node makes (for metrics): its name (PeerMethodName, or a
+// path call's method name), how long it took, over which channel ("ucx" active messages
+// or "grpc"), and its outcome. Called on the calling thread; must be cheap and
+// thread-safe.
 class PeerCallObserver {
  public:
   virtual ~PeerCallObserver() = default;
-  virtual void OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+  virtual void OnPeerCall(absl::string_view method, const char* channel, absl::Duration took,
                           const absl::Status& outcome) = 0;
 };
 
@@ -89,22 +87,13 @@ class ClusterRemoteRanges : public RemoteRanges {
   void Release(const RemoteHold& hold) override;
   // Holds waiting to be told again that their move ended (for tests and metrics).
   size_t lingering() ABSL_LOCKS_EXCLUDED(mu_);
-  // Calls `method` on the hold's node (as long as it is the incarnation the hold was made
-  // with), the request addressed to the hold: its transfer id, this node as the runner.
-  // For the paths' own calls during a move (staging steps, MPI halves); `rpc` is the
-  // method's gRPC form, for peers the fast channel does not reach.
-  template <class Request, class Response>
-  absl::Status CallOnHold(const RemoteHold& hold, PeerMethod method, Request& request,
-                          Response* response,
-                          grpc::Status (peer::v1::PeerService::Stub::*rpc)(grpc::ClientContext*,
-                                                                           const Request&,
-                                                                           Response*)) {
-    auto peer = PeerFor(hold);
-    if (!peer.ok()) return peer.status();
-    request.set_transfer_id(hold.transfer_id);
-    request.set_from_node(cluster_->self().node());
-    return Invoke(*peer, method, request, response, rpc);
-  }
+  // Calls `path`'s own `method` (registered on the hold's node: path_calls.h) for the
+  // hold, as long as the node is the incarnation the hold was made with: `request` is the
+  // path's message (its transfer id the hold's), `response` is parsed from the answer.
+  // For the paths' own steps during a move (staging, MPI halves).
+  absl::Status CallPath(const RemoteHold& hold, absl::string_view path, absl::string_view method,
+                        const google::protobuf::Message& request,
+                        google::protobuf::Message* response);
   peer::v1::NodeDescriptor self() const { return cluster_->self(); }
   // Who is told of each call from now on (null: nobody); must outlive this.
   void set_observer(PeerCallObserver* observer) { observer_.store(observer); }
@@ -164,16 +153,16 @@ class ClusterRemoteRanges : public RemoteRanges {
                                                                        const Request&, Response*),
                       absl::Duration more = absl::ZeroDuration()) {
     return Call(
-        peer, method, request, response,
+        peer, method, PeerMethodName(method), request, response,
         [&](peer::v1::PeerService::Stub& stub, grpc::ClientContext* context) {
           return (stub.*rpc)(context, request, response);
         },
         more);
   }
-  // Invoke's body, for any message types.
+  // Invoke's body, for any message types; `name` is the call's in metrics.
   absl::Status Call(
-      const PeerView& peer, PeerMethod method, const google::protobuf::Message& request,
-      google::protobuf::Message* response,
+      const PeerView& peer, PeerMethod method, absl::string_view name,
+      const google::protobuf::Message& request, google::protobuf::Message* response,
       absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
       absl::Duration more = absl::ZeroDuration());
 

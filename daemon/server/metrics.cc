@@ -141,11 +141,11 @@ int Metrics::SizeClass(uint64_t bytes) {
   return 5;
 }
 
-void Metrics::OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+void Metrics::OnPeerCall(absl::string_view method, const char* channel, absl::Duration took,
                          const absl::Status& outcome) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
-  const char* name = PeerMethodName(method);
+  const std::string name(method);
   peer_call_seconds_->Add({{"method", name}, {"channel", channel}}, kBuckets)
       .Observe(absl::ToDoubleSeconds(took));
   if (!outcome.ok()) {

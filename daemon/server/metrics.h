@@ -52,7 +52,7 @@ class Metrics : public PeerCallObserver {
   // A gauge read from elsewhere on every refresh, exported as gpumoved_<name>; same rules.
   void AddGauge(const std::string& name, const std::string& help, std::function<double()> read);
   // gpumoved_peer_call_seconds{method, channel} and gpumoved_peer_call_failures_total.
-  void OnPeerCall(PeerMethod method, const char* channel, absl::Duration took,
+  void OnPeerCall(absl::string_view method, const char* channel, absl::Duration took,
                   const absl::Status& outcome) override;
 
  private:

@@ -144,7 +144,6 @@ int main(int argc, char** argv) {
     r.mutable_range()->set_buffer_id(first);
     r.mutable_range()->set_length(8192);
     r.set_write(true);
-    Call(15, "prepare", r);
     peer::v1::PrepareRemoteBatchRequest b;
     *b.add_items() = r;
     r.set_transfer_id("u");
@@ -156,7 +155,6 @@ int main(int argc, char** argv) {
     r.set_transfer_id("t");
     r.set_from_node("node-b");
     r.set_checksum(true);
-    Call(17, "complete", r);
     peer::v1::CompleteRemoteBatchRequest b;
     *b.add_items() = r;
     Call(18, "complete_batch", b);
@@ -164,11 +162,16 @@ int main(int argc, char** argv) {
   {
     peer::v1::TakeStageSlotsRequest r;
     r.set_transfer_id("t");
-    r.set_from_node("node-b");
     Call(19, "take_slots", r);
+    peer::v1::PathCallRequest p;
+    p.set_path("ucx");
+    p.set_method("take_stage_slots");
+    p.set_from_node("node-b");
+    p.set_from_incarnation(77);
+    p.set_body(r.SerializeAsString());
+    Call(15, "path_call", p);
     peer::v1::StageChunkRequest s;
     s.set_transfer_id("t");
-    s.set_from_node("node-b");
     s.set_slot(1);
     s.set_offset(4096);
     s.set_length(4096);
@@ -193,8 +196,13 @@ int main(int argc, char** argv) {
     gpumove::PeerAuth member("seed-cluster-secret-0123456789", "node-a", 5);
     peer::v1::TakeStageSlotsRequest take;
     take.set_transfer_id("t");
-    take.set_from_node("node-a");
-    const std::string body = take.SerializeAsString();
+    peer::v1::PathCallRequest call;
+    call.set_path("ucx");
+    call.set_method("take_stage_slots");
+    call.set_from_node("node-a");
+    call.set_from_incarnation(5);
+    call.set_body(take.SerializeAsString());
+    const std::string body = call.SerializeAsString();
     auto seed = [](uint8_t method, const std::string& key, const std::string& stamp,
                    const std::string& body) {
       std::string out{static_cast<char>(method), static_cast<char>(key.size())};
@@ -202,10 +210,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(stamp.size() >> (8 * i)));
       return out + stamp + body;
     };
-    Write("ucx_call_fuzz", "unstamped", seed(7, "node-a#5", "", body));
-    Write("ucx_call_fuzz", "stamped", seed(7, "node-a#5", member.Stamp(7, body, 1).stamp, body));
-    Write("ucx_call_fuzz", "other_key",
-          seed(8, "node-b#6", member.Stamp(8, body, 1).stamp, body));
+    Write("ucx_call_fuzz", "unstamped", seed(3, "node-a#5", "", body));
+    Write("ucx_call_fuzz", "stamped", seed(3, "node-a#5", member.Stamp(3, body, 1).stamp, body));
+    Write("ucx_call_fuzz", "other_key", seed(1, "node-b#6", member.Stamp(1, body, 1).stamp, body));
   }
   std::printf("seeds written under %s\n", dir.c_str());
   return 0;

@@ -1,5 +1,6 @@
 // Fuzzes a real daemon through its services: every unary RPC of gpumove.v1 and of the peer
-// protocol (Hello with mutated node descriptors, holds, staging, MPI steps), and the Write
+// protocol (Hello with mutated node descriptors, holds, path calls: staging, MPI steps;
+// any path and method through the generic call), and the Write
 // and Read streams, with requests parsed from the input, sent over an in-process channel to
 // a daemon running in this process (host pools, staging forced, UCX on shared memory
 // only, no peers). The first byte picks the call. No input may crash the daemon or hang a
@@ -122,6 +123,25 @@ void Deadline(grpc::ClientContext& c) {
   c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
 }
 
+// A path's own call (PeerService.PathCall) from node-b at incarnation 77 (the node the
+// seeds' Hello introduces), its body `Request` parsed from the input.
+template <class Request>
+void PathCall(const Env& env, const char* path, const char* method, const uint8_t* data,
+              size_t size) {
+  Request request;
+  if (!Parse(data, size, request, env)) return;
+  peer::v1::PathCallRequest call;
+  call.set_path(path);
+  call.set_method(method);
+  call.set_from_node("node-b");
+  call.set_from_incarnation(77);
+  call.set_body(request.SerializeAsString());
+  grpc::ClientContext c;
+  Deadline(c);
+  peer::v1::PathCallResponse response;
+  env.peer->PathCall(&c, call, &response);
+}
+
 // One unary call of `stub`: request parsed from the input, response dropped.
 template <class Stub, class Request, class Response>
 void Unary(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
@@ -191,17 +211,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 12: Unary(*env.node, &v1::NodeService::Stub::GetInfo, data, size, env); break;
     case 13: Unary(*env.node, &v1::NodeService::Stub::ListPeers, data, size, env); break;
     case 14: Unary(*env.peer, &PS::Hello, data, size, env); break;
-    case 15: Unary(*env.peer, &PS::PrepareRemote, data, size, env); break;
+    case 15: Unary(*env.peer, &PS::PathCall, data, size, env); break;
     case 16: Unary(*env.peer, &PS::PrepareRemoteBatch, data, size, env); break;
-    case 17: Unary(*env.peer, &PS::CompleteRemote, data, size, env); break;
     case 18: Unary(*env.peer, &PS::CompleteRemoteBatch, data, size, env); break;
-    case 19: Unary(*env.peer, &PS::TakeStageSlots, data, size, env); break;
-    case 20: Unary(*env.peer, &PS::StageChunk, data, size, env); break;
+    case 19:
+      PathCall<peer::v1::TakeStageSlotsRequest>(env, "ucx", "take_stage_slots", data, size);
+      break;
+    case 20: PathCall<peer::v1::StageChunkRequest>(env, "ucx", "stage_chunk", data, size); break;
     case 21:
       if (op & 0x80) {
-        Unary(*env.peer, &PS::StartMpi, data, size, env);
+        PathCall<peer::v1::StartMpiRequest>(env, "mpi", "start_mpi", data, size);
       } else {
-        Unary(*env.peer, &PS::StopMpi, data, size, env);
+        PathCall<peer::v1::StopMpiRequest>(env, "mpi", "stop_mpi", data, size);
       }
       break;
     case 22: {

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/peer/piece_list.h"
 #include "daemon/common/log.h"
 #include "daemon/common/quote.h"
+#include "daemon/peer/piece_list.h"
 
 namespace gpumove {
 
@@ -48,7 +48,6 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
   }
   peer::v1::StartMpiRequest start;
   start.set_transfer_id(r.transfer_id());
-  start.set_from_node(r.from_node());
   start.set_from_rank(r.mpi().from_rank());
   start.set_tag(r.mpi().tag());
   start.set_chunk(r.mpi().chunk());
@@ -69,7 +68,7 @@ absl::StatusOr<std::unique_ptr<HoldPart>> MpiHolder::Offer(
   }
   // Patient: the runner's move may sit in its queue for a while before it sends.
   if (known.has_value()) start.set_piece_count(0);
-  if (absl::Status st = StartOn(*part, range, start, /*patient=*/true,
+  if (absl::Status st = StartOn(*part, range, r.from_node(), start, /*patient=*/true,
                                 known.has_value() ? &*known : nullptr, known ? "" : key);
       !st.ok()) {
     return st;
@@ -110,17 +109,17 @@ void MpiHolder::KeepList(const std::string& key, const MpiEngine::KnownPieces& l
   lists_.emplace_back(key, list);
 }
 
-absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
+absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range, const std::string& from_node,
                                 const peer::v1::StartMpiRequest& request, bool patient,
                                 const MpiEngine::KnownPieces* known, std::string keep) {
   // The rank must be the one the runner's node announced in this job.
-  auto runner = cluster_->Find(request.from_node());
+  auto runner = cluster_->Find(from_node);
   if (!runner.ok()) return runner.status();
   const peer::v1::NodeDescriptor self = cluster_->self();
   if (runner->descriptor.mpi_world() != self.mpi_world() ||
       runner->descriptor.mpi_rank() != request.from_rank()) {
-    return absl::FailedPreconditionError(absl::StrCat("node ", Quoted(request.from_node()),
-                                                      " is not rank ", request.from_rank(),
+    return absl::FailedPreconditionError(absl::StrCat("node ", Quoted(from_node), " is not rank ",
+                                                      request.from_rank(),
                                                       " of this node's MPI job"));
   }
   // Under the part's lock, so that the hold's end cannot pass between the check and the
@@ -143,10 +142,10 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
       KeepList(keep, list);
     };
   }
-  auto half = engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()},
-                                    range.length(), request.from_rank(), request.tag(),
-                                    request.chunk(), request.send(), patient,
-                                    request.piece_count(), known, std::move(on_list));
+  auto half =
+      engine_->StartPassive(Endpoint{range.data(), range.kind(), range.device()}, range.length(),
+                            request.from_rank(), request.tag(), request.chunk(), request.send(),
+                            patient, request.piece_count(), known, std::move(on_list));
   VLOG(2) << "MPI half of transfer " << request.transfer_id() << " (" << request.piece_count()
           << " pieces to come) started in " << absl::ToDoubleMicroseconds(absl::Now() - began)
           << " us";
@@ -155,16 +154,18 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range,
   return absl::OkStatus();
 }
 
-absl::Status MpiHolder::Start(const HoldTable& holds, const peer::v1::StartMpiRequest& request) {
-  auto hold = holds.Find(request.from_node(), request.transfer_id());
+absl::Status MpiHolder::Start(const HoldTable& holds, const std::string& from_node,
+                              const peer::v1::StartMpiRequest& request) {
+  auto hold = holds.Find(from_node, request.transfer_id());
   if (!hold.ok()) return hold.status();
   MpiPart* part = hold->part<MpiPart>();
   if (part == nullptr) return absl::FailedPreconditionError("this hold has no MPI half");
-  return StartOn(*part, hold->range(), request, /*patient=*/false);
+  return StartOn(*part, hold->range(), from_node, request, /*patient=*/false);
 }
 
-absl::Status MpiHolder::Stop(const HoldTable& holds, const peer::v1::StopMpiRequest& request) {
-  auto hold = holds.Find(request.from_node(), request.transfer_id());
+absl::Status MpiHolder::Stop(const HoldTable& holds, const std::string& from_node,
+                             const peer::v1::StopMpiRequest& request) {
+  auto hold = holds.Find(from_node, request.transfer_id());
   MpiPart* part = hold.ok() ? hold->part<MpiPart>() : nullptr;
   if (part != nullptr) {
     absl::MutexLock lock(&part->mu_);
@@ -173,9 +174,8 @@ absl::Status MpiHolder::Stop(const HoldTable& holds, const peer::v1::StopMpiRequ
       return absl::OkStatus();
     }
   }
-  return absl::NotFoundError(absl::StrCat("no running half for transfer ",
-                                          Quoted(request.transfer_id()), " from ",
-                                          Quoted(request.from_node())));
+  return absl::NotFoundError(absl::StrCat(
+      "no running half for transfer ", Quoted(request.transfer_id()), " from ", Quoted(from_node)));
 }
 
 }  // namespace gpumove

@@ -10,9 +10,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/peer/holds.h"
 #include "daemon/peer/path_holder.h"
-#include "daemon/path/mpi/mpi_engine.h"
 
 namespace gpumove {
 
@@ -49,18 +49,20 @@ class MpiHolder : public PathHolder {
   bool OfferBlocks(const peer::v1::PrepareRemoteRequest& request) const override {
     return request.mpi().tag() != 0;
   }
-  // Starts the half of a held range (returns once its receives are posted). NOT_FOUND: no
-  // such hold; ALREADY_EXISTS: started already; FAILED_PRECONDITION: the runner is not
-  // that rank of this node's MPI job.
-  absl::Status Start(const HoldTable& holds, const peer::v1::StartMpiRequest& request);
+  // Starts the half of `from_node`'s held range (returns once its receives are posted).
+  // NOT_FOUND: no such hold; ALREADY_EXISTS: started already; FAILED_PRECONDITION: the
+  // runner is not that rank of this node's MPI job.
+  absl::Status Start(const HoldTable& holds, const std::string& from_node,
+                     const peer::v1::StartMpiRequest& request);
   // The sending half stops after its chunks in flight. NOT_FOUND: no such hold or half.
-  absl::Status Stop(const HoldTable& holds, const peer::v1::StopMpiRequest& request);
+  absl::Status Stop(const HoldTable& holds, const std::string& from_node,
+                    const peer::v1::StopMpiRequest& request);
 
  private:
   // `patient`: receives posted with the hold may wait a while for the runner to send.
   // `known`: the half's pieces, kept from an earlier move of its list; `keep`: where its
   // list, once read, is kept for later moves (empty: not kept).
-  absl::Status StartOn(MpiPart& part, const BufferUse& range,
+  absl::Status StartOn(MpiPart& part, const BufferUse& range, const std::string& from_node,
                        const peer::v1::StartMpiRequest& request, bool patient,
                        const MpiEngine::KnownPieces* known = nullptr, std::string keep = "");
 

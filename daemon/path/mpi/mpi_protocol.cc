@@ -2,7 +2,6 @@
 
 #include <memory>
 
-
 namespace gpumove {
 
 void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
@@ -37,21 +36,21 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
 absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
                       bool send, uint64_t piece_count) {
   peer::v1::StartMpiRequest request;
+  request.set_transfer_id(hold.transfer_id);
   request.set_from_rank(remote.self().mpi_rank());
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
   request.set_piece_count(piece_count);
   peer::v1::StartMpiResponse response;
-  return remote.CallOnHold(hold, PeerMethod::kStartMpi, request, &response,
-                           &peer::v1::PeerService::Stub::StartMpi);
+  return remote.CallPath(hold, kMpiCalls, kStartMpiCall, request, &response);
 }
 
 absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold) {
   peer::v1::StopMpiRequest request;
+  request.set_transfer_id(hold.transfer_id);
   peer::v1::StopMpiResponse response;
-  return remote.CallOnHold(hold, PeerMethod::kStopMpi, request, &response,
-                           &peer::v1::PeerService::Stub::StopMpi);
+  return remote.CallPath(hold, kMpiCalls, kStopMpiCall, request, &response);
 }
 
 }  // namespace gpumove

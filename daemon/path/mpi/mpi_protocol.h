@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "daemon/common/segment.h"
 #include "daemon/peer/path_codec.h"
 #include "daemon/peer/remote_ranges.h"
-#include "daemon/common/segment.h"
 
 namespace gpumove {
 
@@ -44,6 +44,12 @@ class MpiCodec : public PathCodec {
                    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
 };
+
+// Path MPI's own peer calls (PathCall), as its holder registers them (mpi_calls.h) and
+// the runner makes them.
+inline constexpr char kMpiCalls[] = "mpi";
+inline constexpr char kStartMpiCall[] = "start_mpi";
+inline constexpr char kStopMpiCall[] = "stop_mpi";
 
 // Runner: has the holder start its half of the move, sending the held range to our rank
 // (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/path/ucx/stage_calls.h"
+#include "daemon/path/ucx/ucx_protocol.h"
 
 namespace gpumove {
 namespace {
@@ -259,6 +261,43 @@ TEST_F(StageHolderTest, PiecesRacingTheHoldsEndUseNothingFreed) {
   EXPECT_EQ(table_->size(), 0u);
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
   EXPECT_EQ(pinned_->Stats().free, pinned_->Stats().capacity);  // Every ring given back.
+}
+
+// The holder's calls as the peer handler serves them: registered under path UCX, taking
+// slots answered at once, for the caller's own holds only.
+TEST_F(StageHolderTest, ItsPeerCallsAreRegisteredForTheCallersHolds) {
+  PathCalls calls;
+  ASSERT_TRUE(RegisterStageCalls(holder_.get(), table_.get(), &calls).ok());
+  const PathCalls::Entry* take = calls.Find(kUcxCalls, kTakeStageSlotsCall);
+  const PathCalls::Entry* chunk = calls.Find(kUcxCalls, kStageChunkCall);
+  ASSERT_NE(take, nullptr);
+  ASSERT_NE(chunk, nullptr);
+  EXPECT_TRUE(take->at_once);
+  EXPECT_FALSE(chunk->at_once);
+  auto held = Hold("t1", 4 << 20);
+  ASSERT_TRUE(held.ok()) << held.status();
+  peer::v1::TakeStageSlotsRequest r;
+  r.set_transfer_id("t1");
+  auto slots = take->handler(PathCaller{"node-a", 1}, r.SerializeAsString());
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  peer::v1::TakeStageSlotsResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(*slots));
+  EXPECT_EQ(answer.stage_slots_size(), held->stage().slots_size());
+  // Another node's call names no hold of its own.
+  EXPECT_EQ(take->handler(PathCaller{"node-z", 1}, r.SerializeAsString()).status().code(),
+            absl::StatusCode::kNotFound);
+  peer::v1::StageChunkRequest c;
+  c.set_transfer_id("t1");
+  c.set_length(4096);
+  c.set_to_range(true);
+  EXPECT_TRUE(chunk->handler(PathCaller{"node-a", 1}, c.SerializeAsString()).ok());
+  EXPECT_EQ(chunk->handler(PathCaller{"node-z", 1}, c.SerializeAsString()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(chunk->handler(PathCaller{"node-a", 1}, "\xff").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Registered once only.
+  EXPECT_EQ(RegisterStageCalls(holder_.get(), table_.get(), &calls).code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 }  // namespace

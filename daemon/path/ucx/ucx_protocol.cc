@@ -68,9 +68,9 @@ void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& 
 
 absl::StatusOr<StageSlots> TakeStageSlots(ClusterRemoteRanges& remote, const RemoteHold& hold) {
   peer::v1::TakeStageSlotsRequest request;
+  request.set_transfer_id(hold.transfer_id);
   peer::v1::TakeStageSlotsResponse response;
-  absl::Status st = remote.CallOnHold(hold, PeerMethod::kTakeStageSlots, request, &response,
-                                      &peer::v1::PeerService::Stub::TakeStageSlots);
+  absl::Status st = remote.CallPath(hold, kUcxCalls, kTakeStageSlotsCall, request, &response);
   if (!st.ok()) return st;
   return StageSlots{{response.stage_slots().begin(), response.stage_slots().end()},
                     response.stage_slot_size()};
@@ -79,20 +79,21 @@ absl::StatusOr<StageSlots> TakeStageSlots(ClusterRemoteRanges& remote, const Rem
 absl::Status StageChunk(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
                         uint64_t slot_offset, uint64_t offset, uint64_t length, bool to_range) {
   peer::v1::StageChunkRequest request;
+  request.set_transfer_id(hold.transfer_id);
   request.set_slot(slot);
   request.set_slot_offset(slot_offset);
   request.set_offset(offset);
   request.set_length(length);
   request.set_to_range(to_range);
   peer::v1::StageChunkResponse response;
-  return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
-                           &peer::v1::PeerService::Stub::StageChunk);
+  return remote.CallPath(hold, kUcxCalls, kStageChunkCall, request, &response);
 }
 
 absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, uint32_t slot,
                          uint64_t slot_offset,
                          const std::vector<std::pair<uint64_t, uint64_t>>& pieces, bool to_range) {
   peer::v1::StageChunkRequest request;
+  request.set_transfer_id(hold.transfer_id);
   request.set_slot(slot);
   request.set_slot_offset(slot_offset);
   request.set_to_range(to_range);
@@ -101,8 +102,7 @@ absl::Status StagePieces(ClusterRemoteRanges& remote, const RemoteHold& hold, ui
       pieces.size(), [p](size_t i) { return p[i].first; }, [p](size_t i) { return p[i].second; },
       request.mutable_pieces());
   peer::v1::StageChunkResponse response;
-  return remote.CallOnHold(hold, PeerMethod::kStageChunk, request, &response,
-                           &peer::v1::PeerService::Stub::StageChunk);
+  return remote.CallPath(hold, kUcxCalls, kStageChunkCall, request, &response);
 }
 
 }  // namespace gpumove

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "daemon/cluster/cluster.h"
+#include "daemon/memory/pool.h"
 #include "daemon/peer/path_codec.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/peer/remote_ranges.h"
-#include "daemon/memory/pool.h"
 
 namespace gpumove {
 
@@ -72,6 +72,12 @@ void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
 // size, and `later` when they are to be taken when the move runs.
 void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
                 uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response);
+
+// Path UCX's own peer calls (PathCall), as the staging holder registers them
+// (stage_calls.h) and the runner makes them.
+inline constexpr char kUcxCalls[] = "ucx";
+inline constexpr char kTakeStageSlotsCall[] = "take_stage_slots";  // Answers at once.
+inline constexpr char kStageChunkCall[] = "stage_chunk";
 
 // Runner: for a staged hold whose slots are to be taken when the move runs, the holder's
 // bounce slots for the move, taken now (addresses in its space, of the offered size).
