@@ -161,7 +161,7 @@ std::string Authenticator::Describe() const {
   return absl::StrJoin(ways, ", ");
 }
 
-std::optional<Caller> Authenticator::UnixCaller(const grpc::ServerContext& context,
+std::optional<Caller> Authenticator::UnixCaller(const grpc::ServerContextBase& context,
                                                 std::string* uid) const {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr) return std::nullopt;
@@ -192,7 +192,7 @@ std::string ForwardedBody(const peer::v1::ForwardedCaller& c) {
                       absl::string_view("\0", 1), c.role());
 }
 
-absl::string_view Metadata(const grpc::ServerContext& context, absl::string_view key) {
+absl::string_view Metadata(const grpc::ServerContextBase& context, absl::string_view key) {
   auto it = context.client_metadata().find(std::string(key));
   if (it == context.client_metadata().end()) return {};
   return absl::string_view(it->second.data(), it->second.size());
@@ -200,7 +200,7 @@ absl::string_view Metadata(const grpc::ServerContext& context, absl::string_view
 
 }  // namespace
 
-absl::Status Authenticator::StillValid(const grpc::ServerContext* context,
+absl::Status Authenticator::StillValid(const grpc::ServerContextBase* context,
                                        const Caller& caller) const {
   if (open() || !Metadata(*context, kForwardedCallerKey).empty()) return absl::OkStatus();
   std::string why;
@@ -217,7 +217,7 @@ absl::Status Authenticator::StillValid(const grpc::ServerContext* context,
   return absl::OkStatus();
 }
 
-uint64_t Authenticator::WatchRevocation(const grpc::ServerContext* context,
+uint64_t Authenticator::WatchRevocation(const grpc::ServerContextBase* context,
                                         std::function<void()> revoked) const {
   if (open() || !Metadata(*context, kForwardedCallerKey).empty()) return 0;
   std::string why;
@@ -251,7 +251,7 @@ void Authenticator::SweepRevoked() const {
   }
 }
 
-absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& context,
+absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& context,
                                                std::string* why) const {
   // A caller asserted by the peer that forwarded the call.
   if (absl::string_view asserted = Metadata(context, kForwardedCallerKey); !asserted.empty()) {
@@ -328,7 +328,7 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContext& contex
       absl::StrCat("this daemon needs ", absl::StrJoin(ways, " or ")));
 }
 
-absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, Access access,
+absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContextBase* context, Access access,
                                             absl::string_view method) const {
   if (open()) return Caller{kAnonymous, kAnonymous, Role::kUser};
   if (context == nullptr) return absl::UnauthenticatedError("no call to check");
@@ -351,7 +351,7 @@ absl::StatusOr<Caller> Authenticator::Check(const grpc::ServerContext* context, 
   return caller;
 }
 
-void Authenticator::Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
+void Authenticator::Forward(const grpc::ServerContextBase& from, uint64_t to_incarnation,
                             grpc::ClientContext* to) const {
   absl::string_view header = Metadata(from, "authorization");
   if (!header.empty()) to->AddMetadata("authorization", std::string(header));

@@ -97,37 +97,37 @@ class Authenticator {
   // The caller of `context` if it may do `access` in `method`: UNAUTHENTICATED without a
   // valid bearer token (when the daemon has a token file), PERMISSION_DENIED when its role
   // forbids it. Refusals and administrators' changes are written as JSON audit lines.
-  absl::StatusOr<Caller> Check(const grpc::ServerContext* context, Access access,
+  absl::StatusOr<Caller> Check(const grpc::ServerContextBase* context, Access access,
                                absl::string_view method) const;
 
   // For a call that lasts (a stream, a long wait): OK while the credentials `context`
   // carries still make it `caller`; UNAUTHENTICATED once they do not (its token removed or
   // changed, its certificate no longer mapped), re-read files and all. A call forwarded
   // by a peer is its first node's to end.
-  absl::Status StillValid(const grpc::ServerContext* context, const Caller& caller) const;
+  absl::Status StillValid(const grpc::ServerContextBase* context, const Caller& caller) const;
 
   // For a call relayed to another node (whose loop waits on that node, not here): runs
   // `revoked` once the credentials `context` carries no longer make it the caller they
   // make it now, checked each time a credentials file is re-read, on the thread that
   // re-reads it (it must not block or call back in). Returns an id for Unwatch; 0 when
   // nothing can revoke the call (an open daemon, a call a peer forwarded here).
-  uint64_t WatchRevocation(const grpc::ServerContext* context,
+  uint64_t WatchRevocation(const grpc::ServerContextBase* context,
                            std::function<void()> revoked) const;
   // Once it returns, the callback of `id` neither runs nor is running.
   void Unwatch(uint64_t id) const;
 
   // Adds to a call forwarded to the node at `to_incarnation` what identifies its caller
   // there: the bearer token, and (with peers) the caller identified here, stamped.
-  void Forward(const grpc::ServerContext& from, uint64_t to_incarnation,
+  void Forward(const grpc::ServerContextBase& from, uint64_t to_incarnation,
                grpc::ClientContext* to) const;
 
  private:
   Authenticator() = default;
   // Who the caller is (no role check): UNAUTHENTICATED with the reason for the audit line.
-  absl::StatusOr<Caller> Identify(const grpc::ServerContext& context, std::string* why) const;
+  absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& context, std::string* why) const;
 
   // The caller of a unix socket connection known by uid, if the file names it.
-  std::optional<Caller> UnixCaller(const grpc::ServerContext& context, std::string* uid) const;
+  std::optional<Caller> UnixCaller(const grpc::ServerContextBase& context, std::string* uid) const;
 
   // Runs the callbacks of the watched calls whose credentials went (after a file changed).
   void SweepRevoked() const;
@@ -139,7 +139,7 @@ class Authenticator {
   absl::flat_hash_map<std::string, Caller> certs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Caller> unix_users_ ABSL_GUARDED_BY(mu_);
   struct Watched {
-    const grpc::ServerContext* context;
+    const grpc::ServerContextBase* context;
     Caller caller;
     std::function<void()> revoked;
   };
@@ -157,7 +157,7 @@ class Authenticator {
 // that serve a stream: a revoked caller's stream ends within about two periods.
 class CredentialsWatch {
  public:
-  CredentialsWatch(const Authenticator& auth, const grpc::ServerContext* context,
+  CredentialsWatch(const Authenticator& auth, const grpc::ServerContextBase* context,
                    const Caller& caller, absl::Duration period = absl::Seconds(1))
       : auth_(auth), context_(context), caller_(caller), period_(period) {}
   absl::Status Check() {
@@ -169,7 +169,7 @@ class CredentialsWatch {
 
  private:
   const Authenticator& auth_;
-  const grpc::ServerContext* const context_;
+  const grpc::ServerContextBase* const context_;
   const Caller caller_;
   const absl::Duration period_;
   absl::Time next_ = absl::InfinitePast();

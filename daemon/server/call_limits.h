@@ -1,8 +1,8 @@
 // Caps on the calls that last — streams (Read, Write, Watch, Notifications) and waits
-// (Wait, Submit and Cancel with wait): each holds one of the synchronous server's threads
-// while it runs, so without a cap one principal's thousands of open streams would take
-// every thread the process may have and starve every other caller. A call past a cap is
-// RESOURCE_EXHAUSTED at once, saying which cap, and changes nothing.
+// (Wait, Submit and Cancel with wait): they are served without a thread each (callback
+// reactors), but each keeps memory, a timer and listeners while it is open, so without a
+// cap one principal's thousands of open streams would crowd out every other caller. A call
+// past a cap is RESOURCE_EXHAUSTED at once, saying which cap, and changes nothing.
 #ifndef GPUMOVE_DAEMON_SERVER_CALL_LIMITS_H_
 #define GPUMOVE_DAEMON_SERVER_CALL_LIMITS_H_
 
@@ -33,7 +33,15 @@ class LongCalls {
     Slot(Slot&& o) noexcept : calls_(o.calls_), principal_(std::move(o.principal_)) {
       o.calls_ = nullptr;
     }
-    Slot& operator=(Slot&&) = delete;
+    Slot& operator=(Slot&& o) noexcept {
+      if (this != &o) {
+        Slot gone(std::move(*this));
+        calls_ = o.calls_;
+        principal_ = std::move(o.principal_);
+        o.calls_ = nullptr;
+      }
+      return *this;
+    }
     ~Slot();
 
    private:

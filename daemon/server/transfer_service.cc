@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
@@ -16,6 +15,7 @@
 #include "daemon/server/field_limits.h"
 #include "daemon/server/forward.h"
 #include "daemon/server/paging.h"
+#include "daemon/server/transfer_reactors.h"
 
 namespace gpumove {
 namespace {
@@ -102,7 +102,7 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 }
 
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
-    const grpc::ServerContext& context, const std::string& node) {
+    const grpc::ServerContextBase& context, const std::string& node) {
   return StubOn<v1::TransferService>(context, cluster_, node_, node);
 }
 
@@ -335,60 +335,9 @@ absl::StatusOr<TransferSnapshot> TransferServiceImpl::WaitEnd(grpc::ServerContex
   }
 }
 
-grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
-                                        const v1::WatchRequest* request,
-                                        grpc::ServerWriter<v1::TransferEvent>* writer) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Watch");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  absl::Duration interval = absl::Milliseconds(100);
-  if (request->has_progress_interval()) {
-    auto d = FromProto(request->progress_interval());
-    if (!d.ok()) return ToGrpcStatus(d.status());
-    if (*d > absl::ZeroDuration()) interval = std::max(*d, absl::Milliseconds(1));
-  }
-  if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(*context, node);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    ForwardedCall call(*context, auth_, *cluster_, node, absl::InfiniteDuration());
-    auto reader = (*stub)->Watch(call.context(), *request);
-    v1::TransferEvent event;
-    while (reader->Read(&event)) {
-      if (!writer->Write(event)) {
-        call.context()->TryCancel();
-        break;
-      }
-    }
-    return call.Finish(reader->Finish());
-  }
-  const std::string owner = caller.owner();
-  auto t = scheduler_->Get(owner, request->id());
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  uint64_t sent_bytes = 0;
-  uint64_t sent_version = 0;
-  bool first = true;
-  CredentialsWatch credentials(*auth_, context, caller);
-  while (true) {
-    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
-    if (first || t->version != sent_version || t->bytes_done != sent_bytes) {
-      v1::TransferEvent event;
-      ToProto(*t, event.mutable_transfer());
-      if (!writer->Write(event)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
-      }
-      first = false;
-      sent_version = t->version;
-      sent_bytes = t->bytes_done;
-    }
-    if (IsTerminal(t->state)) return grpc::Status::OK;
-    if (context->IsCancelled())
-      return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
-    if (scheduler_->stopped()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
-    }
-    t = scheduler_->WaitForChange(owner, request->id(), sent_version, absl::Now() + interval);
-    if (!t.ok()) return ToGrpcStatus(t.status());
-  }
+grpc::ServerWriteReactor<v1::TransferEvent>* TransferServiceImpl::Watch(
+    grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
+  return ServeWatch(this, context, request);
 }
 
 grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
@@ -412,102 +361,9 @@ grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
-                                                const v1::NotificationsRequest* request,
-                                                grpc::ServerWriter<v1::Notification>* writer) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Notifications");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  if (request->buffers_size() > 4096) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat(request->buffers_size(), " buffers; at most 4096"));
-  }
-  if (!request->node().empty() && request->node() != node_) {
-    auto stub = StubFor(*context, request->node());
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    ForwardedCall call(*context, auth_, *cluster_, request->node(), absl::InfiniteDuration());
-    v1::NotificationsRequest forwarded = *request;
-    forwarded.clear_node();
-    auto reader = (*stub)->Notifications(call.context(), forwarded);
-    // Subscribed there: the caller learns it as it would from this node.
-    reader->WaitForInitialMetadata();
-    writer->SendInitialMetadata();
-    v1::Notification n;
-    while (reader->Read(&n)) {
-      if (!writer->Write(n)) {
-        call.context()->TryCancel();
-        break;
-      }
-    }
-    return call.Finish(reader->Finish());
-  }
-  if (notifications_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node publishes no notifications");
-  }
-  const std::string owner = caller.owner();
-  absl::flat_hash_set<std::string> buffers(request->buffers().begin(), request->buffers().end());
-  // Named buffers are this node's (moves into them publish here): one that does not exist
-  // (a typo, another node's) would never see a notification.
-  auto any_left = [&] {
-    for (const std::string& b : buffers) {
-      if (buffers_ == nullptr || buffers_->Get(owner, b).ok()) return true;
-    }
-    return false;
-  };
-  for (const std::string& b : buffers) {
-    if (buffers_ != nullptr && !buffers_->Get(owner, b).ok()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("no buffer ", Quoted(b), " on node ", node_,
-                                       " (notifications name buffers of the node they ask)"));
-    }
-  }
-  std::function<bool(const Notification&)> accept;
-  if (!buffers.empty()) {
-    accept = [&buffers](const Notification& n) { return buffers.contains(n.destination_buffer); };
-  }
-  uint64_t after =
-      request->has_after_sequence() ? request->after_sequence() : notifications_->Last(owner);
-  // The subscription is in place: a client that waits for the headers (Client::Subscribe)
-  // sees every move submitted after that.
-  writer->SendInitialMetadata();
-  CredentialsWatch credentials(*auth_, context, caller);
-  absl::Time buffers_checked = absl::Now();
-  // Bounded waits: a caller that went away, or a daemon that stops, ends the stream; so
-  // do credentials revoked meanwhile, and the release of every buffer it watched (nothing
-  // more can come; a subscriber would otherwise wait for ever).
-  while (!context->IsCancelled()) {
-    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
-    if (!buffers.empty() && absl::Now() - buffers_checked >= absl::Seconds(1)) {
-      buffers_checked = absl::Now();
-      if (!any_left()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                            "every buffer this stream watched was released");
-      }
-    }
-    auto batch =
-        notifications_->Read(owner, after, accept, 256, absl::Now() + absl::Milliseconds(250));
-    after = batch.next_after;
-    for (const NotificationLog::Entry& e : batch.entries) {
-      v1::Notification out;
-      out.set_sequence(e.sequence);
-      out.set_missed(e.missed);
-      if (e.notification != nullptr) {
-        const Notification& n = *e.notification;
-        out.set_transfer_id(n.transfer_id);
-        out.set_source_node(n.source_node);
-        out.set_destination_buffer(n.destination_buffer);
-        out.set_notify(n.notify);
-        ToProto(n.time, out.mutable_time());
-      }
-      if (!writer->Write(out)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
-      }
-    }
-    if (batch.entries.empty() && notifications_->stopped()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
-    }
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+grpc::ServerWriteReactor<v1::Notification>* TransferServiceImpl::Notifications(
+    grpc::CallbackServerContext* context, const v1::NotificationsRequest* request) {
+  return ServeNotifications(this, context, request);
 }
 
 }  // namespace gpumove

@@ -18,8 +18,11 @@ namespace gpumove {
 // Any daemon accepts any request: a move runs on the node holding one of its ends
 // (pushes from the source, pulls into the destination); a Submit naming neither end's
 // node is forwarded to the source's node, and Get/Wait/Watch/Cancel of a transfer id are
-// forwarded to the node that runs it (the id ends in ".<node>").
-class TransferServiceImpl final : public v1::TransferService::Service {
+// forwarded to the node that runs it (the id ends in ".<node>"). Watch and Notifications
+// are callback reactors (transfer_reactors.h): an open stream holds no thread.
+class TransferServiceImpl final
+    : public v1::TransferService::WithCallbackMethod_Watch<
+          v1::TransferService::WithCallbackMethod_Notifications<v1::TransferService::Service>> {
  public:
   // `cluster` may be null: a node without peers.
   // `auth` checks every caller (and must outlive the service), as must `notifications`
@@ -42,13 +45,12 @@ class TransferServiceImpl final : public v1::TransferService::Service {
                     v1::ListTransfersResponse* response) override;
   grpc::Status Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
                     v1::Transfer* response) override;
-  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
-                     grpc::ServerWriter<v1::TransferEvent>* writer) override;
+  grpc::ServerWriteReactor<v1::TransferEvent>* Watch(grpc::CallbackServerContext* context,
+                                                     const v1::WatchRequest* request) override;
   grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
                       v1::Transfer* response) override;
-  grpc::Status Notifications(grpc::ServerContext* context,
-                             const v1::NotificationsRequest* request,
-                             grpc::ServerWriter<v1::Notification>* writer) override;
+  grpc::ServerWriteReactor<v1::Notification>* Notifications(
+      grpc::CallbackServerContext* context, const v1::NotificationsRequest* request) override;
   grpc::Status PreparePieces(grpc::ServerContext* context, const v1::PreparePiecesRequest* request,
                              v1::PreparedPieces* response) override;
   grpc::Status ReleasePieces(grpc::ServerContext* context, const v1::ReleasePiecesRequest* request,
@@ -64,6 +66,9 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   void set_buffers(const BufferRegistry* buffers) { buffers_ = buffers; }
 
  private:
+  friend class WatchReactor;
+  friend class NotificationsReactor;
+
   // The transfer once it has ended, as TransferScheduler::Wait, but given up (CANCELLED)
   // within kWaitSlice of the caller going away: a waiter that hangs up does not keep a
   // serving thread until the transfer ends.
@@ -74,7 +79,7 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   std::string NodeOf(const std::string& id) const;
   absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(
-      const grpc::ServerContext& context, const std::string& node);
+      const grpc::ServerContextBase& context, const std::string& node);
   // The forwarded call's status when transfer `id` belongs to another node; nullopt when
   // it is this node's.
   template <typename Request, typename Response>

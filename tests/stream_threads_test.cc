@@ -1,0 +1,137 @@
+// Open streams and blocked waits hold no daemon thread each (issue 48): hundreds of
+// Notifications and Watch streams, and hundreds of Waits, against a real gpumoved leave
+// its thread count within a small bound of its idle count, and every one of them still
+// delivers its events and its end.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/gpumove_client.h"
+#include "gtest/gtest.h"
+#include "proto/gpumove/v1/gpumove.grpc.pb.h"
+#include "tests/util/daemon_process.h"
+
+namespace gpumove {
+namespace {
+
+constexpr int kStreams = 200;
+// Threads the daemon may add for all of them together (the sync server held one each).
+constexpr int kBound = 100;
+
+int Threads(pid_t pid) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+class StreamThreads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A move of 64 MiB at 4 MiB/s lasts 16 s: it runs while the streams open, and ends
+    // when the test cancels it.
+    auto p = DaemonProcess::Start({"--max_move_rate=4MiB", "--host_pool_size=256MiB",
+                                   "--pinned_pool_size=16MiB"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    process_ = *std::move(p);
+    auto c = Client::Connect(process_->address());
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+    channel_ = grpc::CreateChannel(process_->address(), grpc::InsecureChannelCredentials());
+    transfers_ = v1::TransferService::NewStub(channel_);
+    auto a = client_->Allocate(64 << 20), b = client_->Allocate(64 << 20);
+    ASSERT_TRUE(a.ok() && b.ok());
+    MoveOptions o;
+    o.wait = false;
+    auto t = client_->Move(Ref(a->id()), Ref(b->id()), o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    slow_ = t->id();
+    absl::SleepFor(absl::Milliseconds(300));  // The move's threads are up.
+    idle_ = Threads(process_->pid());
+  }
+
+  // The daemon's threads, after a moment for any it would start.
+  int Busy() {
+    absl::SleepFor(absl::Milliseconds(500));
+    return Threads(process_->pid());
+  }
+
+  std::unique_ptr<DaemonProcess> process_;
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::TransferService::Stub> transfers_;
+  std::string slow_;
+  int idle_ = 0;
+};
+
+TEST_F(StreamThreads, HundredsOfNotificationsAndWatchStreamsHoldNoThreadEach) {
+  std::vector<std::unique_ptr<NotificationStream>> subscribers;
+  for (int i = 0; i < kStreams; ++i) {
+    auto s = client_->Subscribe(v1::NotificationsRequest(), absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    subscribers.push_back(*std::move(s));
+  }
+  struct Watcher {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::TransferEvent>> reader;
+  };
+  std::vector<std::unique_ptr<Watcher>> watchers;
+  for (int i = 0; i < kStreams; ++i) {
+    auto w = std::make_unique<Watcher>();
+    w->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    v1::WatchRequest request;
+    request.set_id(slow_);
+    request.mutable_progress_interval()->set_seconds(1);
+    w->reader = transfers_->Watch(&w->context, request);
+    v1::TransferEvent first;
+    ASSERT_TRUE(w->reader->Read(&first)) << i;
+    EXPECT_EQ(first.transfer().state(), v1::RUNNING);
+    watchers.push_back(std::move(w));
+  }
+  const int busy = Busy();
+  std::cout << "daemon threads: " << idle_ << " idle, " << busy << " with " << 2 * kStreams
+            << " streams open\n";
+  EXPECT_LT(busy, idle_ + kBound) << "threads: " << idle_ << " idle, " << busy << " with "
+                                  << kStreams << " Notifications and " << kStreams
+                                  << " Watch streams open";
+
+  // Every subscriber hears of a move with notify bytes.
+  auto c = client_->Allocate(4096), d = client_->Allocate(4096);
+  ASSERT_TRUE(c.ok() && d.ok());
+  MoveOptions noted;
+  noted.notify = "to every subscriber";
+  auto moved = client_->Move(Ref(c->id()), Ref(d->id()), noted);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  for (auto& s : subscribers) {
+    v1::Notification n;
+    ASSERT_TRUE(s->Next(&n));
+    EXPECT_EQ(n.transfer_id(), moved->id());
+    EXPECT_EQ(n.notify(), "to every subscriber");
+  }
+  // Every watcher sees the move's end, and its stream ends OK.
+  ASSERT_TRUE(client_->Cancel(slow_).ok());
+  for (auto& w : watchers) {
+    v1::TransferEvent e, last;
+    while (w->reader->Read(&e)) last = e;
+    EXPECT_EQ(last.transfer().state(), v1::CANCELLED);
+    grpc::Status st = w->reader->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  for (auto& s : subscribers) {
+    s->Cancel();
+    EXPECT_EQ(s->Finish().code(), absl::StatusCode::kCancelled);
+  }
+}
+
+}  // namespace
+}  // namespace gpumove
