@@ -40,8 +40,8 @@ class StreamThreads : public ::testing::Test {
   void SetUp() override {
     // A move of 64 MiB at 4 MiB/s lasts 16 s: it runs while the streams open, and ends
     // when the test cancels it.
-    auto p = DaemonProcess::Start({"--max_move_rate=4MiB", "--host_pool_size=256MiB",
-                                   "--pinned_pool_size=16MiB"});
+    auto p = DaemonProcess::Start(
+        {"--max_move_rate=4MiB", "--host_pool_size=256MiB", "--pinned_pool_size=16MiB"});
     ASSERT_TRUE(p.ok()) << p.status();
     process_ = *std::move(p);
     auto c = Client::Connect(process_->address());
@@ -130,6 +130,81 @@ TEST_F(StreamThreads, HundredsOfNotificationsAndWatchStreamsHoldNoThreadEach) {
   for (auto& s : subscribers) {
     s->Cancel();
     EXPECT_EQ(s->Finish().code(), absl::StatusCode::kCancelled);
+  }
+}
+
+// Blocked Waits and Submits with wait, made without a thread each on the client side
+// too (gRPC's callback client), hold no daemon thread each; all of them end when the
+// move they wait for does.
+TEST_F(StreamThreads, HundredsOfBlockedWaitsHoldNoThreadEach) {
+  constexpr int kWaits = 150, kSubmits = 50;
+  struct Call {
+    grpc::ClientContext context;
+    v1::WaitRequest wait;
+    v1::SubmitRequest submit;
+    v1::Transfer transfer;
+    v1::SubmitResponse submitted;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  absl::Mutex mu;
+  int ended = 0;
+  auto done = [&](Call* c) {
+    return [&, c](grpc::Status st) {
+      absl::MutexLock lock(&mu);
+      c->status = std::move(st);
+      ++ended;
+    };
+  };
+  auto t = client_->GetTransfer(slow_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (int i = 0; i < kWaits; ++i) {
+    auto c = std::make_unique<Call>();
+    c->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    c->wait.set_id(slow_);
+    transfers_->async()->Wait(&c->context, &c->wait, &c->transfer, done(c.get()));
+    calls.push_back(std::move(c));
+  }
+  // Moves into the slow move's destination wait for it (the same bytes, in order).
+  for (int i = 0; i < kSubmits; ++i) {
+    auto c = std::make_unique<Call>();
+    c->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    v1::TransferSpec* spec = c->submit.add_transfers();
+    *spec->mutable_source() = t->source();
+    spec->mutable_source()->set_length(4096);
+    *spec->mutable_destination() = t->destination();
+    spec->mutable_destination()->set_length(4096);
+    c->submit.set_wait(true);
+    transfers_->async()->Submit(&c->context, &c->submit, &c->submitted, done(c.get()));
+    calls.push_back(std::move(c));
+  }
+  const int busy = Busy();
+  std::cout << "daemon threads: " << idle_ << " idle, " << busy << " with " << kWaits
+            << " Waits and " << kSubmits << " Submits with wait open\n";
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(ended, 0) << "a wait ended before the move it waits for";
+  }
+  EXPECT_LT(busy, idle_ + kBound) << "threads: " << idle_ << " idle, " << busy << " with "
+                                  << kWaits + kSubmits << " waits open";
+
+  auto cancelled = client_->Cancel(slow_, /*wait=*/true);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ended == kWaits + kSubmits; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(60)))
+        << ended << " of " << kWaits + kSubmits << " ended";
+  }
+  for (int i = 0; i < kWaits; ++i) {
+    EXPECT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
+    EXPECT_EQ(calls[i]->transfer.state(), v1::CANCELLED) << i;
+  }
+  for (int i = kWaits; i < kWaits + kSubmits; ++i) {
+    EXPECT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
+    ASSERT_EQ(calls[i]->submitted.transfers_size(), 1) << i;
+    EXPECT_EQ(calls[i]->submitted.transfers(0).state(), v1::SUCCEEDED) << i;
   }
 }
 

@@ -48,9 +48,9 @@ void NotificationLog::Unlisten(uint64_t id) {
   listener_readers_.erase(it);
 }
 
-NotificationLog::Batch NotificationLog::Read(
-    const std::string& reader, uint64_t after,
-    const std::function<bool(const Notification&)>& accept, size_t max, absl::Time deadline) {
+NotificationLog::Batch NotificationLog::Read(const std::string& reader, uint64_t after,
+                                             const std::function<bool(const Notification&)>& accept,
+                                             size_t max, absl::Time deadline) {
   Batch batch;
   batch.next_after = after;
   absl::MutexLock lock(&mu_);

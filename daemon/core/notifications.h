@@ -81,7 +81,7 @@ class NotificationLog {
 
  private:
   struct Stream {
-    uint64_t published = 0;  // The newest sequence number.
+    uint64_t published = 0;                                // The newest sequence number.
     std::deque<std::shared_ptr<const Notification>> kept;  // Sequences published-size+1...
   };
   void AppendLocked(Stream& s, const std::shared_ptr<const Notification>& n)
@@ -95,8 +95,8 @@ class NotificationLog {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Listen: id -> reader, and reader -> its listeners.
   absl::flat_hash_map<uint64_t, std::string> listener_readers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>>
-      listeners_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -274,8 +274,8 @@ class TransferScheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // ListenForChanges: listener id -> transfer id, and transfer id -> its listeners.
   absl::flat_hash_map<uint64_t, std::string> listener_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>>
-      listeners_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::thread> workers_;
 };

@@ -182,7 +182,7 @@ class CredentialsWatch {
 
 // Returns INVALID_ARGUMENT from the handler when a string of `request` is past its limit
 // (field_limits.h): checked once the caller is known, before anything reads it.
-#define GPUMOVE_CHECK_FIELDS(request)                                        \
+#define GPUMOVE_CHECK_FIELDS(request)                                                 \
   if (absl::Status fields_checked = CheckStringFields(request); !fields_checked.ok()) \
   return ToGrpcStatus(fields_checked)
 

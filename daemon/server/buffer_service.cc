@@ -55,8 +55,8 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
   auto info = registry_->Allocate(options);
   if (!info.ok() && info.status().code() == absl::StatusCode::kResourceExhausted) {
     // In a cluster the caller may not know which node answered: name it.
-    return ToGrpcStatus(absl::ResourceExhaustedError(
-        absl::StrCat("node ", node_, ": ", info.status().message())));
+    return ToGrpcStatus(
+        absl::ResourceExhaustedError(absl::StrCat("node ", node_, ": ", info.status().message())));
   }
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
@@ -102,7 +102,9 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
   auto next = FillPage(
       registry_->List(caller.owner()), request->page_token(), PageItems(request->page_size()),
       /*newest_first=*/false,
-      [](const BufferInfo& b) { return PageKey{b.create_time, b.id}; },
+      [](const BufferInfo& b) {
+        return PageKey{b.create_time, b.id};
+      },
       [&](const BufferInfo& b) {
         v1::Buffer* out = response->add_buffers();
         ToProto(b, node_, out);
@@ -161,8 +163,9 @@ grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
     if (d.uuid == request->device_uuid()) device = d.index;
   }
   if (device < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("no GPU ", Quoted(request->device_uuid()), " on node ", node_));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("no GPU ", Quoted(request->device_uuid()), " on node ", node_));
   }
   if (request->size() == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "size must be greater than 0");

@@ -16,8 +16,8 @@
 namespace gpumove {
 
 struct CallLimits {
-  int total = 2048;          // Lasting calls open at once, all callers together.
-  int per_principal = 512;   // ... by one principal (an open daemon's callers are one).
+  int total = 2048;         // Lasting calls open at once, all callers together.
+  int per_principal = 512;  // ... by one principal (an open daemon's callers are one).
 };
 
 class LongCalls {
@@ -74,8 +74,8 @@ absl::StatusOr<LongCalls::Slot> EnterIf(LongCalls* calls, bool lasts, const std:
 
 // In a service method: keeps a slot for the caller to the end of the scope, or returns
 // RESOURCE_EXHAUSTED from the method.
-#define GPUMOVE_ENTER_LONG_CALL(calls, lasts, caller)                          \
-  auto long_call_slot = EnterIf((calls), (lasts), (caller).principal);         \
+#define GPUMOVE_ENTER_LONG_CALL(calls, lasts, caller)                  \
+  auto long_call_slot = EnterIf((calls), (lasts), (caller).principal); \
   if (!long_call_slot.ok()) return ToGrpcStatus(long_call_slot.status())
 
 }  // namespace gpumove

@@ -109,10 +109,9 @@ class ForwardedCall {
 // NOT_FOUND saying why when this node knows no such peer, UNAVAILABLE when the call was
 // forwarded here already.
 template <typename Service>
-absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(const grpc::ServerContextBase& context,
-                                                               Cluster* cluster,
-                                                               const std::string& self,
-                                                               const std::string& node) {
+absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(
+    const grpc::ServerContextBase& context, Cluster* cluster, const std::string& self,
+    const std::string& node) {
   if (context.client_metadata().count(kForwardedKey) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "a call forwarded to node ", Quoted(self), " would be forwarded again, to node ",

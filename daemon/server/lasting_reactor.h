@@ -23,7 +23,8 @@ namespace gpumove {
 // `Reactor`: grpc::ServerWriteReactor<T>, grpc::ServerReadReactor<T> or
 // grpc::ServerUnaryReactor.
 template <typename Reactor>
-class LastingReactor : public Reactor, public std::enable_shared_from_this<LastingReactor<Reactor>> {
+class LastingReactor : public Reactor,
+                       public std::enable_shared_from_this<LastingReactor<Reactor>> {
  public:
   ~LastingReactor() override = default;
 
@@ -58,12 +59,18 @@ class LastingReactor : public Reactor, public std::enable_shared_from_this<Lasti
   virtual grpc::Status Start() = 0;
   // After OnDone: unregisters listeners and timers (their weak references fail anyway).
   virtual void Closed() {}
+  // Lets go of what the call holds (buffer ranges), as it finishes.
+  virtual void FinishingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
 
   // Finishes the call once; a later status is dropped. A write reactor whose write is in
   // flight finishes when it completes (WriteDoneLocked).
   void FinishLocked(grpc::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finishing_ || done_) return;
     finishing_ = true;
+    // What the call held is let go before its caller hears the end (as a handler's
+    // return did): a caller may release the buffer, or open another call, at once.
+    FinishingLocked();
+    slot_ = LongCalls::Slot();
     if (writing_) {
       pending_ = std::move(st);
       return;

@@ -21,10 +21,7 @@ class NotificationsReactor final : public StreamReactor<v1::Notification> {
  public:
   NotificationsReactor(TransferServiceImpl* service, grpc::CallbackServerContext* context,
                        const v1::NotificationsRequest* request)
-      : StreamReactor("subscriber went away"),
-        s_(service),
-        context_(context),
-        request_(request) {}
+      : StreamReactor("subscriber went away"), s_(service), context_(context), request_(request) {}
 
   grpc::Status Start() override {
     GPUMOVE_CHECK_CALLER(caller, *s_->auth_, context_, Access::kRead, "Notifications");

@@ -43,11 +43,11 @@ class ReadReactor final : public StreamReactor<v1::ReadResponse> {
       auto call = std::make_unique<ForwardedCall>(*context_, s_->auth_, *s_->cluster_, node,
                                                   absl::InfiniteDuration());
       std::shared_ptr<v1::BufferService::Stub> stub = *std::move(remote);
-      Relay(std::move(call), [stub, request = *request_](grpc::ClientContext* c,
-                                                          grpc::ClientReadReactor<v1::ReadResponse>*
-                                                              r) mutable {
-        stub->async()->Read(c, &request, r);
-      });
+      Relay(std::move(call),
+            [stub, request = *request_](grpc::ClientContext* c,
+                                        grpc::ClientReadReactor<v1::ReadResponse>* r) mutable {
+              stub->async()->Read(c, &request, r);
+            });
       return grpc::Status::OK;
     }
     if (request_->chunk_size() > kMaxReadChunk) {
@@ -75,10 +75,11 @@ class ReadReactor final : public StreamReactor<v1::ReadResponse> {
     }
     SendNextLocked();
   }
+  void FinishingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { use_.Reset(); }
 
   // The next chunk, copied out of the buffer and written; the end once all went.
   void SendNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (done_ >= use_.length()) {
+    if (sent_ >= use_.length()) {
       FinishLocked(grpc::Status::OK);
       return;
     }
@@ -90,17 +91,17 @@ class ReadReactor final : public StreamReactor<v1::ReadResponse> {
       FinishLocked(ToGrpcStatus(st));
       return;
     }
-    const uint64_t n = std::min<uint64_t>(chunk_, use_.length() - done_);
-    message_.set_offset(use_.offset() + done_);
+    const uint64_t n = std::min<uint64_t>(chunk_, use_.length() - sent_);
+    message_.set_offset(use_.offset() + sent_);
     std::string* data = message_.mutable_data();
     data->resize(n);
-    absl::Status st = s_->gpu_->Copy(data->data(), kHostDevice, use_.data() + done_,
+    absl::Status st = s_->gpu_->Copy(data->data(), kHostDevice, use_.data() + sent_,
                                      CopyDevice(use_), n, n, nullptr);
     if (!st.ok()) {
       FinishLocked(ToGrpcStatus(st));
       return;
     }
-    done_ += n;
+    sent_ += n;
     WriteLocked(&message_);
   }
 
@@ -110,7 +111,7 @@ class ReadReactor final : public StreamReactor<v1::ReadResponse> {
   uint32_t chunk_ = kDefaultReadChunk;
   BufferUse use_;
   std::optional<CredentialsWatch> credentials_;
-  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   v1::ReadResponse message_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -176,8 +177,8 @@ class WriteReactor final : public LastingReactor<grpc::ServerReadReactor<v1::Wri
     if (*remote != nullptr) {
       // Relay the stream to the owning node, message by message.
       auto up = std::make_unique<Upstream>();
-      up->call = std::make_unique<ForwardedCall>(*context_, s_->auth_, *s_->cluster_,
-                                                 target.node(), absl::InfiniteDuration());
+      up->call = std::make_unique<ForwardedCall>(*context_, s_->auth_, *s_->cluster_, target.node(),
+                                                 absl::InfiniteDuration());
       up->stub = *std::move(remote);
       up->server = std::static_pointer_cast<WriteReactor>(shared_from_this());
       up->stub->async()->Write(up->call->context(), &up->response, up.get());
@@ -201,10 +202,10 @@ class WriteReactor final : public LastingReactor<grpc::ServerReadReactor<v1::Wri
   void ConsumeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::string& data = message_.data();
     if (data.size() > use_.length() - written_) {
-      FinishLocked(grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("Write stream carries more than the ", use_.length(),
-                       " bytes of its target range; stopped after ", written_)));
+      FinishLocked(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("Write stream carries more than the ", use_.length(),
+                                    " bytes of its target range; stopped after ", written_)));
       return;
     }
     if (!data.empty()) {
@@ -265,6 +266,7 @@ class WriteReactor final : public LastingReactor<grpc::ServerReadReactor<v1::Wri
     absl::MutexLock lock(&mu_);
     if (upstream_ != nullptr) upstream_->call->context()->TryCancel();
   }
+  void FinishingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { use_.Reset(); }
 
   BufferServiceImpl* const s_;
   grpc::CallbackServerContext* const context_;

@@ -21,8 +21,7 @@ class StreamReactor : public LastingReactor<grpc::ServerWriteReactor<Response>> 
 
  public:
   // Starts the relayed call: `start(context, reactor)` calls the stub's async method.
-  using StartRelay =
-      std::function<void(grpc::ClientContext*, grpc::ClientReadReactor<Response>*)>;
+  using StartRelay = std::function<void(grpc::ClientContext*, grpc::ClientReadReactor<Response>*)>;
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&this->mu_);

@@ -38,8 +38,8 @@ class WatchReactor final : public StreamReactor<v1::TransferEvent> {
                                                   absl::InfiniteDuration());
       std::shared_ptr<v1::TransferService::Stub> shared = *std::move(stub);
       Relay(std::move(call),
-            [shared, request = *request_](
-                grpc::ClientContext* c, grpc::ClientReadReactor<v1::TransferEvent>* r) mutable {
+            [shared, request = *request_](grpc::ClientContext* c,
+                                          grpc::ClientReadReactor<v1::TransferEvent>* r) mutable {
               shared->async()->Watch(c, &request, r);
             });
       return grpc::Status::OK;
