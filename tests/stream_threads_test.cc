@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/test_node.h"
 
 namespace gpumove {
 namespace {
@@ -206,6 +207,108 @@ TEST_F(StreamThreads, HundredsOfBlockedWaitsHoldNoThreadEach) {
     ASSERT_EQ(calls[i]->submitted.transfers_size(), 1) << i;
     EXPECT_EQ(calls[i]->submitted.transfers(0).state(), v1::SUCCEEDED) << i;
   }
+}
+
+// Streams and waits a node relays to the node they belong to hold no thread of the
+// relaying node each either (it reads the other node's stream with the callback client).
+TEST(RelayedStreamThreads, HundredsOfRelayedStreamsAndWaitsHoldNoThreadEach) {
+  constexpr int kEach = 100;
+  const std::vector<std::string> flags = {"--max_move_rate=4MiB", "--host_pool_size=256MiB",
+                                          "--pinned_pool_size=16MiB"};
+  TestNode a = LaunchNode("a", "", flags);
+  ASSERT_TRUE(a.client);
+  TestNode b = LaunchNode("b", a.process->address(), flags);
+  ASSERT_TRUE(b.client);
+  for (TestNode* n : {&a, &b}) ASSERT_TRUE(AwaitPeersUp(*n, 1).ok()) << n->name;
+  auto src = b.client->Allocate(64 << 20), dst = b.client->Allocate(64 << 20);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  MoveOptions o;
+  o.wait = false;
+  auto slow = b.client->Move(Ref(src->id()), Ref(dst->id()), o);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  absl::SleepFor(absl::Milliseconds(300));
+  const int idle = Threads(a.process->pid());
+
+  // Through a: Notifications of b, Watch and Wait of b's move.
+  std::vector<std::unique_ptr<NotificationStream>> subscribers;
+  for (int i = 0; i < kEach; ++i) {
+    v1::NotificationsRequest request;
+    request.set_node("b");
+    auto s = a.client->Subscribe(request, absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    subscribers.push_back(*std::move(s));
+  }
+  auto stub = v1::TransferService::NewStub(
+      grpc::CreateChannel(a.process->address(), grpc::InsecureChannelCredentials()));
+  struct Watcher {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::TransferEvent>> reader;
+  };
+  std::vector<std::unique_ptr<Watcher>> watchers;
+  for (int i = 0; i < kEach; ++i) {
+    auto w = std::make_unique<Watcher>();
+    v1::WatchRequest request;
+    request.set_id(slow->id());
+    w->reader = stub->Watch(&w->context, request);
+    v1::TransferEvent first;
+    ASSERT_TRUE(w->reader->Read(&first))
+        << i << ": " << w->reader->Finish().error_message() << "\nb's log:\n"
+        << a.process->Log().substr(std::max<size_t>(a.process->Log().size(), 4000) - 4000);
+    watchers.push_back(std::move(w));
+  }
+  struct Waiter {
+    grpc::ClientContext context;
+    v1::WaitRequest request;
+    v1::Transfer out;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Waiter>> waiters;
+  absl::Mutex mu;
+  int ended = 0;
+  for (int i = 0; i < kEach; ++i) {
+    auto w = std::make_unique<Waiter>();
+    w->request.set_id(slow->id());
+    stub->async()->Wait(&w->context, &w->request, &w->out, [&, w = w.get()](grpc::Status st) {
+      absl::MutexLock lock(&mu);
+      w->status = std::move(st);
+      ++ended;
+    });
+    waiters.push_back(std::move(w));
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  const int busy = Threads(a.process->pid());
+  std::cout << "relaying node's threads: " << idle << " idle, " << busy << " with " << 3 * kEach
+            << " relayed streams and waits open\n";
+  EXPECT_LT(busy, idle + kBound);
+
+  auto c = b.client->Allocate(4096), d = b.client->Allocate(4096);
+  ASSERT_TRUE(c.ok() && d.ok());
+  MoveOptions noted;
+  noted.notify = "relayed";
+  auto moved = b.client->Move(Ref(c->id()), Ref(d->id()), noted);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  for (auto& s : subscribers) {
+    v1::Notification n;
+    ASSERT_TRUE(s->Next(&n));
+    EXPECT_EQ(n.notify(), "relayed");
+  }
+  ASSERT_TRUE(b.client->Cancel(slow->id()).ok());
+  for (auto& w : watchers) {
+    v1::TransferEvent e, last;
+    while (w->reader->Read(&e)) last = e;
+    EXPECT_EQ(last.transfer().state(), v1::CANCELLED);
+    EXPECT_TRUE(w->reader->Finish().ok());
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ended == kEach; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(60))) << ended;
+  }
+  for (auto& w : waiters) {
+    EXPECT_TRUE(w->status.ok()) << w->status.error_message();
+    EXPECT_EQ(w->out.state(), v1::CANCELLED);
+  }
+  for (auto& s : subscribers) s->Cancel();
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ class NotificationsReactor final : public StreamReactor<v1::Notification> {
     absl::MutexLock lock(&mu_);
     // The subscription is in place: a client that waits for the headers
     // (Client::Subscribe) sees every move submitted after that.
-    StartSendInitialMetadata();
+    SendHeadersLocked();
     buffers_checked_ = absl::Now();
     PumpLocked();
     return grpc::Status::OK;

@@ -51,8 +51,15 @@ class StreamReactor : public LastingReactor<grpc::ServerWriteReactor<Response>> 
   bool WriteLocked(const Response* message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this->mu_) {
     if (!this->LiveLocked() || this->writing_) return false;
     this->writing_ = true;
+    headers_sent_ = true;  // The first write carries them.
     this->StartWrite(message);
     return true;
+  }
+  // Sends the headers now (once; a write sends them otherwise).
+  void SendHeadersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(this->mu_) {
+    if (headers_sent_ || !this->LiveLocked()) return;
+    headers_sent_ = true;
+    this->StartSendInitialMetadata();
   }
   // A write done (`ok`: it went and more may follow), for streams written here.
   virtual void WrittenLocked(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this->mu_) {
@@ -91,7 +98,7 @@ class StreamReactor : public LastingReactor<grpc::ServerWriteReactor<Response>> 
 
     void OnReadInitialMetadataDone(bool ok) override {
       absl::MutexLock lock(&server->mu_);
-      if (ok && server->LiveLocked()) server->StartSendInitialMetadata();
+      if (ok) server->SendHeadersLocked();
     }
     void OnReadDone(bool ok) override {
       if (!ok) return;  // The end: OnDone has its status.
@@ -106,6 +113,7 @@ class StreamReactor : public LastingReactor<grpc::ServerWriteReactor<Response>> 
   };
 
   const char* const gone_;
+  bool headers_sent_ ABSL_GUARDED_BY(this->mu_) = false;
   std::unique_ptr<Upstream> upstream_ ABSL_GUARDED_BY(this->mu_);
 };
 
