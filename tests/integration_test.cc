@@ -320,8 +320,8 @@ TEST(Integration, WaitsWhoseCallersHangUpLetTheirThreadsGo) {
   EXPECT_TRUE(d.client->Cancel(t->id(), /*wait=*/true).ok());
 }
 
-// Streams and waits are capped per principal (each holds a serving thread): one past the
-// cap is RESOURCE_EXHAUSTED at once, and a closed one gives its place back.
+// Streams and waits are capped per principal (each keeps memory, listeners and a timer):
+// one past the cap is RESOURCE_EXHAUSTED at once, and a closed one gives its place back.
 TEST(Integration, OpenStreamsAndWaitsAreCappedPerPrincipal) {
   Daemon d({"--max_open_calls_per_principal=3"});
   std::vector<std::unique_ptr<NotificationStream>> open;
