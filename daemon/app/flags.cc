@@ -51,7 +51,8 @@ ABSL_FLAG(int, notification_log, 16384,
 ABSL_FLAG(int, max_active, 4096, "Transfers queued or running at once before Submit is refused.");
 ABSL_FLAG(int, max_open_calls, 2048,
           "Streams and waits (Read, Write, Watch, Notifications, Wait; Submit and Cancel with "
-          "wait) open at once, each holding a serving thread; more are RESOURCE_EXHAUSTED.");
+          "wait) open at once (no thread each, but memory, listeners and a timer); more are "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_open_calls_per_principal, 512,
           "As --max_open_calls, for one principal (every caller of an open daemon is one).");
 ABSL_FLAG(gpumove::ByteSize, max_move_rate, gpumove::ByteSize{0},

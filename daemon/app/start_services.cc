@@ -92,7 +92,7 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
     LongCalls* calls = long_calls_.get();
     metrics_->AddGauge("open_calls",
                        "Streams and waits open (Read, Write, Watch, Notifications, Wait, and "
-                       "Submit or Cancel with wait), each holding a serving thread.",
+                       "Submit or Cancel with wait), served without a thread each.",
                        [calls] { return static_cast<double>(calls->open()); });
     metrics_->AddTotal("calls_refused_total",
                        "Streams and waits refused RESOURCE_EXHAUSTED at a cap "

@@ -18,11 +18,39 @@ void NotificationLog::Publish(const std::string& owner, Notification n) {
   AppendLocked(streams_[owner], shared);
   if (owner != kAnyOwner) AppendLocked(streams_[kAnyOwner], shared);
   changed_.SignalAll();
+  TellLocked(owner);
+  if (owner != kAnyOwner) TellLocked(kAnyOwner);
 }
 
-NotificationLog::Batch NotificationLog::Read(
-    const std::string& reader, uint64_t after,
-    const std::function<bool(const Notification&)>& accept, size_t max, absl::Time deadline) {
+void NotificationLog::TellLocked(const std::string& reader) {
+  auto it = listeners_.find(reader);
+  if (it == listeners_.end()) return;
+  for (auto& [id, published] : it->second) published();
+}
+
+uint64_t NotificationLog::Listen(const std::string& reader, std::function<void()> published) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_listener_++;
+  listener_readers_.emplace(id, reader);
+  listeners_[reader].emplace(id, std::move(published));
+  return id;
+}
+
+void NotificationLog::Unlisten(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = listener_readers_.find(id);
+  if (it == listener_readers_.end()) return;
+  auto of = listeners_.find(it->second);
+  if (of != listeners_.end()) {
+    of->second.erase(id);
+    if (of->second.empty()) listeners_.erase(of);
+  }
+  listener_readers_.erase(it);
+}
+
+NotificationLog::Batch NotificationLog::Read(const std::string& reader, uint64_t after,
+                                             const std::function<bool(const Notification&)>& accept,
+                                             size_t max, absl::Time deadline) {
   Batch batch;
   batch.next_after = after;
   absl::MutexLock lock(&mu_);
@@ -71,6 +99,9 @@ void NotificationLog::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
   changed_.SignalAll();
+  for (auto& [reader, of] : listeners_) {
+    for (auto& [id, published] : of) published();
+  }
 }
 
 }  // namespace gpumove

@@ -68,23 +68,36 @@ class NotificationLog {
   // The newest sequence number in `reader`'s numbering (0: none yet): a subscriber that
   // wants new notifications only starts after it.
   uint64_t Last(const std::string& reader) const;
+  // For readers that hold no thread (the server's callback reactors): runs `published`
+  // each time a notification `reader` may see is published, and once at Stop, under the
+  // log's lock: it must not block or call the log (it posts a wake-up). Returns an id for
+  // Unlisten.
+  uint64_t Listen(const std::string& reader, std::function<void()> published);
+  // Once it returns, the listener of `id` is neither called nor running.
+  void Unlisten(uint64_t id);
   // Wakes every reader; Read no longer waits.
   void Stop();
   bool stopped() const;
 
  private:
   struct Stream {
-    uint64_t published = 0;  // The newest sequence number.
+    uint64_t published = 0;                                // The newest sequence number.
     std::deque<std::shared_ptr<const Notification>> kept;  // Sequences published-size+1...
   };
   void AppendLocked(Stream& s, const std::shared_ptr<const Notification>& n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TellLocked(const std::string& reader) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   absl::flat_hash_map<std::string, Stream> streams_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Listen: id -> reader, and reader -> its listeners.
+  absl::flat_hash_map<uint64_t, std::string> listener_readers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace gpumove

@@ -102,5 +102,26 @@ TEST(NotificationLog, AReaderWaitsForTheNextOne) {
   EXPECT_TRUE(log.Read("t", 1, nullptr, 100, absl::InfiniteFuture()).entries.empty());
 }
 
+// Listeners hear what their reader may see (a tenant its own, an admin everyone's) and
+// the stop, nothing of another tenant's, and nothing once they stopped listening.
+TEST(NotificationLog, ListenersHearWhatTheirReaderMaySee) {
+  NotificationLog log(8);
+  int a = 0, b = 0, admin = 0, gone = 0;
+  log.Listen("a", [&] { ++a; });
+  log.Listen("b", [&] { ++b; });
+  log.Listen(kAnyOwner, [&] { ++admin; });
+  log.Unlisten(log.Listen("a", [&] { ++gone; }));
+  log.Publish("a", {.transfer_id = "t-1"});
+  log.Publish("a", {.transfer_id = "t-2"});
+  EXPECT_EQ(a, 2);
+  EXPECT_EQ(b, 0);
+  EXPECT_EQ(admin, 2);
+  log.Stop();
+  EXPECT_EQ(a, 3);
+  EXPECT_EQ(b, 1);
+  EXPECT_EQ(admin, 3);
+  EXPECT_EQ(gone, 0);
+}
+
 }  // namespace
 }  // namespace gpumove

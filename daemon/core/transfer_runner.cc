@@ -61,7 +61,7 @@ void TransferScheduler::WorkerLoop() {
       if (t->state != TransferState::kQueued) continue;  // Cancelled while queued.
       t->state = TransferState::kRunning;
       t->start_time = absl::Now();
-      t->version = ++sequence_;
+      ChangedLocked(*t);
       ++running_;
     }
     Run(t);
@@ -206,7 +206,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
                                                              : TransferState::kFailed;
   t->status = std::move(status);
   t->end_time = absl::Now();
-  t->version = ++sequence_;
+  ChangedLocked(*t);
   // The buffers are let go before anyone can see the end state, so a caller that saw it
   // can release them at once. (Lock order: scheduler, then registry, never the reverse.)
   t->src_use.Reset();

@@ -34,7 +34,7 @@ TransferScheduler::~TransferScheduler() {
   CancelAll();
   {
     absl::MutexLock lock(&mu_);
-    stop_ = true;
+    StopLocked();
     accepting_ = false;
   }
   for (auto& w : workers_) w.join();
@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
     for (auto& t : batch) {
       if (transfers_.contains(t->id)) return absl::InternalError("transfer id collision; retry");
       t->create_time = now;
-      t->version = ++sequence_;
+      ChangedLocked(*t);
       t->order = ++orders_;
       const bool waits = order_.Add(t->order, &t->source, &t->destination,
                                     t->pieces != nullptr ? &t->pieces->list : nullptr);
@@ -129,7 +129,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
         ++running_;
         t->state = TransferState::kRunning;
         t->start_time = absl::Now();
-        t->version = ++sequence_;
+        ChangedLocked(*t);
         inline_bytes += t->length;
         run_inline.push_back(t);
       } else if (!waits) {

@@ -173,6 +173,14 @@ class TransferScheduler {
   // scheduler stops, or `deadline`; returns the snapshot then (for Watch).
   absl::StatusOr<TransferSnapshot> WaitForChange(const std::string& owner, const std::string& id,
                                                  uint64_t seen_version, absl::Time deadline) const;
+  // For waiters that hold no thread (the server's callback reactors): runs `changed` each
+  // time transfer `id`'s version changes (its state, its end) and once when the scheduler
+  // stops, under the scheduler's lock: it must not block or call the scheduler (it posts
+  // a wake-up). Returns an id for ForgetChanges.
+  uint64_t ListenForChanges(const std::string& id, std::function<void()> changed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Once it returns, the listener of `listener` is neither called nor running.
+  void ForgetChanges(uint64_t listener) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Draining: Submit fails with UNAVAILABLE from now on.
   void StopAccepting();
@@ -231,6 +239,10 @@ class TransferScheduler {
   std::shared_ptr<Record> FindLocked(const std::string& owner, const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TransferSnapshot SnapshotLocked(const Record& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new version of `t` (every change of its state), told to its listeners.
+  void ChangedLocked(Record& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The scheduler stops: every listener is told.
+  void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   BufferRegistry* const registry_;
@@ -260,6 +272,11 @@ class TransferScheduler {
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // ListenForChanges: listener id -> transfer id, and transfer id -> its listeners.
+  absl::flat_hash_map<uint64_t, std::string> listener_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_map<uint64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::thread> workers_;
 };
 

@@ -1,6 +1,7 @@
 #include "daemon/core/transfer_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -501,6 +502,33 @@ TEST_F(SchedulerTest, WaitTimesOutAndWaitForChangeSeesProgress) {
   engine_.Open();
   auto done = sched_->WaitForChange("me", t.id, running->version, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(done->state, TransferState::kSucceeded);
+}
+
+// Listeners (the server's waits without a thread) hear each change of their transfer's
+// state, none of another transfer's, and nothing once forgotten.
+TEST_F(SchedulerTest, ListenersHearTheirTransfersChangesUntilForgotten) {
+  Start({.workers = 1});
+  std::string a = Buffer(4096, 'a'), b = Buffer(4096, 'b'), c = Buffer(4096, 'c'),
+              d = Buffer(4096, 'd');
+  engine_.Hold();
+  TransferSnapshot t = SubmitOne(Move(a, b));
+  std::atomic<int> heard{0}, other{0}, forgotten{0};
+  const uint64_t mine = sched_->ListenForChanges(t.id, [&] { ++heard; });
+  const uint64_t gone = sched_->ListenForChanges(t.id, [&] { ++forgotten; });
+  sched_->ForgetChanges(gone);
+  TransferSnapshot u = SubmitOne(Move(c, d));
+  const uint64_t theirs = sched_->ListenForChanges(u.id, [&] { ++other; });
+  sched_->ForgetChanges(theirs);
+  auto running = sched_->WaitForChange("me", t.id, t.version, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state, TransferState::kRunning);
+  EXPECT_EQ(heard.load(), 1);  // Queued -> running.
+  engine_.Open();
+  EXPECT_EQ(WaitDone(t.id).state, TransferState::kSucceeded);
+  EXPECT_EQ(heard.load(), 2);  // Running -> succeeded.
+  sched_->ForgetChanges(mine);
+  EXPECT_EQ(forgotten.load(), 0);
+  EXPECT_EQ(other.load(), 0);
 }
 
 TEST_F(SchedulerTest, BuffersAreFreeOnceTheEndIsVisible) {

@@ -164,6 +164,41 @@ absl::StatusOr<TransferSnapshot> TransferScheduler::WaitForChange(const std::str
   return SnapshotLocked(*t);
 }
 
+uint64_t TransferScheduler::ListenForChanges(const std::string& id,
+                                             std::function<void()> changed) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t listener = next_listener_++;
+  listener_ids_.emplace(listener, id);
+  listeners_[id].emplace(listener, std::move(changed));
+  return listener;
+}
+
+void TransferScheduler::ForgetChanges(uint64_t listener) {
+  absl::MutexLock lock(&mu_);
+  auto it = listener_ids_.find(listener);
+  if (it == listener_ids_.end()) return;
+  auto of = listeners_.find(it->second);
+  if (of != listeners_.end()) {
+    of->second.erase(listener);
+    if (of->second.empty()) listeners_.erase(of);
+  }
+  listener_ids_.erase(it);
+}
+
+void TransferScheduler::ChangedLocked(Record& t) {
+  t.version = ++sequence_;
+  auto it = listeners_.find(t.id);
+  if (it == listeners_.end()) return;
+  for (auto& [listener, changed] : it->second) changed();
+}
+
+void TransferScheduler::StopLocked() {
+  stop_ = true;
+  for (auto& [id, of] : listeners_) {
+    for (auto& [listener, changed] : of) changed();
+  }
+}
+
 void TransferScheduler::StopAccepting() {
   absl::MutexLock lock(&mu_);
   accepting_ = false;

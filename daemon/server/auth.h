@@ -106,11 +106,12 @@ class Authenticator {
   // by a peer is its first node's to end.
   absl::Status StillValid(const grpc::ServerContextBase* context, const Caller& caller) const;
 
-  // For a call relayed to another node (whose loop waits on that node, not here): runs
-  // `revoked` once the credentials `context` carries no longer make it the caller they
-  // make it now, checked each time a credentials file is re-read, on the thread that
-  // re-reads it (it must not block or call back in). Returns an id for Unwatch; 0 when
-  // nothing can revoke the call (an open daemon, a call a peer forwarded here).
+  // For a call that lasts without a thread of its own (a callback reactor, a call relayed
+  // to another node): runs `revoked` once the credentials `context` carries no longer make
+  // it the caller they make it now, checked each time a credentials file is re-read, on
+  // the thread that re-reads it (it must not block or call back in). Returns an id for
+  // Unwatch; 0 when nothing can revoke the call (an open daemon, a call a peer forwarded
+  // here).
   uint64_t WatchRevocation(const grpc::ServerContextBase* context,
                            std::function<void()> revoked) const;
   // Once it returns, the callback of `id` neither runs nor is running.
@@ -182,7 +183,7 @@ class CredentialsWatch {
 
 // Returns INVALID_ARGUMENT from the handler when a string of `request` is past its limit
 // (field_limits.h): checked once the caller is known, before anything reads it.
-#define GPUMOVE_CHECK_FIELDS(request)                                        \
+#define GPUMOVE_CHECK_FIELDS(request)                                                 \
   if (absl::Status fields_checked = CheckStringFields(request); !fields_checked.ok()) \
   return ToGrpcStatus(fields_checked)
 

@@ -1,8 +1,5 @@
 #include "daemon/server/buffer_service.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -12,21 +9,12 @@
 #include "daemon/server/field_limits.h"
 #include "daemon/server/forward.h"
 #include "daemon/server/paging.h"
+#include "daemon/server/read_write_reactors.h"
 
 namespace gpumove {
-namespace {
-
-constexpr uint32_t kDefaultReadChunk = 1 << 20;
-constexpr uint32_t kMaxReadChunk = 4 << 20;
-
-int CopyDevice(const BufferUse& use) {
-  return use.kind() == MemoryKind::kDevice ? use.device() : kHostDevice;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> BufferServiceImpl::RemoteStub(
-    const grpc::ServerContext& context, const std::string& node) {
+    const grpc::ServerContextBase& context, const std::string& node) {
   if (node.empty() || node == node_) return nullptr;
   return StubOn<v1::BufferService>(context, cluster_, node_, node);
 }
@@ -67,8 +55,8 @@ grpc::Status BufferServiceImpl::Allocate(grpc::ServerContext* context,
   auto info = registry_->Allocate(options);
   if (!info.ok() && info.status().code() == absl::StatusCode::kResourceExhausted) {
     // In a cluster the caller may not know which node answered: name it.
-    return ToGrpcStatus(absl::ResourceExhaustedError(
-        absl::StrCat("node ", node_, ": ", info.status().message())));
+    return ToGrpcStatus(
+        absl::ResourceExhaustedError(absl::StrCat("node ", node_, ": ", info.status().message())));
   }
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, node_, response);
@@ -114,7 +102,9 @@ grpc::Status BufferServiceImpl::List(grpc::ServerContext* context,
   auto next = FillPage(
       registry_->List(caller.owner()), request->page_token(), PageItems(request->page_size()),
       /*newest_first=*/false,
-      [](const BufferInfo& b) { return PageKey{b.create_time, b.id}; },
+      [](const BufferInfo& b) {
+        return PageKey{b.create_time, b.id};
+      },
       [&](const BufferInfo& b) {
         v1::Buffer* out = response->add_buffers();
         ToProto(b, node_, out);
@@ -142,114 +132,14 @@ grpc::Status BufferServiceImpl::RenewLease(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status BufferServiceImpl::Write(grpc::ServerContext* context,
-                                      grpc::ServerReader<v1::WriteRequest>* reader,
-                                      v1::WriteResponse* response) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Write");
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  v1::WriteRequest message;
-  if (!reader->Read(&message)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty Write stream");
-  }
-  if (!message.has_target()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first Write message must name the target");
-  }
-  const v1::BufferRef& target = message.target();
-  if (absl::Status st = CheckStringFields(target); !st.ok()) return ToGrpcStatus(st);
-  if (auto remote = RemoteStub(*context, target.node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    // Relay the stream to the owning node, message by message.
-    ForwardedCall call(*context, auth_, *cluster_, target.node(), absl::InfiniteDuration());
-    auto writer = (*remote)->Write(call.context(), response);
-    do {
-      if (!writer->Write(message)) break;
-    } while (reader->Read(&message));
-    writer->WritesDone();
-    return call.Finish(writer->Finish());
-  }
-  // The whole range is checked, and held, before the first byte is written.
-  auto use =
-      registry_->Acquire(caller.owner(), target.buffer_id(), target.offset(), target.length());
-  if (!use.ok()) return ToGrpcStatus(use.status());
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
-                                                                &XXH3_freeState);
-  XXH3_64bits_reset(hash.get());
-  uint64_t written = 0;
-  do {
-    const std::string& data = message.data();
-    if (data.size() > use->length() - written) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("Write stream carries more than the ", use->length(),
-                                       " bytes of its target range; stopped after ", written));
-    }
-    if (!data.empty()) {
-      absl::Status st = gpu_->Copy(use->data() + written, CopyDevice(*use), data.data(),
-                                   kHostDevice, data.size(), data.size(), nullptr);
-      if (!st.ok()) return ToGrpcStatus(st);
-      XXH3_64bits_update(hash.get(), data.data(), data.size());
-      written += data.size();
-    }
-  } while (reader->Read(&message));
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  response->set_bytes_written(written);
-  response->set_xxh3(XXH3_64bits_digest(hash.get()));
-  if (written != use->length()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("Write stream ended after ", written, " of the ",
-                                     use->length(), " bytes of its target range"));
-  }
-  return grpc::Status::OK;
+grpc::ServerReadReactor<v1::WriteRequest>* BufferServiceImpl::Write(
+    grpc::CallbackServerContext* context, v1::WriteResponse* response) {
+  return ServeWrite(this, context, response);
 }
 
-grpc::Status BufferServiceImpl::Read(grpc::ServerContext* context, const v1::ReadRequest* request,
-                                     grpc::ServerWriter<v1::ReadResponse>* writer) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Read");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  if (auto remote = RemoteStub(*context, request->source().node()); !remote.ok()) {
-    return ToGrpcStatus(remote.status());
-  } else if (*remote != nullptr) {
-    ForwardedCall call(*context, auth_, *cluster_, request->source().node(),
-                       absl::InfiniteDuration());
-    auto reader = (*remote)->Read(call.context(), *request);
-    v1::ReadResponse message;
-    while (reader->Read(&message)) {
-      if (!writer->Write(message)) {
-        call.context()->TryCancel();
-        break;
-      }
-    }
-    return call.Finish(reader->Finish());
-  }
-  if (request->chunk_size() > kMaxReadChunk) {
-    return grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("chunk_size ", request->chunk_size(), " exceeds ", kMaxReadChunk));
-  }
-  const uint32_t chunk = request->chunk_size() == 0 ? kDefaultReadChunk : request->chunk_size();
-  auto use = registry_->Acquire(caller.owner(), request->source().buffer_id(),
-                                request->source().offset(), request->source().length());
-  if (!use.ok()) return ToGrpcStatus(use.status());
-  v1::ReadResponse message;
-  CredentialsWatch credentials(*auth_, context, caller);
-  for (uint64_t done = 0; done < use->length();) {
-    if (context->IsCancelled())
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
-    const uint64_t n = std::min<uint64_t>(chunk, use->length() - done);
-    message.set_offset(use->offset() + done);
-    std::string* data = message.mutable_data();
-    data->resize(n);
-    absl::Status st =
-        gpu_->Copy(data->data(), kHostDevice, use->data() + done, CopyDevice(*use), n, n, nullptr);
-    if (!st.ok()) return ToGrpcStatus(st);
-    if (!writer->Write(message))
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    done += n;
-  }
-  return grpc::Status::OK;
+grpc::ServerWriteReactor<v1::ReadResponse>* BufferServiceImpl::Read(
+    grpc::CallbackServerContext* context, const v1::ReadRequest* request) {
+  return ServeRead(this, context, request);
 }
 
 }  // namespace gpumove
@@ -273,8 +163,9 @@ grpc::Status BufferServiceImpl::Import(grpc::ServerContext* context,
     if (d.uuid == request->device_uuid()) device = d.index;
   }
   if (device < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("no GPU ", Quoted(request->device_uuid()), " on node ", node_));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("no GPU ", Quoted(request->device_uuid()), " on node ", node_));
   }
   if (request->size() == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "size must be greater than 0");

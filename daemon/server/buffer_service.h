@@ -16,8 +16,11 @@
 namespace gpumove {
 
 // Requests naming another node are forwarded to it (so one address serves a client for
-// the whole cluster).
-class BufferServiceImpl final : public v1::BufferService::Service {
+// the whole cluster). Read and Write are callback reactors (read_write_reactors.h): an
+// open byte stream holds no thread.
+class BufferServiceImpl final
+    : public v1::BufferService::WithCallbackMethod_Read<
+          v1::BufferService::WithCallbackMethod_Write<v1::BufferService::Service>> {
  public:
   // `cluster` may be null: a node without peers.
   // `ipc` may be null: no CUDA IPC (Import and Export answer FAILED_PRECONDITION).
@@ -41,10 +44,10 @@ class BufferServiceImpl final : public v1::BufferService::Service {
                     v1::ListBuffersResponse* response) override;
   grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
                           v1::Buffer* response) override;
-  grpc::Status Write(grpc::ServerContext* context, grpc::ServerReader<v1::WriteRequest>* reader,
-                     v1::WriteResponse* response) override;
-  grpc::Status Read(grpc::ServerContext* context, const v1::ReadRequest* request,
-                    grpc::ServerWriter<v1::ReadResponse>* writer) override;
+  grpc::ServerReadReactor<v1::WriteRequest>* Write(grpc::CallbackServerContext* context,
+                                                   v1::WriteResponse* response) override;
+  grpc::ServerWriteReactor<v1::ReadResponse>* Read(grpc::CallbackServerContext* context,
+                                                   const v1::ReadRequest* request) override;
   grpc::Status Import(grpc::ServerContext* context, const v1::ImportRequest* request,
                       v1::Buffer* response) override;
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
@@ -54,10 +57,13 @@ class BufferServiceImpl final : public v1::BufferService::Service {
   void set_long_calls(LongCalls* calls) { long_calls_ = calls; }
 
  private:
+  friend class ReadReactor;
+  friend class WriteReactor;
+
   // A stub for `node` when it is another node; null when it is this one (or empty).
   // NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   absl::StatusOr<std::unique_ptr<v1::BufferService::Stub>> RemoteStub(
-      const grpc::ServerContext& context, const std::string& node);
+      const grpc::ServerContextBase& context, const std::string& node);
   // The forwarded call's status when `node` is another node (or cannot be reached);
   // nullopt when the call is this node's to serve.
   template <typename Request, typename Response>

@@ -13,9 +13,10 @@ absl::StatusOr<LongCalls::Slot> LongCalls::Enter(const std::string& principal) {
   absl::MutexLock lock(&mu_);
   if (open_ >= limits_.total) {
     ++refused_;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        open_, " streams and waits are open on this node, its most (--max_open_calls): close "
-               "some or try again later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(open_,
+                     " streams and waits are open on this node, its most (--max_open_calls): close "
+                     "some or try again later"));
   }
   int& mine = by_principal_[principal];
   if (mine >= limits_.per_principal) {

@@ -1,8 +1,8 @@
 // Caps on the calls that last — streams (Read, Write, Watch, Notifications) and waits
-// (Wait, Submit and Cancel with wait): each holds one of the synchronous server's threads
-// while it runs, so without a cap one principal's thousands of open streams would take
-// every thread the process may have and starve every other caller. A call past a cap is
-// RESOURCE_EXHAUSTED at once, saying which cap, and changes nothing.
+// (Wait, Submit and Cancel with wait): they are served without a thread each (callback
+// reactors), but each keeps memory, a timer and listeners while it is open, so without a
+// cap one principal's thousands of open streams would crowd out every other caller. A call
+// past a cap is RESOURCE_EXHAUSTED at once, saying which cap, and changes nothing.
 #ifndef GPUMOVE_DAEMON_SERVER_CALL_LIMITS_H_
 #define GPUMOVE_DAEMON_SERVER_CALL_LIMITS_H_
 
@@ -16,8 +16,8 @@
 namespace gpumove {
 
 struct CallLimits {
-  int total = 2048;          // Lasting calls open at once, all callers together.
-  int per_principal = 512;   // ... by one principal (an open daemon's callers are one).
+  int total = 2048;         // Lasting calls open at once, all callers together.
+  int per_principal = 512;  // ... by one principal (an open daemon's callers are one).
 };
 
 class LongCalls {
@@ -33,7 +33,15 @@ class LongCalls {
     Slot(Slot&& o) noexcept : calls_(o.calls_), principal_(std::move(o.principal_)) {
       o.calls_ = nullptr;
     }
-    Slot& operator=(Slot&&) = delete;
+    Slot& operator=(Slot&& o) noexcept {
+      if (this != &o) {
+        Slot gone(std::move(*this));
+        calls_ = o.calls_;
+        principal_ = std::move(o.principal_);
+        o.calls_ = nullptr;
+      }
+      return *this;
+    }
     ~Slot();
 
    private:
@@ -66,8 +74,8 @@ absl::StatusOr<LongCalls::Slot> EnterIf(LongCalls* calls, bool lasts, const std:
 
 // In a service method: keeps a slot for the caller to the end of the scope, or returns
 // RESOURCE_EXHAUSTED from the method.
-#define GPUMOVE_ENTER_LONG_CALL(calls, lasts, caller)                          \
-  auto long_call_slot = EnterIf((calls), (lasts), (caller).principal);         \
+#define GPUMOVE_ENTER_LONG_CALL(calls, lasts, caller)                  \
+  auto long_call_slot = EnterIf((calls), (lasts), (caller).principal); \
   if (!long_call_slot.ok()) return ToGrpcStatus(long_call_slot.status())
 
 }  // namespace gpumove

@@ -34,7 +34,7 @@ class ForwardedCall {
   // `bound`: how long the call may take at most (absl::InfiniteDuration() for one that
   // waits as long as its caller asks: Wait, Watch, a waiting Submit, byte streams).
   // The caller's credentials go along (`auth`'s Forward).
-  ForwardedCall(const grpc::ServerContext& server, const Authenticator* auth, Cluster& cluster,
+  ForwardedCall(const grpc::ServerContextBase& server, const Authenticator* auth, Cluster& cluster,
                 std::string node, absl::Duration bound)
       : cluster_(cluster),
         node_(std::move(node)),
@@ -109,10 +109,9 @@ class ForwardedCall {
 // NOT_FOUND saying why when this node knows no such peer, UNAVAILABLE when the call was
 // forwarded here already.
 template <typename Service>
-absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(const grpc::ServerContext& context,
-                                                               Cluster* cluster,
-                                                               const std::string& self,
-                                                               const std::string& node) {
+absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(
+    const grpc::ServerContextBase& context, Cluster* cluster, const std::string& self,
+    const std::string& node) {
   if (context.client_metadata().count(kForwardedKey) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "a call forwarded to node ", Quoted(self), " would be forwarded again, to node ",
@@ -132,7 +131,7 @@ absl::StatusOr<std::unique_ptr<typename Service::Stub>> StubOn(const grpc::Serve
 template <typename Stub, typename Request, typename Response>
 grpc::Status ForwardUnary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    grpc::ServerContext* context, const Authenticator* auth, Cluster& cluster,
+    grpc::ServerContextBase* context, const Authenticator* auth, Cluster& cluster,
     const std::string& node, const Request& request, Response* response, absl::Duration bound) {
   ForwardedCall call(*context, auth, cluster, node, bound);
   return call.Finish((stub.*method)(call.context(), request, response));

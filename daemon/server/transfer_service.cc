@@ -1,36 +1,19 @@
 #include "daemon/server/transfer_service.h"
 
-#include <sys/resource.h>
-#include <time.h>
-
 #include <limits>
 
-#include "absl/cleanup/cleanup.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
 #include "daemon/server/field_limits.h"
 #include "daemon/server/forward.h"
 #include "daemon/server/paging.h"
+#include "daemon/server/transfer_reactors.h"
 
 namespace gpumove {
 namespace {
-
-// The earlier of the RPC's own deadline and now + `timeout` (when given).
-absl::StatusOr<absl::Time> WaitDeadline(const grpc::ServerContext* context, bool has_timeout,
-                                        const google::protobuf::Duration& timeout) {
-  absl::Time deadline = absl::FromChrono(context->deadline());
-  if (has_timeout) {
-    auto d = FromProto(timeout);
-    if (!d.ok()) return d.status();
-    deadline = std::min(deadline, absl::Now() + *d);
-  }
-  return deadline;
-}
 
 // The pieces of a vectored move or prepared list, checked (MakeSegments / ExpandBlocks):
 // `segments`, or `blocks` when not null (both: INVALID_ARGUMENT).
@@ -102,7 +85,7 @@ std::string TransferServiceImpl::NodeOf(const std::string& id) const {
 }
 
 absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> TransferServiceImpl::StubFor(
-    const grpc::ServerContext& context, const std::string& node) {
+    const grpc::ServerContextBase& context, const std::string& node) {
   return StubOn<v1::TransferService>(context, cluster_, node_, node);
 }
 
@@ -120,6 +103,18 @@ std::optional<grpc::Status> TransferServiceImpl::MaybeForward(
   return ForwardUnary(**stub, method, context, auth_, *cluster_, node, request, response, bound);
 }
 
+absl::StatusOr<absl::Time> TransferServiceImpl::WaitDeadline(
+    const grpc::ServerContextBase* context, bool has_timeout,
+    const google::protobuf::Duration& timeout) {
+  absl::Time deadline = absl::FromChrono(context->deadline());
+  if (has_timeout) {
+    auto d = FromProto(timeout);
+    if (!d.ok()) return d.status();
+    deadline = std::min(deadline, absl::Now() + *d);
+  }
+  return deadline;
+}
+
 absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
                                               const google::protobuf::Duration& timeout) const {
   if (!has_timeout) return absl::InfiniteDuration();  // As long as the caller waits.
@@ -127,29 +122,13 @@ absl::Duration TransferServiceImpl::WaitBound(bool has_timeout,
   return d.ok() ? *d + ForwardTimeout(cluster_) : ForwardTimeout(cluster_);
 }
 
-grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
-                                         const v1::SubmitRequest* request,
-                                         v1::SubmitResponse* response) {
-  // --v=2: where a Submit's time goes (reading its specs, the scheduler's accept), with
-  // the thread's CPU time and page faults (a 65536-block list's fresh pages cost more
-  // than its parsing).
-  const bool trace = LogVerbosity() >= 2;
-  const absl::Time entered = trace ? absl::Now() : absl::InfinitePast();
-  timespec cpu0{};
-  rusage ru0{};
-  if (trace) {
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
-    getrusage(RUSAGE_THREAD, &ru0);
-  }
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
+grpc::Status TransferServiceImpl::RunnerOf(const v1::SubmitRequest& request,
+                                           std::string* runner) const {
   // Where does each move run? On the node that keeps its prepared piece list (which must
   // hold one of its ends), else here when this node holds one of its ends, else on its
   // source node. A batch runs on one node.
-  std::string runner;
-  for (int i = 0; i < request->transfers_size(); ++i) {
-    const v1::TransferSpec& spec = request->transfers(i);
+  for (int i = 0; i < request.transfers_size(); ++i) {
+    const v1::TransferSpec& spec = request.transfers(i);
     const std::string src = spec.source().node().empty() ? node_ : spec.source().node();
     const std::string dst = spec.destination().node().empty() ? node_ : spec.destination().node();
     std::string here = (src == node_ || dst == node_) ? node_ : src;
@@ -166,31 +145,21 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
       }
       here = kept;
     }
-    if (!runner.empty() && here != runner) {
+    if (!runner->empty() && here != *runner) {
       return grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("the moves of one Submit must run on one node (", Quoted(runner), " and ",
+          absl::StrCat("the moves of one Submit must run on one node (", Quoted(*runner), " and ",
                        Quoted(here), " here); split the batch"));
     }
-    runner = here;
+    *runner = here;
   }
-  if (!runner.empty() && runner != node_) {
-    auto stub = StubFor(*context, runner);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    v1::SubmitRequest forwarded = *request;
-    for (v1::TransferSpec& spec : *forwarded.mutable_transfers()) {
-      if (spec.source().node().empty()) spec.mutable_source()->set_node(node_);
-      if (spec.destination().node().empty()) spec.mutable_destination()->set_node(node_);
-    }
-    ForwardedCall call(*context, auth_, *cluster_, runner,
-                       request->wait()
-                           ? WaitBound(request->has_wait_timeout(), request->wait_timeout())
-                           : ForwardTimeout(cluster_));
-    return call.Finish((*stub)->Submit(call.context(), forwarded, response));
-  }
-  std::vector<TransferSpec> specs;
-  for (int i = 0; i < request->transfers_size(); ++i) {
-    const v1::TransferSpec& in = request->transfers(i);
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::SpecsOf(const Caller& caller, const v1::SubmitRequest& request,
+                                          std::vector<TransferSpec>* specs) const {
+  for (int i = 0; i < request.transfers_size(); ++i) {
+    const v1::TransferSpec& in = request.transfers(i);
     auto path = FromProto(in.path());
     if (!path.ok()) return ToGrpcStatus(path.status());
     TransferSpec spec;
@@ -222,42 +191,15 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
       }
       spec.pieces = *std::move(pieces);
     }
-    specs.push_back(std::move(spec));
-  }
-  auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
-  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  const std::string owner = caller.owner();
-  const absl::Time t0 = absl::Now();
-  // A caller that waits only so long (wait_timeout, or its RPC's deadline) is answered at
-  // that time, so its moves run inline only where they end quickly anyway.
-  const bool bounded = *deadline - absl::Now() < absl::Hours(24);
-  auto transfers =
-      scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait(), bounded);
-  if (!transfers.ok()) return ToGrpcStatus(transfers.status());
-  const absl::Time t1 = absl::Now();
-  absl::Cleanup log = [&] {
-    if (!trace) return;
-    timespec cpu1{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
-    rusage ru1{};
-    getrusage(RUSAGE_THREAD, &ru1);
-    VLOG(2) << "Submit of " << specs.size() << ": read in "
-            << absl::ToDoubleMicroseconds(t0 - entered) << " us, accepted in "
-            << absl::ToDoubleMicroseconds(t1 - t0) << " us, answered after "
-            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us (thread CPU "
-            << absl::ToDoubleMicroseconds(absl::DurationFromTimespec(cpu1) -
-                                          absl::DurationFromTimespec(cpu0))
-            << " us, " << ru1.ru_minflt - ru0.ru_minflt << " page faults)";
-  };
-  for (TransferSnapshot& t : *transfers) {
-    if (request->wait() && !IsTerminal(t.state)) {  // Moves run inline have ended.
-      auto done = WaitEnd(context, owner, t.id, *deadline);
-      if (!done.ok()) return ToGrpcStatus(done.status());
-      t = *std::move(done);
-    }
-    ToProto(t, response->add_transfers());
+    specs->push_back(std::move(spec));
   }
   return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* TransferServiceImpl::Submit(grpc::CallbackServerContext* context,
+                                                      const v1::SubmitRequest* request,
+                                                      v1::SubmitResponse* response) {
+  return ServeSubmit(this, context, request, response);
 }
 
 grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
@@ -286,12 +228,14 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
     if (!state.ok()) return ToGrpcStatus(state.status());
     states.push_back(*state);
   }
-  const uint32_t items = PageItems(request->page_size() != 0 ? request->page_size()
-                                                             : request->limit());
+  const uint32_t items =
+      PageItems(request->page_size() != 0 ? request->page_size() : request->limit());
   auto next = FillPage(
       scheduler_->List(caller.owner(), states, std::numeric_limits<size_t>::max()),
       request->page_token(), items, /*newest_first=*/true,
-      [](const TransferSnapshot& t) { return PageKey{t.create_time, t.id}; },
+      [](const TransferSnapshot& t) {
+        return PageKey{t.create_time, t.id};
+      },
       [&](const TransferSnapshot& t) {
         v1::Transfer* out = response->add_transfers();
         ToProto(t, out);
@@ -302,212 +246,26 @@ grpc::Status TransferServiceImpl::List(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status TransferServiceImpl::Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
-                                       v1::Transfer* response) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Wait");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  if (auto forwarded =
-          MaybeForward(request->id(), &v1::TransferService::Stub::Wait, context, *request, response,
-                       WaitBound(request->has_timeout(), request->timeout()))) {
-    return *forwarded;
-  }
-  auto deadline = WaitDeadline(context, request->has_timeout(), request->timeout());
-  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  auto t = WaitEnd(context, caller.owner(), request->id(), *deadline);
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  ToProto(*t, response);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* TransferServiceImpl::Wait(grpc::CallbackServerContext* context,
+                                                    const v1::WaitRequest* request,
+                                                    v1::Transfer* response) {
+  return ServeWait(this, context, request, response);
 }
 
-absl::StatusOr<TransferSnapshot> TransferServiceImpl::WaitEnd(grpc::ServerContext* context,
-                                                              const std::string& owner,
-                                                              const std::string& id,
-                                                              absl::Time deadline) const {
-  while (true) {
-    const absl::Time slice = std::min(deadline, absl::Now() + kWaitSlice);
-    auto t = scheduler_->Wait(owner, id, slice);
-    if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline ||
-        scheduler_->stopped()) {
-      return t;
-    }
-    if (context->IsCancelled()) return absl::CancelledError("the waiting caller went away");
-  }
+grpc::ServerWriteReactor<v1::TransferEvent>* TransferServiceImpl::Watch(
+    grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
+  return ServeWatch(this, context, request);
 }
 
-grpc::Status TransferServiceImpl::Watch(grpc::ServerContext* context,
-                                        const v1::WatchRequest* request,
-                                        grpc::ServerWriter<v1::TransferEvent>* writer) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Watch");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  absl::Duration interval = absl::Milliseconds(100);
-  if (request->has_progress_interval()) {
-    auto d = FromProto(request->progress_interval());
-    if (!d.ok()) return ToGrpcStatus(d.status());
-    if (*d > absl::ZeroDuration()) interval = std::max(*d, absl::Milliseconds(1));
-  }
-  if (const std::string node = NodeOf(request->id()); !node.empty()) {
-    auto stub = StubFor(*context, node);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    ForwardedCall call(*context, auth_, *cluster_, node, absl::InfiniteDuration());
-    auto reader = (*stub)->Watch(call.context(), *request);
-    v1::TransferEvent event;
-    while (reader->Read(&event)) {
-      if (!writer->Write(event)) {
-        call.context()->TryCancel();
-        break;
-      }
-    }
-    return call.Finish(reader->Finish());
-  }
-  const std::string owner = caller.owner();
-  auto t = scheduler_->Get(owner, request->id());
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  uint64_t sent_bytes = 0;
-  uint64_t sent_version = 0;
-  bool first = true;
-  CredentialsWatch credentials(*auth_, context, caller);
-  while (true) {
-    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
-    if (first || t->version != sent_version || t->bytes_done != sent_bytes) {
-      v1::TransferEvent event;
-      ToProto(*t, event.mutable_transfer());
-      if (!writer->Write(event)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
-      }
-      first = false;
-      sent_version = t->version;
-      sent_bytes = t->bytes_done;
-    }
-    if (IsTerminal(t->state)) return grpc::Status::OK;
-    if (context->IsCancelled())
-      return grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away");
-    if (scheduler_->stopped()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
-    }
-    t = scheduler_->WaitForChange(owner, request->id(), sent_version, absl::Now() + interval);
-    if (!t.ok()) return ToGrpcStatus(t.status());
-  }
+grpc::ServerUnaryReactor* TransferServiceImpl::Cancel(grpc::CallbackServerContext* context,
+                                                      const v1::CancelRequest* request,
+                                                      v1::Transfer* response) {
+  return ServeCancel(this, context, request, response);
 }
 
-grpc::Status TransferServiceImpl::Cancel(grpc::ServerContext* context,
-                                         const v1::CancelRequest* request, v1::Transfer* response) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Cancel");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
-  if (auto forwarded = MaybeForward(request->id(), &v1::TransferService::Stub::Cancel, context,
-                                    *request, response, ForwardTimeout(cluster_))) {
-    return *forwarded;
-  }
-  auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
-  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
-  auto t = scheduler_->Cancel(caller.owner(), request->id());
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  if (request->wait() && !IsTerminal(t->state)) {
-    t = WaitEnd(context, caller.owner(), request->id(), *deadline);
-    if (!t.ok()) return ToGrpcStatus(t.status());
-  }
-  ToProto(*t, response);
-  return grpc::Status::OK;
-}
-
-grpc::Status TransferServiceImpl::Notifications(grpc::ServerContext* context,
-                                                const v1::NotificationsRequest* request,
-                                                grpc::ServerWriter<v1::Notification>* writer) {
-  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kRead, "Notifications");
-  GPUMOVE_CHECK_FIELDS(*request);
-  GPUMOVE_ENTER_LONG_CALL(long_calls_, true, caller);
-  if (request->buffers_size() > 4096) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat(request->buffers_size(), " buffers; at most 4096"));
-  }
-  if (!request->node().empty() && request->node() != node_) {
-    auto stub = StubFor(*context, request->node());
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    ForwardedCall call(*context, auth_, *cluster_, request->node(), absl::InfiniteDuration());
-    v1::NotificationsRequest forwarded = *request;
-    forwarded.clear_node();
-    auto reader = (*stub)->Notifications(call.context(), forwarded);
-    // Subscribed there: the caller learns it as it would from this node.
-    reader->WaitForInitialMetadata();
-    writer->SendInitialMetadata();
-    v1::Notification n;
-    while (reader->Read(&n)) {
-      if (!writer->Write(n)) {
-        call.context()->TryCancel();
-        break;
-      }
-    }
-    return call.Finish(reader->Finish());
-  }
-  if (notifications_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this node publishes no notifications");
-  }
-  const std::string owner = caller.owner();
-  absl::flat_hash_set<std::string> buffers(request->buffers().begin(), request->buffers().end());
-  // Named buffers are this node's (moves into them publish here): one that does not exist
-  // (a typo, another node's) would never see a notification.
-  auto any_left = [&] {
-    for (const std::string& b : buffers) {
-      if (buffers_ == nullptr || buffers_->Get(owner, b).ok()) return true;
-    }
-    return false;
-  };
-  for (const std::string& b : buffers) {
-    if (buffers_ != nullptr && !buffers_->Get(owner, b).ok()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("no buffer ", Quoted(b), " on node ", node_,
-                                       " (notifications name buffers of the node they ask)"));
-    }
-  }
-  std::function<bool(const Notification&)> accept;
-  if (!buffers.empty()) {
-    accept = [&buffers](const Notification& n) { return buffers.contains(n.destination_buffer); };
-  }
-  uint64_t after =
-      request->has_after_sequence() ? request->after_sequence() : notifications_->Last(owner);
-  // The subscription is in place: a client that waits for the headers (Client::Subscribe)
-  // sees every move submitted after that.
-  writer->SendInitialMetadata();
-  CredentialsWatch credentials(*auth_, context, caller);
-  absl::Time buffers_checked = absl::Now();
-  // Bounded waits: a caller that went away, or a daemon that stops, ends the stream; so
-  // do credentials revoked meanwhile, and the release of every buffer it watched (nothing
-  // more can come; a subscriber would otherwise wait for ever).
-  while (!context->IsCancelled()) {
-    if (absl::Status st = credentials.Check(); !st.ok()) return ToGrpcStatus(st);
-    if (!buffers.empty() && absl::Now() - buffers_checked >= absl::Seconds(1)) {
-      buffers_checked = absl::Now();
-      if (!any_left()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                            "every buffer this stream watched was released");
-      }
-    }
-    auto batch =
-        notifications_->Read(owner, after, accept, 256, absl::Now() + absl::Milliseconds(250));
-    after = batch.next_after;
-    for (const NotificationLog::Entry& e : batch.entries) {
-      v1::Notification out;
-      out.set_sequence(e.sequence);
-      out.set_missed(e.missed);
-      if (e.notification != nullptr) {
-        const Notification& n = *e.notification;
-        out.set_transfer_id(n.transfer_id);
-        out.set_source_node(n.source_node);
-        out.set_destination_buffer(n.destination_buffer);
-        out.set_notify(n.notify);
-        ToProto(n.time, out.mutable_time());
-      }
-      if (!writer->Write(out)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
-      }
-    }
-    if (batch.entries.empty() && notifications_->stopped()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon is shutting down");
-    }
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+grpc::ServerWriteReactor<v1::Notification>* TransferServiceImpl::Notifications(
+    grpc::CallbackServerContext* context, const v1::NotificationsRequest* request) {
+  return ServeNotifications(this, context, request);
 }
 
 }  // namespace gpumove
@@ -586,7 +344,9 @@ grpc::Status TransferServiceImpl::ListPreparedPieces(grpc::ServerContext* contex
   auto next = FillPage(
       prepared_->List(caller.owner()), request->page_token(), PageItems(request->page_size()),
       /*newest_first=*/false,
-      [](const PreparedList& l) { return PageKey{l.created, l.id}; },
+      [](const PreparedList& l) {
+        return PageKey{l.created, l.id};
+      },
       [&](const PreparedList& l) {
         v1::PreparedPieces* out = response->add_lists();
         PreparedToProto(l, out);

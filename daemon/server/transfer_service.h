@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/core/buffer_registry.h"
@@ -18,8 +19,16 @@ namespace gpumove {
 // Any daemon accepts any request: a move runs on the node holding one of its ends
 // (pushes from the source, pulls into the destination); a Submit naming neither end's
 // node is forwarded to the source's node, and Get/Wait/Watch/Cancel of a transfer id are
-// forwarded to the node that runs it (the id ends in ".<node>").
-class TransferServiceImpl final : public v1::TransferService::Service {
+// forwarded to the node that runs it (the id ends in ".<node>"). Watch and Notifications
+// are callback reactors, as are Submit, Wait and Cancel (transfer_reactors.h): an open
+// stream or a blocked wait holds no thread.
+class TransferServiceImpl final
+    : public v1::TransferService::WithCallbackMethod_Submit<
+          v1::TransferService::WithCallbackMethod_Wait<
+              v1::TransferService::WithCallbackMethod_Watch<
+                  v1::TransferService::WithCallbackMethod_Cancel<
+                      v1::TransferService::WithCallbackMethod_Notifications<
+                          v1::TransferService::Service>>>>> {
  public:
   // `cluster` may be null: a node without peers.
   // `auth` checks every caller (and must outlive the service), as must `notifications`
@@ -34,21 +43,22 @@ class TransferServiceImpl final : public v1::TransferService::Service {
         notifications_(notifications),
         prepared_(prepared) {}
 
-  grpc::Status Submit(grpc::ServerContext* context, const v1::SubmitRequest* request,
-                      v1::SubmitResponse* response) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+                                   const v1::SubmitRequest* request,
+                                   v1::SubmitResponse* response) override;
   grpc::Status Get(grpc::ServerContext* context, const v1::GetTransferRequest* request,
                    v1::Transfer* response) override;
   grpc::Status List(grpc::ServerContext* context, const v1::ListTransfersRequest* request,
                     v1::ListTransfersResponse* response) override;
-  grpc::Status Wait(grpc::ServerContext* context, const v1::WaitRequest* request,
-                    v1::Transfer* response) override;
-  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
-                     grpc::ServerWriter<v1::TransferEvent>* writer) override;
-  grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
-                      v1::Transfer* response) override;
-  grpc::Status Notifications(grpc::ServerContext* context,
-                             const v1::NotificationsRequest* request,
-                             grpc::ServerWriter<v1::Notification>* writer) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
+                                 const v1::WaitRequest* request, v1::Transfer* response) override;
+  grpc::ServerWriteReactor<v1::TransferEvent>* Watch(grpc::CallbackServerContext* context,
+                                                     const v1::WatchRequest* request) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const v1::CancelRequest* request,
+                                   v1::Transfer* response) override;
+  grpc::ServerWriteReactor<v1::Notification>* Notifications(
+      grpc::CallbackServerContext* context, const v1::NotificationsRequest* request) override;
   grpc::Status PreparePieces(grpc::ServerContext* context, const v1::PreparePiecesRequest* request,
                              v1::PreparedPieces* response) override;
   grpc::Status ReleasePieces(grpc::ServerContext* context, const v1::ReleasePiecesRequest* request,
@@ -64,17 +74,27 @@ class TransferServiceImpl final : public v1::TransferService::Service {
   void set_buffers(const BufferRegistry* buffers) { buffers_ = buffers; }
 
  private:
-  // The transfer once it has ended, as TransferScheduler::Wait, but given up (CANCELLED)
-  // within kWaitSlice of the caller going away: a waiter that hangs up does not keep a
-  // serving thread until the transfer ends.
-  absl::StatusOr<TransferSnapshot> WaitEnd(grpc::ServerContext* context, const std::string& owner,
-                                           const std::string& id, absl::Time deadline) const;
-  static constexpr absl::Duration kWaitSlice = absl::Milliseconds(200);
+  friend class WatchReactor;
+  friend class NotificationsReactor;
+  friend class WaitReactor;
+  friend class CancelReactor;
+  friend class SubmitReactor;
+
+  // The earlier of the RPC's own deadline and now + `timeout` (when given).
+  static absl::StatusOr<absl::Time> WaitDeadline(const grpc::ServerContextBase* context,
+                                                 bool has_timeout,
+                                                 const google::protobuf::Duration& timeout);
+  // The node a Submit's moves run on ("" for none: an empty batch); FAILED_PRECONDITION
+  // or INVALID_ARGUMENT for a batch that cannot run on one node.
+  grpc::Status RunnerOf(const v1::SubmitRequest& request, std::string* runner) const;
+  // A Submit's moves as the scheduler takes them, checked.
+  grpc::Status SpecsOf(const Caller& caller, const v1::SubmitRequest& request,
+                       std::vector<TransferSpec>* specs) const;
   // The node a request for transfer `id` belongs to ("" when it is this one), and a stub
   // for it. NOT_FOUND / UNAVAILABLE for unknown or down nodes.
   std::string NodeOf(const std::string& id) const;
   absl::StatusOr<std::unique_ptr<v1::TransferService::Stub>> StubFor(
-      const grpc::ServerContext& context, const std::string& node);
+      const grpc::ServerContextBase& context, const std::string& node);
   // The forwarded call's status when transfer `id` belongs to another node; nullopt when
   // it is this node's.
   template <typename Request, typename Response>
