@@ -31,7 +31,7 @@ fi
 # With QEMU there, a kit that cannot be built is a failure, not a skip.
 RDMA_KIT=$(rdma_kit) || { echo "FAIL: the VM kit could not be built (tests/rdma/vm.sh kit)"; exit 1; }
 RDMA_VM_DIR=$(mktemp -d "${TEST_TMPDIR:-/tmp}/rdma.XXXXXX")
-RDMA_VM_LIFETIME=${RDMA_VM_LIFETIME:-480}
+RDMA_VM_LIFETIME=${RDMA_VM_LIFETIME:-280}  # within the test size's 300 s
 OUT=${TEST_UNDECLARED_OUTPUTS_DIR:-$RDMA_VM_DIR}
 names=(a b c)
 names=("${names[@]:0:$NODES}")
@@ -49,7 +49,10 @@ fail() {
   for n in "${names[@]}"; do
     echo "--- node-$n"
     tail -15 "$RDMA_VM_DIR/gpumoved-$n.log" 2>/dev/null || tail -15 "$RDMA_VM_DIR/guest-$n.log"
+    vm_diagnose "$n"
   done
+  echo "--- the host's side of the links"
+  ss -tn | grep -E "127.0.0.1:($(echo "${RDMA_VM_NETDEV[*]}" | grep -o '127.0.0.1:[0-9]*' | cut -d: -f2 | sort -u | paste -sd'|'))\b"
   exit 1
 }
 TOKEN=rdma-admin-token-0123456789

@@ -9,7 +9,7 @@
 # The kit (kernel, modules, busybox initrd) is built once into $GPUMOVE_RDMA_KIT (default
 # ~/.cache/gpumove/rdma-vm/VERSION of the real home, which Bazel's test HOME is not).
 # Functions: rdma_kit, rdma_vm_net N, vm_start NAME INDEX IP, vm_wait_ready, vm_exec,
-# vm_stop_all. Every wait is bounded; vm_stop_all is the caller's EXIT trap.
+# vm_diagnose, vm_stop_all. Every wait is bounded; vm_stop_all is the caller's EXIT trap.
 
 # The modules an rxe node needs, in load order (each after what it depends on).
 RDMA_VM_MODULES="crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe configfs
@@ -52,7 +52,8 @@ rdma_kit() {
   fi
   local kit="$base/$ver-k1"  # -kN: the initrd's own version
   if [ -s "$kit/initrd.gz" ] && [ -s "$kit/vmlinuz" ]; then echo "$kit"; return 0; fi
-  local tmp
+  # Built aside (a hidden folder of this process) and renamed: builders at once don't clash.
+  local tmp stage="$base/.$ver-k1.$$"
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/rdma-kit.XXXXXX") || return 1
   (
     set -e
@@ -85,14 +86,14 @@ exec chroot /newroot /bin/sh /vmout/guest.sh
 EOF
     chmod +x i/init
     [ "$(id -u)" != 0 ] || mknod -m 600 i/dev/console c 5 1
-    mkdir -p "$kit.tmp"
-    cp "k/boot/vmlinuz-$ver" "$kit.tmp/vmlinuz"
-    (cd i && find . | cpio -o -H newc --quiet | gzip -1) >"$kit.tmp/initrd.gz"
-  ) || { rm -rf "$tmp" "$kit.tmp"; return 1; }
-  rm -rf "$tmp" "$kit"
-  mv "$kit.tmp" "$kit"
+    mkdir -p "$stage"
+    cp "k/boot/vmlinuz-$ver" "$stage/vmlinuz"
+    (cd i && find . | cpio -o -H newc --quiet | gzip -1) >"$stage/initrd.gz"
+  ) || { rm -rf "$tmp" "$stage"; return 1; }
+  rm -rf "$tmp"
+  mv -T "$stage" "$kit" 2>/dev/null || rm -rf "$stage"  # another builder's kit is as good
   # Kits of kernels Debian no longer names go (11 MB each).
-  find "$base" -mindepth 1 -maxdepth 1 ! -name "$ver-k1" -exec rm -rf {} + 2>/dev/null
+  find "$base" -mindepth 1 -maxdepth 1 ! -name "$ver-k1" ! -name ".*" -exec rm -rf {} + 2>/dev/null
   echo "$kit"
 }
 
@@ -137,7 +138,8 @@ vm_start() {
   [ -n "$RDMA_VM_DIR" ] || { echo "vm_start: RDMA_VM_DIR is not set" >&2; return 1; }
   cp "$(dirname "${BASH_SOURCE[0]}")/guest.sh" "$RDMA_VM_DIR/guest.sh"
   [ -n "${RDMA_VM_NETDEV[index]:-}" ] || { echo "vm_start: no link $index (rdma_vm_net)" >&2; return 1; }
-  timeout "${RDMA_VM_LIFETIME:-590}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+  timeout -k 5 "${RDMA_VM_LIFETIME:-590}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+    -pidfile "$RDMA_VM_DIR/qemu-$name.pid" \
     -m "$RDMA_VM_MEMORY" -smp 1 -display none -monitor none -no-reboot \
     -serial "file:$RDMA_VM_DIR/console-$name.log" \
     -kernel "$RDMA_KIT/vmlinuz" -initrd "$RDMA_KIT/initrd.gz" \
@@ -188,14 +190,19 @@ vm_exec() {
   return "$(cat "$RDMA_VM_DIR/$name.rc.$n")"
 }
 
-# vm_stop_all: asks every node to power off, waits up to 20 s, then kills what is left.
+# vm_stop_all: asks every node to power off, waits up to 20 s, then stops what is left
+# (QEMU itself by its pid file: a SIGKILL to its `timeout` would leave it running).
 vm_stop_all() {
-  local name end
+  local name end qemu
   [ -z "$RDMA_VM_DIR" ] || touch "$RDMA_VM_DIR/stop"
   end=$((SECONDS + 20))
   for name in "${!RDMA_VM_PID[@]}"; do
     while kill -0 "${RDMA_VM_PID[$name]}" 2>/dev/null && [ $SECONDS -lt "$end" ]; do sleep 0.2; done
-    kill -9 "${RDMA_VM_PID[$name]}" 2>/dev/null
+    if kill -0 "${RDMA_VM_PID[$name]}" 2>/dev/null; then
+      qemu=$(cat "$RDMA_VM_DIR/qemu-$name.pid" 2>/dev/null)
+      [ -z "$qemu" ] || kill -9 "$qemu" 2>/dev/null
+      kill -9 "${RDMA_VM_PID[$name]}" 2>/dev/null
+    fi
     wait "${RDMA_VM_PID[$name]}" 2>/dev/null
   done
   if [ -n "$RDMA_VM_HUB_PID" ]; then
@@ -205,6 +212,12 @@ vm_stop_all() {
   RDMA_VM_PID=()
   RDMA_VM_HUB_PID=""
   return 0
+}
+
+# vm_diagnose NAME: what a failure report needs from a node: kernel messages, eth0's
+# counters, rxe0's counters, sockets (each bounded).
+vm_diagnose() {
+  vm_exec "$1" 20 'dmesg | tail -15; ip -s link show eth0; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -v "^0$" -H ./* | tr "\n" " "; echo; ss -tn | head -20' 2>&1
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
