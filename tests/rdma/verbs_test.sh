@@ -5,7 +5,8 @@
 # needs; never ud_verbs, whose endpoint timeouts abort UCX). A push A -> B, a pull B -> A
 # and a vectored move, each --checksum and compared byte for byte on the host; rxe0's packet
 # counters must rise by about bytes / MTU on the side that sent, and UCX's own log must
-# name rc_verbs. With --nodes 3, a third-party move A -> B that C asks for.
+# name rc_verbs. With --nodes 3, a third-party move A -> B that C asks for. Last, node-b's
+# daemon killed mid-move: the move fails UNAVAILABLE and node-a serves on.
 # The emulator's pace (~10 MB/s) is no speed figure. Without QEMU and the packages it
 # prints SKIPPED and the reason, and passes (`bash tests/rdma/vm.sh setup` installs them).
 set -uo pipefail
@@ -101,7 +102,7 @@ for n in "${names[@]}"; do
     nohup stdbuf -oL $GPUMOVED --node=node-$n --listen=${IP[$n]}:7470 --peers=${IP[a]}:7470 \
     --heartbeat=1s --peer_timeout=60s --forward_timeout=120s --handshake_timeout=60s \
     --auth_tokens=/vmout/tokens --cluster_secret_file=/vmout/secret \
-    --ucx_net_devices=rxe0:1,eth0 --ucx_lanes=1 --host_pool_size=64MiB --pinned_pool_size=16MiB \
+    --ucx_net_devices=rxe0:1,eth0 --ucx_lanes=1 --host_pool_size=128MiB --pinned_pool_size=16MiB \
     >/vmout/gpumoved-$n.log 2>&1 & echo \$! >/run/gpumoved.pid" || fail "node-$n: gpumoved did not start"
 done
 for n in "${names[@]}"; do
@@ -191,4 +192,17 @@ for n in a b; do
 done
 grep -h -m1 'ep_cfg' "$RDMA_VM_DIR/gpumoved-a.log" | sed 's/^/ucx: /'
 grep -q 'ud_verbs' "$RDMA_VM_DIR"/gpumoved-*.log && fail "a UCX endpoint uses ud_verbs"
+
+# node-b's daemon killed mid-move: over rc_verbs the move fails UNAVAILABLE in bounded
+# time and node-a serves on (UCX's UD endpoints aborted the daemon in this case).
+BIG=$(ctl a alloc 64MiB) || fail "alloc: $BIG"
+BIGB=$(ctl b alloc 64MiB) || fail "alloc: $BIGB"
+ID=$(ctl a move "$BIG" "node-b/$BIGB" --no-wait) || fail "move --no-wait: $ID"
+sleep 1
+vm_exec b 20 'kill -9 "$(cat /run/gpumoved.pid)"' || fail "could not kill node-b's daemon"
+t=$SECONDS
+out=$(ctl a wait "$ID")
+[[ "$out" == *FAILED*UNAVAILABLE* ]] || fail "after node-b's daemon died: $out"
+ctl a info >/dev/null || fail "node-a stopped serving after its peer died"
+echo "ok: node-b killed mid-move -> FAILED UNAVAILABLE within $((SECONDS - t)) s, node-a serves on (UNAVAILABLE${out##*UNAVAILABLE})"
 echo PASS
