@@ -1,0 +1,46 @@
+#!/bin/sh
+# The agent inside each Soft-RoCE node (tests/rdma/vm.sh): sets the node's address and
+# rxe0, then runs the commands the host leaves in the shared folder (/vmout/NAME.cmd.N,
+# answered by NAME.out.N and NAME.rc.N) until /vmout/stop appears; then powers off.
+arg() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" /proc/cmdline; }
+name=$(arg hostname)
+ip=$(arg ip4)
+exec >"/vmout/guest-$name.log" 2>&1
+set -x
+hostname "$name"
+mount -t tmpfs tmpfs /run
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+ip link set lo up
+ip addr add "$ip/24" dev eth0
+ip link set eth0 up
+rdma link add rxe0 type rxe netdev eth0
+for _ in $(seq 100); do
+  grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null && break
+  sleep 0.1
+done
+cat /sys/class/infiniband/rxe0/ports/1/state
+set +x
+touch "/vmout/$name.ready"
+
+n=0
+while [ ! -e /vmout/stop ]; do
+  if [ -e "/vmout/$name.cmd.$n" ]; then
+    (cd /vmout && sh "/vmout/$name.cmd.$n") >"/vmout/$name.out.$n" 2>&1 </dev/null
+    echo $? >"/vmout/$name.rc.$n.tmp"
+    mv "/vmout/$name.rc.$n.tmp" "/vmout/$name.rc.$n"
+    n=$((n + 1))
+  else
+    sleep 0.1
+  fi
+done
+# Daemons the commands started (each writes /run/NAME.pid) end cleanly before the power goes.
+for f in /run/*.pid; do [ -e "$f" ] && kill -TERM "$(cat "$f")"; done
+for _ in $(seq 50); do
+  alive=0
+  for f in /run/*.pid; do [ -e "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+  [ $alive = 0 ] && break
+  sleep 0.1
+done
+sync
+echo o >/proc/sysrq-trigger
+sleep 10
