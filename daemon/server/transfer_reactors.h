@@ -1,7 +1,7 @@
 // TransferService's lasting calls as callback reactors, none holding a thread while it
 // waits: Watch and Notifications streams (watch_reactor.cc, notify_reactor.cc) wake on
 // the scheduler's and the notification log's listeners and a shared timer; the waits of
-// Wait and Cancel (wait_reactor.cc) and Submit (submit_reactor.cc) wake on a transfer's
+// Wait and Cancel (wait_reactor.cc) wake on a transfer's
 // end (waiting_reactor.h).
 // Each relays to the node a call belongs to with gRPC's callback client.
 #ifndef GPUMOVE_DAEMON_SERVER_TRANSFER_REACTORS_H_
@@ -25,10 +25,6 @@ grpc::ServerUnaryReactor* ServeWait(TransferServiceImpl* service,
 grpc::ServerUnaryReactor* ServeCancel(TransferServiceImpl* service,
                                       grpc::CallbackServerContext* context,
                                       const v1::CancelRequest* request, v1::Transfer* response);
-grpc::ServerUnaryReactor* ServeSubmit(TransferServiceImpl* service,
-                                      grpc::CallbackServerContext* context,
-                                      const v1::SubmitRequest* request,
-                                      v1::SubmitResponse* response);
 
 }  // namespace gpumove
 

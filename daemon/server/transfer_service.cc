@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/grpc_status.h"
+#include "daemon/common/log.h"
 #include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/convert.h"
@@ -196,10 +198,78 @@ grpc::Status TransferServiceImpl::SpecsOf(const Caller& caller, const v1::Submit
   return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* TransferServiceImpl::Submit(grpc::CallbackServerContext* context,
-                                                      const v1::SubmitRequest* request,
-                                                      v1::SubmitResponse* response) {
-  return ServeSubmit(this, context, request, response);
+grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
+                                         const v1::SubmitRequest* request,
+                                         v1::SubmitResponse* response) {
+  // --v=2: where a Submit's time goes (reading its specs, the scheduler's accept).
+  const bool trace = LogVerbosity() >= 2;
+  const absl::Time entered = trace ? absl::Now() : absl::InfinitePast();
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
+  GPUMOVE_CHECK_FIELDS(*request);
+  GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
+  std::string runner;
+  if (grpc::Status st = RunnerOf(*request, &runner); !st.ok()) return st;
+  if (!runner.empty() && runner != node_) return ForwardSubmit(context, runner, *request, response);
+  std::vector<TransferSpec> specs;
+  if (grpc::Status st = SpecsOf(caller, *request, &specs); !st.ok()) return st;
+  auto deadline = WaitDeadline(context, request->has_wait_timeout(), request->wait_timeout());
+  if (!deadline.ok()) return ToGrpcStatus(deadline.status());
+  const std::string owner = caller.owner();
+  const absl::Time t0 = absl::Now();
+  // A caller that waits only so long (wait_timeout, or its RPC's deadline) is answered at
+  // that time, so its moves run inline only where they end quickly anyway.
+  const bool bounded = *deadline - absl::Now() < absl::Hours(24);
+  auto transfers =
+      scheduler_->Submit(owner, specs, request->idempotency_key(), request->wait(), bounded);
+  if (!transfers.ok()) return ToGrpcStatus(transfers.status());
+  if (trace) {
+    VLOG(2) << "Submit of " << specs.size() << ": read in "
+            << absl::ToDoubleMicroseconds(t0 - entered) << " us, accepted in "
+            << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us";
+  }
+  for (TransferSnapshot& t : *transfers) {
+    if (request->wait() && !IsTerminal(t.state)) {  // Moves run inline have ended.
+      auto done = WaitEnd(context, owner, t.id, *deadline);
+      if (!done.ok()) return ToGrpcStatus(done.status());
+      t = *std::move(done);
+    }
+    ToProto(t, response->add_transfers());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TransferServiceImpl::ForwardSubmit(grpc::ServerContext* context,
+                                                const std::string& runner,
+                                                const v1::SubmitRequest& request,
+                                                v1::SubmitResponse* response) {
+  auto stub = StubFor(*context, runner);
+  if (!stub.ok()) return ToGrpcStatus(stub.status());
+  v1::SubmitRequest forwarded = request;
+  for (v1::TransferSpec& spec : *forwarded.mutable_transfers()) {
+    if (spec.source().node().empty()) spec.mutable_source()->set_node(node_);
+    if (spec.destination().node().empty()) spec.mutable_destination()->set_node(node_);
+  }
+  ForwardedCall call(*context, auth_, *cluster_, runner,
+                     request.wait() ? WaitBound(request.has_wait_timeout(), request.wait_timeout())
+                                    : ForwardTimeout(cluster_));
+  return call.Finish((*stub)->Submit(call.context(), forwarded, response));
+}
+
+absl::StatusOr<TransferSnapshot> TransferServiceImpl::WaitEnd(grpc::ServerContext* context,
+                                                              const std::string& owner,
+                                                              const std::string& id,
+                                                              absl::Time deadline) const {
+  // In slices, so that a caller that hung up frees its thread within one.
+  constexpr absl::Duration kSlice = absl::Milliseconds(200);
+  while (true) {
+    const absl::Time slice = std::min(deadline, absl::Now() + kSlice);
+    auto t = scheduler_->Wait(owner, id, slice);
+    if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline ||
+        scheduler_->stopped()) {
+      return t;
+    }
+    if (context->IsCancelled()) return absl::CancelledError("the waiting caller went away");
+  }
 }
 
 grpc::Status TransferServiceImpl::Get(grpc::ServerContext* context,
