@@ -103,15 +103,21 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   // A daemon that is still starting answers NOT_SERVING, naming its step: wait for it
   // (bounded by the timeout), so that a call right after the daemon's launch works.
   const absl::Time deadline = absl::Now() + options.timeout;
+  std::string starting;  // The last answer that said the daemon is starting.
   for (int i = 0; options.wait_while_starting; ++i) {
     absl::Status health =
         client->Health("", std::max(deadline - absl::Now(), absl::Milliseconds(1)));
-    if (!absl::StrContains(health.message(), kStartingMessage)) break;
-    if (absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat(
-          "gpumoved at ", address, " is still starting after ",
-          absl::FormatDuration(options.timeout), ": ", health.message()));
+    const bool still = absl::StrContains(health.message(), kStartingMessage);
+    if (still) starting = std::string(health.message());
+    // Past the timeout (or a health call cut short by it) while it said it was starting.
+    if (!starting.empty() && (absl::Now() >= deadline ||
+                              health.code() == absl::StatusCode::kDeadlineExceeded)) {
+      return absl::UnavailableError(absl::StrCat("gpumoved at ", address,
+                                                 " is still starting after ",
+                                                 absl::FormatDuration(options.timeout), ": ",
+                                                 starting));
     }
+    if (!still) break;
     absl::SleepFor(std::min(absl::Milliseconds(10) * (i + 1), absl::Milliseconds(100)));
   }
   return client;

@@ -576,7 +576,13 @@ TEST(Integration, MetricsCountTransfersAndPools) {
   // Submit-to-end latency by path and size class (1 MiB: le_1MiB), for dashboards.
   EXPECT_NE(m.find("gpumoved_transfer_latency_seconds_count{path=\"LOCAL\",size=\"le_1MiB\"} 2"),
             std::string::npos) << m;
-  EXPECT_NE(m.find("gpumoved_transfers_active 0"), std::string::npos) << m;
+  // A gauge, read once a second: it may still show the cancelled move for a moment.
+  std::string active = m;
+  for (int i = 0; i < 40 && active.find("gpumoved_transfers_active 0") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    active = FetchMetrics(info->metrics_address());
+  }
+  EXPECT_NE(active.find("gpumoved_transfers_active 0"), std::string::npos) << active;
   // Prepared piece lists kept (the gauges are read once a second).
   v1::Segment g;
   g.set_length(4096);
