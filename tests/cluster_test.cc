@@ -275,12 +275,12 @@ TEST_F(ClusterTest, AFenceTheNodeCannotWaitForIsRefusedAndTheHoldLetGo) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(PrepareOne(*peer, &ctx, prepare, &held).ok());
   }
-  EXPECT_FALSE(held.waits_fences());  // Host memory, and no GPU here.
+  EXPECT_FALSE(held.cuda_ipc().reads_tails());  // Host memory, and no GPU here.
   EXPECT_EQ(nodes_[1].client->GetBuffer(dst->id())->active_uses(), 1u);
   peer::v1::CompleteRemoteRequest complete;
   complete.set_transfer_id("t-fence");
   complete.set_from_node("node-a");
-  complete.set_fence(std::string(64, 'f'));
+  complete.set_tail_token(std::string(64, 'f'));
   peer::v1::CompleteRemoteResponse acked;
   grpc::ClientContext ctx;
   const grpc::Status st = CompleteOne(*peer, &ctx, complete, &acked);

@@ -474,8 +474,8 @@ TEST_F(GpuIpcTwoDaemons, VectoredMovesEndBehindAFence) {
     for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++k;
     return k;
   };
-  const std::string early = "(the hold ends when the runner's fence passes)";
-  const std::string waited = "(after the runner's fence passed)";
+  const std::string early = "(the hold ends when the runner's tail lands)";
+  const std::string waited = "(after the runner's tail landed)";
   auto list = ca_->PreparePieces(segments, {}, "ipc-a");
   ASSERT_TRUE(list.ok()) << list.status();
   uint64_t seed = 92;
@@ -567,7 +567,7 @@ TEST_F(GpuIpcTwoDaemons, AFencedMoveIsDoneWhenItsBytesLandAndItsRangeMayGoAtOnce
     }
   }
   // b took the early way (not the one a checksum takes).
-  EXPECT_TRUE(absl::StrContains(b_->Log(), "the hold ends when the runner's fence passes"));
+  EXPECT_TRUE(absl::StrContains(b_->Log(), "the hold ends when the runner's tail lands"));
 }
 
 TEST_F(GpuIpcTwoDaemons, ClientMemoryLentToOneDaemonReachesTheOther) {
@@ -626,12 +626,12 @@ TEST_F(GpuIpcTwoDaemons, ABadFenceIsRefusedAndTheHoldLetGo) {
       grpc::ClientContext ctx;
       ASSERT_TRUE(PrepareOne(*peer, &ctx, prepare, &held).ok());
     }
-    EXPECT_TRUE(held.waits_fences());
+    EXPECT_TRUE(held.cuda_ipc().reads_tails());
     EXPECT_FALSE(held.cuda_ipc().handle().empty());
     peer::v1::CompleteRemoteRequest complete;
     complete.set_transfer_id(id);
     complete.set_from_node("ipc-a");
-    complete.set_fence(fence);
+    complete.set_tail_token(fence);
     peer::v1::CompleteRemoteResponse acked;
     grpc::ClientContext ctx;
     const grpc::Status st = CompleteOne(*peer, &ctx, complete, &acked);

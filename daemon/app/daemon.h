@@ -28,6 +28,7 @@
 #include "daemon/gpu/own_memory.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
+#include "daemon/path/cuda_ipc/cuda_ipc_tails.h"
 #include "daemon/path/local/local_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/path/mpi/mpi_holder.h"
@@ -148,6 +149,7 @@ class Daemon {
   std::unique_ptr<HoldTable> holds_;
   // The paths' holding sides (those this node runs), for the peer handler.
   std::unique_ptr<CudaIpcHolder> cuda_ipc_holder_;
+  std::unique_ptr<IpcTailReader> cuda_ipc_tails_;
   std::unique_ptr<UcxHolder> ucx_holder_;
   std::unique_ptr<StageHolder> stage_holder_;
   std::unique_ptr<MpiHolder> mpi_holder_;

@@ -16,7 +16,7 @@
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/path/mpi/mpi_transport.h"
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/call_limits.h"
 #include "daemon/server/tls.h"
@@ -117,7 +117,7 @@ struct CudaIpcPathOptions {
   bool fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
   // Our CUDA IPC moves of this many bytes or more may end behind a fence.
   uint64_t fence_min = CudaIpcEngine::kDefaultMinFenced;
-  // Bytes/s; see FencePolicy::quiet_rate.
+  // Bytes/s; see IpcTailReader's quiet_rate.
   uint64_t fence_quiet = 1000ull * 1000 * 1000 * 1000;
 };
 

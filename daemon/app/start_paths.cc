@@ -149,10 +149,11 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     mpi_holder_ = std::make_unique<MpiHolder>(cluster_.get(), mpi_engine_.get());
     holders_.push_back(mpi_holder_.get());
   }
-  // Fences: CUDA IPC runners' copies, waited for with or without UCX.
+  // Tails: CUDA IPC runners' copies, seen land here with or without UCX.
+  cuda_ipc_tails_ = std::make_unique<IpcTailReader>(gpu, options.cuda_ipc.fence_quiet);
   notifications_ = std::make_unique<NotificationLog>(options.notification_log);
   holds_ = std::make_unique<HoldTable>(
-      registry_.get(), hasher_, FencePolicy{gpu, options.cuda_ipc.fence_quiet},
+      registry_.get(), hasher_, cuda_ipc_tails_.get(),
       notifications_.get(), [gpu](const Endpoint& e, const Segments& pieces) {
         return HashPieces(gpu, e, pieces, /*source=*/true);
       });

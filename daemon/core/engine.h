@@ -64,9 +64,9 @@ struct RemoteHold {
   int device = kHostDevice;
   bool write = false;      // The remote range is the destination.
   bool same_host = false;  // The remote node runs on this machine.
-  // The remote node waits for a fence (GpuRuntime::WaitIpcFence) named in the
-  // acknowledgement before it ends its hold.
-  bool waits_fences = false;
+  // The remote node's holder reads the tail a move may end with (MoveTail::token, sent in
+  // the acknowledgement) and sees it land itself before it ends its hold.
+  bool reads_tails = false;
   // A checksummed push: the source's xxh3, sent with the acknowledgement so that the
   // remote node publishes the move's notification only over the same bytes.
   std::optional<uint64_t> source_xxh3;
@@ -115,15 +115,31 @@ struct RemoteAsk {
   uint64_t list_serial = 0;
 };
 
-// A copy the runner left running behind a fence (CopyFence), as its acknowledgement
-// names it: the CUDA IPC event handle (empty: none) and the bytes still to land behind
-// it (at most; 0: not known).
-struct AckFence {
-  std::string handle;
-  uint64_t bytes = 0;
-  // The runner sees the fence pass itself before it reports the move done: the other
-  // node may acknowledge at once (without checksum) and end its hold when it sees the
-  // fence pass (CompleteRemoteRequest.runner_waits_fence).
+// The last bytes of a move still landing when Engine::Move returned (a copy its path left
+// running, e.g. on a GPU): this node waits for them before the move is done, and the
+// other node may see them land itself from token(), which only the path that made it
+// (and that path's holder on the other node) reads. MoveControl::KeepRunning takes it.
+class MoveTail {
+ public:
+  // Waits for the bytes first.
+  virtual ~MoveTail() = default;
+  // What the other node's holder needs to see the bytes land (opaque here); empty when
+  // they already have (nothing to wait for).
+  virtual const std::string& token() const = 0;
+  // Returns once every byte has landed; an error says why they did not.
+  virtual absl::Status Wait() = 0;
+  // Bytes still to land when the tail was made (at most; 0: not known).
+  virtual uint64_t pending_bytes() const { return 0; }
+};
+
+// A move's tail as its acknowledgement carries it to the node holding the other end
+// (CompleteRemoteRequest.tail_token): opaque but to the path's TailReader there.
+struct AckTail {
+  std::string token;   // Empty: no tail.
+  uint64_t bytes = 0;  // MoveTail::pending_bytes.
+  // The runner sees its tail land itself before it reports the move done: the other node
+  // may acknowledge at once (without checksum) and end its hold when it sees the tail
+  // land (CompleteRemoteRequest.runner_waits_tail).
   bool runner_waits = false;
 };
 
@@ -160,16 +176,16 @@ class RemoteRanges {
   // acknowledges the bytes (and returns the range's xxh3 when `checksum`). UNAVAILABLE
   // when the node cannot be reached.
   virtual absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                            bool checksum, const AckFence& fence) = 0;
+                                            bool checksum, const AckTail& tail) = 0;
   // Complete without making the caller wait for the round trip when others to the same
   // node are in flight: `done` runs exactly once, on this thread before the call returns
   // or later on another thread (acknowledgements that pile up travel together).
-  // `fence`: a CopyFence the remote node waits for before its hold ends (empty handle:
-  // none; only for holds that say waits_fences). `caller_busy`: the caller has more moves waiting,
+  // `tail`: the move's last bytes still landing, which the remote node sees land before
+  // its hold ends (empty token: none; only for holds that say reads_tails). `caller_busy`: the caller has more moves waiting,
   // so the acknowledgement should not be sent on its thread.
   virtual void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                             const AckFence& fence, bool caller_busy, AckCallback done) {
-    done(Complete(hold, outcome, checksum, fence));
+                             const AckTail& tail, bool caller_busy, AckCallback done) {
+    done(Complete(hold, outcome, checksum, tail));
   }
   // Ends a hold without waiting (a move that never ran); best effort.
   virtual void Release(const RemoteHold& hold) = 0;
@@ -203,12 +219,13 @@ class MoveControl {
       return !cancelled();
     };
   }
-  // Whether the move may end with its last bytes still being copied, behind a fence that
-  // the other node waits for before it ends its hold (the scheduler's controls, for moves
-  // with a remote end). Move then returns OK after handing the fence to KeepRunning; the
-  // move is SUCCEEDED once the other node acknowledged and this one saw the fence pass.
-  virtual bool AcceptsFence() const { return false; }
-  virtual void KeepRunning(std::unique_ptr<CopyFence> fence) {}
+  // Whether the move may end with its last bytes still landing (a MoveTail) that the other
+  // node sees land before it ends its hold (the scheduler's controls, for moves with a
+  // remote end whose holder reads tails). Move then returns OK after handing the tail to
+  // KeepRunning; the move is SUCCEEDED once the other node acknowledged and this one saw
+  // the tail land.
+  virtual bool AcceptsTail() const { return false; }
+  virtual void KeepRunning(std::unique_ptr<MoveTail> tail) {}
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
   // would be too coarse to pace takes smaller ones under a cap.
   virtual uint64_t rate_limit() const { return 0; }

@@ -44,7 +44,7 @@ struct TransferRecord {
   bool remote_completed = false;  // Complete was called (by the worker, before finishing).
   // The end of a copy the move left running (MoveControl::KeepRunning): the other node
   // waits for it before acknowledging; dropped (which waits for it) before the end.
-  std::unique_ptr<CopyFence> fence;
+  std::unique_ptr<MoveTail> tail;
 
   // Owned by the scheduler's lock.
   TransferState state = TransferState::kQueued;

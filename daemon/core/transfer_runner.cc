@@ -24,10 +24,10 @@ class TransferScheduler::Control : public MoveControl {
   // Only for a move with nothing queued behind it: its acknowledgement then overlaps its
   // own copy. With moves waiting, the worker's next copy overlaps it instead, and an
   // acknowledgement that waits for the copy would hold up the others batched with it.
-  bool AcceptsFence() const override {
-    return t_->remote_hold.has_value() && t_->remote_hold->waits_fences && !s_->MovesWaiting();
+  bool AcceptsTail() const override {
+    return t_->remote_hold.has_value() && t_->remote_hold->reads_tails && !s_->MovesWaiting();
   }
-  void KeepRunning(std::unique_ptr<CopyFence> fence) override { t_->fence = std::move(fence); }
+  void KeepRunning(std::unique_ptr<MoveTail> tail) override { t_->tail = std::move(tail); }
   uint64_t rate_limit() const override { return rate_limit_; }
 
   void Progress(uint64_t bytes_done) override {
@@ -91,11 +91,11 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t, std::vector<Ended>
     Control control(this, t.get(), options_.rate_limit);
     status = t->pieces != nullptr ? t->engine->MovePieces(t->src, t->dst, *t->pieces, control)
                                   : t->engine->Move(t->src, t->dst, t->length, control);
-    // With a fence the last bytes are still on their way: counted once acknowledged.
-    if (status.ok() && t->fence == nullptr) t->bytes_done.store(t->length);
+    // With a tail the last bytes are still on their way: counted once acknowledged.
+    if (status.ok() && t->tail == nullptr) t->bytes_done.store(t->length);
   }
   const absl::Time move_end = absl::Now();
-  if (!status.ok()) t->fence.reset();  // Only a move that went through leaves one.
+  if (!status.ok()) t->tail.reset();  // Only a move that went through leaves one.
   if (!t->remote_hold.has_value()) {
     AfterMove(t, std::move(status), src_hash, 0, ended);
     return;
@@ -111,26 +111,24 @@ void TransferScheduler::Run(const std::shared_ptr<Record>& t, std::vector<Ended>
   // The destination's node publishes the move's notification only if the range it holds
   // hashes as the source did.
   if (t->checksum && t->remote_hold->write && status.ok()) t->remote_hold->source_xxh3 = src_hash;
-  AckFence fence;
-  if (t->fence != nullptr) {
-    fence = {t->fence->ipc_handle(), t->fence->pending_bytes(), /*runner_waits=*/true};
-  }
+  AckTail tail;
+  if (t->tail != nullptr) tail = {t->tail->token(), t->tail->pending_bytes(), /*runner_waits=*/true};
   remote_->CompleteAsync(
-      *t->remote_hold, status, t->checksum, fence, /*caller_busy=*/MovesWaiting(),
+      *t->remote_hold, status, t->checksum, tail, /*caller_busy=*/MovesWaiting(),
       [this, t, status, src_hash, move_start, move_end](absl::StatusOr<uint64_t> ack) {
-        // The other node acknowledged the move, maybe before its copy ended (it ends its
-        // hold when it sees the fence pass): the move is done once this node sees the
-        // fence pass too. Without an acknowledgement the copy may still run, so it is
-        // waited for before the buffers are let go. The fence (stream, event, mapping)
-        // is let go after the end is recorded.
-        std::unique_ptr<CopyFence> landed;
+        // The other node acknowledged the move, maybe before its tail landed (it ends its
+        // hold when it sees the tail land): the move is done once this node sees the
+        // tail land too. Without an acknowledgement the copy may still run, so it is
+        // waited for before the buffers are let go. The tail (and what the path keeps
+        // for it) is let go after the end is recorded.
+        std::unique_ptr<MoveTail> landed;
         absl::Status copied;
-        if (t->fence != nullptr && ack.ok()) {
-          landed = std::move(t->fence);
+        if (t->tail != nullptr && ack.ok()) {
+          landed = std::move(t->tail);
           copied = landed->Wait();
           if (copied.ok()) t->bytes_done.store(t->length);
         }
-        t->fence.reset();
+        t->tail.reset();
         VLOG(1) << "transfer " << t->id << " " << t->length << " bytes on "
                 << PathKindName(t->engine->path()) << ": move "
                 << absl::ToDoubleMicroseconds(move_end - move_start) << " us, acknowledgement "

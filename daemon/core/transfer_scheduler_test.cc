@@ -651,7 +651,7 @@ class FakeRemote : public RemoteRanges {
     h.address = reinterpret_cast<uint64_t>(m.data() + offset);
     h.length = length;
     h.write = write;
-    h.waits_fences = waits_fences_;
+    h.reads_tails = reads_tails_;
     ++holds_;
     return h;
   }
@@ -681,18 +681,18 @@ class FakeRemote : public RemoteRanges {
     return most_preparing_;
   }
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum, const AckFence& fence) override {
+                                    bool checksum, const AckTail& tail) override {
     absl::MutexLock lock(&mu_);
     --holds_;
     return 0;
   }
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const AckFence& fence, bool caller_busy, AckCallback done) override {
+                     const AckTail& tail, bool caller_busy, AckCallback done) override {
     absl::MutexLock lock(&mu_);
     acks_.push_back(std::move(done));
-    fences_.push_back(fence.handle);
-    fence_bytes_.push_back(fence.bytes);
-    runner_waits_.push_back(fence.runner_waits);
+    tails_.push_back(tail.token);
+    tail_bytes_.push_back(tail.bytes);
+    runner_waits_.push_back(tail.runner_waits);
     busy_.push_back(caller_busy);
   }
   void Release(const RemoteHold& hold) override {
@@ -749,16 +749,16 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return batches_;
   }
-  // The fences the acknowledgements carried, in order, and the bytes behind each.
-  std::vector<std::string> fences() {
+  // The tails the acknowledgements carried, in order, and the bytes behind each.
+  std::vector<std::string> tails() {
     absl::MutexLock lock(&mu_);
-    return fences_;
+    return tails_;
   }
-  std::vector<uint64_t> fence_bytes() {
+  std::vector<uint64_t> tail_bytes() {
     absl::MutexLock lock(&mu_);
-    return fence_bytes_;
+    return tail_bytes_;
   }
-  // Whether each said the runner waits for its fence itself.
+  // Whether each said the runner waits for its tail itself.
   std::vector<bool> runner_waits() {
     absl::MutexLock lock(&mu_);
     return runner_waits_;
@@ -768,9 +768,9 @@ class FakeRemote : public RemoteRanges {
     absl::MutexLock lock(&mu_);
     return busy_;
   }
-  void WaitFences(bool v) {
+  void ReadTails(bool v) {
     absl::MutexLock lock(&mu_);
-    waits_fences_ = v;
+    reads_tails_ = v;
   }
   int holds() {
     absl::MutexLock lock(&mu_);
@@ -782,11 +782,11 @@ class FakeRemote : public RemoteRanges {
   std::map<std::string, std::string> memory_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> batches_ ABSL_GUARDED_BY(mu_);
   std::vector<AckCallback> acks_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> fences_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> fence_bytes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> tails_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> tail_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> runner_waits_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
-  bool waits_fences_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_tails_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification* release_gate_ ABSL_GUARDED_BY(mu_) = nullptr;
   int releases_entered_ ABSL_GUARDED_BY(mu_) = 0;
@@ -809,8 +809,8 @@ class RemoteCopyEngine : public Engine {
     };
     std::memcpy(at(dst), at(src), length);
     moves_.fetch_add(1);
-    // Leaves a (pretend) copy running behind a fence when the scheduler takes one.
-    if (control.AcceptsFence()) control.KeepRunning(std::make_unique<Fence>(this));
+    // Leaves a (pretend) copy running as a tail when the scheduler takes one.
+    if (control.AcceptsTail()) control.KeepRunning(std::make_unique<Tail>(this));
     return absl::OkStatus();
   }
   // The pretend copies end when `copies_end` is notified (null: at once), with `result`.
@@ -820,15 +820,15 @@ class RemoteCopyEngine : public Engine {
     copy_result_ = std::move(result);
   }
   std::atomic<int> moves_{0};
-  std::atomic<int> fences_ended_{0};
-  std::atomic<int> fences_waited_{0};  // Wait() calls that returned.
+  std::atomic<int> tails_ended_{0};
+  std::atomic<int> tails_waited_{0};  // Wait() calls that returned.
 
  private:
-  class Fence : public CopyFence {
+  class Tail : public MoveTail {
    public:
-    explicit Fence(RemoteCopyEngine* engine) : engine_(engine) {}
-    ~Fence() override { engine_->fences_ended_.fetch_add(1); }
-    const std::string& ipc_handle() const override { return handle_; }
+    explicit Tail(RemoteCopyEngine* engine) : engine_(engine) {}
+    ~Tail() override { engine_->tails_ended_.fetch_add(1); }
+    const std::string& token() const override { return handle_; }
     absl::Status Wait() override {
       absl::Notification* end;
       absl::Status result;
@@ -838,14 +838,14 @@ class RemoteCopyEngine : public Engine {
         result = engine_->copy_result_;
       }
       if (end != nullptr) end->WaitForNotification();
-      engine_->fences_waited_.fetch_add(1);
+      engine_->tails_waited_.fetch_add(1);
       return result;
     }
     uint64_t pending_bytes() const override { return 3000; }
 
    private:
     RemoteCopyEngine* const engine_;
-    std::string handle_ = "fence-handle";
+    std::string handle_ = "tail-token";
   };
   absl::Mutex mu_;
   absl::Notification* copies_end_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -995,25 +995,25 @@ TEST_F(SchedulerRemoteTest, HoldsGoInOneBatchPerNodeAndAcknowledgementsDoNotBloc
   EXPECT_EQ(std::string(got->data(), 3000), std::string(3000, 'y'));
 }
 
-TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTransfer) {
+TEST_F(SchedulerRemoteTest, ATailGoesWithTheAcknowledgementAndEndsBeforeTheTransfer) {
   TransferScheduler& sched = Start(/*workers=*/2);
   FakeRemote& remote = remote_;
   RemoteCopyEngine& engine = engine_;
   const BufferInfo local = WithPushTarget();
-  // Holds that do not wait for fences: no fence is taken, none travels.
+  // Holds that do not read tails: no tail is taken, none travels.
   auto plain = sched.Submit("me", {PushPage(local, 0)}, "");
   ASSERT_TRUE(plain.ok()) << plain.status();
   remote.AwaitAcks(1);
   remote.Acknowledge(/*fail_index=*/99);
   EXPECT_EQ(sched.Wait("me", plain->at(0).id, absl::Now() + absl::Seconds(10))->state,
             TransferState::kSucceeded);
-  EXPECT_EQ(remote.fences(), std::vector<std::string>{""});
-  EXPECT_EQ(engine.fences_ended_.load(), 0);
+  EXPECT_EQ(remote.tails(), std::vector<std::string>{""});
+  EXPECT_EQ(engine.tails_ended_.load(), 0);
 
   // Holds that do: the acknowledgement of a move with nothing queued behind it names the
-  // move's fence, which the scheduler keeps until the acknowledgement is back (OK or not)
+  // move's tail, which the scheduler keeps until the acknowledgement is back (OK or not)
   // and lets go before the transfer ends.
-  remote.WaitFences(true);
+  remote.ReadTails(true);
   std::vector<TransferSnapshot> fenced;
   for (int i = 1; i <= 2; ++i) {
     auto one = sched.Submit("me", {PushPage(local, i)}, "");
@@ -1021,10 +1021,10 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
     fenced.push_back(one->at(0));
     remote.AwaitAcks(i);
   }
-  EXPECT_EQ(remote.fences(), (std::vector<std::string>{"", "fence-handle", "fence-handle"}));
-  EXPECT_EQ(remote.fence_bytes(), (std::vector<uint64_t>{0, 3000, 3000}));
+  EXPECT_EQ(remote.tails(), (std::vector<std::string>{"", "tail-token", "tail-token"}));
+  EXPECT_EQ(remote.tail_bytes(), (std::vector<uint64_t>{0, 3000, 3000}));
   EXPECT_EQ(remote.busy(), (std::vector<bool>{false, false, false}));  // Each move alone.
-  EXPECT_EQ(engine.fences_ended_.load(), 0);
+  EXPECT_EQ(engine.tails_ended_.load(), 0);
   for (const TransferSnapshot& t : fenced) {
     EXPECT_EQ(sched.Get("me", t.id)->state, TransferState::kRunning);
     EXPECT_EQ(sched.Get("me", t.id)->bytes_done, 0u);  // Not counted until acknowledged.
@@ -1036,25 +1036,25 @@ TEST_F(SchedulerRemoteTest, AFenceGoesWithTheAcknowledgementAndEndsBeforeTheTran
   }
   EXPECT_EQ(ends,
             (std::multiset<TransferState>{TransferState::kSucceeded, TransferState::kFailed}));
-  EXPECT_EQ(engine.fences_ended_.load(), 2);
+  EXPECT_EQ(engine.tails_ended_.load(), 2);
 }
 
 // The other node may acknowledge while the copy still runs (the acknowledgement says the
-// runner waits for its fence): an acknowledged move is SUCCEEDED, its bytes counted, only
-// once the runner sees its own fence pass; a copy that failed behind it fails the move.
-TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
+// runner waits for its tail): an acknowledged move is SUCCEEDED, its bytes counted, only
+// once the runner sees its own tail land; a copy that failed behind it fails the move.
+TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnTailLands) {
   TransferScheduler& sched = Start(/*workers=*/2);
   FakeRemote& remote = remote_;
   RemoteCopyEngine& engine = engine_;
   const BufferInfo local = WithPushTarget();
-  remote.WaitFences(true);
+  remote.ReadTails(true);
   int acks = 0;
   for (const absl::Status& result :
        {absl::OkStatus(), absl::InternalError("cudaErrorIllegalAddress")}) {
     SCOPED_TRACE(result.ToString());
     absl::Notification copy_ends;
     engine.HoldCopies(&copy_ends, result);
-    const int waited = engine.fences_waited_.load();
+    const int waited = engine.tails_waited_.load();
     auto one = sched.Submit("me", {PushPage(local, 0)}, "");
     ASSERT_TRUE(one.ok()) << one.status();
     remote.AwaitAcks(1);
@@ -1064,12 +1064,12 @@ TEST_F(SchedulerRemoteTest, AnAcknowledgedMoveEndsOnceItsOwnFencePasses) {
     auto running = sched.Get("me", one->at(0).id);
     EXPECT_EQ(running->state, TransferState::kRunning);  // Acknowledged, copy still on.
     EXPECT_EQ(running->bytes_done, 0u);
-    EXPECT_EQ(engine.fences_waited_.load(), waited);
+    EXPECT_EQ(engine.tails_waited_.load(), waited);
     copy_ends.Notify();
     auto end = sched.Wait("me", one->at(0).id, absl::Now() + absl::Seconds(10));
     acker.join();
     ASSERT_TRUE(end.ok()) << end.status();
-    EXPECT_EQ(engine.fences_waited_.load(), waited + 1);
+    EXPECT_EQ(engine.tails_waited_.load(), waited + 1);
     if (result.ok()) {
       EXPECT_EQ(end->state, TransferState::kSucceeded);
       EXPECT_EQ(end->bytes_done, 4096u);

@@ -118,8 +118,8 @@ bool HoldTable::EndBlocks(const std::string& from_node, const std::string& trans
 
 absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
                                              const std::string& transfer_id, bool checksum,
-                                             bool runner_ok, const AckFence& fence,
-                                             absl::Duration fence_wait,
+                                             bool runner_ok, const AckTail& tail,
+                                             absl::Duration tail_wait,
                                              std::optional<uint64_t> source_xxh3) {
   const absl::Time arrived = absl::Now();
   std::shared_ptr<Entry> entry;
@@ -135,33 +135,26 @@ absl::StatusOr<uint64_t> HoldTable::Complete(const std::string& from_node,
     if (!st.ok() && runner_ok) return st;
   }
   const BufferUse& u = entry->use;
-  if (runner_ok && !fence.handle.empty()) {
-    const absl::Time quiet_until =
-        fences_.quiet_rate == 0 || fence.bytes == 0
-            ? absl::InfinitePast()
-            : arrived + absl::Seconds(static_cast<double>(std::min(fence.bytes, u.length())) /
-                                      static_cast<double>(fences_.quiet_rate));
-    GpuRuntime* gpu = fences_.gpu;
-    if (gpu == nullptr || gpu->devices().empty()) {
+  if (runner_ok && !tail.token.empty()) {
+    if (tails_ == nullptr) {
       return absl::FailedPreconditionError(
-          "waiting for the runner's copy to end: this node has no GPU to wait for it with");
+          "waiting for the runner's copy to end: this node cannot read the move's tail");
     }
-    const int device = u.kind() == MemoryKind::kDevice ? u.device() : gpu->devices().front().index;
     absl::Status st;
-    if (fence.runner_waits && !checksum) {
-      // One look, which also refuses a handle the driver will not open: a copy still
+    if (tail.runner_waits && !checksum) {
+      // One look, which also refuses a token the reader will not take: a copy still
       // running is acknowledged now (the runner sees it end itself) and its hold ends
       // when this node sees it end too.
-      st = gpu->WaitIpcFence(device, fence.handle, absl::InfinitePast());
+      st = tails_->Wait(u, tail, arrived, absl::InfinitePast());
       if (absl::IsDeadlineExceeded(st)) {
         entry->use.MarkEnding();
         EndLater(Ending{std::move(entry),
-                        absl::StrCat("transfer ", transfer_id, " from ", from_node),
-                        FenceWait{device, fence.handle, quiet_until, arrived + fence_wait}});
+                        absl::StrCat("transfer ", transfer_id, " from ", from_node), tail,
+                        arrived, arrived + tail_wait});
         return 0;
       }
     } else {
-      st = gpu->WaitIpcFence(device, fence.handle, absl::Now() + fence_wait, quiet_until);
+      st = tails_->Wait(u, tail, arrived, absl::Now() + tail_wait);
     }
     if (!st.ok()) {
       return absl::Status(st.code(),
@@ -187,9 +180,8 @@ void HoldTable::Publish(const Entry& entry) const {
                                        *entry.notify, absl::Now()});
 }
 
-bool HoldTable::AnswersFenceAtOnce(const AckFence& fence, bool checksum) const {
-  return fence.runner_waits && !checksum && fences_.gpu != nullptr &&
-         fences_.gpu->KnowsIpcFence(fence.handle);
+bool HoldTable::AnswersTailAtOnce(const AckTail& tail, bool checksum) const {
+  return tail.runner_waits && !checksum && tails_ != nullptr && tails_->Knows(tail.token);
 }
 
 int HoldTable::ReleaseFrom(const std::string& node, uint64_t incarnation) {
@@ -225,17 +217,18 @@ void HoldTable::EndLater(Ending ending) {
 
 void HoldTable::EndLoop() {
   while (true) {
-    FenceWait wait;
+    const Ending* wait;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !ending_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (ending_.empty()) return;  // Stopping, every hold ended.
-      wait = ending_.front().wait;  // Left in the queue meanwhile, so size() counts it.
+      wait = &ending_.front();  // Left in the queue meanwhile, so size() counts it.
     }
+    // Only this thread pops the queue: the front stays put while it waits.
     const absl::Status st =
-        fences_.gpu->WaitIpcFence(wait.device, wait.fence, wait.deadline, wait.quiet_until);
+        tails_->Wait(wait->entry->use, wait->tail, wait->arrived, wait->deadline);
     Ending e;
     absl::MutexLock lock(&mu_);
     e = std::move(ending_.front());

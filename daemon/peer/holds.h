@@ -18,21 +18,9 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
 #include "daemon/core/notifications.h"
-#include "daemon/gpu/gpu.h"
 #include "daemon/peer/path_holder.h"
 
 namespace gpumove {
-
-// How this node waits for the GPU copies (CUDA IPC fences) that runners' acknowledgements
-// name before their holds end.
-struct FencePolicy {
-  GpuRuntime* gpu = nullptr;  // Null or without GPUs: fences cannot be waited for.
-  // The fastest a runner's CUDA IPC copy can land here, bytes per second: a fence with L
-  // bytes behind it (as the runner says, at most the range) is not queried before L / this
-  // after the acknowledgement came (the copy was queued before it was sent), so the
-  // driver is left alone while the copy runs. 0: query at once.
-  uint64_t quiet_rate = 0;
-};
 
 // What the runner asks of a hold besides its range.
 struct HoldAsk {
@@ -48,21 +36,22 @@ using HeldPieceHasher = std::function<absl::StatusOr<uint64_t>(const Endpoint&, 
 
 class HoldTable {
  public:
-  // `registry` and `hasher` (and the policy's gpu, and `notifications`) must outlive the
-  // table. Holds of destinations with notify bytes publish to `notifications` when they
+  // `registry` and `hasher` (and `tails`, and `notifications`) must outlive the table.
+  // `tails` reads the tails runners' acknowledgements carry (null: such acknowledgements
+  // are refused). Holds of destinations with notify bytes publish to `notifications` when they
   // end with the bytes in (null: such holds are refused).
   // `piece_hasher` hashes the pieces of checksummed vectored moves (null: such holds are
   // refused).
   HoldTable(BufferRegistry* registry,
             std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher,
-            FencePolicy fences = {}, NotificationLog* notifications = nullptr,
+            TailReader* tails = nullptr, NotificationLog* notifications = nullptr,
             HeldPieceHasher piece_hasher = nullptr)
       : registry_(registry),
         hasher_(std::move(hasher)),
-        fences_(fences),
+        tails_(tails),
         notifications_(notifications),
         piece_hasher_(std::move(piece_hasher)) {}
-  // Waits for the holds still ending (their fences pass or time out).
+  // Waits for the holds still ending (their tails land or time out).
   ~HoldTable();
   HoldTable(const HoldTable&) = delete;
   HoldTable& operator=(const HoldTable&) = delete;
@@ -115,36 +104,34 @@ class HoldTable {
 
   // Ends a hold; with `checksum`, hashes the range first. NOT_FOUND for no such hold. Its
   // parts end first (HoldPart::End, with `runner_ok`); when the runner says OK but a part
-  // failed, that is the answer. A `fence` (the runner's GPU copy still running,
-  // CompleteRemoteRequest.fence) is waited for (up to `fence_wait`) before the hold ends or
-  // is hashed; a fence this node cannot wait for (no GPU, a handle the driver refuses, too
-  // slow) is the answer, and the hold ends. The bytes still behind it (0: not known) set
-  // how long the driver is left alone first (FencePolicy::quiet_rate). When the runner
-  // waits for its fence too (fence.runner_waits) and no checksum is asked, a fence that has
-  // not passed is not waited for here: the answer is OK at once, and the hold ends on a
-  // thread of the table's own when it passes (or fails, or `fence_wait` runs out);
+  // failed, that is the answer. A `tail` (the move's last bytes still landing,
+  // CompleteRemoteRequest.tail_token) is seen land by the TailReader (waiting up to
+  // `tail_wait`) before the hold ends or is hashed; a tail this node cannot see land (no
+  // reader, a token it refuses, too slow) is the answer, and the hold ends. When the
+  // runner waits for its tail too (tail.runner_waits) and no checksum is asked, a tail
+  // that has not landed is not waited for here: the answer is OK at once, and the hold
+  // ends on a thread of the table's own when it lands (or fails, or `tail_wait` runs out);
   // meanwhile its range is in an ending use (a Release waits for it) and size() counts it.
   // The hold's notification is published once the bytes are in: after the parts ended
-  // and the fence passed, and with `source_xxh3` only when the range hashes to it.
+  // and the tail landed, and with `source_xxh3` only when the range hashes to it.
   absl::StatusOr<uint64_t> Complete(const std::string& from_node, const std::string& transfer_id,
                                     bool checksum, bool runner_ok = true,
-                                    const AckFence& fence = {},
-                                    absl::Duration fence_wait = kFenceWait,
+                                    const AckTail& tail = {},
+                                    absl::Duration tail_wait = kTailWait,
                                     std::optional<uint64_t> source_xxh3 = std::nullopt);
-  static constexpr absl::Duration kFenceWait = absl::Seconds(10);
-  // Whether Complete with `fence` answers without waiting: the runner waits for its fence
-  // itself, no checksum is asked, and this node has looked at that fence before (a first
-  // look opens it, which can take the driver milliseconds).
-  bool AnswersFenceAtOnce(const AckFence& fence, bool checksum) const;
+  static constexpr absl::Duration kTailWait = absl::Seconds(10);
+  // Whether Complete with `tail` answers without waiting: the runner waits for its tail
+  // itself, no checksum is asked, and the reader has looked at that token before.
+  bool AnswersTailAtOnce(const AckTail& tail, bool checksum) const;
   // Ends every hold of a node's incarnation (it went down or restarted); not those
-  // already ending behind a fence (they end when it passes or times out).
+  // already ending behind a tail (they end when it lands or times out).
   int ReleaseFrom(const std::string& node, uint64_t incarnation);
   size_t size() const;
 
  private:
   BufferRegistry* const registry_;
   const std::function<absl::StatusOr<uint64_t>(const Endpoint&, uint64_t)> hasher_;
-  const FencePolicy fences_;
+  TailReader* const tails_;
   NotificationLog* const notifications_;
   const HeldPieceHasher piece_hasher_;
   // Publishes the notification of a hold whose bytes are in (if it has one).
@@ -153,17 +140,13 @@ class HoldTable {
   // Key: from_node + '\n' + transfer_id. Shared: a call using the hold (Ref) keeps it.
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> holds_ ABSL_GUARDED_BY(mu_);
 
-  // Holds acknowledged before their fence passed, ended in order by `ender_` once
-  // GpuRuntime::WaitIpcFence(device, fence, deadline, quiet_until) returns.
-  struct FenceWait {
-    int device = 0;
-    std::string fence;
-    absl::Time quiet_until, deadline;
-  };
+  // Holds acknowledged before their tail landed, ended in order by `ender_` once
+  // TailReader::Wait returns.
   struct Ending {
     std::shared_ptr<Entry> entry;
     std::string what;  // For the log: the transfer and its runner.
-    FenceWait wait;
+    AckTail tail;
+    absl::Time arrived, deadline;
   };
   void EndLater(Ending ending);
   void EndLoop();

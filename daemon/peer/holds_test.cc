@@ -15,33 +15,25 @@
 namespace gpumove {
 namespace {
 
-// A host-only runtime that says it has a GPU and records how it was asked to wait for a
-// fence. The copy behind every fence has ended unless the test says it still runs
-// (CopyRuns); a wait then lasts until EndCopy or its deadline.
-class FenceRecorder : public GpuRuntime {
+// A tail reader that records how it was asked to wait. Every tail has landed unless the
+// test says its copy still runs (CopyRuns); a wait then lasts until EndCopy or its
+// deadline. Token "refused" is refused; a token is known once looked at.
+class TailRecorder : public TailReader {
  public:
-  FenceRecorder() : host_(CreateHostOnly("test")) { devices_.push_back(GpuDevice{}); }
-  bool cuda_compiled() const override { return false; }
-  std::string status() const override { return "fence recorder"; }
-  const std::vector<GpuDevice>& devices() const override { return devices_; }
-  absl::StatusOr<void*> DeviceAlloc(int, uint64_t) override {
-    return absl::UnimplementedError("no device memory");
-  }
-  void DeviceFree(int, void*) override {}
-  absl::StatusOr<void*> PinnedAlloc(uint64_t bytes) override { return host_->PinnedAlloc(bytes); }
-  void PinnedFree(void* ptr) override { host_->PinnedFree(ptr); }
-  absl::Status Copy(void* dst, int dst_device, const void* src, int src_device, uint64_t bytes,
-                    uint64_t chunk, const CopyProgress& progress) override {
-    return host_->Copy(dst, dst_device, src, src_device, bytes, chunk, progress);
-  }
-  absl::Status WaitIpcFence(int, const std::string& handle, absl::Time deadline,
-                            absl::Time quiet_until) override {
+  bool Knows(const std::string& token) const override {
     absl::MutexLock lock(&mu_);
-    handle_ = handle;
+    return opened_.contains(token);
+  }
+  absl::Status Wait(const BufferUse& range, const AckTail& tail, absl::Time arrived,
+                    absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    token_ = tail.token;
+    bytes_ = tail.bytes;
+    range_length_ = range.length();
+    arrived_ = arrived;
     deadline_ = deadline;
-    quiet_until_ = quiet_until;
-    if (handle == "refused") return absl::InvalidArgumentError("not a fence");
-    opened_.insert(handle);
+    if (tail.token == "refused") return absl::InvalidArgumentError("not a tail");
+    opened_.insert(tail.token);
     auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
     if (deadline == absl::InfinitePast()
             ? !ended()
@@ -49,11 +41,6 @@ class FenceRecorder : public GpuRuntime {
       return absl::DeadlineExceededError("the copy runs on");
     }
     return absl::OkStatus();
-  }
-
-  bool KnowsIpcFence(const std::string& handle) override {
-    absl::MutexLock lock(&mu_);
-    return opened_.contains(handle);
   }
 
   void CopyRuns() {
@@ -64,29 +51,36 @@ class FenceRecorder : public GpuRuntime {
     absl::MutexLock lock(&mu_);
     running_ = false;
   }
-  std::string handle() {
+  std::string token() {
     absl::MutexLock lock(&mu_);
-    return handle_;
+    return token_;
+  }
+  uint64_t bytes() {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
+  }
+  uint64_t range_length() {
+    absl::MutexLock lock(&mu_);
+    return range_length_;
+  }
+  absl::Time arrived() {
+    absl::MutexLock lock(&mu_);
+    return arrived_;
   }
   absl::Time deadline() {
     absl::MutexLock lock(&mu_);
     return deadline_;
   }
-  absl::Time quiet_until() {
+  void ClearToken() {
     absl::MutexLock lock(&mu_);
-    return quiet_until_;
-  }
-  void ClearHandle() {
-    absl::MutexLock lock(&mu_);
-    handle_.clear();
+    token_.clear();
   }
 
  private:
-  std::unique_ptr<GpuRuntime> host_;
-  std::vector<GpuDevice> devices_;
-  absl::Mutex mu_;
-  std::string handle_ ABSL_GUARDED_BY(mu_);
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_), quiet_until_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0, range_length_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time arrived_ ABSL_GUARDED_BY(mu_), deadline_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<std::string> opened_ ABSL_GUARDED_BY(mu_);  // As the driver would.
 };
@@ -97,80 +91,80 @@ class HoldTableTest : public ::testing::Test {
     PoolSizes sizes;
     sizes.host = 64 << 20;
     sizes.pinned = 0;  // The fake GPU cannot pin memory.
-    pools_ = *PoolSet::Create(sizes, {}, &gpu_);
+    pools_ = *PoolSet::Create(sizes, {}, host_.get());
     registry_ = std::make_unique<BufferRegistry>(pools_.get(), absl::ZeroDuration());
     AllocateOptions o;
     o.size = 32 << 20;
     o.owner = "alice";
     buffer_ = registry_->Allocate(o)->id;
   }
-  std::unique_ptr<HoldTable> Table(uint64_t quiet_rate) {
+  std::unique_ptr<HoldTable> Table(TailReader* tails) {
     return std::make_unique<HoldTable>(
-        registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; },
-        FencePolicy{&gpu_, quiet_rate});
+        registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, tails);
   }
+  std::unique_ptr<HoldTable> Table() { return Table(&tails_); }
   // Holds `length` bytes of the buffer for node-a's transfer `id`, then ends the move with
-  // the runner's OK and `fence`: Complete's answer.
+  // the runner's OK and `tail`: Complete's answer.
   absl::StatusOr<uint64_t> HoldAndComplete(HoldTable& table, const std::string& id,
-                                           const AckFence& fence, bool checksum = false,
-                                           absl::Duration fence_wait = absl::Seconds(10),
+                                           const AckTail& tail, bool checksum = false,
+                                           absl::Duration tail_wait = absl::Seconds(10),
                                            uint64_t length = 4096) {
     auto held = table.Hold("node-a", 1, id, "alice", buffer_, 0, length);
     if (!held.ok()) return held.status();
-    return table.Complete("node-a", id, checksum, /*runner_ok=*/true, fence, fence_wait);
+    return table.Complete("node-a", id, checksum, /*runner_ok=*/true, tail, tail_wait);
   }
 
-  FenceRecorder gpu_;
+  std::unique_ptr<GpuRuntime> host_ = GpuRuntime::CreateHostOnly("test");
+  TailRecorder tails_;
   std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<BufferRegistry> registry_;
   std::string buffer_;
 };
 
-// A fence with L bytes behind it is not queried before L / the quiet rate after the
-// acknowledgement came (8 MiB at 16 GiB/s: half a millisecond), never more than the range.
-TEST_F(HoldTableTest, AFenceIsLeftQuietForAsLongAsTheFastestCopyOfItsBytesTakes) {
-  auto table = Table(16ull << 30);  // 16 GiB/s.
-  for (const auto& [behind, counted] :
-       std::vector<std::pair<uint64_t, uint64_t>>{{8 << 20, 8 << 20}, {64 << 20, 16 << 20}}) {
-    SCOPED_TRACE(behind);
-    ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
-    const absl::Time before = absl::Now();
-    auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
-                                AckFence{"fence-handle", behind});
-    const absl::Time after = absl::Now();
-    ASSERT_TRUE(done.ok()) << done.status();
-    EXPECT_EQ(gpu_.handle(), "fence-handle");
-    const absl::Duration copy = absl::Seconds(static_cast<double>(counted) / (16ull << 30));
-    EXPECT_GE(gpu_.quiet_until(), before + copy);
-    EXPECT_LE(gpu_.quiet_until(), after + copy);
-    EXPECT_GE(gpu_.deadline(), before + absl::Seconds(10));
-    EXPECT_EQ(table->size(), 0u);  // The hold ended.
-  }
-  // A runner that does not say how many bytes are behind its fence: queried at once.
-  ASSERT_TRUE(table->Hold("node-a", 1, "t0", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t0", false, true, AckFence{"h", 0}).ok());
-  EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
+// A tail reaches the reader as the acknowledgement carried it, with the held range, when
+// it came and the wait's deadline; the reader's answer ends the hold.
+TEST_F(HoldTableTest, ATailReachesItsReaderWithItsRangeArrivalAndDeadline) {
+  auto table = Table();
+  ASSERT_TRUE(table->Hold("node-a", 1, "t1", "alice", buffer_, 0, 16 << 20).ok());
+  const absl::Time before = absl::Now();
+  auto done = table->Complete("node-a", "t1", /*checksum=*/false, /*runner_ok=*/true,
+                              AckTail{"tail-token", 8 << 20});
+  const absl::Time after = absl::Now();
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(tails_.token(), "tail-token");
+  EXPECT_EQ(tails_.bytes(), 8u << 20);
+  EXPECT_EQ(tails_.range_length(), 16u << 20);
+  EXPECT_GE(tails_.arrived(), before);
+  EXPECT_LE(tails_.arrived(), after);
+  EXPECT_GE(tails_.deadline(), before + absl::Seconds(10));
+  EXPECT_EQ(table->size(), 0u);  // The hold ended.
 }
 
-TEST_F(HoldTableTest, WithoutAQuietRateTheFenceIsQueriedAtOnce) {
-  auto table = Table(0);
-  ASSERT_TRUE(table->Hold("node-a", 1, "t2", "alice", buffer_, 0, 16 << 20).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t2", false, true, AckFence{"h", 16 << 20}).ok());
-  EXPECT_EQ(gpu_.quiet_until(), absl::InfinitePast());
-  // No fence (a move that needed none): the runtime is not asked at all.
-  gpu_.ClearHandle();
+// No tail (a move that needed none): the reader is not asked at all. A tail on a node
+// whose table has no reader is refused (it never acknowledges bytes it did not see land),
+// and the hold ends.
+TEST_F(HoldTableTest, WithoutATailTheReaderIsNotAskedAndWithoutAReaderATailIsRefused) {
+  auto table = Table();
   ASSERT_TRUE(table->Hold("node-a", 1, "t3", "alice", buffer_, 0, 4096).ok());
-  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, AckFence{}).ok());
-  EXPECT_TRUE(gpu_.handle().empty());
+  ASSERT_TRUE(table->Complete("node-a", "t3", false, true, AckTail{}).ok());
+  EXPECT_TRUE(tails_.token().empty());
+  auto blind = Table(nullptr);
+  for (bool runner_waits : {false, true}) {
+    auto done = HoldAndComplete(*blind, "t4", AckTail{"t", 0, runner_waits});
+    EXPECT_EQ(done.status().code(), absl::StatusCode::kFailedPrecondition) << done.status();
+    EXPECT_EQ(blind->size(), 0u);
+    EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
+    EXPECT_FALSE(blind->AnswersTailAtOnce(AckTail{"t", 0, true}, false));
+  }
 }
 
-// A runner that sees its fence pass itself (runner_waits) is answered at once, while its
+// A runner that sees its tail land itself (runner_waits) is answered at once, while its
 // copy runs: the range stays held, in an ending use (a Release of the buffer waits for
-// it), until this node sees the fence pass too, on the table's own thread.
-TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
-  auto table = Table(0);
-  gpu_.CopyRuns();
-  auto done = HoldAndComplete(*table, "t5", AckFence{"h5", 16 << 20, /*runner_waits=*/true},
+// it), until this node sees the tail land too, on the table's own thread.
+TEST_F(HoldTableTest, ARunnerThatWaitsForItsTailIsAnsweredWhileTheCopyRuns) {
+  auto table = Table();
+  tails_.CopyRuns();
+  auto done = HoldAndComplete(*table, "t5", AckTail{"h5", 16 << 20, /*runner_waits=*/true},
                               /*checksum=*/false, absl::Seconds(10), /*length=*/16 << 20);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(table->size(), 1u);  // Still held, ending.
@@ -189,40 +183,40 @@ TEST_F(HoldTableTest, ARunnerThatWaitsForItsFenceIsAnsweredWhileTheCopyRuns) {
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(released.load());
   EXPECT_EQ(table->size(), 1u);
-  gpu_.EndCopy();
+  tails_.EndCopy();
   releaser.join();
   EXPECT_TRUE(release.ok()) << release;
   EXPECT_EQ(table->size(), 0u);
-  EXPECT_EQ(gpu_.handle(), "h5");
+  EXPECT_EQ(tails_.token(), "h5");
 }
 
-// An acknowledgement with a fence can be answered on a thread that must not wait (the
-// UCX progress thread) only when the runner waits for its fence, no checksum is asked and
-// the fence was opened before (opening one can take the driver milliseconds).
-TEST_F(HoldTableTest, OnlyAKnownFenceTheRunnerWaitsForIsAnsweredAtOnce) {
-  auto table = Table(0);
-  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));  // Never opened.
-  ASSERT_TRUE(HoldAndComplete(*table, "t7", AckFence{"h7", 0, true}).ok());
-  EXPECT_TRUE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, false));
-  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, true}, /*checksum=*/true));
-  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h7", 0, /*runner_waits=*/false}, false));
-  EXPECT_FALSE(table->AnswersFenceAtOnce(AckFence{"h8", 0, true}, false));
+// An acknowledgement with a tail can be answered on a thread that must not wait (the
+// UCX progress thread) only when the runner waits for its tail, no checksum is asked and
+// the tail was looked at before (opening one can take the driver milliseconds).
+TEST_F(HoldTableTest, OnlyAKnownTailTheRunnerWaitsForIsAnsweredAtOnce) {
+  auto table = Table();
+  EXPECT_FALSE(table->AnswersTailAtOnce(AckTail{"h7", 0, true}, false));  // Never opened.
+  ASSERT_TRUE(HoldAndComplete(*table, "t7", AckTail{"h7", 0, true}).ok());
+  EXPECT_TRUE(table->AnswersTailAtOnce(AckTail{"h7", 0, true}, false));
+  EXPECT_FALSE(table->AnswersTailAtOnce(AckTail{"h7", 0, true}, /*checksum=*/true));
+  EXPECT_FALSE(table->AnswersTailAtOnce(AckTail{"h7", 0, /*runner_waits=*/false}, false));
+  EXPECT_FALSE(table->AnswersTailAtOnce(AckTail{"h8", 0, true}, false));
 }
 
-// A fence this node cannot take is refused at the first look, and the hold ends; one that
+// A tail this node cannot take is refused at the first look, and the hold ends; one that
 // never passes ends its hold at the deadline; with a checksum, or a runner that does not
-// wait for its fence, the answer waits for the copy as before.
+// wait for its tail, the answer waits for the copy as before.
 TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
-  auto table = Table(0);
-  gpu_.CopyRuns();
-  EXPECT_EQ(HoldAndComplete(*table, "r", AckFence{"refused", 0, true}).status().code(),
+  auto table = Table();
+  tails_.CopyRuns();
+  EXPECT_EQ(HoldAndComplete(*table, "r", AckTail{"refused", 0, true}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(table->size(), 0u);
   EXPECT_EQ(registry_->Get("alice", buffer_)->active_uses, 0u);
 
   // A deadline a loaded machine (ASan on 2 busy cores) does not pass before the check.
-  ASSERT_TRUE(HoldAndComplete(*table, "d", AckFence{"hd", 0, true}, /*checksum=*/false,
-                              /*fence_wait=*/absl::Seconds(1))
+  ASSERT_TRUE(HoldAndComplete(*table, "d", AckTail{"hd", 0, true}, /*checksum=*/false,
+                              /*tail_wait=*/absl::Seconds(1))
                   .ok());
   EXPECT_EQ(table->size(), 1u);
   for (int i = 0; i < 1000 && table->size() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -236,27 +230,27 @@ TEST_F(HoldTableTest, AnEndingHoldEndsAtItsDeadlineAndChecksumsWaitForTheCopy) {
     std::thread ender([&] {
       absl::SleepFor(absl::Milliseconds(50));
       EXPECT_FALSE(answered.load());
-      gpu_.EndCopy();
+      tails_.EndCopy();
     });
-    auto hash = HoldAndComplete(*table, "w", AckFence{"hw", 0, runner_waits}, checksum);
+    auto hash = HoldAndComplete(*table, "w", AckTail{"hw", 0, runner_waits}, checksum);
     answered = true;
     ender.join();
     ASSERT_TRUE(hash.ok()) << hash.status();
     EXPECT_EQ(*hash, checksum ? 7u : 0u);
     EXPECT_EQ(table->size(), 0u);
-    gpu_.CopyRuns();
+    tails_.CopyRuns();
   }
-  gpu_.EndCopy();
+  tails_.EndCopy();
 }
 
 // The table waits for its ending holds when it goes.
 TEST_F(HoldTableTest, ATableWaitsForItsEndingHoldsWhenItGoes) {
-  auto table = Table(0);
-  gpu_.CopyRuns();
-  ASSERT_TRUE(HoldAndComplete(*table, "e", AckFence{"he", 0, true}).ok());
+  auto table = Table();
+  tails_.CopyRuns();
+  ASSERT_TRUE(HoldAndComplete(*table, "e", AckTail{"he", 0, true}).ok());
   std::thread ender([this] {
     absl::SleepFor(absl::Milliseconds(100));
-    gpu_.EndCopy();
+    tails_.EndCopy();
   });
   const absl::Time t0 = absl::Now();
   table.reset();
@@ -291,7 +285,7 @@ class RecordingPart : public HoldPart {
 };
 
 TEST_F(HoldTableTest, PartsEndWithTheirHoldBeforeItsRangeIsLetGo) {
-  auto table = Table(0);
+  auto table = Table();
   std::vector<std::string> log;
   auto make = [&](absl::Status end) {
     return [&, end](const BufferUse&, std::vector<std::unique_ptr<HoldPart>>* parts) {
@@ -335,7 +329,7 @@ TEST_F(HoldTableTest, PartsEndWithTheirHoldBeforeItsRangeIsLetGo) {
 // A call using a hold (Ref) keeps its range in use after the hold ended, and a repeat of a
 // hold is refused before its parts are made.
 TEST_F(HoldTableTest, AHoldInUseOutlivesItsEndAndRepeatsMakeNoParts) {
-  auto table = Table(0);
+  auto table = Table();
   ASSERT_TRUE(table->Hold("node-a", 1, "r1", "alice", buffer_, 0, 4096).ok());
   int made = 0;
   auto repeat = table->Hold("node-a", 1, "r1", "alice", buffer_, 0, 4096,
@@ -361,7 +355,7 @@ TEST_F(HoldTableTest, AHoldInUseOutlivesItsEndAndRepeatsMakeNoParts) {
 TEST_F(HoldTableTest, PiecesAreCheckedAgainstTheRangeAndHashedInOrder) {
   std::vector<std::vector<uint64_t>> hashed;
   auto table = std::make_unique<HoldTable>(
-      registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, FencePolicy{&gpu_, 0},
+      registry_.get(), [](const Endpoint&, uint64_t) { return uint64_t{7}; }, &tails_,
       nullptr,
       [&](const Endpoint&, const Segments& pieces) {
         std::vector<uint64_t> seen;
@@ -392,7 +386,7 @@ TEST_F(HoldTableTest, PiecesAreCheckedAgainstTheRangeAndHashedInOrder) {
     EXPECT_EQ(table->size(), 0u);
   }
   // A table that cannot hash pieces refuses them.
-  auto plain = Table(0);
+  auto plain = Table();
   EXPECT_EQ(plain->Hold("node-a", 1, "p", "alice", buffer_, 0, 4096, nullptr, ask).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }

@@ -7,10 +7,13 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/core/buffer_registry.h"
+#include "daemon/core/engine.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
@@ -25,6 +28,24 @@ class HoldPart {
   // Whether End may block (the hold's end is then not answered on a thread that must not
   // wait).
   virtual bool EndBlocks() const { return false; }
+};
+
+// Reads the tails that runners' acknowledgements carry (AckTail: a move's last bytes still
+// landing, as the runner's path described them). The path whose engine makes tails gives
+// the hold table one (path CUDA IPC: the event the runner's copy records); the table
+// passes tokens through unread.
+class TailReader {
+ public:
+  virtual ~TailReader() = default;
+  // Whether a look at `token` answers at once (this node has opened it before; opening
+  // one may take a driver milliseconds).
+  virtual bool Knows(const std::string& token) const = 0;
+  // Waits until the tail of a move on `range` has landed: OK; DEADLINE_EXCEEDED at
+  // `deadline` (absl::InfinitePast(): one look); another error when this node cannot
+  // see it land (a token it cannot read). `arrived`: when the acknowledgement came (with
+  // the tail's bytes, how long the reader may leave it alone first).
+  virtual absl::Status Wait(const BufferUse& range, const AckTail& tail, absl::Time arrived,
+                            absl::Time deadline) = 0;
 };
 
 // What a new hold is asked for, as every holder sees it.

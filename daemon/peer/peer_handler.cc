@@ -83,20 +83,18 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
 absl::Status PeerHandler::CompleteRemote(const peer::v1::CompleteRemoteRequest& request,
                                          peer::v1::CompleteRemoteResponse* response) {
   const absl::Time t0 = absl::Now();
-  // A fence: the runner's GPU copy into (or out of) the range may still run; this node
-  // sees it end itself before the hold ends (and before it acknowledges or hashes, unless
-  // the runner waits for it too).
+  // A tail: the runner's copy into (or out of) the range may still run; this node sees
+  // it end itself before the hold ends (and before it acknowledges or hashes, unless the
+  // runner waits for it too).
   auto hash = holds_->Complete(
       request.from_node(), request.transfer_id(), request.checksum(),
-      /*runner_ok=*/request.code() == 0,
-      AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()},
-      HoldTable::kFenceWait,
+      /*runner_ok=*/request.code() == 0, TailOf(request), HoldTable::kTailWait,
       request.has_source_xxh3() ? std::optional<uint64_t>(request.source_xxh3()) : std::nullopt);
   VLOG(2) << "CompleteRemote handled in " << absl::ToDoubleMicroseconds(absl::Now() - t0) << " us"
-          << (request.fence().empty() ? ""
-              : request.runner_waits_fence() && !request.checksum()
-                  ? " (the hold ends when the runner's fence passes)"
-                  : " (after the runner's fence passed)");
+          << (request.tail_token().empty() ? ""
+              : request.runner_waits_tail() && !request.checksum()
+                  ? " (the hold ends when the runner's tail lands)"
+                  : " (after the runner's tail landed)");
   if (!hash.ok()) return hash.status();
   response->set_xxh3(*hash);
   return absl::OkStatus();

@@ -14,6 +14,11 @@
 
 namespace gpumove {
 
+// The tail an acknowledgement carries, as the hold table takes it.
+inline AckTail TailOf(const peer::v1::CompleteRemoteRequest& request) {
+  return AckTail{request.tail_token(), request.tail_bytes(), request.runner_waits_tail()};
+}
+
 class PeerHandler {
  public:
   // All must outlive the handler. `holders`: every path's holding side, asked in order
@@ -38,7 +43,7 @@ class PeerHandler {
                         peer::v1::PathCallResponse* response);
 
   // Whether serving the request cannot block (no MPI half to start or wait for, no
-  // checksum to compute, no fence to wait for or open), so a thread that must not wait
+  // checksum to compute, no tail to wait for or open), so a thread that must not wait
   // may serve it.
   bool AnswersAtOnce(const peer::v1::PrepareRemoteRequest& request) const {
     for (const PathHolder* h : holders_) {
@@ -48,10 +53,8 @@ class PeerHandler {
   }
   bool AnswersAtOnce(const peer::v1::CompleteRemoteRequest& request) const {
     return !request.checksum() &&
-           (request.fence().empty() ||
-            holds_->AnswersFenceAtOnce(
-                AckFence{request.fence(), request.fence_bytes(), request.runner_waits_fence()},
-                request.checksum())) &&
+           (request.tail_token().empty() ||
+            holds_->AnswersTailAtOnce(TailOf(request), request.checksum())) &&
            !holds_->EndBlocks(request.from_node(), request.transfer_id());
   }
   // As its registration says (a call that is refused is refused at once).

@@ -156,7 +156,6 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
   hold.device = response.device();
   hold.write = ask.write;
   hold.same_host = peer.host_id() == self.host_id();
-  hold.waits_fences = response.waits_fences();
   for (const PathCodec* c : codecs_) c->DecodeOffer(peer, self, ask, response, &hold);
   return hold;
 }
@@ -264,7 +263,7 @@ absl::Duration HashingTime(uint64_t bytes) {
 
 // The acknowledgement of one move, as an item of a CompleteRemoteBatch.
 void FillComplete(const std::string& self, const RemoteHold& hold, const absl::Status& outcome,
-                  bool checksum, const AckFence& fence, peer::v1::CompleteRemoteRequest* item) {
+                  bool checksum, const AckTail& tail, peer::v1::CompleteRemoteRequest* item) {
   item->set_transfer_id(hold.transfer_id);
   item->set_from_node(self);
   item->set_code(static_cast<int32_t>(outcome.code()));
@@ -273,10 +272,10 @@ void FillComplete(const std::string& self, const RemoteHold& hold, const absl::S
   if (checksum && outcome.ok() && hold.source_xxh3.has_value()) {
     item->set_source_xxh3(*hold.source_xxh3);
   }
-  if (outcome.ok() && !fence.handle.empty()) {
-    item->set_fence(fence.handle);
-    item->set_fence_bytes(fence.bytes);
-    item->set_runner_waits_fence(fence.runner_waits);
+  if (outcome.ok() && !tail.token.empty()) {
+    item->set_tail_token(tail.token);
+    item->set_tail_bytes(tail.bytes);
+    item->set_runner_waits_tail(tail.runner_waits);
   }
 }
 
@@ -284,20 +283,20 @@ void FillComplete(const std::string& self, const RemoteHold& hold, const absl::S
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::Complete(const RemoteHold& hold,
                                                        const absl::Status& outcome, bool checksum,
-                                                       const AckFence& fence) {
-  auto hash = CompleteOnce(hold, outcome, checksum, fence);
+                                                       const AckTail& tail) {
+  auto hash = CompleteOnce(hold, outcome, checksum, tail);
   if (!hash.ok() && MayStillHold(hash.status())) Linger(hold, hash.status());
   return hash;
 }
 
 absl::StatusOr<uint64_t> ClusterRemoteRanges::CompleteOnce(const RemoteHold& hold,
                                                            const absl::Status& outcome,
-                                                           bool checksum, const AckFence& fence) {
+                                                           bool checksum, const AckTail& tail) {
   const absl::Time t0 = absl::Now();
   auto peer = PeerFor(hold);
   if (!peer.ok()) return peer.status();
   peer::v1::CompleteRemoteBatchRequest request;
-  FillComplete(cluster_->self().node(), hold, outcome, checksum, fence, request.add_items());
+  FillComplete(cluster_->self().node(), hold, outcome, checksum, tail, request.add_items());
   peer::v1::CompleteRemoteBatchResponse response;
   absl::Status st = Invoke(*peer, PeerMethod::kCompleteRemoteBatch, request, &response,
                            &peer::v1::PeerService::Stub::CompleteRemoteBatch,
@@ -329,13 +328,13 @@ ClusterRemoteRanges::Acker* ClusterRemoteRanges::AckerFor(const std::string& nod
 }
 
 void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Status& outcome,
-                                        bool checksum, const AckFence& fence, bool caller_busy,
+                                        bool checksum, const AckTail& tail, bool caller_busy,
                                         AckCallback done) {
   Acker* a = AckerFor(hold.node);
   {
     absl::MutexLock lock(&a->mu);
     if (a->busy || caller_busy) {
-      a->queue.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
+      a->queue.push_back(PendingAck{hold, outcome, checksum, tail, std::move(done)});
       // Nothing in flight but a busy caller: the drainer sends it, this thread goes back
       // to moving bytes.
       if (!a->busy) a->busy = a->drain = true;
@@ -347,7 +346,7 @@ void ClusterRemoteRanges::CompleteAsync(const RemoteHold& hold, const absl::Stat
   // move). What queues meanwhile is the drainer's to send, so this thread can go back to
   // moving bytes.
   std::vector<PendingAck> batch;
-  batch.push_back(PendingAck{hold, outcome, checksum, fence, std::move(done)});
+  batch.push_back(PendingAck{hold, outcome, checksum, tail, std::move(done)});
   SendAcks(hold.node, batch);
   absl::MutexLock lock(&a->mu);
   if (a->queue.empty()) {
@@ -398,7 +397,7 @@ void ClusterRemoteRanges::SendAcks(const std::string& node, std::vector<PendingA
     uint64_t hashed = 0;  // Bytes the other node hashes before it answers.
     for (size_t i = first; i < last; ++i) {
       const PendingAck& p = *sent[i];
-      FillComplete(self, p.hold, p.outcome, p.checksum, p.fence, part.add_items());
+      FillComplete(self, p.hold, p.outcome, p.checksum, p.tail, part.add_items());
       if (p.checksum && p.outcome.ok()) hashed += p.hold.length;
     }
     peer::v1::CompleteRemoteBatchResponse response;
@@ -466,7 +465,7 @@ bool ClusterRemoteRanges::RetryLingering(Lingering& l) {
     auto st = CompleteOnce(l.hold,
                            absl::UnavailableError("the move ended while this node could not "
                                                   "reach yours"),
-                           false, AckFence{});
+                           false, AckTail{});
     VLOG(1) << "told " << l.hold.node << " again that transfer " << l.hold.transfer_id
             << " ended: " << (st.ok() ? absl::OkStatus() : st.status());
     if (st.ok() || !MayStillHold(st.status())) return true;  // Told, or no hold there.
@@ -505,7 +504,7 @@ void ClusterRemoteRanges::ReleaseLoop() {
       }
     }
     if (hold.has_value()) {
-      auto st = Complete(*hold, absl::CancelledError("move did not run"), false, AckFence{});
+      auto st = Complete(*hold, absl::CancelledError("move did not run"), false, AckTail{});
       if (!st.ok()) {
         VLOG(1) << "releasing hold " << hold->transfer_id << " on " << hold->node << ": "
                 << st.status();

@@ -78,12 +78,12 @@ class ClusterRemoteRanges : public RemoteRanges {
                                                       const std::string& node,
                                                       const std::vector<RemoteAsk>& asks) override;
   absl::StatusOr<uint64_t> Complete(const RemoteHold& hold, const absl::Status& outcome,
-                                    bool checksum, const AckFence& fence) override;
+                                    bool checksum, const AckTail& tail) override;
   // One CompleteRemoteBatch in flight per node: a caller finding none sends its own on its
   // thread; those arriving meanwhile queue and go together, sent by the node's drainer.
   // A caller that is busy (more moves waiting) always hands its acknowledgement over.
   void CompleteAsync(const RemoteHold& hold, const absl::Status& outcome, bool checksum,
-                     const AckFence& fence, bool caller_busy, AckCallback done) override;
+                     const AckTail& tail, bool caller_busy, AckCallback done) override;
   void Release(const RemoteHold& hold) override;
   // Holds waiting to be told again that their move ended (for tests and metrics).
   size_t lingering() ABSL_LOCKS_EXCLUDED(mu_);
@@ -103,7 +103,7 @@ class ClusterRemoteRanges : public RemoteRanges {
     RemoteHold hold;
     absl::Status outcome;
     bool checksum = false;
-    AckFence fence;
+    AckTail tail;
     AckCallback done;
   };
   // Acknowledgements to one node.
@@ -128,7 +128,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   void Linger(const RemoteHold& hold, const absl::Status& why);
   // Complete without lingering.
   absl::StatusOr<uint64_t> CompleteOnce(const RemoteHold& hold, const absl::Status& outcome,
-                                        bool checksum, const AckFence& fence);
+                                        bool checksum, const AckTail& tail);
   // Whether a failed call to a hold's node may have left the hold there.
   static bool MayStillHold(const absl::Status& st);
   void ReleaseLoop();

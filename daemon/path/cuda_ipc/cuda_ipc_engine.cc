@@ -7,13 +7,14 @@
 namespace gpumove {
 namespace {
 
-// A fence that keeps the mapping its copy writes through open until the copy has ended
-// (the peer may be forgotten meanwhile).
-class MappedFence : public CopyFence {
+// A move's tail: the fence of the copy left running (its token: the fence's CUDA IPC
+// event handle, which the other node's IpcTailReader opens), keeping the mapping its copy
+// writes through open until the copy has ended (the peer may be forgotten meanwhile).
+class MappedFence : public MoveTail {
  public:
   MappedFence(std::shared_ptr<const IpcTable::Mapping> mapping, std::unique_ptr<CopyFence> fence)
       : mapping_(std::move(mapping)), fence_(std::move(fence)) {}
-  const std::string& ipc_handle() const override { return fence_->ipc_handle(); }
+  const std::string& token() const override { return fence_->ipc_handle(); }
   absl::Status Wait() override { return fence_->Wait(); }
   uint64_t pending_bytes() const override { return fence_->pending_bytes(); }
 
@@ -89,7 +90,7 @@ absl::Status CudaIpcEngine::Move(const Endpoint& src, const Endpoint& dst, uint6
   const void* from = push ? static_cast<const void*>(src.data) : far;
   const int to_device = push ? device : dst.device;
   const int from_device = push ? src.device : device;
-  if (paced || length < min_fenced_ || !control.AcceptsFence()) {
+  if (paced || length < min_fenced_ || !control.AcceptsTail()) {
     return gpu_->Copy(to, to_device, from, from_device, length, chunk, progress);
   }
   // The copy's last chunk runs on while the other node is told, so the acknowledgement's
@@ -152,7 +153,7 @@ absl::Status CudaIpcEngine::MovePieces(const Endpoint& src, const Endpoint& dst,
   const uint64_t round = paced ? chunk_ : std::max(chunk_, kMaxChunk);
   const int to_device = push ? device : dst.device;
   const int from_device = push ? src.device : device;
-  if (paced || pieces.total < min_fenced_ || !control.AcceptsFence()) {
+  if (paced || pieces.total < min_fenced_ || !control.AcceptsTail()) {
     return gpu_->CopyPieces(to, to_device, from, from_device, pieces.list.data(),
                             pieces.list.size(), round, control.Reporter(), pieces.serial);
   }

@@ -23,8 +23,8 @@ namespace gpumove {
 class CudaIpcEngine : public Engine {
  public:
   // Both must outlive the engine. Moves of `min_fenced` bytes or more end with their
-  // copy still running behind a fence when the other node can wait for it
-  // (MoveControl::AcceptsFence); smaller ones copy to the end first.
+  // copy still running behind a fence (the move's tail) when the other node can see it
+  // land (MoveControl::AcceptsTail); smaller ones copy to the end first.
   CudaIpcEngine(GpuRuntime* gpu, IpcTable* ipc, uint64_t min_fenced = kDefaultMinFenced,
                 uint64_t chunk = 64 << 20)
       : gpu_(gpu), ipc_(ipc), min_fenced_(min_fenced), chunk_(chunk) {}

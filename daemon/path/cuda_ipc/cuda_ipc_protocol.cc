@@ -13,6 +13,7 @@ void CudaIpcCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   offer->handle = response.cuda_ipc().handle();
   offer->offset = response.cuda_ipc().offset();
   offer->device_uuid = response.cuda_ipc().device_uuid();
+  hold->reads_tails = response.cuda_ipc().reads_tails();
   hold->offers.push_back(std::move(offer));
 }
 
@@ -26,7 +27,7 @@ absl::StatusOr<std::unique_ptr<HoldPart>> CudaIpcHolder::Offer(
     if (d.index == range.device()) uuid = d.uuid;
   }
   OfferCudaIpc(ref->handle, ref->offset, uuid, response);
-  response->set_waits_fences(fences_ && !gpu_->devices().empty());
+  response->mutable_cuda_ipc()->set_reads_tails(tails_ && !gpu_->devices().empty());
   return nullptr;
 }
 

@@ -28,13 +28,14 @@ class CudaIpcCodec : public PathCodec {
 };
 
 // Holding side: offers device ranges this node can share over CUDA IPC (its device pools,
-// memory imported from clients), and, with `fences`, to wait for the fences runners'
-// acknowledgements name (their copies may still run when they acknowledge).
+// memory imported from clients), and, with `tails`, says this node reads the tails runners'
+// acknowledgements carry (their copies may still run when they acknowledge;
+// IpcTailReader).
 class CudaIpcHolder : public PathHolder {
  public:
   // `ipc` and `gpu` must outlive this.
-  CudaIpcHolder(IpcTable* ipc, GpuRuntime* gpu, bool fences)
-      : ipc_(ipc), gpu_(gpu), fences_(fences) {}
+  CudaIpcHolder(IpcTable* ipc, GpuRuntime* gpu, bool tails)
+      : ipc_(ipc), gpu_(gpu), tails_(tails) {}
   absl::StatusOr<std::unique_ptr<HoldPart>> Offer(
       const HoldContext& context, const BufferUse& range,
       peer::v1::PrepareRemoteResponse* response) override;
@@ -42,7 +43,7 @@ class CudaIpcHolder : public PathHolder {
  private:
   IpcTable* const ipc_;
   GpuRuntime* const gpu_;
-  const bool fences_;
+  const bool tails_;
 };
 
 // Holding side: offers a device range over CUDA IPC.

@@ -40,7 +40,7 @@
 #include "daemon/memory/pool.h"
 #include "daemon/path/mpi/mpi_protocol.h"
 #include "daemon/path/mpi/mpi_transport.h"
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 
 namespace gpumove {
 

@@ -14,7 +14,7 @@
 #include "daemon/peer/holds.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/gpu/gpu.h"
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 
 namespace gpumove {
 

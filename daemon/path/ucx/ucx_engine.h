@@ -15,7 +15,7 @@
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 #include "daemon/path/ucx/ucx_protocol.h"
 #include "daemon/path/ucx/ucx_transport.h"
 

@@ -1,5 +1,5 @@
 #include "daemon/common/status_macros.h"
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "daemon/path/staging/staging.h"
+#include "daemon/staging/staging.h"
 
 #include <algorithm>
 #include <atomic>
