@@ -42,7 +42,7 @@
 #include "daemon/server/node_service.h"
 #include "daemon/server/reflection.h"
 #include "daemon/server/starting_server.h"
-#include "daemon/peer/peer_calls.h"
+#include "daemon/path/ucx/ucx_peer_calls.h"
 #include "daemon/peer/peer_service.h"
 #include "daemon/server/tls.h"
 #include "daemon/server/transfer_service.h"

@@ -1,6 +1,6 @@
 // The peer protocol's logic, transport-neutral: membership Hello and the holding side of
 // node-to-node moves, in absl::Status. Two thin adapters call it: the gRPC PeerService
-// (peer_service.h) and the UCX active-message channel (peer_calls.h).
+// (peer_service.h) and the UCX active-message channel (daemon/path/ucx/ucx_peer_calls.h).
 #ifndef GPUMOVE_DAEMON_PEER_PEER_HANDLER_H_
 #define GPUMOVE_DAEMON_PEER_PEER_HANDLER_H_
 

@@ -14,7 +14,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
-#include "daemon/peer/peer_calls.h"
+#include "daemon/peer/call_parse.h"
 #include "daemon/peer/peer_service.h"
 
 namespace gpumove {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "daemon/cluster/peer_auth.h"
-#include "daemon/peer/peer_calls.h"
+#include "daemon/path/ucx/ucx_peer_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using gpumove::PeerAuth;

@@ -3,8 +3,8 @@
 // worker instead of gRPC. On this kind of machine a gRPC round trip made from inside a
 // serving daemon costs 2-3x a bare echo (client/bench/rpc_probe); these calls are on
 // every remote move's critical path. Same messages, same handlers, same status codes.
-#ifndef GPUMOVE_DAEMON_PEER_PEER_CALLS_H_
-#define GPUMOVE_DAEMON_PEER_PEER_CALLS_H_
+#ifndef GPUMOVE_DAEMON_PATH_UCX_UCX_PEER_CALLS_H_
+#define GPUMOVE_DAEMON_PATH_UCX_UCX_PEER_CALLS_H_
 
 #include <atomic>
 #include <deque>
@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/peer_auth.h"
 #include "daemon/path/ucx/ucx_transport.h"
+#include "daemon/peer/call_parse.h"
 #include "daemon/peer/peer_handler.h"
 #include "daemon/peer/remote_ranges.h"
 
@@ -34,20 +35,6 @@ struct CheckedUcxCall {
 // UNAUTHENTICATED saying why not. Pure: what the fuzzer drives (tests/fuzz/ucx_call_fuzz).
 absl::StatusOr<CheckedUcxCall> CheckUcxCall(PeerAuth* auth, absl::string_view caller_key,
                                             uint32_t method, const std::string& framed);
-// The node and incarnation a peer key ("node#incarnation") names; nullopt for none.
-std::optional<PeerId> ParsePeerKey(absl::string_view key);
-
-// A peer call's request, parsed once: whether it can be served without blocking (on the
-// transport's progress thread, saving the hand-off to a serving thread and back), and
-// the handler's run over it, which answers through the reply.
-struct ParsedPeerCall {
-  bool at_once = false;
-  std::function<void(const UcxReply&)> run;
-};
-// INVALID_ARGUMENT for a body that does not parse as `method`'s request, UNIMPLEMENTED for
-// a method number that is not a peer call.
-absl::StatusOr<ParsedPeerCall> ParsePeerCall(PeerHandler* handler, uint32_t method,
-                                             const std::string& body);
 
 class UcxPeerCalls : public PeerCallChannel {
  public:
@@ -124,4 +111,4 @@ class UcxPeerCalls : public PeerCallChannel {
 
 }  // namespace gpumove
 
-#endif  // GPUMOVE_DAEMON_PEER_PEER_CALLS_H_
+#endif  // GPUMOVE_DAEMON_PATH_UCX_UCX_PEER_CALLS_H_
