@@ -5,7 +5,7 @@
 
 One figure per subcommand found in the files: the value of each series (bandwidth, rate or
 latency) against size, or against concurrency where a run sweeps clients at one size;
-gpumove solid, baselines dashed, several files overlaid (labelled by file name), medians
+gpumove solid, baselines dashed, context (a stage alone) dotted, several files overlaid (labelled by file name), medians
 with min-max bars."""
 import argparse
 import collections
@@ -36,6 +36,9 @@ def main(argv):
     runs = [(os.path.splitext(os.path.basename(p))[0], load(p)) for p in args.files]
     by_sub = collections.defaultdict(list)
     for label, run in runs:
+        if run.get("skipped"):
+            print(f"{label}: skipped ({run['skipped']}), not drawn")
+            continue
         by_sub[run["subcommand"]].append((label, run))
     os.makedirs(args.out, exist_ok=True)
     for sub, group in sorted(by_sub.items()):
@@ -58,7 +61,8 @@ def main(argv):
                 ys = [q[1] for q in pts]
                 err = [[q[1] - q[2] for q in pts], [q[3] - q[1] for q in pts]]
                 ax.errorbar(xs, ys, yerr=err, capsize=3,
-                            linestyle="--" if s.get("baseline") else "-", marker="o",
+                            linestyle="--" if s.get("baseline") else
+                            ":" if s.get("context") else "-", marker="o",
                             label=f"{name} ({label})" if len(group) > 1 else name)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("clients" if by_conc else "bytes per move")
