@@ -60,8 +60,7 @@ absl::StatusOr<std::string> PythonPath(const std::string& python, std::string* w
 }
 
 // One run of python_driver.py: its samples added to `run`; "" or why it skipped.
-absl::StatusOr<std::string> PythonRound(const Context& ctx, Run& run, const std::string& command,
-                                        int round) {
+absl::StatusOr<std::string> PythonRound(Run& run, const std::string& command, int round) {
   const std::string out = Capture(absl::StrCat(command, " --round=", round, " 2>&1; echo rc=$?"));
   std::string skipped, failure;
   int lines = 0;
@@ -81,7 +80,6 @@ absl::StatusOr<std::string> PythonRound(const Context& ctx, Run& run, const std:
   if (out.find("rc=0") == std::string::npos || lines == 0) {
     return absl::InternalError(absl::StrCat("python_driver.py failed:\n", failure));
   }
-  (void)ctx;
   return std::string();
 }
 
@@ -166,7 +164,7 @@ absl::Status RunPython(const Context& ctx, Run& run) {
     if (r % 2 == 1) {
       if (absl::Status st = cpp(); !st.ok()) return st;
     }
-    auto skipped = PythonRound(ctx, run, command, r);
+    auto skipped = PythonRound(run, command, r);
     if (!skipped.ok()) return skipped.status();
     if (!skipped->empty()) return run.Skip(*skipped), absl::OkStatus();
     if (r % 2 == 0) {
