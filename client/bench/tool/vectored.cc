@@ -8,7 +8,8 @@
 //   gather     local host: a gather memcpy of the same blocks in this process on up to 8
 //              threads; device cases: the same-process gather kernel of
 //              deploy/gpu/raw_gather.cu (--raw_gather=BIN, built there with nvcc)
-// "vectored in daemon" is the transfer's own start -> end (without the Submit of the list).
+// "vectored in daemon" is the transfer's own start -> end (without the Submit of the list);
+// "accept" how long a Submit of the whole list (not waiting) takes to be answered.
 // Cases: local (host -> host LOCAL), ucx (host, node a -> b), device, pinned_to_device,
 // device_to_pinned (LOCAL with GPU memory), ipc (device a -> b, CUDA_IPC), ucx_device
 // (device a -> b over UCX: staged, or direct with a CUDA-aware UCX), mpi (path MPI between
@@ -214,6 +215,16 @@ absl::Status Round(const Context& ctx, Run& run, const Case& k, Ends ends, const
         if (!t.ok()) return failed.Update(t.status());
         run.Add("vectored", bytes, 1, gbps(t->wall));
         run.Add("vectored in daemon", bytes, 1, gbps(t->engine));
+        // How long a Submit of the whole list takes to be accepted (it does not wait).
+        MoveOptions unwaited = o;
+        unwaited.wait = false;
+        const absl::Time t0 = absl::Now();
+        auto a = c.Move(from, to, unwaited);
+        if (!a.ok()) return failed.Update(a.status());
+        run.Add("accept", bytes, 1, absl::ToDoubleMilliseconds(absl::Now() - t0));
+        auto e = c.Wait(a->id());
+        if (!e.ok()) return failed.Update(e.status());
+        if (e->state() != v1::SUCCEEDED) failed.Update(absl::InternalError(e->error_message()));
       },
       [&] {
         auto t = TimeMoves(c, from, to, named, ctx.seconds);
@@ -341,6 +352,7 @@ absl::Status RunVectored(const Context& ctx, Run& run) {
   run.AddSeries("vectored", false, "GB/s", true);
   run.AddSeries("prepared", false, "GB/s", true);
   run.AddContext("vectored in daemon", "GB/s", true);
+  run.AddContext("accept", "ms", false);
   run.AddSeries("whole", true, "GB/s", true);
   run.AddSeries("specs", true, "GB/s", true);
   if (k->name == "local") run.AddSeries("gather memcpy", true, "GB/s", true);
