@@ -83,8 +83,8 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::s
   const uint64_t iters = std::clamp<uint64_t>(total / size, tcp ? 2 : 10, 20000);
   const std::string env =
       absl::StrCat(tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " "), more_env);
-  return PerftestPairs(env, env, absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters),
-                       port, std::max(pairs, 1));
+  return PerftestPairs(env, env, absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters), port,
+                       std::max(pairs, 1));
 }
 
 double UcxPerftestCuda(uint64_t size, int port, bool single, int server_device) {

@@ -42,7 +42,7 @@ struct CompareArgs {
 
 // A gpumoved binary: `path` itself, or `path`/gpumoved.
 absl::StatusOr<std::string> Gpumoved(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("no ", path));
   const std::string bin = S_ISDIR(st.st_mode) ? path + "/gpumoved" : path;
   if (access(bin.c_str(), X_OK) != 0) {
@@ -120,8 +120,8 @@ absl::Status RunChild(const std::string& gpumoved, std::vector<std::string> args
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat("the run with ", gpumoved, " failed (status ",
-                                            status, ")"));
+    return absl::InternalError(
+        absl::StrCat("the run with ", gpumoved, " failed (status ", status, ")"));
   }
   return absl::OkStatus();
 }
@@ -165,8 +165,10 @@ void PrintRatios(const bench_result::BenchRun& before, const bench_result::Bench
   }
   std::cout << header << "\n";
   std::map<std::pair<uint64_t, uint32_t>, std::map<std::string, std::pair<double, double>>> rows;
-  for (const auto& p : before.points()) rows[{p.size(), p.concurrency()}][p.series()].first = p.median();
-  for (const auto& p : after.points()) rows[{p.size(), p.concurrency()}][p.series()].second = p.median();
+  for (const auto& p : before.points())
+    rows[{p.size(), p.concurrency()}][p.series()].first = p.median();
+  for (const auto& p : after.points())
+    rows[{p.size(), p.concurrency()}][p.series()].second = p.median();
   for (const auto& [key, cells] : rows) {
     std::string line = absl::StrFormat("%10s %5u", FormatBytes(key.first), key.second);
     for (const auto& s : after.series()) {

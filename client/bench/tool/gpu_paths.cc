@@ -11,7 +11,8 @@
 //   bounce buffers: device -> device pushed and pulled, device -> the other node's host
 //   memory, and a stream, against each stage alone (D2H: LOCAL GPU -> pinned in a; H2D:
 //   LOCAL pinned -> GPU in b; wire: UCX pinned a -> pinned b), whose slowest is the
-//   pipeline's ceiling (the baseline). Figures are the daemons' own times. SKIPPED where
+//   pipeline's ceiling (the baseline); and a 4 KiB staged move's latency pushed and pulled.
+//   Figures are the daemons' own times. SKIPPED where
 //   there is no GPU or the UCX is CUDA-aware (device memory then goes direct).
 #include <unistd.h>
 
@@ -51,8 +52,8 @@ absl::Status StartPair(const Context& ctx, Run& run, GpuPair& p) {
   p.max_size = absl::GetFlag(FLAGS_gpu_max_size).bytes;
   p.stream = absl::GetFlag(FLAGS_gpu_stream);
   p.b_device = absl::GetFlag(FLAGS_dst_device);
-  if (p.min_size == 0 || p.min_size > p.max_size || p.max_size > (8ull << 30) ||
-      p.stream < 1 || p.stream > 64 || p.b_device < 0 || p.b_device > 64) {
+  if (p.min_size == 0 || p.min_size > p.max_size || p.max_size > (8ull << 30) || p.stream < 1 ||
+      p.stream > 64 || p.b_device < 0 || p.b_device > 64) {
     return absl::InvalidArgumentError(
         "--gpu_min_size must be > 0 and at most --gpu_max_size (8 GiB), --gpu_stream 1 to 64");
   }
@@ -76,8 +77,8 @@ absl::Status StartPair(const Context& ctx, Run& run, GpuPair& p) {
   };
   auto a = ctx.Daemon(with({"--node=a", "--gpus=0"}), p.own);
   if (!a.ok()) return a.status();
-  auto b = ctx.Daemon(with({"--node=b", absl::StrCat("--gpus=", p.b_device), "--peers=" + *a}),
-                      p.own);
+  auto b =
+      ctx.Daemon(with({"--node=b", absl::StrCat("--gpus=", p.b_device), "--peers=" + *a}), p.own);
   if (!b.ok()) return b.status();
   auto ca = Client::Connect(*a);
   auto cb = Client::Connect(*b);
@@ -113,8 +114,8 @@ absl::Status RunDirect(const Context& ctx, Run& run) {
     return absl::OkStatus();
   }
   auto src = p.a->Allocate(p.stream * p.max_size, v1::DEVICE, 0);
-  auto dst = p.a->Allocate(p.stream * p.max_size, v1::DEVICE, p.b_device, absl::ZeroDuration(),
-                           "", "b");
+  auto dst =
+      p.a->Allocate(p.stream * p.max_size, v1::DEVICE, p.b_device, absl::ZeroDuration(), "", "b");
   if (!src.ok() || !dst.ok()) return src.ok() ? dst.status() : src.status();
   run.AddSeries("UCX direct", false, "GB/s", true);
   run.AddSeries("UCX direct stream", false, "GB/s", true);
@@ -189,7 +190,8 @@ absl::Status StagedRound(const Context& ctx, Run& run, GpuPair& p, const StagedB
     MoveOptions o;
     o.path = k.src.node().empty() && k.dst.node().empty() ? v1::PATH_AUTO : v1::UCX;
     auto t = TimeMoves(*k.client, k.src, k.dst, o, ctx.seconds);
-    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(k.series, ": ", t.status().message()));
+    if (!t.ok())
+      return absl::Status(t.status().code(), absl::StrCat(k.series, ": ", t.status().message()));
     gbps[k.series] = size / t->engine / 1e9;
     run.Add(k.series, size, 1, gbps[k.series]);
   }
@@ -230,11 +232,23 @@ absl::Status RunStaged(const Context& ctx, Run& run) {
   run.AddSeries("staged stream", false, "GB/s", true);
   run.AddSeries("slowest stage", true, "GB/s", true);
   for (const char* stage : {"D2H", "H2D", "wire"}) run.AddContext(stage, "GB/s", true);
+  run.AddContext("4 KiB push", "us", false);
+  run.AddContext("4 KiB pull", "us", false);
+  MoveOptions ucx;
+  ucx.path = v1::UCX;
   for (int r = 0; r < ctx.rounds; ++r) {
     for (uint64_t size = p.min_size; size <= p.max_size; size *= 4) {
       if (absl::Status st = StagedRound(ctx, run, p, s, size, r); !st.ok()) return st;
       if (size > p.max_size / 4) break;
     }
+    // A small staged move's latency (Submit and wait), pushed and pulled.
+    auto push =
+        TimeMoves(*p.a, Ref(s.a_dev.id(), 0, 4096), On("b", s.b_dev.id()), ucx, ctx.seconds);
+    if (!push.ok()) return push.status();
+    auto pull = TimeMoves(*p.b, On("a", s.a_dev.id(), 4096), Ref(s.b_dev.id()), ucx, ctx.seconds);
+    if (!pull.ok()) return pull.status();
+    run.Add("4 KiB push", 4096, 1, push->wall * 1e6);
+    run.Add("4 KiB pull", 4096, 1, pull->wall * 1e6);
   }
   return absl::OkStatus();
 }
@@ -249,8 +263,7 @@ Subcommand DirectSubcommand() {
 }
 
 Subcommand StagedSubcommand() {
-  return {"staged",
-          "device memory between two daemons over staged UCX against each stage alone",
+  return {"staged", "device memory between two daemons over staged UCX against each stage alone",
           RunStaged};
 }
 

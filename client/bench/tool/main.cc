@@ -42,7 +42,8 @@ std::vector<Subcommand> Subcommands() {
 std::string Usage() {
   std::string u =
       "usage: gpumove-bench SUBCOMMAND [--rounds=N] [--seconds=S] [--json=FILE] [--addr=A] "
-      "[its flags]\n       gpumove-bench plot FILE.json... -o DIR\n       gpumove-bench compare --before=GPUMOVED_OR_DIR --after=GPUMOVED_OR_DIR "
+      "[its flags]\n       gpumove-bench plot FILE.json... -o DIR\n       gpumove-bench compare "
+      "--before=GPUMOVED_OR_DIR --after=GPUMOVED_OR_DIR "
       "[--compare_rounds=N] [--out=DIR] SUBCOMMAND [its flags]\n\nsubcommands:\n";
   for (const Subcommand& s : Subcommands())
     absl::StrAppend(&u, "  ", s.name, "\t", s.summary, "\n");

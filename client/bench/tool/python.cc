@@ -23,8 +23,7 @@
 #include "daemon/common/bytes.h"
 
 ABSL_FLAG(gpumove::ByteSize, py_min_size, gpumove::ByteSize{4096}, "python: smallest move.");
-ABSL_FLAG(gpumove::ByteSize, py_max_size, gpumove::ByteSize{64ull << 20},
-          "python: largest move.");
+ABSL_FLAG(gpumove::ByteSize, py_max_size, gpumove::ByteSize{64ull << 20}, "python: largest move.");
 ABSL_FLAG(std::string, py_kind, "host", "python: host | pinned | device (GPU 0) memory.");
 ABSL_FLAG(std::string, python_path, "",
           "python: a folder from which `import gpumove` works (e.g. .gpu/python); empty: "
@@ -45,7 +44,8 @@ absl::StatusOr<std::string> PythonPath(const std::string& python, std::string* w
   const std::string gen = FindBuiltBinary("client/python/gen_stubs.py", "GPUMOVE_GEN_STUBS");
   const std::string proto = FindBuiltBinary("proto/gpumove/v1/gpumove.proto", "GPUMOVE_PROTO");
   const std::string client = gen.substr(0, gen.rfind('/'));
-  const std::string proto_root = proto.substr(0, proto.size() - strlen("/gpumove/v1/gpumove.proto"));
+  const std::string proto_root =
+      proto.substr(0, proto.size() - strlen("/gpumove/v1/gpumove.proto"));
   char dir[] = "/tmp/gpumove-bench-py.XXXXXX";
   if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp");
   const std::string out = Capture(absl::StrCat(
@@ -53,8 +53,9 @@ absl::StatusOr<std::string> PythonPath(const std::string& python, std::string* w
       "/gpumove/v1 && GPUMOVE_PROTO_DIR=", Quoted(proto_root), " ", Quoted(python), " ",
       Quoted(gen), " ", Quoted(dir), " >/dev/null 2>&1 && echo ok"));
   if (out.find("ok") == std::string::npos) {
-    *why = "the Python client's stubs cannot be generated here (protoc and grpc_python_plugin: "
-           "Debian's protobuf-compiler, protobuf-compiler-grpc), or its sources are missing";
+    *why =
+        "the Python client's stubs cannot be generated here (protoc and grpc_python_plugin: "
+        "Debian's protobuf-compiler, protobuf-compiler-grpc), or its sources are missing";
   }
   return std::string(dir);
 }
@@ -131,8 +132,9 @@ absl::Status RunPython(const Context& ctx, Run& run) {
   if (kind == "device" && !NoGpuReason(*info).empty()) {
     return run.Skip(absl::StrCat("--py_kind=device: ", NoGpuReason(*info))), absl::OkStatus();
   }
-  const v1::MemoryKind k = kind == "device" ? v1::DEVICE : kind == "pinned" ? v1::PINNED_HOST
-                                                                             : v1::HOST;
+  const v1::MemoryKind k = kind == "device"   ? v1::DEVICE
+                           : kind == "pinned" ? v1::PINNED_HOST
+                                              : v1::HOST;
   auto src = (*client)->Allocate(max_size, k);
   auto dst = (*client)->Allocate(max_size, k);
   if (!src.ok() || !dst.ok()) return src.ok() ? dst.status() : src.status();

@@ -111,8 +111,8 @@ const bench_result::BenchRun& Run::Finish() {
   }
   // The table: a row per (size, concurrency), a column per series (median [min-max]) and
   // each gpumove series' ratio to each baseline (> 1: gpumove better).
-  std::cout << "\n" << run_.title() << (run_.label().empty() ? "" : " [" + run_.label() + "]")
-            << "\n";
+  std::cout << "\n"
+            << run_.title() << (run_.label().empty() ? "" : " [" + run_.label() + "]") << "\n";
   if (skipped()) {
     std::cout << "SKIPPED: " << run_.skipped() << "\n";
     return run_;
@@ -131,11 +131,10 @@ const bench_result::BenchRun& Run::Finish() {
     header += absl::StrFormat(" %22s", absl::StrCat(s.name(), " ", s.unit()));
   }
   for (const auto& [m, b] : ratios) {
-    header +=
-        absl::StrFormat(" %14s", compared == 1
-                                     ? "vs " + b->name()
-                                     : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1),
-                                                    " vs ", b->name().substr(0, 8)));
+    header += absl::StrFormat(
+        " %14s", compared == 1 ? "vs " + b->name()
+                               : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1), " vs ",
+                                              b->name().substr(0, 8)));
   }
   std::cout << header << "\n";
   std::set<std::pair<uint64_t, uint32_t>> rows;
@@ -217,16 +216,15 @@ std::string UcxReason(const v1::NodeInfo& info) {
 
 std::string NoGpuReason(const v1::NodeInfo& info) {
   if (info.gpus_size() > 0) return "";
-  return absl::StrCat("the daemon has no GPU (", info.gpu_status().empty() ? "none found"
-                                                                          : info.gpu_status(),
-                      ")");
+  return absl::StrCat("the daemon has no GPU (",
+                      info.gpu_status().empty() ? "none found" : info.gpu_status(), ")");
 }
 
 absl::StatusOr<std::string> ProbeGpus(const Context& ctx, Run& run) {
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto addr = ctx.Daemon({"--node=probe", "--host_pool_size=16MiB", "--pinned_pool_size=0",
-                          "--device_pool_size=0"},
-                         own);
+  auto addr = ctx.Daemon(
+      {"--node=probe", "--host_pool_size=16MiB", "--pinned_pool_size=0", "--device_pool_size=0"},
+      own);
   if (!addr.ok()) return addr.status();
   auto c = Client::Connect(*addr);
   if (!c.ok()) return c.status();

@@ -37,7 +37,8 @@
 ABSL_FLAG(std::string, vec_case, "local",
           "vectored: local | ucx | device | pinned_to_device | device_to_pinned | ipc | "
           "ucx_device | mpi.");
-ABSL_FLAG(std::vector<std::string>, vec_shapes, std::vector<std::string>({"65536x4KiB", "8192x64KiB"}),
+ABSL_FLAG(std::vector<std::string>, vec_shapes,
+          std::vector<std::string>({"65536x4KiB", "8192x64KiB"}),
           "vectored: COUNTxBLOCK shapes of shuffled blocks, comma-separated.");
 ABSL_FLAG(int, separate_blocks, 8192,
           "vectored: blocks moved as separate TransferSpecs for the specs baseline.");
@@ -95,12 +96,13 @@ absl::StatusOr<std::vector<Shape>> Shapes() {
     ByteSize block;
     std::string error;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shape.count) ||
-        !AbslParseFlag(parts[1], &block, &error) || shape.count == 0 ||
-        shape.count > (1 << 22) || block.bytes == 0 || block.bytes % 16 != 0 ||
-        block.bytes > (64ull << 20) || shape.count * block.bytes > (4ull << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--vec_shapes: \"", s, "\" is not COUNTxBLOCK (a block a multiple of 16 bytes, "
-          "at most 4M blocks and 4 GiB)"));
+        !AbslParseFlag(parts[1], &block, &error) || shape.count == 0 || shape.count > (1 << 22) ||
+        block.bytes == 0 || block.bytes % 16 != 0 || block.bytes > (64ull << 20) ||
+        shape.count * block.bytes > (4ull << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vec_shapes: \"", s,
+                       "\" is not COUNTxBLOCK (a block a multiple of 16 bytes, "
+                       "at most 4M blocks and 4 GiB)"));
     }
     shape.block = block.bytes;
     shapes.push_back(shape);
@@ -187,8 +189,8 @@ absl::Status Round(const Context& ctx, Run& run, const Case& k, Ends ends, const
   const uint64_t bytes = shape.block * shape.count;
   std::vector<uint64_t> si, di;
   Shuffle(shape.count, shape.block, &si, &di);
-  const int to_device = k.from == v1::DEVICE && k.to == v1::DEVICE ? absl::GetFlag(FLAGS_dst_device)
-                                                                   : 0;
+  const int to_device =
+      k.from == v1::DEVICE && k.to == v1::DEVICE ? absl::GetFlag(FLAGS_dst_device) : 0;
   auto src = c.Allocate(bytes, k.from, 0);
   if (!src.ok()) return src.status();
   auto dst = c.Allocate(bytes, k.to, to_device, absl::ZeroDuration(), "", ends.peer);
@@ -246,8 +248,8 @@ absl::Status Round(const Context& ctx, Run& run, const Case& k, Ends ends, const
       },
       [&] {
         if (k.name == "local") {
-          const int threads = static_cast<int>(
-              std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+          const int threads =
+              static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
           run.Add("gather memcpy", bytes, 1, GatherMemcpy(shape, si, di, threads, ctx.seconds));
         }
         auto it = kernel.find(absl::StrCat(k.kernel, " ", shape.count, " ", shape.block >> 10));
