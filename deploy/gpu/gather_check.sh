@@ -13,6 +13,6 @@ nvcc -O3 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -arch=sm_90 -o /tmp/gv deploy/gpu/ga
 grep -E 'device->device|WRONG' "$OUT"/gv.txt
 export LD_LIBRARY_PATH=$PWD/.gpu/lib GPU_IPC_CLIENT=$PWD/.gpu/bin/gpu_ipc_client GPUMOVED=$PWD/.gpu/bin/gpumoved
 timeout 100 .gpu/bin/gpu_local_test --gtest_filter='*ector*:*repared*:*ancel*:*hecksum*' > "$OUT"/gpu_local_test.log 2>&1; echo "gpu_local_test rc=$?"; grep -E '^\[  (PASSED|FAILED)|FAILED  \]' "$OUT"/gpu_local_test.log
-PARTS=vecdev VEC_ARGS="--trace --rank_flags=--v=2" timeout 150 bash deploy/gpu/run.sh > "$OUT"/vecdev.txt 2>&1
+PARTS=vecdev VEC_ARGS="--trace --daemon_flags=--v=2" timeout 150 bash deploy/gpu/run.sh > "$OUT"/vecdev.txt 2>&1
 grep -vE '^(GPU gather|  |\[)' "$OUT"/vecdev.txt | grep -v 'job log' | tail -22
 timeout 60 .gpu/bin/gpu_ipc_test --gtest_filter="*ector*:*repared*:*ancel*" > "$OUT"/gpu_ipc_test.log 2>&1; echo "gpu_ipc_test rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]" "$OUT"/gpu_ipc_test.log

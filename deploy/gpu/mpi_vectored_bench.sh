@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Vectored MPI moves of device memory on the GPU machine, one command: two ranks on GPU 0,
 # 65536 x 4 KiB and 8192 x 64 KiB shuffled blocks against the same bytes as one contiguous
-# MPI move (client/bench/vectored_bench --mpi --mpi_device): staged through Debian's Open
+# MPI move (gpumove-bench vectored --vec_case=mpi --mpi_device): staged through Debian's Open
 # MPI, then direct with the CUDA-aware Open MPI + UCX of ../shared/cuda-aware (carried by
 # pack.sh). TRACE=1 adds the ranks' --v=2 lines on where each vectored move's time went
 # (StartMpi, packing, waits, unpacking).
 # STAGED=0 runs the direct part alone, DIRECT=0 the staged part alone. DATATYPES=1 also
 # runs the direct moves with their messages as derived datatypes of device memory
 # (--mpi_datatypes=always) rather than packed by the gather kernel. VEC_ARGS adds
-# vectored_bench flags (e.g. --dst_device=1: the receiving rank's buffers on GPU1, on a
+# gpumove-bench vectored flags (e.g. --dst_device=1: the receiving rank's buffers on GPU1, on a
 # two-GPU machine).
 # Usage (device machine, after pack.sh): bash deploy/gpu/mpi_vectored_bench.sh [ROUNDS=5]
 set -uo pipefail
@@ -19,7 +19,7 @@ ROUNDS=${1:-5}
 export GPUMOVED=$PWD/.gpu/bin/gpumoved LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
 read -r -a flags <<< "${VEC_ARGS:-}"
 if [ "${TRACE:-0}" = 1 ]; then
-  flags+=(--rank_flags=--v=2)
+  flags+=(--daemon_flags=--v=2)
   export GPUMOVE_KEEP_LOGS=1
 fi
 trace() {  # The kept job logs' trace lines (the bench prints where they were kept).
@@ -32,7 +32,7 @@ trace() {  # The kept job logs' trace lines (the bench prints where they were ke
 }
 if [ "${STAGED:-1}" = 1 ]; then
   echo "== vectored MPI, device memory staged (Debian's Open MPI, ob1 + shared memory)"
-  timeout 300 .gpu/bin/vectored_bench --mpi=ob1_shm_staged --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
+  timeout 300 .gpu/bin/gpumove-bench vectored --vec_case=mpi --mpi_launch=ob1_shm_staged --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
     2>&1 | tee "$OUT/mpi_vectored_staged.txt" | grep -v 'MPI job log kept'
   trace "$OUT/mpi_vectored_staged.txt"
 fi
@@ -40,7 +40,7 @@ fi
 ( source deploy/gpu/cuda_aware_env.sh
   [ "$CUDA_AWARE_OK" = 1 ] || { echo "SKIPPED: no .gpu/cuda-aware-*.tar.xz (see pack.sh)"; exit 0; }
   echo "== vectored MPI, device memory direct (CUDA-aware Open MPI + UCX)"
-  timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
+  timeout 300 .gpu/bin/gpumove-bench vectored --vec_case=mpi --mpi_launch=ucx --mpi_device --rounds="$ROUNDS" "${flags[@]}" \
     2>&1 | tee "$OUT/mpi_vectored_direct.txt" | grep -v 'MPI job log kept'
   trace "$OUT/mpi_vectored_direct.txt"
   # DATATYPES=1: the same moves with every message a derived datatype of device memory
@@ -50,8 +50,8 @@ fi
     read -r -a typed <<< "${VEC_ARGS:-}"
     rank=--mpi_datatypes=always
     [ "${TRACE:-0}" = 1 ] && rank="--v=2,$rank"
-    timeout 300 .gpu/bin/vectored_bench --mpi=ucx --mpi_device --rounds="$ROUNDS" "${typed[@]}" \
-      --rank_flags="$rank" 2>&1 | tee "$OUT/mpi_vectored_direct_typed.txt" |
+    timeout 300 .gpu/bin/gpumove-bench vectored --vec_case=mpi --mpi_launch=ucx --mpi_device --rounds="$ROUNDS" "${typed[@]}" \
+      --daemon_flags="$rank" 2>&1 | tee "$OUT/mpi_vectored_direct_typed.txt" |
       grep -v 'MPI job log kept'
     trace "$OUT/mpi_vectored_direct_typed.txt"
   fi

@@ -7,10 +7,10 @@ cd "$(dirname "$0")/../.."
 TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //tests:gpu_staging_test
          //tests:gpu_direct_test
          //tests:gpu_ipc_test //tests:gpu_ipc_client
-         //client/bench:gpu_local_bench //client/bench:local_bench //client/bench:node_bench
-         //client/bench:gpu_staged_bench //client/bench:mpi_bench //client/bench:rpc_probe
-         //client/bench:ipc_probe //client/bench:small_moves_bench //client/bench:tls_bench
-         //client/bench:vectored_bench //client/bench:client_probe //client/bench:mpi_datatype_bench)
+         //client/bench/tool:gpumove-bench
+         //client/bench:gpu_local_bench //client/bench:node_bench //client/bench:mpi_bench
+         //client/bench:tls_bench //client/bench:mpi_datatype_bench
+         //client/bench:small_moves_bench)
 bazel build "${TARGETS[@]}" 2>&1 | tail -1
 BIN=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
@@ -18,15 +18,17 @@ for t in "${TARGETS[@]}"; do
   p=${t#//}; p=${p/://}
   cp "$BIN/$p" .gpu/bin/
 done
+# gpumove-bench finds these beside itself (plot, python).
+cp client/bench/tool/plot.py client/bench/tool/python_driver.py .gpu/bin/
 # A device call carries at most 64 MiB: the benchmarks and probes go without their symbol
 # tables; the daemon and the tests keep theirs for the stack traces of a failure.
 for b in .gpu/bin/*; do
-  case $(basename "$b") in gpumoved|gpu_*_test) ;; *) chmod u+w "$b"; strip --strip-unneeded "$b" ;; esac
+  case $(basename "$b") in gpumoved|gpu_*_test|*.py) ;; *) chmod u+w "$b"; strip --strip-unneeded "$b" ;; esac
 done
 # Everything the binaries link but glibc and the compiler runtime, which the GPU machine
 # has in newer versions, and Open MPI with what it loads (the machine's own Open MPI must
 # be used: it finds its plugins by path).
-ldd .gpu/bin/* | awk '/=> \//{print $3}' | sort -u |
+ldd $(ls .gpu/bin/* | grep -v '\.py$') | awk '/=> \//{print $3}' | sort -u |
   grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
   grep -vE '/(libmpi|libopen-rte|libopen-pal|libpmix|libhwloc|libevent[^/]*|libudev|libnuma)\.so' |
   while read -r lib; do cp -L "$lib" .gpu/lib/; done
@@ -51,12 +53,12 @@ if [ -x .gpu/tools/ucx_perftest ]; then
   # Transport modules are found beside libucs, in ucx/.
   cp -rL "$(dirname "$ucp")/ucx" .gpu/ucx/ && rm -f .gpu/ucx/ucx/*.a
 fi
-# The Python client with its generated stubs, and its GPU check (run.sh PARTS=python).
+# The Python client with its generated stubs, and its GPU check (run.sh PARTS=python;
+# gpumove-bench python --python_path=.gpu/python).
 mkdir -p .gpu/python/tests
 python3 client/python/gen_stubs.py .gpu/python
 cp client/python/gpumove/*.py .gpu/python/gpumove/
 cp client/python/tests/daemons.py client/python/tests/gpu_check.py .gpu/python/tests/
-cp client/python/bench.py .gpu/python/
 mkdir -p .gpu/python/examples && cp examples/python/*.py .gpu/python/examples/
 # The CUDA-aware Open MPI + UCX (issue 27; deploy/gpu/cuda_aware_diag.sh unpacks it there).
 for t in ../shared/cuda-aware/*.tar.xz; do [ -f "$t" ] && cp "$t" .gpu/; done

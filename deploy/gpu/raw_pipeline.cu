@@ -8,7 +8,7 @@
 //   nvcc -O2 -std=c++17 -I. -DGPUMOVE_HAVE_CUDA -o /tmp/rp deploy/gpu/raw_pipeline.cu
 //   /tmp/rp [MiB ...]     (from the repository's root; ROUNDS=9 by default; STREAMING=0
 //                         copies with glibc memcpy; CONFIGS picks the structures, below)
-// deploy/gpu/run.sh builds and runs it after gpu_staged_bench (PARTS=staged).
+// deploy/gpu/run.sh builds and runs it after gpumove-bench staged (PARTS=staged).
 #include <algorithm>
 #include <atomic>
 #include <chrono>

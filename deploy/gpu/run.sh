@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from a carried .gpu/ (see pack.sh): the GPU test suite, then
 # the GPU and host benchmarks; prints a summary. Exit status: the test suite's.
+# gpumove-bench's runs also go to $OUT/*.json: `gpumove-bench plot $OUT/*.json -o DIR`
+# (here, with matplotlib) draws them.
 # The whole run takes about 7.5 minutes (a device call may last 10): PARTS picks sections,
 # e.g. PARTS="tests mpi" (tests gpu mpidev mpi staged host node; default all of them;
 # tcpscale only when named).
@@ -66,7 +68,8 @@ echo "== path MPI benchmark, host memory (two ranks)"
 fi
 if part staged; then
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
-.gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/gpu_staged_bench.txt"
+.gpu/bin/gpumove-bench staged --gpu_min_size=16MiB --rounds=5 --json="$OUT/staged.json" 2>&1 |
+  tee "$OUT/staged.txt"
 # The same pipeline without the daemon (one process, spinning threads, no calls): the
 # ceiling of the staged structure on this host, beside the daemon's figures above.
 if command -v nvcc >/dev/null; then
@@ -77,7 +80,8 @@ fi
 fi
 if part host; then
 echo "== host local benchmark"
-.gpu/bin/local_bench --seconds_per_size=0.3 2>&1 | tee "$OUT/local_bench.txt"
+.gpu/bin/gpumove-bench local --seconds=0.3 --max_size=1GiB --json="$OUT/local.json" 2>&1 |
+  tee "$OUT/local.txt"
 fi
 
 if part node; then
@@ -115,21 +119,23 @@ echo "== the cluster secret alone on against off"
 fi
 
 # Opt-in (PARTS=vectored): vectored moves on the host paths (LOCAL, UCX a -> b) against one
-# contiguous move, a gather memcpy and separate specs; PARTS=vecdev: LOCAL with GPU memory
-# against a same-process gather kernel (deploy/gpu/raw_gather.cu), ratios printed;
-# VEC_ARGS="--trace --rank_flags=--v=2" keeps the daemons' timings of each move in the file.
+# contiguous move, a gather memcpy and separate specs (gpumove-bench vectored); PARTS=vecdev:
+# GPU memory (LOCAL device, pinned <-> device, CUDA_IPC) against the same-process gather
+# kernel (deploy/gpu/raw_gather.cu) as well; VEC_ARGS adds flags (e.g. --dst_device=1).
 if part vectored; then
 echo "== vectored moves, host paths"
-.gpu/bin/vectored_bench --rounds=5 2>&1 | tee "$OUT/vectored_bench.txt"
+for c in local ucx; do
+  .gpu/bin/gpumove-bench vectored --vec_case=$c --rounds=5 --json="$OUT/vectored_$c.json" \
+    "${VEC_EXTRA[@]}" 2>&1 | tee "$OUT/vectored_$c.txt"
+done
 fi
 if part vecdev; then
-echo "== vectored moves, LOCAL with GPU memory"
-nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu &&
-  /tmp/gpumove_raw_gather 2>&1 | tee "$OUT/raw_gather.txt"
-.gpu/bin/vectored_bench --device --rounds=5 "${VEC_EXTRA[@]}" 2>&1 |
-  tee "$OUT/vectored_bench_device.txt" | grep -v '^[ab]| '
-# Ratios: the daemon's vectored move (end to end, and its own time) over the kernel's median.
-python3 deploy/gpu/gather_ratios.py "$OUT/raw_gather.txt" "$OUT/vectored_bench_device.txt"
+echo "== vectored moves with GPU memory against the same-process gather kernel"
+nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu
+for c in device pinned_to_device device_to_pinned ipc; do
+  .gpu/bin/gpumove-bench vectored --vec_case=$c --rounds=5 --raw_gather=/tmp/gpumove_raw_gather \
+    --json="$OUT/vectored_$c.json" "${VEC_EXTRA[@]}" 2>&1 | tee "$OUT/vectored_$c.txt"
+done
 fi
 
 # Opt-in (PARTS=python): the Python client's CUDA calls (register a torch tensor, open a
@@ -139,9 +145,9 @@ echo "== Python client on the GPU"
 GPUMOVE_EXAMPLES="$PWD/.gpu/python/examples" \
   PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/tests/gpu_check.py 2>&1 |
   tee "$OUT/python_gpu.txt"
-echo "== Python client against the C++ client"
-PYTHONPATH="$PWD/.gpu/python:$PWD/.gpu/python/tests" python3 .gpu/python/bench.py \
-  --probe .gpu/bin/client_probe --rounds 3 2>&1 | tee "$OUT/python_bench.txt"
+echo "== Python client against the C++ client, a numpy copy and a grpcio echo"
+.gpu/bin/gpumove-bench python --python_path="$PWD/.gpu/python" --py_max_size=256MiB \
+  --json="$OUT/python.json" 2>&1 | tee "$OUT/python.txt"
 fi
 
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N

@@ -6,13 +6,13 @@
 #             (client/bench/gpu_local_bench);
 #   vectored  65536 x 4 KiB and 8192 x 64 KiB shuffled blocks GPU0 -> GPU1, LOCAL and
 #             CUDA_IPC, vs a same-process gather kernel on GPU1 reading GPU0 over NVLink
-#             (deploy/gpu/raw_gather.cu's device0->device1 rows; ratios printed);
+#             (deploy/gpu/raw_gather.cu's device0->device1 rows; gpumove-bench vectored);
 #   direct    UCX (CUDA-aware, ../shared/cuda-aware) and CUDA_IPC between a daemon per GPU
 #             vs ucx_perftest -m cuda,cuda with its server on GPU1, and path MPI between two
 #             CUDA-aware ranks GPU0 -> GPU1 vs raw MPI_Isend/Irecv of device buffers
 #             (deploy/gpu/direct_bench.sh PEER=1), then vectored MPI GPU0 -> GPU1;
 #   staged    staged UCX (Debian's UCX, not CUDA-aware) and staged MPI GPU0 -> GPU1 vs each
-#             stage alone (gpu_staged_bench, mpi_bench --device), and staged vectored UCX
+#             stage alone (gpumove-bench staged, mpi_bench --device), and staged vectored UCX
 #             GPU0 -> GPU1 vs the same bytes whole;
 #   tests     the GPU suite (deploy/gpu/run.sh PARTS=tests).
 # A device call lasts at most 10 minutes: PARTS picks sections (default all, in the order
@@ -49,13 +49,14 @@ fi
 
 if part vectored; then
   echo "== vectored GPU0 -> GPU1 (LOCAL, CUDA_IPC) vs a gather kernel reading over NVLink"
-  nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu &&
-    /tmp/gpumove_raw_gather 2>&1 | tee "$OUT/raw_gather.txt"
-  timeout 300 .gpu/bin/vectored_bench --device --dst_device=1 --rounds="$ROUNDS" 2>&1 |
-    tee "$OUT/two_gpu_vectored.txt"
-  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  # Ratios: the daemon's move (end to end, and its own time) over the kernel's median.
-  python3 deploy/gpu/gather_ratios.py "$OUT/raw_gather.txt" "$OUT/two_gpu_vectored.txt"
+  nvcc -O3 -std=c++17 -o /tmp/gpumove_raw_gather deploy/gpu/raw_gather.cu || rc=1
+  # Ratios: the daemon's move over the kernel's median (device0->device1 rows).
+  for c in device ipc; do
+    timeout 150 .gpu/bin/gpumove-bench vectored --vec_case=$c --dst_device=1 --rounds="$ROUNDS" \
+      --raw_gather=/tmp/gpumove_raw_gather --json="$OUT/two_gpu_vectored_$c.json" 2>&1 |
+      tee "$OUT/two_gpu_vectored_$c.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  done
 fi
 
 if part direct; then
@@ -67,9 +68,10 @@ fi
 
 if part staged; then
   echo "== staged UCX GPU0 -> GPU1 vs each stage alone"
-  timeout 240 .gpu/bin/gpu_staged_bench 2>&1 | tee "$OUT/two_gpu_staged.txt"
+  timeout 240 .gpu/bin/gpumove-bench staged --dst_device=1 --gpu_min_size=16MiB \
+    --json="$OUT/two_gpu_staged.json" 2>&1 | tee "$OUT/two_gpu_staged.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  # Staged MPI's stages: the pinned copies are gpu_staged_bench's D2H and H2D rows above,
+  # Staged MPI's stages: the pinned copies are gpumove-bench staged's D2H and H2D columns above,
   # the wire is raw MPI between two ranks of host memory (the second table's "raw MPI").
   echo "== staged MPI GPU0 -> GPU1 (Debian's Open MPI)"
   timeout 200 .gpu/bin/mpi_bench --device --seconds_per_size=0.3 --min_size=1MiB \

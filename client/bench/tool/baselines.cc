@@ -26,29 +26,21 @@ std::string Capture(const std::string& cmd) {
   return out;
 }
 
-// ucx_perftest ucp_put_bw between two processes on loopback; GB/s (overall), 0 if it
-// could not run. `pairs` pairs at once on ports port.. (GB/s summed): as many TCP
-// connections and threads as the daemons' UCX lanes.
-// `env`: more VAR=value settings for it.
-double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env,
-                   int pairs) {
-  // 4 GiB a run on shared memory; over TCP 1 GiB, and 256 MiB with UCX's own segment
-  // sizes, where put runs at 0.2 GB/s and less from 4 MiB on.
-  const bool tcp = tls == "tcp";
-  const uint64_t total = !tcp ? (4ull << 30) : more_env.empty() ? (256ull << 20) : (1ull << 30);
-  const uint64_t iters = std::clamp<uint64_t>(total / size, tcp ? 2 : 10, 20000);
-  const std::string env =
-      absl::StrCat(tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " "), more_env, " ");
-  pairs = std::max(pairs, 1);
-  const std::string common = absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters, " -p ");
+namespace {
+
+// `pairs` ucx_perftest server/client pairs at once on ports port..: the servers with
+// `server_env` before the command, the clients with `client_env`, both with `args` (the
+// test, size, iterations); GB/s summed over the pairs' overall figures, 0 unless all ran.
+double PerftestPairs(const std::string& server_env, const std::string& client_env,
+                     const std::string& args, int port, int pairs) {
   // The servers are stopped once the clients are done: one left spinning (its client
   // timed out) would take a CPU from the next measurements.
   std::string servers, clients;
   for (int i = 0; i < pairs; ++i) {
-    absl::StrAppend(&servers, env, "timeout 60 ucx_perftest ", common, port + i,
+    absl::StrAppend(&servers, server_env, " timeout 60 ucx_perftest ", args, " -p ", port + i,
                     " >/dev/null 2>&1 </dev/null & echo $!; ");
-    absl::StrAppend(&clients, env, "timeout 60 ucx_perftest 127.0.0.1 ", common, port + i,
-                    " 2>/dev/null & ");
+    absl::StrAppend(&clients, client_env, " timeout 60 ucx_perftest 127.0.0.1 ", args, " -p ",
+                    port + i, " 2>/dev/null & ");
   }
   std::vector<pid_t> server_pids;
   for (absl::string_view pid : absl::StrSplit(Capture(servers), '\n', absl::SkipWhitespace())) {
@@ -59,7 +51,7 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::s
     for (pid_t p : server_pids) kill(p, SIGTERM);
     return 0;
   }
-  absl::SleepFor(absl::Milliseconds(300));
+  absl::SleepFor(absl::Milliseconds(500));
   const std::string out = Capture(absl::StrCat(clients, "wait"));
   for (pid_t p : server_pids) kill(p, SIGTERM);  // `timeout` passes it on to ucx_perftest.
   for (pid_t p : server_pids) {
@@ -78,6 +70,31 @@ double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::s
     }
   }
   return finished == pairs ? sum : 0;
+}
+
+}  // namespace
+
+double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env,
+                   int pairs) {
+  // 4 GiB a run on shared memory; over TCP 1 GiB, and 256 MiB with UCX's own segment
+  // sizes, where put runs at 0.2 GB/s and less from 4 MiB on.
+  const bool tcp = tls == "tcp";
+  const uint64_t total = !tcp ? (4ull << 30) : more_env.empty() ? (256ull << 20) : (1ull << 30);
+  const uint64_t iters = std::clamp<uint64_t>(total / size, tcp ? 2 : 10, 20000);
+  const std::string env =
+      absl::StrCat(tls == "auto" ? "" : absl::StrCat("UCX_TLS=", tls, " "), more_env);
+  return PerftestPairs(env, env, absl::StrCat("-t ucp_put_bw -s ", size, " -n ", iters), port,
+                       std::max(pairs, 1));
+}
+
+double UcxPerftestCuda(uint64_t size, int port, bool single, int server_device) {
+  const std::string server_env =
+      server_device == 0 ? "" : absl::StrCat("CUDA_VISIBLE_DEVICES=", server_device, ",0");
+  const uint64_t iters = size >= (256ull << 20) ? 40 : 200;
+  return PerftestPairs(server_env, "",
+                       absl::StrCat("-t ucp_put_bw -m cuda,cuda -s ", size,
+                                    single ? " -n 1 -w 3" : absl::StrCat(" -n ", iters)),
+                       port, 1);
 }
 
 // The UCX lanes the daemon says it has ("N lanes over the network"), 1 when none.

@@ -18,6 +18,12 @@ std::string Capture(const std::string& cmd);
 double UcxPerftest(uint64_t size, const std::string& tls, int port, const std::string& more_env,
                    int pairs = 1);
 
+// ucx_perftest ucp_put_bw -m cuda,cuda (GPU memory on both sides, a CUDA-aware UCX) on
+// loopback; GB/s, 0 if it could not run. `single`: one flushed put after three to warm
+// (-n 1 -w 3), a single move's like-for-like figure; else puts in flight. `server_device`:
+// the server's GPU (CUDA_VISIBLE_DEVICES=N,0 for it).
+double UcxPerftestCuda(uint64_t size, int port, bool single, int server_device = 0);
+
 // iperf3 over loopback, one stream, 2 s; GB/s (0 if it could not run).
 double Iperf3(int port);
 

@@ -23,10 +23,19 @@ namespace gpumove::bench {
 class Run {
  public:
   Run(std::string subcommand, std::string title);
+  // A run read back (compare's pooled runs): Finish recomputes its medians.
+  explicit Run(bench_result::BenchRun run);
 
   // A series; the first that is not a baseline is gpumove's, the others' ratio is to it.
   void AddSeries(const std::string& name, bool baseline, const std::string& unit,
                  bool higher_is_better);
+  // A series shown beside the others without a ratio (e.g. one stage of a pipeline).
+  void AddContext(const std::string& name, const std::string& unit, bool higher_is_better);
+  // The subcommand cannot measure here (no GPU, no CUDA-aware UCX, no numpy): why. The
+  // tool prints "SKIPPED: reason", writes the run without points and exits 0.
+  void Skip(const std::string& reason) { run_.set_skipped(reason); }
+  bool skipped() const { return !run_.skipped().empty(); }
+  void SetLabel(const std::string& label) { run_.set_label(label); }
   // One round's sample of `series` at (size, concurrency).
   void Add(const std::string& series, uint64_t size, uint32_t concurrency, double value);
   void SetFlag(const std::string& name, const std::string& value);
@@ -49,6 +58,7 @@ struct Context {
   int rounds = 3;
   double seconds = 0.5;  // Measuring time per point and series, per round.
   std::string addr;      // An existing daemon; empty: the subcommand starts its own.
+  std::vector<std::string> daemon_flags;  // More flags for the daemons started here.
   // Starts a daemon with `flags` (plus the tool's own), unless --addr names one: its
   // address then. `own` keeps a started one alive.
   absl::StatusOr<std::string> Daemon(std::vector<std::string> flags,
@@ -65,10 +75,41 @@ struct Subcommand {
 // Seconds per call of `op`, median over as many calls as fit in `seconds` (at least 3).
 double MedianSeconds(const std::function<void()>& op, double seconds);
 
+struct Timing {
+  double wall = 0, engine = 0;  // Seconds: Submit to answer; the transfer's own start -> end.
+};
+// Medians of moves from `src` to `dst` with `o` for `seconds` (at least 3, after one to
+// warm, at most 1000); an error if one fails.
+absl::StatusOr<Timing> TimeMoves(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
+                                 const MoveOptions& o, double seconds);
+
+// The Python that runs plot.py and the python subcommand: $GPUMOVE_PYTHON, else Debian's
+// /usr/bin/python3 (with Debian's matplotlib, grpcio, numpy), else python3 on PATH.
+std::string PythonInterpreter();
+
+// Waits up to 20 s for the node `c` talks to to see `peers` peers up.
+bool AwaitPeers(Client& c, size_t peers = 1);
+
+// The daemon's UCX path reason ("" when it has no UCX path).
+std::string UcxReason(const v1::NodeInfo& info);
+
+// Why a GPU subcommand cannot run against `info`, or "" when it can: no GPU there.
+std::string NoGpuReason(const v1::NodeInfo& info);
+// Whether a daemon (a small one started and stopped here, or --addr's) has a GPU: "" when
+// it does, else why not (`run` then has the daemon's info).
+absl::StatusOr<std::string> ProbeGpus(const Context& ctx, Run& run);
+
+// `gpumove-bench compare ...` (compare.cc): its arguments after "compare"; exit status.
+int Compare(const std::vector<std::string>& args);
+
 // The subcommands (each in its own file).
 Subcommand LocalSubcommand();
 Subcommand SmallSubcommand();
 Subcommand NodeSubcommand();
+Subcommand VectoredSubcommand();
+Subcommand DirectSubcommand();
+Subcommand StagedSubcommand();
+Subcommand PythonSubcommand();
 
 }  // namespace gpumove::bench
 

@@ -25,17 +25,26 @@ ABSL_FLAG(std::string, addr, "",
           "An existing daemon to measure (host:port or unix:PATH); empty: start one "
           "($GPUMOVED or the gpumoved built beside this tool).");
 
+ABSL_FLAG(std::string, label, "",
+          "A label for the run (compare sets before or after), printed and kept in the JSON.");
+ABSL_FLAG(std::vector<std::string>, daemon_flags, {},
+          "More gpumoved flags for the daemons this tool starts, comma-separated (later "
+          "flags win).");
+
 namespace gpumove::bench {
 namespace {
 
 std::vector<Subcommand> Subcommands() {
-  return {LocalSubcommand(), SmallSubcommand(), NodeSubcommand()};
+  return {LocalSubcommand(),  SmallSubcommand(),  NodeSubcommand(),  VectoredSubcommand(),
+          DirectSubcommand(), StagedSubcommand(), PythonSubcommand()};
 }
 
 std::string Usage() {
   std::string u =
       "usage: gpumove-bench SUBCOMMAND [--rounds=N] [--seconds=S] [--json=FILE] [--addr=A] "
-      "[its flags]\n       gpumove-bench plot FILE.json... -o DIR\n\nsubcommands:\n";
+      "[its flags]\n       gpumove-bench plot FILE.json... -o DIR\n       gpumove-bench compare "
+      "--before=GPUMOVED_OR_DIR --after=GPUMOVED_OR_DIR "
+      "[--compare_rounds=N] [--out=DIR] SUBCOMMAND [its flags]\n\nsubcommands:\n";
   for (const Subcommand& s : Subcommands())
     absl::StrAppend(&u, "  ", s.name, "\t", s.summary, "\n");
   absl::StrAppend(&u,
@@ -49,10 +58,7 @@ std::string Usage() {
 int Plot(const std::vector<std::string>& args) {
   const std::string script = FindBuiltBinary("client/bench/tool/plot.py", "GPUMOVE_BENCH_PLOT");
   // Debian's python3 has Debian's matplotlib; another python3 first on PATH may not.
-  const char* env = std::getenv("GPUMOVE_PYTHON");
-  const std::string python = env != nullptr && *env != '\0'          ? env
-                             : access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
-                                                                     : "python3";
+  const std::string python = PythonInterpreter();
   std::vector<std::string> argv = {python, script};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> raw;
@@ -67,6 +73,9 @@ int Main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "plot") {
     return Plot(std::vector<std::string>(argv + 2, argv + argc));
   }
+  if (argc >= 2 && std::string(argv[1]) == "compare") {
+    return Compare(std::vector<std::string>(argv + 2, argv + argc));
+  }
   absl::SetProgramUsageMessage(Usage());
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() != 2) {
@@ -80,6 +89,7 @@ int Main(int argc, char** argv) {
     ctx.rounds = absl::GetFlag(FLAGS_rounds);
     ctx.seconds = absl::GetFlag(FLAGS_seconds);
     ctx.addr = absl::GetFlag(FLAGS_addr);
+    ctx.daemon_flags = absl::GetFlag(FLAGS_daemon_flags);
     if (ctx.rounds < 1 || ctx.rounds > 1000 || !(ctx.seconds > 0) || ctx.seconds > 600) {
       std::cerr << "--rounds must be 1 to 1000 and --seconds above 0 (at most 600)\n";
       return 2;
@@ -87,6 +97,7 @@ int Main(int argc, char** argv) {
     Run run(s.name, s.summary);
     run.SetFlag("rounds", absl::StrCat(ctx.rounds));
     run.SetFlag("seconds", absl::StrCat(ctx.seconds));
+    run.SetLabel(absl::GetFlag(FLAGS_label));
     if (absl::Status st = s.run(ctx, run); !st.ok()) {
       std::cerr << "gpumove-bench " << s.name << ": " << st << "\n";
       return 1;

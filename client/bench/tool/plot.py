@@ -5,7 +5,7 @@
 
 One figure per subcommand found in the files: the value of each series (bandwidth, rate or
 latency) against size, or against concurrency where a run sweeps clients at one size;
-gpumove solid, baselines dashed, several files overlaid (labelled by file name), medians
+gpumove solid, baselines dashed, context (a stage alone) dotted, several files overlaid (labelled by file name), medians
 with min-max bars."""
 import argparse
 import collections
@@ -36,11 +36,20 @@ def main(argv):
     runs = [(os.path.splitext(os.path.basename(p))[0], load(p)) for p in args.files]
     by_sub = collections.defaultdict(list)
     for label, run in runs:
+        if run.get("skipped"):
+            print(f"{label}: skipped ({run['skipped']}), not drawn")
+            continue
         by_sub[run["subcommand"]].append((label, run))
     os.makedirs(args.out, exist_ok=True)
     for sub, group in sorted(by_sub.items()):
         fig, ax = plt.subplots(figsize=(8, 5))
-        unit = ""
+        # gpumove's unit on the left; another (a latency beside bandwidth) on the right.
+        first = group[0][1]["series"]
+        main = next((x["unit"] for x in first if not x.get("baseline") and not x.get("context")),
+                    first[0]["unit"] if first else "")
+        ax.set_ylabel(main)
+        axes = {main: ax}
+        drawn = 0  # One colour cycle over both axes.
         for label, run in group:
             series = {s["name"]: s for s in run["series"]}
             sizes = {int(p["size"]) for p in run["points"]}
@@ -52,20 +61,28 @@ def main(argv):
             for name, pts in sorted(lines.items()):
                 pts.sort()
                 s = series.get(name, {})
-                if not s.get("baseline") or not unit:
-                    unit = s.get("unit", unit)  # gpumove's unit names the axis.
                 xs = [q[0] for q in pts]
                 ys = [q[1] for q in pts]
                 err = [[q[1] - q[2] for q in pts], [q[3] - q[1] for q in pts]]
-                ax.errorbar(xs, ys, yerr=err, capsize=3,
-                            linestyle="--" if s.get("baseline") else "-", marker="o",
+                su = s.get("unit", main)
+                if su not in axes:
+                    axes[su] = ax.twinx()
+                    axes[su].set_ylabel(su)
+                drawn += 1
+                axes[su].errorbar(xs, ys, yerr=err, capsize=3, color=f"C{(drawn - 1) % 10}",
+                            linestyle="--" if s.get("baseline") else
+                            ":" if s.get("context") else "-", marker="o",
                             label=f"{name} ({label})" if len(group) > 1 else name)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("clients" if by_conc else "bytes per move")
-        ax.set_ylabel(unit)
+        handles, labels = [], []
+        for a in axes.values():
+            h, l = a.get_legend_handles_labels()
+            handles += h
+            labels += l
         ax.set_title(f"gpumove-bench {sub}: {group[0][1].get('title', '')}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(handles, labels, fontsize=8)
         out = os.path.join(args.out, f"{sub}.png")
         fig.tight_layout()
         fig.savefig(out, dpi=110)

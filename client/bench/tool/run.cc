@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/bench/stream.h"
 #include "client/bench/tool/bench.h"
 #include "daemon/common/bytes.h"
 
@@ -55,6 +56,13 @@ Run::Run(std::string subcommand, std::string title) {
   if (uname(&u) == 0) m->set_kernel(absl::StrCat(u.sysname, " ", u.release));
 }
 
+Run::Run(bench_result::BenchRun run) : run_(std::move(run)) {
+  for (int i = 0; i < run_.points_size(); ++i) {
+    const auto& p = run_.points(i);
+    index_[std::make_tuple(p.series(), p.size(), p.concurrency())] = i;
+  }
+}
+
 void Run::AddSeries(const std::string& name, bool baseline, const std::string& unit,
                     bool higher_is_better) {
   auto* s = run_.add_series();
@@ -62,6 +70,11 @@ void Run::AddSeries(const std::string& name, bool baseline, const std::string& u
   s->set_baseline(baseline);
   s->set_unit(unit);
   s->set_higher_is_better(higher_is_better);
+}
+
+void Run::AddContext(const std::string& name, const std::string& unit, bool higher_is_better) {
+  AddSeries(name, false, unit, higher_is_better);
+  run_.mutable_series(run_.series_size() - 1)->set_context(true);
 }
 
 void Run::Add(const std::string& series, uint64_t size, uint32_t concurrency, double value) {
@@ -98,10 +111,17 @@ const bench_result::BenchRun& Run::Finish() {
   }
   // The table: a row per (size, concurrency), a column per series (median [min-max]) and
   // each gpumove series' ratio to each baseline (> 1: gpumove better).
-  std::cout << "\n" << run_.title() << "\n";
+  std::cout << "\n"
+            << run_.title() << (run_.label().empty() ? "" : " [" + run_.label() + "]") << "\n";
+  if (skipped()) {
+    std::cout << "SKIPPED: " << run_.skipped() << "\n";
+    return run_;
+  }
   std::vector<std::pair<const bench_result::Series*, const bench_result::Series*>> ratios;
+  int compared = 0;
   for (const auto& m : run_.series()) {
-    if (m.baseline()) continue;
+    if (m.baseline() || m.context()) continue;
+    ++compared;
     for (const auto& b : run_.series()) {
       if (b.baseline()) ratios.emplace_back(&m, &b);
     }
@@ -111,11 +131,10 @@ const bench_result::BenchRun& Run::Finish() {
     header += absl::StrFormat(" %22s", absl::StrCat(s.name(), " ", s.unit()));
   }
   for (const auto& [m, b] : ratios) {
-    header +=
-        absl::StrFormat(" %14s", ratios.size() == run_.series_size() - 1
-                                     ? "vs " + b->name()
-                                     : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1),
-                                                    " vs ", b->name().substr(0, 8)));
+    header += absl::StrFormat(
+        " %14s", compared == 1 ? "vs " + b->name()
+                               : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1), " vs ",
+                                              b->name().substr(0, 8)));
   }
   std::cout << header << "\n";
   std::set<std::pair<uint64_t, uint32_t>> rows;
@@ -153,6 +172,68 @@ const bench_result::BenchRun& Run::Finish() {
   return run_;
 }
 
+absl::StatusOr<Timing> TimeMoves(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
+                                 const MoveOptions& o, double seconds) {
+  std::vector<double> wall, engine;
+  const absl::Time end = absl::Now() + absl::Seconds(seconds);
+  for (int i = 0; i < 1001 && (wall.size() < 3 || absl::Now() < end); ++i) {
+    const absl::Time t0 = absl::Now();
+    auto t = c.Move(src, dst, o);
+    if (!t.ok()) return t.status();
+    if (t->state() != v1::SUCCEEDED) return absl::InternalError(t->error_message());
+    if (i == 0) continue;  // Warm: rkeys, IPC handles, caches.
+    wall.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    engine.push_back(EngineSeconds(*t));
+  }
+  return Timing{Median(wall), Median(engine)};
+}
+
+std::string PythonInterpreter() {
+  const char* env = std::getenv("GPUMOVE_PYTHON");
+  if (env != nullptr && *env != '\0') return env;
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+bool AwaitPeers(Client& c, size_t peers) {
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);;) {
+    auto list = c.ListPeers();
+    size_t up = 0;
+    if (list.ok()) {
+      for (const auto& p : *list) up += p.up() ? 1 : 0;
+    }
+    if (up >= peers) return true;
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+std::string UcxReason(const v1::NodeInfo& info) {
+  for (const auto& p : info.paths()) {
+    if (p.path() == v1::UCX) return p.reason();
+  }
+  return "";
+}
+
+std::string NoGpuReason(const v1::NodeInfo& info) {
+  if (info.gpus_size() > 0) return "";
+  return absl::StrCat("the daemon has no GPU (",
+                      info.gpu_status().empty() ? "none found" : info.gpu_status(), ")");
+}
+
+absl::StatusOr<std::string> ProbeGpus(const Context& ctx, Run& run) {
+  std::vector<std::unique_ptr<DaemonProcess>> own;
+  auto addr = ctx.Daemon(
+      {"--node=probe", "--host_pool_size=16MiB", "--pinned_pool_size=0", "--device_pool_size=0"},
+      own);
+  if (!addr.ok()) return addr.status();
+  auto c = Client::Connect(*addr);
+  if (!c.ok()) return c.status();
+  auto info = (*c)->GetInfo();
+  if (!info.ok()) return info.status();
+  run.SetDaemon(*info);
+  return NoGpuReason(*info);
+}
+
 absl::Status Run::WriteJson(const std::string& path) const {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
@@ -171,6 +252,7 @@ absl::Status Run::WriteJson(const std::string& path) const {
 absl::StatusOr<std::string> Context::Daemon(
     std::vector<std::string> flags, std::vector<std::unique_ptr<DaemonProcess>>& own) const {
   if (!addr.empty()) return addr;
+  flags.insert(flags.end(), daemon_flags.begin(), daemon_flags.end());
   auto d = DaemonProcess::Start(std::move(flags));
   if (!d.ok()) return d.status();
   own.push_back(*std::move(d));

@@ -9,16 +9,50 @@ export GPUMOVED=${GPUMOVED:-$PWD/daemon/gpumoved}
 out=${TEST_TMPDIR:-$(mktemp -d)}/bench
 mkdir -p "$out/py"
 protoc -Iclient/bench/tool --python_out="$out/py" client/bench/tool/result.proto
+# run NAME SUBCOMMAND FLAGS...: a run that must measure (a ratio printed).
 run() {
-  local sub=$1
-  shift
-  timeout 300 "$BENCH" "$sub" --rounds=2 --seconds=0.1 --json="$out/$sub.json" "$@" \
-    >"$out/$sub.txt" 2>&1 || { cat "$out/$sub.txt"; echo "FAIL: $sub"; exit 1; }
-  grep -q "vs " "$out/$sub.txt" || { cat "$out/$sub.txt"; echo "FAIL: $sub printed no ratio"; exit 1; }
+  local name=$1 sub=$2
+  shift 2
+  timeout 300 "$BENCH" "$sub" --rounds=2 --seconds=0.1 --json="$out/$name.json" "$@" \
+    >"$out/$name.txt" 2>&1 || { cat "$out/$name.txt"; echo "FAIL: $name"; exit 1; }
+  grep -q "vs " "$out/$name.txt" || { cat "$out/$name.txt"; echo "FAIL: $name printed no ratio"; exit 1; }
 }
-run local --min_size=4KiB --max_size=64KiB
-run small --max_clients=2
-run node --node_min_size=64KiB --node_max_size=256KiB
+# may_skip NAME SUBCOMMAND FLAGS...: a run that needs what this machine may lack (a GPU,
+# the CUDA-aware UCX, the Python client's stubs): it measures, or says SKIPPED with a
+# reason and exits 0; where there is no GPU, GPU runs must skip.
+may_skip() {
+  local name=$1 sub=$2 gpu=$3
+  shift 3
+  timeout 300 "$BENCH" "$sub" --rounds=2 --seconds=0.1 --json="$out/$name.json" "$@" \
+    >"$out/$name.txt" 2>&1 || { cat "$out/$name.txt"; echo "FAIL: $name"; exit 1; }
+  if grep -qE "^SKIPPED: .{10,}" "$out/$name.txt"; then
+    echo "$name: $(grep -m1 '^SKIPPED' "$out/$name.txt")"
+  elif [ "$gpu" = gpu ] && ! ls /dev/nvidia0 >/dev/null 2>&1; then
+    cat "$out/$name.txt"; echo "FAIL: $name measured without a GPU, or skipped without a reason"; exit 1
+  else
+    grep -q "vs " "$out/$name.txt" || { cat "$out/$name.txt"; echo "FAIL: $name printed no ratio"; exit 1; }
+  fi
+}
+run local local --min_size=4KiB --max_size=64KiB
+run small small --max_clients=2
+run node node --node_min_size=64KiB --node_max_size=256KiB
+run vectored vectored --vec_case=local --vec_shapes=64x4KiB,16x64KiB --separate_blocks=32
+run vectored_ucx vectored --vec_case=ucx --vec_shapes=64x4KiB --separate_blocks=32
+may_skip python python cpu --py_min_size=4KiB --py_max_size=64KiB
+may_skip vectored_device vectored gpu --vec_case=device --vec_shapes=64x4KiB
+may_skip direct direct gpu --gpu_min_size=64KiB --gpu_max_size=256KiB
+may_skip staged staged gpu --gpu_min_size=64KiB --gpu_max_size=256KiB
+# Before/after: the same gpumoved twice, one round each; both pooled runs and the ratios.
+timeout 300 "$BENCH" compare --before="$GPUMOVED" --after="$(dirname "$GPUMOVED")" \
+  --compare_rounds=1 --out="$out/compare" local --rounds=2 --seconds=0.1 --min_size=4KiB \
+  --max_size=16KiB >"$out/compare.txt" 2>&1 || { cat "$out/compare.txt"; echo "FAIL: compare"; exit 1; }
+grep -q "^after / before" "$out/compare.txt" || { cat "$out/compare.txt"; echo "FAIL: no ratios"; exit 1; }
+cp "$out/compare/before.json" "$out/compare_before.json"
+cp "$out/compare/after.json" "$out/compare_after.json"
+if "$BENCH" compare --before=/nonexistent --after="$GPUMOVED" local >"$out/bad.txt" 2>&1; then
+  echo "FAIL: compare accepted a missing gpumoved"; exit 1
+fi
+grep -q "no /nonexistent" "$out/bad.txt" || { cat "$out/bad.txt"; echo "FAIL: compare's error"; exit 1; }
 PYTHONPATH="$out/py" python3 - "$out"/*.json <<'PY'
 import sys
 from google.protobuf import json_format
@@ -27,6 +61,10 @@ for path in sys.argv[1:]:
     with open(path) as f:
         run = json_format.Parse(f.read(), result_pb2.BenchRun())  # Strict: unknown fields fail.
     assert run.schema == "gpumove-bench/1", path
+    if run.skipped:
+        assert not run.points and len(run.skipped) >= 10, path
+        print(f"{path}: {run.subcommand} skipped: {run.skipped}")
+        continue
     names = {s.name for s in run.series}
     assert any(not s.baseline for s in run.series) and any(s.baseline for s in run.series), path
     assert run.points, path
@@ -37,7 +75,7 @@ for path in sys.argv[1:]:
     print(f"{path}: {run.subcommand}, {len(run.points)} points, schema ok")
 PY
 "$BENCH" plot "$out"/*.json -o "$out/plots"
-for sub in local small node; do
+for sub in local small node vectored; do
   test -s "$out/plots/$sub.png" || { echo "FAIL: no $sub.png"; exit 1; }
 done
-echo "PASS: gpumove-bench local, small, node: JSON valid, plots drawn"
+echo "PASS: gpumove-bench local, small, node, vectored, python, direct, staged, compare: JSON valid, plots drawn"
