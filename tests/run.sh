@@ -109,6 +109,10 @@ if [ "${RDMA:-1}" != 0 ]; then
   # daemons' heartbeats lost for 60 s; docs/operations.md): bazel then reports it FLAKY.
   bazel_stage "RDMA (VMs)" "$@" --flaky_test_attempts=2 --test_tag_filters=rdma \
     //tests/rdma:verbs_three_nodes_test
+  # MVAPICH2's own verbs device (ch3:mrail over rxe0) between two nodes, a plain MPI round
+  # trip and one gpumove MPI-path move (issue 58); the daemon as the MVAPICH2 stage built it.
+  bazel_stage "RDMA MVAPICH2" --config=mvapich2 "$@" --test_tag_filters=rdma \
+    //tests/rdma:mvapich2_verbs_test
 fi
 
 echo
