@@ -1,7 +1,7 @@
 // Peer calls over UCX active messages: the calls the moving side makes to the other node
 // of a move (holds, acknowledgements, staging and MPI steps) carried by the daemon's UCX
 // worker instead of gRPC. On this kind of machine a gRPC round trip made from inside a
-// serving daemon costs 2-3x a bare echo (client/bench/rpc_probe); these calls are on
+// serving daemon costs 2-3x a bare echo (measured by a probe since retired: docs/performance/history.md); these calls are on
 // every remote move's critical path. Same messages, same handlers, same status codes.
 #ifndef GPUMOVE_DAEMON_PATH_UCX_UCX_PEER_CALLS_H_
 #define GPUMOVE_DAEMON_PATH_UCX_UCX_PEER_CALLS_H_
