@@ -410,6 +410,18 @@ TEST_P(DataPlaneTest, PushesPullsAndCancelsVerified) {
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->state(), v1::SUCCEEDED) << again->error_message();
     EXPECT_TRUE(*to.client->Read(Ref(dst->id())) == data);
+    // The transfer says what carried its bytes: a direct copy (where they are on), or
+    // UCX's shared-memory transports (one host, no peer error handling), never TCP here;
+    // its bytes are counted under it.
+    EXPECT_TRUE(again->transport() == "direct copy" ||
+                absl::StrContains(again->transport(), "/memory"))
+        << again->transport();
+    EXPECT_FALSE(absl::StrContains(again->transport(), "tcp")) << again->transport();
+    if (!GetParam().direct) EXPECT_NE(again->transport(), "direct copy");
+    EXPECT_GE(Counter(a, absl::StrCat("transport_bytes_total{path=\"UCX\",transport=\"",
+                                      again->transport(), "\"}")),
+              static_cast<double>(16 << 20))
+        << again->transport();
   }
   // The counter lags by up to a second.
   absl::SleepFor(absl::Milliseconds(1200));

@@ -13,14 +13,14 @@ CTL="$RUNFILES/client/cli/gpumovectl"
 WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")"
 TAG="gm$(( $$ % 100000 ))"
 BR="${TAG}br"
-declare -A IP=([a]=198.18.0.1 [b]=198.18.0.2 [c]=198.18.0.3)
+declare -A IP=([a]=198.18.0.1 [b]=198.18.0.2 [c]=198.18.0.3 [d]=198.18.0.4)
 declare -A PID=()
 
 fail() { echo "FAIL: $*"; for h in a b c; do echo "--- host-$h"; tail -20 "$WORK/$h.log" 2>/dev/null; done; exit 1; }
 cleanup() {
   for h in "${!PID[@]}"; do kill -9 "${PID[$h]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  for ns in "${TAG}a" "${TAG}b" "${TAG}c" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
+  for ns in "${TAG}a" "${TAG}b" "${TAG}c" "${TAG}d" "$BR"; do ip netns del "$ns" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 [ "$(id -u)" = 0 ] || fail "needs root to create network namespaces"
@@ -28,7 +28,7 @@ trap cleanup EXIT
 ip netns add "$BR"
 ip -n "$BR" link add br0 type bridge
 ip -n "$BR" link set br0 up
-for h in a b c; do
+for h in a b c d; do
   ip netns add "$TAG$h"
   ip link add "eth0" netns "$TAG$h" type veth peer name "p$h" netns "$BR"
   ip -n "$BR" link set "p$h" master br0 up
@@ -135,4 +135,27 @@ out=$(ctl b move "host-a/$SRC" "host-c/$DST_C" --length 32MiB --checksum) || fai
 ctl c read "$DST_C" "$WORK/back2"
 cmp -s "$WORK/data" "$WORK/back2" || fail "bytes on the restarted host-c differ"
 echo "ok: restarted host-c rejoined and took a verified move"
+
+# Which transport carried a move (issue 52): host-d is another machine as gpumove sees it
+# (its own hostname, in a UTS namespace), so UCX reaches it with peer error handling and
+# no shared memory: over TCP here. A move host-b runs shows it; host-d requires RDMA
+# (--ucx_require=rdma), so its own moves to the others fail FAILED_PRECONDITION naming
+# what UCX chose instead of running over TCP.
+ip netns exec "${TAG}d" unshare --uts sh -c "hostname host-d-machine && exec env UCX_TLS=tcp \
+  UCX_NET_DEVICES=eth0 $GPUMOVED --node=host-d --listen=${IP[d]}:7470 --peers=${IP[a]}:7470 \
+  --heartbeat=200ms --peer_timeout=2s --auth_tokens=$WORK/tokens \
+  --cluster_secret_file=$WORK/secret --host_pool_size=128MiB --pinned_pool_size=0 \
+  --ucx_require=rdma" 2>>"$WORK/d.log" &
+PID[d]=$!
+await_peers d 3
+D1=$(ctl d alloc 8MiB)
+head -c 8388608 "$WORK/data" >"$WORK/data8"
+ctl d write "$D1" "$WORK/data8" 2>/dev/null
+B3=$(ctl b alloc 8MiB)
+out=$(ctl b move "host-d/$D1" "$B3" --checksum) || fail "pull from host-d: $out"
+[[ "$out" == *SUCCEEDED*"via tcp/eth0"* ]] || fail "a move over TCP does not say so: $out"
+out=$(ctl d move "$D1" "host-b/$B3" 2>&1) && fail "host-d moved without RDMA: $out"
+[[ "$out" == *FAILED_PRECONDITION*"ucx_require"* && "$out" == *"tcp/eth0"* ]] ||
+  fail "the refusal does not say why: $out"
+echo "ok: transfers name their transport (tcp/eth0); --ucx_require=rdma refuses TCP"
 echo PASS

@@ -132,6 +132,9 @@ std::vector<std::string> TransferRow(const v1::Transfer& t) {
   if (path == "PATH_AUTO") path = "AUTO";
   std::string note;
   if (t.pieces() > 0) note = absl::StrCat(t.pieces(), " pieces");
+  if (!t.transport().empty()) {
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "via ", t.transport());
+  }
   if (t.error_code() != 0) {
     const auto code = static_cast<absl::StatusCode>(t.error_code());
     absl::StrAppend(&note, note.empty() ? "" : "; ", absl::StatusCodeToString(code));

@@ -144,6 +144,11 @@ ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_quiet, gpumove::ByteSize{1000ull * 1
           "Bytes per second no CUDA IPC copy into or out of this node's GPUs beats: a fence "
           "of L bytes is not queried before L / this after its acknowledgement came (0: at "
           "once).");
+ABSL_FLAG(std::string, ucx_require, "",
+          "The class of UCX transport moves to peers on other hosts must run over: rdma "
+          "(InfiniBand/RoCE verbs), tcp, or empty for any. A move UCX would carry over "
+          "anything else fails FAILED_PRECONDITION naming what UCX chose, instead of running "
+          "slow (fallbacks are counted in gpumove_ucx_fallback_moves_total either way).");
 ABSL_FLAG(bool, ucx_force_staging, false,
           "Stage every range peers move to or from this node through pinned bounce buffers, "
           "as device memory is without a CUDA-aware UCX (to test that path without a GPU).");
@@ -364,6 +369,7 @@ void UcxFromFlags(DaemonOptions& options) {
   ucx.peer_calls = absl::GetFlag(FLAGS_ucx_peer_calls);
   ucx.peer_call_poll = absl::GetFlag(FLAGS_peer_call_poll);
   ucx.force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
+  ucx.require = absl::GetFlag(FLAGS_ucx_require);
   ucx.lanes = absl::GetFlag(FLAGS_ucx_lanes);
   ucx.lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   ucx.transport.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);

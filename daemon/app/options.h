@@ -106,6 +106,8 @@ struct UcxPathOptions {
   // Stage every range peers move to or from this node, not only device memory (exercises
   // the staging protocol on machines without GPUs).
   bool force_staging = false;
+  // The transport class moves to other hosts must use ("rdma", "tcp"; empty: any).
+  std::string require;
   // Lanes (each its own context, worker, connections and progress thread) that host
   // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
   int lanes = 0;

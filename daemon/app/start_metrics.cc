@@ -44,6 +44,19 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
                        "for the load.",
                        [stage] { return stage != nullptr ? stage->deferred() : 0; });
     if (remote_ranges_ != nullptr) remote_ranges_->set_observer(metrics_.get());
+    if (ucx_engine_ != nullptr) {
+      UcxEngine* ucx = ucx_engine_.get();
+      metrics_->AddTotal("ucx_fallback_moves_total",
+                         "UCX moves to nodes on other hosts that ran without RDMA although "
+                         "this host has RDMA devices (UCX chose TCP or another transport: "
+                         "see each transfer's transport). Anything above zero on an RDMA "
+                         "cluster is a misconfiguration running slow.",
+                         [ucx] { return ucx->fallbacks(); });
+      metrics_->AddTotal("ucx_required_refusals_total",
+                         "UCX moves refused because UCX would not carry them over the "
+                         "transport class --ucx_require names.",
+                         [ucx] { return ucx->refused(); });
+    }
 
     if (peer_calls_ != nullptr) {
       UcxPeerCalls* calls = peer_calls_.get();

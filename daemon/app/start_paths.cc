@@ -7,6 +7,7 @@
 #include "daemon/app/daemon.h"
 #include "daemon/app/start_facts.h"
 #include "daemon/common/log.h"
+#include "daemon/common/quote.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/path/mpi/mpi_calls.h"
 #include "daemon/path/ucx/stage_calls.h"
@@ -127,6 +128,12 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     lanes.min_share = options.ucx.lane_share;
     ucx_engine_ = std::make_unique<UcxEngine>(ucx_.get(), gpu, pinned, remote_ranges_.get(),
                                               options.staging, std::move(lanes));
+    const std::string& require = options.ucx.require;
+    if (!require.empty() && require != "rdma" && require != "tcp") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ucx_require=", Quoted(require), ": rdma, tcp, or empty (any transport)"));
+    }
+    ucx_engine_->set_require(require);
     engines_.push_back(ucx_engine_.get());
     ucx_holder_ = std::make_unique<UcxHolder>(cluster_.get());
     // This node stages its own device ranges for peers when UCX cannot take them (every

@@ -226,6 +226,9 @@ class MoveControl {
   // the tail land.
   virtual bool AcceptsTail() const { return false; }
   virtual void KeepRunning(std::unique_ptr<MoveTail> tail) {}
+  // What carries the move's bytes, as its path names it (UCX: the transports and devices
+  // UCX chose, "rc_verbs/rxe0:1"); shown with the transfer and counted in its metrics.
+  virtual void Carried(std::string what) {}
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
   // would be too coarse to pace takes smaller ones under a cap.
   virtual uint64_t rate_limit() const { return 0; }

@@ -252,6 +252,7 @@ void HoldPlanner::HoldRemote(const std::string& owner, const std::vector<Transfe
     if (added) nodes.push_back(node);
     it->second.push_back(i);
   }
+  if (nodes.empty()) return;  // Every end is local (LOCAL moves): no batch, no pool.
   // Each node's batch writes only its own moves' drafts; by_node is only read meanwhile.
   RunEach(nodes.size(),
           [&](size_t n) { HoldOn(owner, specs, drafts, nodes[n], by_node.at(nodes[n]), write); });

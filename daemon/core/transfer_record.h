@@ -57,6 +57,7 @@ struct TransferRecord {
   uint64_t destination_xxh3 = 0;
   uint64_t version = 0;
   RangeOrder::Id order = 0;  // Its place in the scheduler's order_.
+  std::string carrier;       // MoveControl::Carried.
 
   // Written by the worker without the lock.
   std::atomic<uint64_t> bytes_done{0};

@@ -28,6 +28,10 @@ class TransferScheduler::Control : public MoveControl {
     return t_->remote_hold.has_value() && t_->remote_hold->reads_tails && !s_->MovesWaiting();
   }
   void KeepRunning(std::unique_ptr<MoveTail> tail) override { t_->tail = std::move(tail); }
+  void Carried(std::string what) override {
+    absl::MutexLock lock(&s_->mu_);
+    t_->carrier = std::move(what);
+  }
   uint64_t rate_limit() const override { return rate_limit_; }
 
   void Progress(uint64_t bytes_done) override {
@@ -237,7 +241,8 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   }
   if (options_.on_end) {
     options_.on_end(
-        TransferEnd{t->path, t->state, t->length, t->create_time, t->start_time, t->end_time});
+        TransferEnd{t->path, t->state, t->length, t->create_time, t->start_time, t->end_time,
+                    t->carrier});
   }
   finished_.push_back(t->id);
   while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {

@@ -79,6 +79,7 @@ struct TransferSnapshot {
   uint64_t destination_xxh3 = 0;
   uint64_t version = 0;           // Bumped on every state change.
   bool cancel_requested = false;  // Asked to stop; it stops at its next chunk.
+  std::string carrier;            // What carried its bytes (MoveControl::Carried), if said.
 };
 
 // What the end of a transfer tells the daemon's counters (SchedulerOptions::on_end):
@@ -90,6 +91,7 @@ struct TransferEnd {
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();
   absl::Time end_time = absl::InfinitePast();
+  absl::string_view carrier;  // The record's, valid during on_end.
 };
 
 // xxh3-64 of `length` bytes at an endpoint (device memory included).

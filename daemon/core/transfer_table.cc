@@ -85,6 +85,7 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.destination_xxh3 = t.destination_xxh3;
   s.version = t.version;
   s.cancel_requested = t.cancel_requested.load();
+  s.carrier = t.carrier;
   return s;
 }
 

@@ -112,6 +112,7 @@ void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
   out->set_destination_xxh3(t.destination_xxh3);
   out->set_idempotency_key(t.idempotency_key);
   out->set_cancel_requested(t.cancel_requested && !IsTerminal(t.state));
+  out->set_transport(t.carrier);
 }
 
 }  // namespace gpumove

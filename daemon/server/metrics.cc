@@ -40,6 +40,12 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& given
                    .Name("gpumoved_transfer_bytes_total")
                    .Help("Bytes moved by transfers that succeeded, by path")
                    .Register(*m->registry_);
+  m->carrier_bytes_ = &prometheus::BuildCounter()
+                           .Name("gpumoved_transport_bytes_total")
+                           .Help("Bytes moved by transfers that succeeded, by path and by "
+                                 "the transports that carried them (UCX: the transports "
+                                 "and devices UCX chose, e.g. rc_verbs/rxe0:1)")
+                           .Register(*m->registry_);
   m->seconds_ = &prometheus::BuildHistogram()
                      .Name("gpumoved_transfer_seconds")
                      .Help("Time from start to end of transfers that succeeded, by path")
@@ -121,6 +127,20 @@ void Metrics::OnTransferEnd(const TransferEnd& t) {
   Cached(s.bytes, [&]() -> prometheus::Counter& {
     return bytes_->Add({{"path", path}});
   }).Increment(static_cast<double>(t.length));
+  if (!t.carrier.empty()) {
+    absl::MutexLock lock(&carriers_mu_);
+    const std::string key = absl::StrCat(path, "\n", t.carrier);
+    auto it = carriers_.find(key);
+    if (it == carriers_.end()) {
+      const bool room = carriers_.size() < kMostCarriers;
+      const std::string shown = room ? std::string(t.carrier) : "other";
+      it = carriers_
+               .emplace(room ? key : absl::StrCat(path, "\nother"),
+                        &carrier_bytes_->Add({{"path", path}, {"transport", shown}}))
+               .first;
+    }
+    it->second->Increment(static_cast<double>(t.length));
+  }
   Cached(s.seconds, [&]() -> prometheus::Histogram& {
     return seconds_->Add({{"path", path}}, kBuckets);
   }).Observe(absl::ToDoubleSeconds(t.end_time - t.start_time));

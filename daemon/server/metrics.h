@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/cluster/cluster.h"
@@ -81,6 +82,12 @@ class Metrics : public PeerCallObserver {
   prometheus::Family<prometheus::Counter>* peer_call_failures_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Gauge* peers_up_ = nullptr;
+  // Bytes by what carried them (TransferEnd::carrier), a series per path and carrier,
+  // at most kMostCarriers of them (the rest counted as "other").
+  static constexpr size_t kMostCarriers = 32;
+  prometheus::Family<prometheus::Counter>* carrier_bytes_ = nullptr;
+  absl::Mutex carriers_mu_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> carriers_ ABSL_GUARDED_BY(carriers_mu_);
   struct Total {
     prometheus::Counter* counter;
     std::function<uint64_t()> read;

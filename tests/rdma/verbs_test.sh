@@ -85,6 +85,9 @@ timed_move() {
   t=$(date +%s%N)
   out=$(ctl "$n" move "$@" --checksum) || fail "$what: $out"
   [[ "$out" == *SUCCEEDED* ]] || fail "$what: $out"
+  # The transfer names what carried it: verbs (the daemons also refuse anything else,
+  # --ucx_require=rdma).
+  [[ "$out" == *"via rc_verbs/rxe0:1"* ]] || fail "$what: not said to be over rc_verbs: $out"
   local ms=$((($(date +%s%N) - t) / 1000000))
   echo "ok: $what in $ms ms as the host saw it (the emulator's pace, no speed figure): $out"
 }
@@ -103,6 +106,7 @@ for n in "${names[@]}"; do
     --heartbeat=1s --peer_timeout=60s --forward_timeout=120s --handshake_timeout=60s \
     --auth_tokens=/vmout/tokens --cluster_secret_file=/vmout/secret \
     --ucx_net_devices=rxe0:1,eth0 --ucx_lanes=1 --host_pool_size=128MiB --pinned_pool_size=16MiB \
+    --ucx_require=rdma \
     >/vmout/gpumoved-$n.log 2>&1 & echo \$! >/run/gpumoved.pid" || fail "node-$n: gpumoved did not start"
 done
 for n in "${names[@]}"; do

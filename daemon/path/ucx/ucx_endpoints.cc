@@ -1,6 +1,9 @@
 // Endpoints, one per peer incarnation, with their unpacked remote keys; forgetting a peer.
 #include <ucp/api/ucp.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/path/ucx/ucx_transport_impl.h"
@@ -78,6 +81,36 @@ void UcxTransport::Impl::ClosePeer(Peer* peer, const std::string& why) {
   }
 }
 
+absl::StatusOr<UcxRoute> UcxTransport::Route(const RemoteRange& remote) {
+  {
+    absl::MutexLock lock(&impl_->routes_mu);
+    auto it = impl_->routes.find(remote.peer_key);
+    if (it != impl_->routes.end()) return it->second;
+  }
+  absl::StatusOr<UcxRoute> out = absl::UnavailableError("no endpoint");
+  impl_->Call([&] {
+    Impl::Peer* peer = impl_->GetPeer(remote);
+    if (peer->failed || peer->ep == nullptr) {
+      out = absl::UnavailableError(peer->error);
+      return;
+    }
+    char* text = nullptr;
+    size_t size = 0;
+    FILE* f = open_memstream(&text, &size);
+    if (f == nullptr) {
+      out = absl::InternalError("open_memstream failed");
+      return;
+    }
+    ucp_ep_print_info(peer->ep, f);
+    fclose(f);
+    out = ParseUcxRoute(absl::string_view(text, size));
+    free(text);
+    absl::MutexLock lock(&impl_->routes_mu);
+    impl_->routes[remote.peer_key] = *out;
+  });
+  return out;
+}
+
 void UcxTransport::Forget(const std::string& peer_key) {
   impl_->FailCalls(peer_key, absl::UnavailableError("peer restarted or down"));
   impl_->Call([&] {
@@ -91,6 +124,10 @@ void UcxTransport::Forget(const std::string& peer_key) {
     }
     impl_->ClosePeer(it->second.get(), "peer restarted or down");
     impl_->peers.erase(it);
+    {
+      absl::MutexLock lock(&impl_->routes_mu);
+      impl_->routes.erase(peer_key);
+    }
     impl_->ForgetDirect(peer_key);
     absl::MutexLock lock(&impl_->mu);
     ++impl_->forgotten[peer_key];

@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
+#include "daemon/common/status_macros.h"
 
 namespace gpumove {
 namespace {
@@ -137,6 +138,7 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   remote.device =
       (push ? src : dst).kind == MemoryKind::kDevice || hold.kind == MemoryKind::kDevice;
   if (control.cancelled()) return absl::CancelledError("cancelled");
+  GPUMOVE_RETURN_IF_ERROR(Carry(hold, remote, /*direct=*/false, control));
   VLOG(2) << "UCX move of " << pieces.list.size() << " pieces (" << pieces.total << " bytes) with "
           << hold.node;
   const Endpoint& local = push ? src : dst;
@@ -147,6 +149,28 @@ absl::Status UcxEngine::MovePieces(const Endpoint& src, const Endpoint& dst, con
   }
   return push ? transport_->PutPieces(remote, src.data, pieces, control.Reporter())
               : transport_->GetPieces(remote, dst.data, pieces, control.Reporter());
+}
+
+absl::Status UcxEngine::Carry(const RemoteHold& hold, const RemoteRange& remote, bool direct,
+                              MoveControl& control) {
+  if (direct) {
+    control.Carried("direct copy");  // Mapped memory on this host, no UCX transport.
+    return absl::OkStatus();
+  }
+  auto route = transport_->Route(remote);
+  if (!route.ok()) return absl::OkStatus();  // The move fails on its own, saying why.
+  std::string carriers = route->Summary();
+  if (!hold.same_host) {
+    if (rdma_here_ && !route->Carries("rdma")) fallbacks_.fetch_add(1);
+    if (!require_.empty() && !route->Carries(require_)) {
+      refused_.fetch_add(1);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "UCX reaches node ", hold.node, " over ", carriers.empty() ? "nothing" : carriers,
+          ", not ", require_, " as --ucx_require asks (see UCX_TLS and UCX_NET_DEVICES)"));
+    }
+  }
+  control.Carried(std::move(carriers));
+  return absl::OkStatus();
 }
 
 absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t length,
@@ -171,6 +195,7 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
                            ? std::min(lanes_.lanes.size(), offer->lanes.size())
                            : 0;
   const bool direct = lanes > 0 && transport_->Direct(remote);
+  GPUMOVE_RETURN_IF_ERROR(Carry(hold, remote, direct, control));
   const UcxStrategy strategy = ChooseUcxStrategy(remote_staged, local_staged, lanes, direct);
   VLOG(2) << "UCX move of " << length << " bytes with " << hold.node << ": "
           << UcxStrategyName(strategy);

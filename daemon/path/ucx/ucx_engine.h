@@ -105,6 +105,15 @@ class UcxEngine : public Engine {
   // Bytes that extra lanes carried (shares and whole moves on lanes 1 and up).
   uint64_t lane_bytes() const { return lane_bytes_.load(); }
 
+  // The class of transport (UcxTransportClass: "rdma", "tcp", ...) that moves to peers on
+  // other hosts must run over: a move UCX would carry otherwise fails FAILED_PRECONDITION
+  // naming what UCX chose (--ucx_require). Empty: any. Set before the first move.
+  void set_require(std::string kind) { require_ = std::move(kind); }
+  // Moves to peers on other hosts that ran without RDMA on a host that has RDMA devices
+  // (a silent fallback, e.g. to TCP), and moves refused for --ucx_require.
+  uint64_t fallbacks() const { return fallbacks_.load(); }
+  uint64_t refused() const { return refused_.load(); }
+
  private:
   // A host move over the wire (not direct, not staged), split into one share per lane
   // of `use` (lane 0: the main transport), run at once.
@@ -148,6 +157,10 @@ class UcxEngine : public Engine {
                                 const std::function<bool(uint64_t)>& progress,
                                 const Segments* pieces = nullptr);
   static constexpr size_t kRoundPieces = 16384;
+  // Says what carries a move to `hold`'s node (MoveControl::Carried), counts a fallback,
+  // and refuses the move when it would not run over the required class.
+  absl::Status Carry(const RemoteHold& hold, const RemoteRange& remote, bool direct,
+                     MoveControl& control);
 
   UcxTransport* const transport_;
   GpuRuntime* const gpu_;
@@ -158,6 +171,9 @@ class UcxEngine : public Engine {
   absl::Mutex lane_mu_;
   std::vector<int> lane_busy_ ABSL_GUARDED_BY(lane_mu_);  // Moves on each lane.
   std::atomic<uint64_t> lane_bytes_{0};
+  std::string require_;
+  const bool rdma_here_ = UcxTransport::HasRdmaDevices();
+  std::atomic<uint64_t> fallbacks_{0}, refused_{0};
 };
 
 }  // namespace gpumove

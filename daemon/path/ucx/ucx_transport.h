@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/core/segments.h"
+#include "daemon/path/ucx/ucx_route.h"
 
 namespace gpumove {
 
@@ -186,6 +187,11 @@ class UcxTransport {
   // Whether moves with `remote` are direct copies (see UcxOptions::direct) rather than
   // puts and gets over the wire. Attaches the peer's pool the first time, as a move would.
   bool Direct(const RemoteRange& remote);
+
+  // What UCX chose to reach `remote`'s peer (making its endpoint, as a move would, the
+  // first time; kept until Forget): the lanes' transports and devices. UNAVAILABLE when
+  // the peer cannot be reached.
+  absl::StatusOr<UcxRoute> Route(const RemoteRange& remote);
 
   // Bytes moved by direct copies (see UcxOptions::direct) since start.
   uint64_t direct_bytes() const;

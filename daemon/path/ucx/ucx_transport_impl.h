@@ -161,6 +161,9 @@ struct UcxTransport::Impl {
   // Times each peer key was forgotten: a move that began before a Forget must not carry
   // on over the endpoint made after it.
   absl::flat_hash_map<std::string, uint64_t> forgotten ABSL_GUARDED_BY(mu);
+  // Each peer's route (Route), read by moves without a trip to the progress thread.
+  absl::Mutex routes_mu;
+  absl::flat_hash_map<std::string, UcxRoute> routes ABSL_GUARDED_BY(routes_mu);
 
   uint64_t Generation(const std::string& key);
 
