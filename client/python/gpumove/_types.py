@@ -225,6 +225,9 @@ class Transfer:
     source_xxh3: int = 0
     destination_xxh3: int = 0
     label: str = ""
+    # What carried the bytes once the move ran (UCX: "rc_verbs/rxe0:1", "tcp/eth0", ...;
+    # "direct copy"; "" when the path names none).
+    transport: str = ""
     # The daemon's message, for the times (converted when asked: it keeps a small move's
     # reply cheap) and any field not copied above.
     raw: Optional[pb.Transfer] = dataclasses.field(default=None, repr=False, compare=False)
@@ -253,7 +256,8 @@ class Transfer:
                    length=t.length, bytes_done=t.bytes_done,
                    path=PATH_NAMES.get(t.path, "auto"), pieces=t.pieces, error_code=code,
                    error_message=t.error_message, source_xxh3=t.source_xxh3,
-                   destination_xxh3=t.destination_xxh3, label=t.label, raw=t)
+                   destination_xxh3=t.destination_xxh3, label=t.label,
+                   transport=t.transport, raw=t)
 
     def __repr__(self) -> str:
         # bytes_done only while it differs from length, path once chosen, the error's code
@@ -264,6 +268,8 @@ class Transfer:
             text += f", bytes_done={self.bytes_done}"
         if self.path != "auto":
             text += f", path={self.path!r}"
+        if self.transport:
+            text += f", transport={self.transport!r}"
         if self.error_code != grpc.StatusCode.OK:
             text += f", error_code={self.error_code.name}"
         return text + ")"

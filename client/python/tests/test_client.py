@@ -353,6 +353,9 @@ def test_moves_between_nodes_and_notifications(cluster):
         idx = np.arange(64)
         t = b.move(src, dst, blocks=(idx, idx[::-1]), block_size=64 << 10)
         assert t.ok and t.path == "ucx"
+        # What carried it: UCX's shared-memory transports or a direct copy on one host.
+        assert t.transport == "direct copy" or "/memory" in t.transport, t
+        assert "transport=" in repr(t)
         # Resume from the oldest kept: both notifications again, in order.
         with c.notifications(node="b", after=0, timeout=30) as again:
             it = iter(again)
