@@ -652,13 +652,40 @@ TEST_F(MpiFailureTest, KilledRankFailsItsMovesAndTheOthersKeepServing) {
         << end->error_message();
   }
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
-  // rank0 and rank1 still move between themselves over MPI, verified.
+  // rank0 and rank1 still move between themselves over MPI, verified. MPI leaves a
+  // library's state after a rank's death undefined, and Open MPI's ob1 over TCP once (in
+  // about 60 CI runs, a loaded machine) stopped progressing on the rank that had been
+  // sending to the dead one: that move must then fail UNAVAILABLE in bounded time, with
+  // no bytes claimed, and a second MPI move is tried. Either way both daemons keep
+  // serving: a move between them on the path they pick lands verified.
   const std::string data = RandomBytes(5 << 20, 9);
   ASSERT_TRUE(job_->client(1).Write(Ref(a->id()), data).ok());
-  auto moved = job_->client(1).Move(On(1, a->id(), 0, data.size()), On(0, z->id()), ViaMpi());
+  int mpi_failures = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const absl::Time t0 = absl::Now();
+    auto moved = job_->client(1).Move(On(1, a->id(), 0, data.size()), On(0, z->id()), ViaMpi());
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    if (moved->state() == v1::SUCCEEDED) {
+      EXPECT_TRUE(*job_->client(0).Read(Ref(z->id(), 0, data.size())) == data);
+      break;
+    }
+    ++mpi_failures;
+    EXPECT_EQ(moved->state(), v1::FAILED) << moved->error_message();
+    EXPECT_EQ(moved->error_code(), static_cast<int>(StatusCode::kUnavailable))
+        << moved->error_message();
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(60));
+    std::cerr << "MPI move after the rank's death failed (attempt " << attempt + 1
+              << "): " << moved->error_message() << "\n";
+  }
+  EXPECT_LT(mpi_failures, 2) << "Open MPI did not recover for a second move";
+  const std::string more = RandomBytes(3 << 20, 10);
+  ASSERT_TRUE(job_->client(1).Write(Ref(a->id()), more).ok());
+  MoveOptions any;
+  any.checksum = true;
+  auto moved = job_->client(1).Move(On(1, a->id(), 0, more.size()), On(0, z->id()), any);
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_EQ(moved->state(), v1::SUCCEEDED) << moved->error_message();
-  EXPECT_TRUE(*job_->client(0).Read(Ref(z->id(), 0, data.size())) == data);
+  EXPECT_TRUE(*job_->client(0).Read(Ref(z->id(), 0, more.size())) == more);
   EXPECT_EQ(job_->client(1).GetBuffer(a->id())->active_uses(), 0u);
 }
 
