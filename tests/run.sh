@@ -100,7 +100,9 @@ bazel_stage TSan --config=tsan //daemon/... //tests/tsan:all "$@"
 
 # The verbs suite (tests/rdma, docs/operations.md): gpumoved over Soft-RoCE, one emulated
 # QEMU VM per node. Its packages and VM kit first (their cost on their own line), then the
-# three-node test, which makes every check of the two-node one and a third-party move.
+# three-node test, which makes every check of the two-node one and a third-party move, and
+# the rails test (two NICs a node: a move split over both, failover when one goes down
+# mid-move, the rail taken back; about 2 minutes).
 if [ "${RDMA:-1}" != 0 ]; then
   t=$SECONDS
   bash tests/rdma/vm.sh setup && r=ok || r="rdma setup failed"
@@ -108,7 +110,7 @@ if [ "${RDMA:-1}" != 0 ]; then
   # One more attempt where the emulated link stalls (seen once in 15 two-node runs, both
   # daemons' heartbeats lost for 60 s; docs/operations.md): bazel then reports it FLAKY.
   bazel_stage "RDMA (VMs)" "$@" --flaky_test_attempts=2 --test_tag_filters=rdma \
-    //tests/rdma:verbs_three_nodes_test
+    //tests/rdma:verbs_three_nodes_test //tests/rdma:rails_test
   # MVAPICH2's own verbs device (ch3:mrail over rxe0) between two nodes, a plain MPI round
   # trip and one gpumove MPI-path move (issue 58); the daemon as the MVAPICH2 stage built it.
   bazel_stage "RDMA MVAPICH2" --config=mvapich2 "$@" --test_tag_filters=rdma \

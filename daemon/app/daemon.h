@@ -132,6 +132,7 @@ class Daemon {
   std::unique_ptr<PoolSet> pools_;
   // UCX lanes besides ucx_ (lane 1 first); after pools_: they register its memory.
   std::vector<std::unique_ptr<UcxTransport>> ucx_lanes_;
+  std::vector<std::string> ucx_rails_;  // The devices of lanes 1.. (--ucx_rails), or none.
   // Before registry_: imported buffers hold mappings from it.
   std::unique_ptr<IpcTable> ipc_;
   std::unique_ptr<OwnDeviceMemory> own_memory_;  // Exportable buffers'; outlives registry_.

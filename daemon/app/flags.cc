@@ -117,6 +117,13 @@ ABSL_FLAG(int, ucx_lanes, 0,
           "UCX lanes, each with its own context, worker, connections and progress thread: "
           "a host move over the network (not a same-host direct copy) is split over the "
           "lanes both nodes have, smaller ones take turns. 0: one per 8 CPUs, 1 to 4.");
+ABSL_FLAG(std::string, ucx_rails, "",
+          "RDMA devices to bind UCX lanes to, one a lane (\"mlx5_0:1,mlx5_1:1\"; \"auto\": every "
+          "active RDMA port when there are two or more; empty: lanes per --ucx_lanes). A host "
+          "move over the network is split over the rails; a rail that fails under a move has "
+          "its share sent again on the others and is left out of moves to that peer until "
+          "it works again (probed after 1 s, doubling to 60 s). Both nodes should name their "
+          "rails in the same order: lane i pairs with the peer's lane i.");
 ABSL_FLAG(absl::Duration, peer_call_poll, absl::Milliseconds(-1),
           "After serving a peer call, a serving thread polls this long for the next one "
           "before it sleeps. Negative: --ucx_poll with 16 CPUs or more, a fifth of it below.");
@@ -371,6 +378,7 @@ void UcxFromFlags(DaemonOptions& options) {
   ucx.force_staging = absl::GetFlag(FLAGS_ucx_force_staging);
   ucx.require = absl::GetFlag(FLAGS_ucx_require);
   ucx.lanes = absl::GetFlag(FLAGS_ucx_lanes);
+  ucx.rails = absl::GetFlag(FLAGS_ucx_rails);
   ucx.lane_share = absl::GetFlag(FLAGS_ucx_lane_share).bytes;
   ucx.transport.chunk = std::max<uint64_t>(4096, absl::GetFlag(FLAGS_ucx_chunk).bytes);
   ucx.transport.device_chunk =

@@ -112,6 +112,11 @@ struct UcxPathOptions {
   // moves over the wire are split over; 0: one per 8 CPUs, 1 to 4.
   int lanes = 0;
   uint64_t lane_share = 512 << 10;  // Smallest share of a split move.
+  // Rails (--ucx_rails): "" none; "auto" every active RDMA port when there are two or
+  // more; else UCX device names. With rails, lanes 1.. are one a rail (their
+  // UCX_NET_DEVICES that device), a move's shares go over them, and the first transport
+  // is the spare a failed rail's share moves to.
+  std::string rails;
 };
 
 // The CUDA IPC path, both sides.

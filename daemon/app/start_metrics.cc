@@ -22,6 +22,18 @@ absl::Status Daemon::StartMetrics(const DaemonOptions& options) {
       metrics_->AddTotal("ucx_lane_bytes_total",
                          "Bytes of UCX moves carried by lanes besides the first.",
                          [engine] { return engine->lane_bytes(); });
+      metrics_->AddTotal("ucx_lane_failovers_total",
+                         "Lanes that failed under a UCX move's share: the share was sent "
+                         "again on another lane (or the move failed with none left).",
+                         [engine] { return engine->lane_failovers(); });
+      metrics_->AddTotal("ucx_lane_resent_bytes_total",
+                         "Bytes of UCX moves sent again on another lane after theirs failed.",
+                         [engine] { return engine->lane_resent_bytes(); });
+      metrics_->AddGauge("ucx_lanes_down",
+                         "Lanes left out of moves to a peer after failing toward it (each "
+                         "tried again after a backoff of 1 s doubling to 60 s), counted per "
+                         "peer and lane.",
+                         [engine] { return static_cast<double>(engine->lanes_down()); });
     }
     metrics_->AddTotal("host_copy_streamed_bytes_total",
                        "Bytes copied between host buffers with streaming stores (big "

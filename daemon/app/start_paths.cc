@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/app/daemon.h"
 #include "daemon/app/start_facts.h"
@@ -11,6 +12,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/path/mpi/mpi_calls.h"
 #include "daemon/path/ucx/stage_calls.h"
+#include "daemon/path/ucx/ucx_rails.h"
 
 namespace gpumove {
 
@@ -88,10 +90,12 @@ absl::Status Daemon::StartUcx(const DaemonOptions& options) {
   return absl::OkStatus();
 }
 
-// The UCX lanes besides the first transport (lane 1 first), made after the pools.
+// The UCX lanes besides the first transport (lane 1 first), made after the pools: one a
+// rail with --ucx_rails, else --ucx_lanes of them on the first transport's devices.
 absl::Status Daemon::StartUcxLanes(const DaemonOptions& options) {
   if (ucx_ == nullptr) return absl::OkStatus();
-  const int lanes = options.ucx.lanes;
+  auto rails = ParseUcxRails(options.ucx.rails);
+  if (!rails.ok()) return rails.status();
   UcxOptions lane_options;
   lane_options.chunk = options.ucx.transport.chunk;
   lane_options.net_devices = UcxNetDevices(options.ucx.net_devices, options.serve.listen);
@@ -99,13 +103,29 @@ absl::Status Daemon::StartUcxLanes(const DaemonOptions& options) {
   lane_options.direct = false;
   lane_options.poll_window = options.ucx.transport.poll_window;
   lane_options.thread_setup = UcxThreadSetup();
+  const int lanes = rails->empty() ? options.ucx.lanes : static_cast<int>(rails->size()) + 1;
   for (int i = 1; i < lanes; ++i) {
+    if (!rails->empty()) {
+      lane_options.net_devices = RailNetDevices((*rails)[i - 1]);
+      lane_options.net_devices_win = true;
+    }
     auto lane = UcxTransport::Create(lane_options);
     if (!lane.ok()) {
+      if (!rails->empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--ucx_rails: the lane of rail ", (*rails)[i - 1], " did not start: ",
+            lane.status().message()));
+      }
       LOG(WARNING) << "UCX lane " << i << " did not start: " << lane.status();
       break;
     }
     ucx_lanes_.push_back(*std::move(lane));
+  }
+  ucx_rails_ = *std::move(rails);
+  if (!ucx_rails_.empty()) {
+    LOG(INFO) << "UCX rails: " << absl::StrJoin(ucx_rails_, ", ")
+              << " (lanes 1 to " << ucx_rails_.size()
+              << "; the first transport is their spare)";
   }
   return absl::OkStatus();
 }
@@ -126,6 +146,7 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     UcxLaneOptions lanes;
     for (const auto& lane : ucx_lanes_) lanes.lanes.push_back(lane.get());
     lanes.min_share = options.ucx.lane_share;
+    lanes.rails = !ucx_rails_.empty();
     ucx_engine_ = std::make_unique<UcxEngine>(ucx_.get(), gpu, pinned, remote_ranges_.get(),
                                               options.staging, std::move(lanes));
     const std::string& require = options.ucx.require;

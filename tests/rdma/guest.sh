@@ -1,6 +1,6 @@
 #!/bin/sh
 # The agent inside each Soft-RoCE node (tests/rdma/vm.sh): sets the node's address and
-# rxe0, then runs the commands the host leaves in the shared folder (/vmout/NAME.cmd.N,
+# rxe0 (and with ip4b= a second NIC, eth1 with rxe1, on 198.18.0.128/25), then runs the commands the host leaves in the shared folder (/vmout/NAME.cmd.N,
 # answered by NAME.out.N and NAME.rc.N) until /vmout/stop appears; then powers off.
 arg() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" /proc/cmdline; }
 name=$(arg hostname)
@@ -19,6 +19,19 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 cat /sys/class/infiniband/rxe0/ports/1/state
+ip2=$(arg ip4b)
+if [ -n "$ip2" ]; then
+  # The second link's subnet is the upper half of the first's /24: the longer prefix
+  # routes rxe1's RoCE packets (UDP to the peer's eth1 address) out through eth1.
+  ip addr add "$ip2/25" dev eth1
+  ip link set eth1 up
+  rdma link add rxe1 type rxe netdev eth1
+  for _ in $(seq 100); do
+    grep -q ACTIVE /sys/class/infiniband/rxe1/ports/1/state 2>/dev/null && break
+    sleep 0.1
+  done
+  cat /sys/class/infiniband/rxe1/ports/1/state
+fi
 set +x
 touch "/vmout/$name.ready"
 

@@ -120,6 +120,15 @@ rdma_vm_net() {
   for ((i = 0; i < n; i++)); do RDMA_VM_NETDEV+=("socket,id=n0,connect=127.0.0.1:$port"); done
 }
 
+# rdma_vm_net2: a second link between two nodes (their eth1, for a second rail), as
+# rdma_vm_net 2 makes the first. Sets RDMA_VM_NETDEV2[i].
+declare -a RDMA_VM_NETDEV2=()
+rdma_vm_net2() {
+  local port
+  port=$(rdma_free_port)
+  RDMA_VM_NETDEV2=("socket,id=n1,listen=127.0.0.1:$port" "socket,id=n1,connect=127.0.0.1:$port")
+}
+
 # rdma_await_listen PORT: until something listens on the host's TCP PORT (10 s at most).
 rdma_await_listen() {
   local _
@@ -131,10 +140,17 @@ rdma_await_listen() {
   return 1
 }
 
-# vm_start NAME INDEX IP: boots node NAME (its guest agent runs commands vm_exec leaves in
-# the shared folder). INDEX picks its link from rdma_vm_net and its MAC.
+# vm_start NAME INDEX IP [IP2]: boots node NAME (its guest agent runs commands vm_exec
+# leaves in the shared folder). INDEX picks its link from rdma_vm_net and its MAC; with
+# IP2, a second NIC (eth1, rxe1) on its link from rdma_vm_net2.
 vm_start() {
-  local name=$1 index=$2 ip=$3
+  local name=$1 index=$2 ip=$3 ip2=${4:-}
+  local second=()
+  if [ -n "$ip2" ]; then
+    [ -n "${RDMA_VM_NETDEV2[index]:-}" ] || { echo "vm_start: no second link $index (rdma_vm_net2)" >&2; return 1; }
+    second=(-netdev "${RDMA_VM_NETDEV2[index]}"
+      -device "virtio-net-pci,netdev=n1,mac=52:54:00:00:01:0$((index + 1))")
+  fi
   [ -n "$RDMA_VM_DIR" ] || { echo "vm_start: RDMA_VM_DIR is not set" >&2; return 1; }
   cp "$(dirname "${BASH_SOURCE[0]}")/guest.sh" "$RDMA_VM_DIR/guest.sh"
   [ -n "${RDMA_VM_NETDEV[index]:-}" ] || { echo "vm_start: no link $index (rdma_vm_net)" >&2; return 1; }
@@ -143,16 +159,19 @@ vm_start() {
     -m "$RDMA_VM_MEMORY" -smp 1 -display none -monitor none -no-reboot \
     -serial "file:$RDMA_VM_DIR/console-$name.log" \
     -kernel "$RDMA_KIT/vmlinuz" -initrd "$RDMA_KIT/initrd.gz" \
-    -append "console=ttyS0 quiet panic=-1 hostname=$name ip4=$ip" \
+    -append "console=ttyS0 quiet panic=-1 hostname=$name ip4=$ip${ip2:+ ip4b=$ip2}" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$RDMA_VM_DIR,mount_tag=vmout,security_model=none" \
     -netdev "${RDMA_VM_NETDEV[index]}" \
-    -device "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:0$((index + 1))" \
+    -device "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:0$((index + 1))" "${second[@]}" \
     </dev/null >"$RDMA_VM_DIR/qemu-$name.log" 2>&1 &
   RDMA_VM_PID[$name]=$!
   # The next node may connect to this one's port: it must be listening first.
   case "${RDMA_VM_NETDEV[index]}" in
     *listen=*) rdma_await_listen "${RDMA_VM_NETDEV[index]##*:}" ;;
+  esac
+  case "${ip2:+${RDMA_VM_NETDEV2[index]}}" in
+    *listen=*) rdma_await_listen "${RDMA_VM_NETDEV2[index]##*:}" ;;
   esac
 }
 

@@ -1,15 +1,12 @@
 #include "daemon/path/ucx/ucx_engine.h"
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
-#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
 #include "daemon/common/status_macros.h"
@@ -210,9 +207,9 @@ absl::Status UcxEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t 
       // overlap share all lanes evenly); small ones take free lanes only (a split costs
       // a thread per share, which a stream of small moves does not need).
       const bool spread = length / (lanes + 1) >= kSpreadShare;
-      const std::vector<size_t> use = TakeLanes(lanes + 1, most, spread);
+      const ShareLanes use = TakeLanes(remote.peer_key, lanes + 1, most, spread);
       absl::Status st = MoveOverLanes(push, remote, *offer, local.data, length, control, use);
-      GiveBackLanes(use);
+      GiveBackLanes(use.use);
       return st;
     }
     case UcxStrategy::kWhole: {
@@ -324,110 +321,6 @@ absl::StatusOr<UcxEngine::StageSides> UcxEngine::TakeStageSides(const Endpoint& 
     sides.ours.emplace(*std::move(ring));
   }
   return sides;
-}
-
-std::vector<size_t> ChooseLanes(const std::vector<int>& busy, uint64_t most, bool spread) {
-  std::vector<size_t> order(busy.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&busy](size_t a, size_t b) { return busy[a] < busy[b]; });
-  const size_t idle = std::count(busy.begin(), busy.end(), 0);
-  order.resize(std::clamp<uint64_t>(spread ? busy.size() : idle, 1, std::max<uint64_t>(most, 1)));
-  return order;
-}
-
-std::vector<size_t> UcxEngine::TakeLanes(size_t usable, uint64_t most, bool spread) {
-  absl::MutexLock lock(&lane_mu_);
-  if (lane_busy_.size() < usable) lane_busy_.resize(usable, 0);
-  const std::vector<int> busy(lane_busy_.begin(), lane_busy_.begin() + usable);
-  std::vector<size_t> use = ChooseLanes(busy, most, spread);
-  for (size_t l : use) ++lane_busy_[l];
-  return use;
-}
-
-void UcxEngine::GiveBackLanes(const std::vector<size_t>& lanes) {
-  absl::MutexLock lock(&lane_mu_);
-  for (size_t l : lanes) --lane_busy_[l];
-}
-
-absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote, const UcxOffer& offer,
-                                      char* local, uint64_t length, MoveControl& control,
-                                      const std::vector<size_t>& use) {
-  const size_t shares = use.size();
-  auto transport = [this](size_t lane) { return lane == 0 ? transport_ : lanes_.lanes[lane - 1]; };
-  auto range = [&](size_t lane, uint64_t offset) {
-    RemoteRange r = remote;
-    if (lane > 0) {
-      r.worker_address = offer.lanes[lane - 1].worker_address;
-      r.rkey = offer.lanes[lane - 1].rkey;
-    }
-    r.address += offset;
-    return r;
-  };
-  auto rma = [&](size_t lane, uint64_t offset, uint64_t n,
-                 const std::function<bool(uint64_t)>& progress) {
-    UcxTransport* t = transport(lane);
-    return push ? t->Put(range(lane, offset), local + offset, n, progress)
-                : t->Get(range(lane, offset), local + offset, n, progress);
-  };
-  if (shares == 1) {
-    absl::Status st = rma(use[0], 0, length, control.Reporter());
-    if (st.ok() && use[0] > 0) lane_bytes_ += length;
-    return st;
-  }
-  // Contiguous shares of whole pages, each on its lane and a thread of its own; this
-  // thread sums their progress for the scheduler and carries a cancel to them. A share
-  // that fails stops the others.
-  struct Share {
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    std::atomic<uint64_t> done{0};
-    absl::Status status;
-  };
-  std::vector<Share> share(shares);
-  const uint64_t each = (length / shares + 4095) & ~uint64_t{4095};
-  for (size_t i = 0; i < shares; ++i) {
-    share[i].offset = std::min<uint64_t>(i * each, length);
-    share[i].length =
-        i + 1 == shares ? length - share[i].offset : std::min(each, length - share[i].offset);
-  }
-  std::atomic<bool> stop{false};
-  std::atomic<size_t> running{shares};
-  absl::Notification finished;
-  std::vector<std::thread> threads;
-  threads.reserve(shares);
-  for (size_t i = 0; i < shares; ++i) {
-    threads.emplace_back([&, i] {
-      Share& s = share[i];
-      s.status = rma(use[i], s.offset, s.length, [&s, &stop](uint64_t done) {
-        s.done = done;
-        return !stop.load();
-      });
-      if (!s.status.ok()) stop = true;
-      if (running.fetch_sub(1) == 1) finished.Notify();
-    });
-  }
-  auto report = [&] {
-    uint64_t done = 0;
-    for (const Share& s : share) done += s.done.load();
-    control.Progress(done);
-    if (control.cancelled()) stop = true;
-  };
-  while (!finished.WaitForNotificationWithTimeout(absl::Milliseconds(2))) report();
-  for (std::thread& t : threads) t.join();
-  absl::Status cancelled;
-  for (size_t i = 0; i < shares; ++i) {
-    const Share& s = share[i];
-    if (s.status.ok()) {
-      if (use[i] > 0) lane_bytes_ += s.length;
-    } else if (absl::IsCancelled(s.status)) {
-      cancelled = s.status;
-    } else {
-      return s.status;  // The others stopped because of it.
-    }
-  }
-  if (cancelled.ok()) report();
-  return cancelled;
 }
 
 absl::Status UcxEngine::MoveRemoteStaged(const Endpoint& src, const Endpoint& dst,

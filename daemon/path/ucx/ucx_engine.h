@@ -8,15 +8,20 @@
 #define GPUMOVE_DAEMON_PATH_UCX_ENGINE_H_
 
 #include <atomic>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/core/engine.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/memory/pool.h"
 #include "daemon/staging/staging.h"
 #include "daemon/path/ucx/ucx_protocol.h"
+#include "daemon/path/ucx/ucx_shares.h"
 #include "daemon/path/ucx/ucx_transport.h"
 
 namespace gpumove {
@@ -42,6 +47,9 @@ struct UcxLaneOptions {
   // it takes (see UcxEngine::TakeLanes): a lone move uses every lane, many small ones
   // spread over them without splitting, big ones split over all.
   uint64_t min_share = 512 << 10;
+  // The lanes are rails (one RDMA device each, --ucx_rails): a move's shares go over
+  // lanes 1.. only, and lane 0 (the first transport, on every device) is their spare.
+  bool rails = false;
 };
 
 // Which lanes a move takes, given how many moves use each lane now (`busy`, lane 0
@@ -104,6 +112,12 @@ class UcxEngine : public Engine {
 
   // Bytes that extra lanes carried (shares and whole moves on lanes 1 and up).
   uint64_t lane_bytes() const { return lane_bytes_.load(); }
+  // Failover inside moves: lanes that failed under a share (whose share another lane then
+  // carried, or the move failed with none left), bytes sent again, and (peer, lane) pairs
+  // down now.
+  uint64_t lane_failovers() const { return lane_failovers_.load(); }
+  uint64_t lane_resent_bytes() const { return lane_resent_bytes_.load(); }
+  size_t lanes_down();
 
   // The class of transport (UcxTransportClass: "rdma", "tcp", ...) that moves to peers on
   // other hosts must run over: a move UCX would carry otherwise fails FAILED_PRECONDITION
@@ -116,14 +130,25 @@ class UcxEngine : public Engine {
 
  private:
   // A host move over the wire (not direct, not staged), split into one share per lane
-  // of `use` (lane 0: the main transport), run at once.
+  // of `use.use` (lane 0: the main transport), run at once; a share whose lane fails is
+  // sent again on a spare lane or another of `use` (RunShares), and the failed lane is
+  // left out of moves to that peer until a probe is due (LaneFailed).
   absl::Status MoveOverLanes(bool push, const RemoteRange& remote, const UcxOffer& offer,
                              char* local, uint64_t length, MoveControl& control,
-                             const std::vector<size_t>& use);
-  // ChooseLanes among lanes 0 .. usable-1 for this node's moves; the lanes are counted
-  // as in use until GiveBackLanes.
-  std::vector<size_t> TakeLanes(size_t usable, uint64_t most, bool spread);
+                             const ShareLanes& use);
+  // ChooseLanes among lanes 0 .. usable-1 that are up toward `peer_key` (or due for a
+  // probe) for this node's moves; the others up are the spares. The lanes of `use` are
+  // counted as in use until GiveBackLanes.
+  ShareLanes TakeLanes(const std::string& peer_key, size_t usable, uint64_t most, bool spread);
   void GiveBackLanes(const std::vector<size_t>& lanes);
+  // What a move's shares did to the lanes' health toward `peer_key`: a failed lane is
+  // left out for a backoff (1 s, doubling to kLaneBackoffMost), after which one move
+  // tries it again (a probe: its share fails over if the lane is still down); a lane
+  // that carried a share is up again.
+  void LaneOutcome(const std::string& peer_key, const SharesOutcome& out);
+  static constexpr absl::Duration kLaneBackoffFirst = absl::Seconds(1);
+  static constexpr absl::Duration kLaneBackoffMost = absl::Seconds(60);
+  static constexpr size_t kMaxDownPeers = 1024;
   // Moves with at least this much per lane are spread over all lanes (only free lanes
   // piled big moves up on some lanes while others idled; docs/performance/tuning.md).
   static constexpr uint64_t kSpreadShare = 8 << 20;
@@ -171,6 +196,15 @@ class UcxEngine : public Engine {
   absl::Mutex lane_mu_;
   std::vector<int> lane_busy_ ABSL_GUARDED_BY(lane_mu_);  // Moves on each lane.
   std::atomic<uint64_t> lane_bytes_{0};
+  // Lanes that failed toward a peer (by peer key): when a move may try them again.
+  struct LaneDown {
+    absl::Time retry_at;
+    absl::Duration backoff;
+  };
+  absl::flat_hash_map<std::string, std::map<size_t, LaneDown>> lanes_down_
+      ABSL_GUARDED_BY(lane_mu_);
+  std::atomic<uint64_t> lane_failovers_{0};
+  std::atomic<uint64_t> lane_resent_bytes_{0};
   std::string require_;
   const bool rdma_here_ = UcxTransport::HasRdmaDevices();
   std::atomic<uint64_t> fallbacks_{0}, refused_{0};

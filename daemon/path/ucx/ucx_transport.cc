@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxOptions op
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcxError(st, "ucp_config_read");
-  if (!options.net_devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+  if (!options.net_devices.empty() &&
+      (options.net_devices_win || std::getenv("UCX_NET_DEVICES") == nullptr)) {
     st = ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);

@@ -112,6 +112,9 @@ struct UcxOptions {
   // UCX_NET_DEVICES for this context (which network devices its transports listen and
   // connect on, e.g. "lo"); empty: UCX's own (every device), or the environment's.
   std::string net_devices;
+  // net_devices wins over the environment's UCX_NET_DEVICES (a rail's lane: its one
+  // device, whatever the process's UCX settings).
+  bool net_devices_win = false;
   // Run first on the progress thread, where UCX registers, packs and maps memory: the
   // daemon makes its GPU's CUDA context current there (UCX's cuda_ipc transport finds no
   // device without one, and device memory then goes by its software emulation).
