@@ -2,7 +2,9 @@
 # The figures of docs/benchmarks.md, one command on the GPU machine (after pack.sh, carry
 # .gpu): every gpumove-bench subcommand with its baselines, rounds in turns, each run's
 # JSON into $OUT (default /tmp/gpumove-gpu/bench), and the plots drawn into $OUT/plots
-# where matplotlib is there. ~7 minutes on the H200 (a device call may last 10).
+# where matplotlib is there. ~7 minutes on the H200 for the first eight subcommands below;
+# gpu_local, mpi, mpi_datatype and tls (added since) are estimated at 3-4 more, not yet
+# timed there: a device call may last 10, so split SUBS over two calls.
 # The JSON files come back with $OUT; draw (or redraw) them here into the docs with
 #   bazel run //client/bench/tool:gpumove-bench -- plot $PWD/OUT/*.json -o $PWD/docs/benchmarks
 # SUBS picks subcommands (default: local small node vectored vecdev staged direct gpu_local

@@ -41,10 +41,9 @@ absl::Status Cuda(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
-#define RETURN_IF_CUDA(x)                                            \
-  do {                                                               \
-    if (absl::Status cuda_status = Cuda((x), #x); !cuda_status.ok()) \
-      return cuda_status;                                            \
+#define RETURN_IF_CUDA(x)                                                                \
+  do {                                                                                   \
+    if (absl::Status cuda_status = Cuda((x), #x); !cuda_status.ok()) return cuda_status; \
   } while (0)
 
 // The case's buffers: where each end lives, on the daemon's side and in this process.
@@ -157,8 +156,13 @@ absl::Status StartDaemons(const Context& ctx, Run& run, const GlCase& k, uint64_
   }
   std::vector<std::string> flags = {
       absl::StrCat("--device_pool_size=", 2 * capacity + (256 << 20)),
-      absl::StrCat("--pinned_pool_size=", capacity + (64 << 20)), "--host_pool_size=64MiB",
-      "--copy_threads=4", "--heartbeat=200ms", "--node=a"};
+      absl::StrCat(
+          "--pinned_pool_size=",
+          (k.from == v1::PINNED_HOST || k.to == v1::PINNED_HOST ? capacity : 0) + (64 << 20)),
+      "--host_pool_size=64MiB",
+      "--copy_threads=4",
+      "--heartbeat=200ms",
+      "--node=a"};
   if (ipc) flags.push_back("--gpus=0");
   auto a = ctx.Connect(flags, d.own, run);
   if (!a.ok()) return a.status();
@@ -176,8 +180,7 @@ absl::Status StartDaemons(const Context& ctx, Run& run, const GlCase& k, uint64_
   }
   auto src = d.a->Allocate(capacity, k.from, std::max(0, k.src_dev));
   if (!src.ok()) return src.status();
-  auto dst =
-      d.a->Allocate(capacity, k.to, std::max(0, k.dst_dev), absl::ZeroDuration(), "", node);
+  auto dst = d.a->Allocate(capacity, k.to, std::max(0, k.dst_dev), absl::ZeroDuration(), "", node);
   if (!dst.ok()) return dst.status();
   d.src = Ref(src->id());
   d.dst = On(node, dst->id());
@@ -355,8 +358,7 @@ absl::Status RunGpuLocal(const Context&, Run& run) {
 }  // namespace
 
 Subcommand GpuLocalSubcommand() {
-  return {"gpu_local",
-          "LOCAL and CUDA_IPC moves of GPU memory on one host against cudaMemcpyAsync",
+  return {"gpu_local", "LOCAL and CUDA_IPC moves of GPU memory on one host against cudaMemcpyAsync",
           RunGpuLocal};
 }
 

@@ -35,8 +35,8 @@ namespace gpumove::bench {
 namespace {
 
 std::vector<Subcommand> Subcommands() {
-  return {LocalSubcommand(),  SmallSubcommand(),  NodeSubcommand(),  VectoredSubcommand(),
-          DirectSubcommand(), StagedSubcommand(), GpuLocalSubcommand(), PythonSubcommand(),
+  return {LocalSubcommand(),  SmallSubcommand(),       NodeSubcommand(),     VectoredSubcommand(),
+          DirectSubcommand(), StagedSubcommand(),      GpuLocalSubcommand(), PythonSubcommand(),
           MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand()};
 }
 

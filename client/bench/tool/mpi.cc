@@ -161,11 +161,12 @@ int RawRank() {
 
 // The flags a rank of this tool gets for the sizes (its own are global, not inherited).
 std::vector<std::string> RankFlags(const MpiSizes& s) {
-  std::vector<std::string> f = {
-      absl::StrCat("--mpi_min_size=", s.min), absl::StrCat("--mpi_max_size=", s.max),
-      absl::StrCat("--mpi_chunk=", s.chunk), absl::StrCat("--mpi_device_chunk=", s.device_chunk),
-      absl::StrCat("--mpi_per_submit=", s.stream.per_submit),
-      absl::StrCat("--mpi_in_flight=", s.stream.in_flight)};
+  std::vector<std::string> f = {absl::StrCat("--mpi_min_size=", s.min),
+                                absl::StrCat("--mpi_max_size=", s.max),
+                                absl::StrCat("--mpi_chunk=", s.chunk),
+                                absl::StrCat("--mpi_device_chunk=", s.device_chunk),
+                                absl::StrCat("--mpi_per_submit=", s.stream.per_submit),
+                                absl::StrCat("--mpi_in_flight=", s.stream.in_flight)};
   if (s.device) f.push_back("--mpi_device");
   return f;
 }
@@ -204,7 +205,8 @@ std::map<uint64_t, double> NetPipe(const MpiLaunch& launch, const MpiSizes& s) {
                         absl::StrCat("-u ", s.max), absl::StrCat("-o ", out)}) {
     cmd.push_back(a);
   }
-  const std::string line = absl::StrCat("timeout 600 ", absl::StrJoin(cmd, " "), " >/dev/null 2>&1");
+  const std::string line =
+      absl::StrCat("timeout 600 ", absl::StrJoin(cmd, " "), " >/dev/null 2>&1");
   if (std::system(line.c_str()) == 0) {
     std::ifstream in(out);
     double bytes = 0, mbps = 0, seconds = 0;
@@ -242,7 +244,8 @@ absl::Status GpumoveRound(const Context& ctx, Run& run, const MpiLaunch& launch,
   if (!info.ok()) return info.status();
   run.SetDaemon(*info);
   const int gpus = info->gpus_size();
-  if (s.device && gpus == 0) return run.Skip("--mpi_device: " + NoGpuReason(*info)), absl::OkStatus();
+  if (s.device && gpus == 0)
+    return run.Skip("--mpi_device: " + NoGpuReason(*info)), absl::OkStatus();
   auto src = s.device ? c0.Allocate(s.max, v1::DEVICE, 0) : c0.Allocate(s.max);
   if (!src.ok()) return src.status();
   auto dst = s.device ? c1.Allocate(s.max, v1::DEVICE, gpus - 1) : c1.Allocate(s.max);
@@ -273,8 +276,8 @@ absl::Status RunMpi(const Context& ctx, Run& run) {
   if (!ctx.addr.empty()) return absl::InvalidArgumentError("mpi starts its own MPI jobs");
   auto launch = LaunchNamed(absl::GetFlag(FLAGS_mpi_launch));
   if (!launch.ok()) return launch.status();
-  const bool netpipe = absl::GetFlag(FLAGS_netpipe) && !HydraLauncher() &&
-                       !Capture("command -v NPopenmpi").empty();
+  const bool netpipe =
+      absl::GetFlag(FLAGS_netpipe) && !HydraLauncher() && !Capture("command -v NPopenmpi").empty();
   run.SetFlag("mpi_launch", launch->name);
   run.SetFlag("mpi_flavor", MpiFlavor());
   run.SetFlag("mpi_min_size", FormatBytes(s.min));

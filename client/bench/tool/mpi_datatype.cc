@@ -70,7 +70,8 @@ class Rank {
     if (way == "contiguous") {
       Contiguous(shape.block * shape.count);
     } else if (way == "datatype" || way == "dt/chunk") {
-      Datatype(shape, ids, way == "datatype" ? shape.count : std::max<size_t>(1, chunk_ / shape.block));
+      Datatype(shape, ids,
+               way == "datatype" ? shape.count : std::max<size_t>(1, chunk_ / shape.block));
     } else {
       Packed(shape, ids);
     }
@@ -172,7 +173,8 @@ class Rank {
       list.clear();
       for (size_t i = at; i < end; ++i) {
         const uint64_t here = ids[i] * shape.block, there = (i - at) * shape.block;
-        list.push_back(pack ? Segment{here, there, shape.block} : Segment{there, here, shape.block});
+        list.push_back(pack ? Segment{here, there, shape.block}
+                            : Segment{there, here, shape.block});
       }
       char* slot = slots_.data() + (group % 2) * slot_bytes;
       CopyPieces(pack ? slot : data_, pack ? data_ : slot, list, 0, list.size(),

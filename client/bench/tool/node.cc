@@ -36,8 +36,8 @@ absl::Status RunNode(const Context& ctx, Run& run) {
   std::vector<std::unique_ptr<DaemonProcess>> own;
   auto a = ctx.Connect({"--node=bench-a", pool, "--pinned_pool_size=0"}, own, run);
   if (!a.ok()) return a.status();
-  auto b = ctx.Daemon({"--node=bench-b", pool, "--pinned_pool_size=0", "--peers=" + a->address},
-                      own);
+  auto b =
+      ctx.Daemon({"--node=bench-b", pool, "--pinned_pool_size=0", "--peers=" + a->address}, own);
   if (!b.ok()) return b.status();
   auto cb = Client::Connect(*b);
   if (!cb.ok()) return cb.status();

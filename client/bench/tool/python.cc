@@ -145,8 +145,8 @@ absl::Status RunPython(const Context& ctx, Run& run) {
   for (int r = 0; r < ctx.rounds; ++r) {
     auto cpp = [&]() -> absl::Status {
       for (uint64_t size : sizes) {
-        auto t = TimeMoves(*client, Ref(src->id(), 0, size), Ref(dst->id()), MoveOptions{},
-                           ctx.seconds);
+        auto t =
+            TimeMoves(*client, Ref(src->id(), 0, size), Ref(dst->id()), MoveOptions{}, ctx.seconds);
         if (!t.ok()) return t.status();
         run.Add("gpumove c++", size, 1, size / t->wall / 1e9);
       }

@@ -70,8 +70,8 @@ absl::StatusOr<std::unique_ptr<Client>> StartPair(
                                   absl::StrCat("--host_pool_size=", 2 * big + (64 << 20)),
                                   "--pinned_pool_size=16MiB", "--heartbeat=100ms"};
     if (tls) {
-      for (std::string x : {"--tls_cert=" + c.cert, "--tls_key=" + c.key,
-                            "--tls_client_ca=" + certs.ca.cert}) {
+      for (std::string x :
+           {"--tls_cert=" + c.cert, "--tls_key=" + c.key, "--tls_client_ca=" + certs.ca.cert}) {
         f.push_back(x);
       }
     }
@@ -184,8 +184,8 @@ absl::Status RunTls(const Context& ctx, Run& run) {
   run.SetFlag("tls_big_moves", absl::StrCat(big_moves));
   run.SetFlag("secured", parts);
   if (!HaveOpenssl()) return run.Skip("no openssl command to make certificates"), absl::OkStatus();
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          absl::StrCat("gpumove-bench-tls.", getpid());
+  const std::string dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("gpumove-bench-tls.", getpid());
   struct Remove {
     std::string dir;
     ~Remove() {
@@ -196,9 +196,9 @@ absl::Status RunTls(const Context& ctx, Run& run) {
   auto certs = MakeCerts(dir);
   if (!certs.ok()) return certs.status();
   // Each secured series is compared with its open twin only.
-  const std::pair<const char*, const char*> latencies[] = {
-      {"secured 4K", "open 4K"}, {"secured 4K p99", "open 4K p99"},
-      {"secured a->b 4K", "open a->b 4K"}};
+  const std::pair<const char*, const char*> latencies[] = {{"secured 4K", "open 4K"},
+                                                           {"secured 4K p99", "open 4K p99"},
+                                                           {"secured a->b 4K", "open a->b 4K"}};
   for (const auto& [secured, open] : latencies) run.AddSeries(secured, false, "us", false, open);
   run.AddSeries("secured a->b", false, "GB/s", true, "open a->b");
   for (const auto& [secured, open] : latencies) run.AddSeries(open, true, "us", false);
@@ -207,8 +207,8 @@ absl::Status RunTls(const Context& ctx, Run& run) {
     for (bool secured : {r % 2 == 1, r % 2 == 0}) {
       auto f = Measure(ctx, run, secured, *certs);
       if (!f.ok()) {
-        return absl::Status(f.status().code(), absl::StrCat(secured ? "secured" : "open", ": ",
-                                                            f.status().message()));
+        return absl::Status(f.status().code(),
+                            absl::StrCat(secured ? "secured" : "open", ": ", f.status().message()));
       }
       const std::string w = secured ? "secured" : "open";
       run.Add(w + " 4K", 4096, 1, f->p50_us);

@@ -88,7 +88,6 @@ absl::StatusOr<Case> CaseNamed(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("no --vec_case ", name));
 }
 
-
 // Seconds the first `n` blocks take as separate specs (Submits of up to 1024 that wait).
 absl::StatusOr<double> SeparateSpecs(Client& c, const v1::BufferRef& src, const v1::BufferRef& dst,
                                      const Shape& shape, const std::vector<uint64_t>& si,
