@@ -41,6 +41,8 @@ if [ "$mode" = mpi ]; then
   # without a daemon (the ranks check every way's bytes: a wrong block fails the run).
   run mpi mpi --mpi_min_size=256KiB --mpi_max_size=1MiB
   run mpi_datatype mpi_datatype --vec_shapes=512x4KiB,512x64KiB --mpi_chunk=256KiB
+  may_skip mpi_device mpi gpu --mpi_device --mpi_min_size=256KiB --mpi_max_size=1MiB
+  may_skip mpi_datatype_device mpi_datatype gpu --mpi_device --vec_shapes=512x4KiB --mpi_chunk=256KiB
   plotted="mpi mpi_datatype"
 else
 run local local --min_size=4KiB --max_size=64KiB
