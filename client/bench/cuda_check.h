@@ -1,4 +1,5 @@
-// CHECK_CUDA for the GPU benchmarks: a failed CUDA call ends the benchmark with its text.
+// CHECK_CUDA for the raw CUDA programs of deploy/gpu (built there with nvcc -I.): a failed
+// CUDA call ends the program with its text.
 #ifndef GPUMOVE_CLIENT_BENCH_CUDA_CHECK_H_
 #define GPUMOVE_CLIENT_BENCH_CUDA_CHECK_H_
 

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/common/bytes.h"
@@ -69,21 +67,6 @@ MemcpyFigures MeasureMemcpy(uint64_t size, uint64_t footprint, absl::Duration bu
   f.hot = rate(true);
   f.cold = rate(false);
   return f;
-}
-
-void PrintMemcpyTable(const std::vector<std::pair<uint64_t, double>>& streams,
-                      uint64_t capacity, const StreamOptions& options, absl::Duration budget,
-                      const std::string& hot_senders) {
-  std::cout << "\nmemcpy, one thread of this process: hot = the same buffers every time (as "
-            << hot_senders << "), cold = round the stream's footprint\n";
-  std::cout << absl::StrFormat("%10s %12s %12s %12s %12s\n", "size", "hot GB/s", "cold GB/s",
-                               "footprint", "stream/cold");
-  for (const auto& [size, stream] : streams) {
-    const uint64_t footprint = StreamFootprint(size, capacity, options);
-    const MemcpyFigures m = MeasureMemcpy(size, footprint, budget);
-    std::cout << absl::StrFormat("%10s %12.3f %12.3f %12s %12.3g\n", FormatBytes(size), m.hot,
-                                 m.cold, FormatBytes(footprint), m.cold > 0 ? stream / m.cold : 0);
-  }
 }
 
 absl::StatusOr<double> StreamThroughput(Client& client, const v1::BufferRef& src,

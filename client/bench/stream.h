@@ -47,13 +47,6 @@ struct MemcpyFigures {
 };
 MemcpyFigures MeasureMemcpy(uint64_t size, uint64_t footprint, absl::Duration budget);
 
-// Under a host-memory table: MeasureMemcpy for each (size, stream GB/s) of `streams`,
-// cold round that stream's footprint, and stream/cold. `hot_senders` names the baselines
-// that send the same buffers every time.
-void PrintMemcpyTable(const std::vector<std::pair<uint64_t, double>>& streams,
-                      uint64_t capacity, const StreamOptions& options, absl::Duration budget,
-                      const std::string& hot_senders);
-
 }  // namespace gpumove
 
 #endif  // GPUMOVE_CLIENT_BENCH_STREAM_H_

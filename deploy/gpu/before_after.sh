@@ -3,12 +3,13 @@
 # binaries in turns, for the before/after figures of a change. .gpu/bin/gpumoved is
 # "after"; put the other build's binary at .gpu/bin/gpumoved.before.
 # BENCHES: benchmarks with their flags, separated by ';'. An entry that starts with a
-# gpumove-bench subcommand (local, small, node, vectored, direct, staged, python) runs as
+# gpumove-bench subcommand (local, small, node, vectored, direct, staged, gpu_local, python,
+# mpi, mpi_datatype, tls) runs as
 #   gpumove-bench compare --before=.gpu/bin/gpumoved.before --after=.gpu/bin/gpumoved \
 #     --compare_rounds=$ROUNDS --out=$OUT/<subcommand>.<n> ENTRY
 # (both builds in turns, the order swapped every round; both tables, the pooled runs as
 # before.json / after.json, and after/before per point, in $OUT/<subcommand>.<n>.txt).
-# Another entry names a binary of .gpu/bin (e.g. gpu_local_bench --reps=10, mpi_bench):
+# Another entry names a binary of .gpu/bin (e.g. gpu_local_test):
 # it runs ROUNDS times with each build in turns, outputs in $OUT/<bench>.<label>.<round>.txt
 # (compare the medians over rounds). ROUNDS: rounds (default 2).
 #   BENCHES="local --max_size=1GiB; vectored --vec_case=device" bash deploy/gpu/before_after.sh
@@ -20,8 +21,8 @@ OUT=${OUT:-/tmp/gpumove-ab}
 ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT"
 [ -x .gpu/bin/gpumoved.before ] || { echo "no .gpu/bin/gpumoved.before" >&2; exit 2; }
-SUBCOMMANDS=" local small node vectored direct staged python "
-IFS=';' read -r -a BENCHES <<< "${BENCHES:-gpu_local_bench --reps=10}"
+SUBCOMMANDS=" local small node vectored direct staged gpu_local python mpi mpi_datatype tls "
+IFS=';' read -r -a BENCHES <<< "${BENCHES:-gpu_local --gl_case=pinned_to_device}"
 n=0
 for b in "${BENCHES[@]}"; do
   read -r -a cmd <<< "$b"

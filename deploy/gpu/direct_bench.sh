@@ -26,5 +26,6 @@ GPUMOVED=$PWD/.gpu/bin/gpumoved timeout 500 .gpu/bin/gpumove-bench direct --roun
   tee "$OUT/direct.txt"
 [ "${MPI:-1}" = 1 ] || exit 0
 echo "== path MPI direct (two ranks of the CUDA-aware Open MPI, device buffers) vs raw MPI_Send/Recv of device buffers"
-GPUMOVED=$PWD/.gpu/bin/gpumoved .gpu/bin/mpi_bench --device --baselines=false --min_size=64KiB \
-  --max_size=1GiB --seconds_per_size=0.3 --rounds="${MPI_ROUNDS:-1}" 2>&1 | tee "$OUT/mpi_direct_bench.txt"
+GPUMOVED=$PWD/.gpu/bin/gpumoved .gpu/bin/gpumove-bench mpi --mpi_device --nonetpipe \
+  --mpi_min_size=64KiB --mpi_max_size=1GiB --seconds=0.3 --rounds="${MPI_ROUNDS:-1}" \
+  --json="$OUT/mpi_direct.json" 2>&1 | tee "$OUT/mpi_direct.txt"

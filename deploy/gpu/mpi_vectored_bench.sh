@@ -58,5 +58,5 @@ fi
   # The same blocks between two ranks of that MPI without a daemon: a derived datatype
   # (whole, and in 64 MiB messages) against the contiguous bytes (issue 26's choice).
   echo "== vectored MPI without a daemon, device memory (derived datatypes vs contiguous)"
-  timeout 200 .gpu/bin/mpi_datatype_bench --mpi=ucx --device --chunk=64MiB --rounds=3 2>&1 |
-    tee "$OUT/mpi_datatype_device.txt" )
+  timeout 200 .gpu/bin/gpumove-bench mpi_datatype --mpi_launch=ucx --mpi_device --mpi_chunk=64MiB \
+    --rounds=3 --json="$OUT/mpi_datatype_device.json" 2>&1 | tee "$OUT/mpi_datatype_device.txt" )

@@ -7,10 +7,7 @@ cd "$(dirname "$0")/../.."
 TARGETS=(//daemon:gpumoved //client/cli:gpumovectl //tests:gpu_local_test //tests:gpu_staging_test
          //tests:gpu_direct_test
          //tests:gpu_ipc_test //tests:gpu_ipc_client
-         //client/bench/tool:gpumove-bench
-         //client/bench:gpu_local_bench //client/bench:node_bench //client/bench:mpi_bench
-         //client/bench:tls_bench //client/bench:mpi_datatype_bench
-         //client/bench:small_moves_bench)
+         //client/bench/tool:gpumove-bench)
 bazel build "${TARGETS[@]}" 2>&1 | tail -1
 BIN=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
@@ -36,7 +33,7 @@ ldd $(ls .gpu/bin/* | grep -v '\.py$') | awk '/=> \//{print $3}' | sort -u |
 # has them. The binaries above run on this machine's UCX libraries (copied into .gpu/lib,
 # without UCX's transport modules, so no cma there); ucx_perftest needs the same version
 # (UCT and UCS have no stable ABI between versions) and its modules: .gpu/ucx/ holds the
-# libraries with the modules beside them, and run.sh puts it first on node_bench's library
+# libraries with the modules beside them, and run.sh puts it first on gpumove-bench node's library
 # path, so that its daemons and ucx_perftest run the same UCX with the same transports.
 # NetPIPE uses the machine's Open MPI (same soname).
 mkdir -p .gpu/tools .gpu/ucx

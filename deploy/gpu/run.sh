@@ -8,7 +8,7 @@
 # tcpscale only when named).
 # ROUNDS=N runs the host MPI and node-to-node benchmarks N times per size, gpumove and the
 # baselines taking turns, and prints medians (this machine's speed drifts between runs);
-# MPI_ARGS, NODE_ARGS and VEC_ARGS add flags to them, e.g. NODE_ARGS=--min_size=1MiB.
+# MPI_ARGS, NODE_ARGS and VEC_ARGS add flags to them, e.g. NODE_ARGS=--node_min_size=1MiB.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -54,17 +54,26 @@ summary
 fi
 
 if part gpu; then
-echo "== GPU local benchmark"
-.gpu/bin/gpu_local_bench "${BENCH_ARGS[@]:-}" 2>&1 | tee "$OUT/gpu_local_bench.txt"
+echo "== GPU local benchmark (LOCAL and CUDA_IPC against cudaMemcpyAsync)"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+cases="pinned_to_device device_to_pinned"
+[ "$gpus" -gt 1 ] && cases="device $cases both_ways ipc"
+for c in $cases; do
+  .gpu/bin/gpumove-bench gpu_local --gl_case="$c" --dst_device=$((gpus > 1 ? 1 : 0)) \
+    --gpu_min_size=4KiB --gpu_max_size=1GiB --seconds=0.2 --json="$OUT/gpu_local_$c.json" 2>&1 |
+    tee "$OUT/gpu_local_$c.txt"
+done
 fi
 netpipe=$(command -v NPopenmpi >/dev/null && echo true || echo false)
 if part mpidev; then
 echo "== path MPI benchmark, GPU0 -> GPU1 staged through pinned buffers (two ranks)"
-.gpu/bin/mpi_bench --device --seconds_per_size=0.3 --max_size=1GiB --baselines=$netpipe 2>&1 | tee "$OUT/mpi_bench_device.txt"
+.gpu/bin/gpumove-bench mpi --mpi_device --seconds=0.3 --rounds=1 --mpi_max_size=1GiB --netpipe=$netpipe \
+  --json="$OUT/mpi_device.json" 2>&1 | tee "$OUT/mpi_device.txt"
 fi
 if part mpi; then
 echo "== path MPI benchmark, host memory (two ranks)"
-.gpu/bin/mpi_bench --seconds_per_size=0.3 --baselines=$netpipe --rounds="$ROUNDS" "${MPI_EXTRA[@]}" 2>&1 | tee "$OUT/mpi_bench_host.txt"
+.gpu/bin/gpumove-bench mpi --seconds=0.3 --netpipe=$netpipe --rounds="$ROUNDS" --json="$OUT/mpi.json" \
+  "${MPI_EXTRA[@]}" 2>&1 | tee "$OUT/mpi.txt"
 fi
 if part staged; then
 echo "== staged UCX benchmark (two daemons, each stage alone and the pipeline)"
@@ -88,11 +97,14 @@ if part node; then
 # The daemons and ucx_perftest on the carried UCX (that of the build machine), when there.
 ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"
 [ -e .gpu/ucx/libucp.so.0 ] || ucx_lib=$LD_LIBRARY_PATH
-perftest=$(command -v ucx_perftest >/dev/null && echo true || echo false)
 echo "== node-to-node benchmark (two daemons on this host, UCX shared memory)"
-LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench.txt"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/gpumove-bench node --seconds=0.3 --rounds="$ROUNDS" \
+  --node_min_size=4KiB --node_max_size=256MiB --json="$OUT/node.json" "${NODE_EXTRA[@]}" 2>&1 |
+  tee "$OUT/node.txt"
 echo "== node-to-node benchmark (two daemons on this host, UCX over TCP)"
-LD_LIBRARY_PATH=$ucx_lib .gpu/bin/node_bench --tls=tcp --min_size=1MiB --seconds_per_size=0.3 --baselines=$perftest --rounds="$ROUNDS" "${NODE_EXTRA[@]}" 2>&1 | tee "$OUT/node_bench_tcp.txt"
+LD_LIBRARY_PATH=$ucx_lib .gpu/bin/gpumove-bench node --ucx_tls=tcp --seconds=0.3 --rounds="$ROUNDS" \
+  --node_min_size=1MiB --node_max_size=256MiB --json="$OUT/node_tcp.json" "${NODE_EXTRA[@]}" 2>&1 |
+  tee "$OUT/node_tcp.txt"
 fi
 
 # Opt-in (PARTS=direct): the direct UCX path's GPU tests under the CUDA-aware stack of
@@ -113,9 +125,11 @@ fi
 # Opt-in (PARTS=security): security on against off (mTLS and the cluster secret).
 if part security; then
 echo "== security on against off"
-.gpu/bin/tls_bench --rounds=3 --small_moves=3000 2>&1 | tee "$OUT/tls_bench.txt"
+.gpu/bin/gpumove-bench tls --rounds=3 --tls_small_moves=3000 --json="$OUT/tls.json" 2>&1 |
+  tee "$OUT/tls.txt"
 echo "== the cluster secret alone on against off"
-.gpu/bin/tls_bench --rounds=3 --small_moves=3000 --big_moves=1 --secured=secret 2>&1 | tee "$OUT/secret_bench.txt"
+.gpu/bin/gpumove-bench tls --rounds=3 --tls_small_moves=3000 --tls_big_moves=1 --secured=secret \
+  --json="$OUT/tls_secret.json" 2>&1 | tee "$OUT/tls_secret.txt"
 fi
 
 # Opt-in (PARTS=vectored): vectored moves on the host paths (LOCAL, UCX a -> b) against one
@@ -153,7 +167,7 @@ fi
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
 # ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
 # summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and
-# progress thread each; node_bench also prints L pairs at once for L lanes).
+# progress thread each; gpumove-bench node runs L pairs at once for L lanes over TCP).
 if part tcpscale; then
 echo "== TCP with N connections at once (GB/s, summed)"
 ucx_lib="$PWD/.gpu/ucx:$LD_LIBRARY_PATH"

@@ -3,7 +3,7 @@
 # suite and every GPU0 -> GPU1 figure against its raw baseline of the same run.
 #   local     LOCAL GPU0 -> GPU1 and both directions at once vs cudaMemcpyAsync (one, and
 #             one on each GPU at once), CUDA_IPC between a daemon per GPU vs the same copy
-#             (client/bench/gpu_local_bench);
+#             (gpumove-bench gpu_local --gl_case=device, both_ways, ipc);
 #   vectored  65536 x 4 KiB and 8192 x 64 KiB shuffled blocks GPU0 -> GPU1, LOCAL and
 #             CUDA_IPC, vs a same-process gather kernel on GPU1 reading GPU0 over NVLink
 #             (deploy/gpu/raw_gather.cu's device0->device1 rows; gpumove-bench vectored);
@@ -12,7 +12,7 @@
 #             CUDA-aware ranks GPU0 -> GPU1 vs raw MPI_Isend/Irecv of device buffers
 #             (deploy/gpu/direct_bench.sh PEER=1), then vectored MPI GPU0 -> GPU1;
 #   staged    staged UCX (Debian's UCX, not CUDA-aware) and staged MPI GPU0 -> GPU1 vs each
-#             stage alone (gpumove-bench staged, mpi_bench --device), and staged vectored UCX
+#             stage alone (gpumove-bench staged, gpumove-bench mpi --mpi_device), and staged vectored UCX
 #             GPU0 -> GPU1 vs the same bytes whole;
 #   tests     the GPU suite (deploy/gpu/run.sh PARTS=tests).
 # A device call lasts at most 10 minutes: PARTS picks sections (default all, in the order
@@ -42,9 +42,12 @@ rc=0
 
 if part local; then
   echo "== LOCAL and CUDA_IPC GPU0 -> GPU1, and both directions at once"
-  timeout 400 .gpu/bin/gpu_local_bench --min_size=1MiB --max_size=1GiB --reps=9 2>&1 |
-    tee "$OUT/two_gpu_local.txt"
-  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  for c in device both_ways ipc; do
+    timeout 150 .gpu/bin/gpumove-bench gpu_local --gl_case=$c --dst_device=1 --gpu_min_size=1MiB \
+      --gpu_max_size=1GiB --rounds="$ROUNDS" --seconds=0.2 --json="$OUT/two_gpu_local_$c.json" 2>&1 |
+      tee "$OUT/two_gpu_local_$c.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  done
 fi
 
 if part vectored; then
@@ -74,12 +77,14 @@ if part staged; then
   # Staged MPI's stages: the pinned copies are gpumove-bench staged's D2H and H2D columns above,
   # the wire is raw MPI between two ranks of host memory (the second table's "raw MPI").
   echo "== staged MPI GPU0 -> GPU1 (Debian's Open MPI)"
-  timeout 200 .gpu/bin/mpi_bench --device --seconds_per_size=0.3 --min_size=1MiB \
-    --max_size=1GiB --baselines=false 2>&1 | tee "$OUT/two_gpu_mpi_staged.txt"
+  timeout 200 .gpu/bin/gpumove-bench mpi --mpi_device --seconds=0.3 --rounds=1 --mpi_min_size=1MiB \
+    --mpi_max_size=1GiB --nonetpipe --json="$OUT/two_gpu_mpi_staged.json" 2>&1 |
+    tee "$OUT/two_gpu_mpi_staged.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   echo "== its wire alone: host memory between the same two ranks, raw MPI beside gpumove"
-  timeout 200 .gpu/bin/mpi_bench --seconds_per_size=0.3 --min_size=1MiB --max_size=256MiB \
-    --baselines=false 2>&1 | tee "$OUT/two_gpu_mpi_host.txt"
+  timeout 200 .gpu/bin/gpumove-bench mpi --seconds=0.3 --rounds=1 --mpi_min_size=1MiB \
+    --mpi_max_size=256MiB --nonetpipe --json="$OUT/two_gpu_mpi_host.json" 2>&1 |
+    tee "$OUT/two_gpu_mpi_host.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   echo "== staged vectored UCX GPU0 -> GPU1 vs the same bytes whole"
   PEER=1 ROUNDS="$ROUNDS" timeout 240 bash deploy/gpu/staged_vectored_bench.sh || rc=1

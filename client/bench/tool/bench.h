@@ -4,6 +4,8 @@
 #ifndef GPUMOVE_CLIENT_BENCH_TOOL_BENCH_H_
 #define GPUMOVE_CLIENT_BENCH_TOOL_BENCH_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,9 +16,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/bench/shuffled_blocks.h"
 #include "client/bench/tool/result.pb.h"
 #include "client/gpumove_client.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/mpi_job.h"
 
 namespace gpumove::bench {
 
@@ -27,8 +31,9 @@ class Run {
   explicit Run(bench_result::BenchRun run);
 
   // A series; the first that is not a baseline is gpumove's, the others' ratio is to it.
+  // `compared_to`: the one baseline its ratio is to (empty: each baseline).
   void AddSeries(const std::string& name, bool baseline, const std::string& unit,
-                 bool higher_is_better);
+                 bool higher_is_better, const std::string& compared_to = "");
   // A series shown beside the others without a ratio (e.g. one stage of a pipeline).
   void AddContext(const std::string& name, const std::string& unit, bool higher_is_better);
   // The subcommand cannot measure here (no GPU, no CUDA-aware UCX, no numpy): why. The
@@ -63,6 +68,29 @@ struct Context {
   // address then. `own` keeps a started one alive.
   absl::StatusOr<std::string> Daemon(std::vector<std::string> flags,
                                      std::vector<std::unique_ptr<DaemonProcess>>& own) const;
+  // Daemon(), then a client connected to it and its info, set in `run` (SetDaemon).
+  struct Connected {
+    std::string address;
+    std::unique_ptr<Client> client;
+    v1::NodeInfo info;
+  };
+  absl::StatusOr<Connected> Connect(std::vector<std::string> flags,
+                                    std::vector<std::unique_ptr<DaemonProcess>>& own,
+                                    Run& run) const;
+};
+
+// The gRPC echo server (client/bench/echo_server.h), a child process stopped when this
+// goes. It forks: start it before this process has any gRPC state.
+class EchoChild {
+ public:
+  static absl::StatusOr<std::unique_ptr<EchoChild>> Start(bool callback = false);
+  ~EchoChild();
+  const std::string& address() const { return address_; }
+
+ private:
+  EchoChild(pid_t pid, std::string address) : pid_(pid), address_(std::move(address)) {}
+  pid_t pid_;
+  std::string address_;
 };
 
 struct Subcommand {
@@ -71,6 +99,25 @@ struct Subcommand {
   // Runs the sweep; flags were parsed already.
   std::function<absl::Status(const Context&, Run&)> run;
 };
+
+// A rank of an MPI job that this tool starts of itself (`gpumove-bench NAME FLAGS...` under
+// the MPI launcher): not listed as a subcommand; it prints its figures for the tool that
+// started the job and returns the exit status.
+struct RankChild {
+  const char* name;
+  std::function<int()> run;
+};
+
+// The launch named `name` (tests/util/mpi_job's MpiLaunches, or "default": no launcher
+// options).
+absl::StatusOr<MpiLaunch> LaunchNamed(const std::string& name);
+// The shell command that runs this binary as the rank child `child` in a two-rank job of
+// `launch`, with `flags`.
+absl::StatusOr<std::string> RankJobCommand(const MpiLaunch& launch, const std::string& child,
+                                           const std::vector<std::string>& flags);
+
+// The shapes of --vec_shapes (COUNTxBLOCK each; vectored.cc), or why they are not.
+absl::StatusOr<std::vector<Shape>> VecShapes();
 
 // Seconds per call of `op`, median over as many calls as fit in `seconds` (at least 3).
 double MedianSeconds(const std::function<void()>& op, double seconds);
@@ -110,6 +157,12 @@ Subcommand VectoredSubcommand();
 Subcommand DirectSubcommand();
 Subcommand StagedSubcommand();
 Subcommand PythonSubcommand();
+Subcommand GpuLocalSubcommand();
+Subcommand MpiSubcommand();
+Subcommand MpiDatatypeSubcommand();
+Subcommand TlsSubcommand();
+RankChild MpiRawRank();
+RankChild MpiDatatypeRank();
 
 }  // namespace gpumove::bench
 

@@ -33,18 +33,14 @@ absl::Status RunLocal(const Context& ctx, Run& run) {
   run.SetFlag("min_size", FormatBytes(min_size));
   run.SetFlag("max_size", FormatBytes(max_size));
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto addr = ctx.Daemon({absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20)),
-                          "--pinned_pool_size=0", "--device_pool_size=0", "--node=bench"},
-                         own);
-  if (!addr.ok()) return addr.status();
-  auto client = Client::Connect(*addr);
-  if (!client.ok()) return client.status();
-  auto info = (*client)->GetInfo();
-  if (!info.ok()) return info.status();
-  run.SetDaemon(*info);
-  auto src = (*client)->Allocate(max_size, v1::HOST);
+  auto d = ctx.Connect({absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20)),
+                        "--pinned_pool_size=0", "--device_pool_size=0", "--node=bench"},
+                       own, run);
+  if (!d.ok()) return d.status();
+  Client* client = d->client.get();
+  auto src = client->Allocate(max_size, v1::HOST);
   if (!src.ok()) return src.status();
-  auto dst = (*client)->Allocate(max_size, v1::HOST);
+  auto dst = client->Allocate(max_size, v1::HOST);
   if (!dst.ok()) return dst.status();
   char* raw_src = Mapped(max_size, 1);
   char* raw_dst = Mapped(max_size, 2);
@@ -55,7 +51,7 @@ absl::Status RunLocal(const Context& ctx, Run& run) {
   for (int r = 0; r < ctx.rounds; ++r) {
     for (uint64_t size = min_size; size <= max_size; size *= 4) {
       auto move = [&] {
-        auto t = (*client)->Move(Ref(src->id(), 0, size), Ref(dst->id()));
+        auto t = client->Move(Ref(src->id(), 0, size), Ref(dst->id()));
         if (!t.ok())
           failed = t.status();
         else if (t->state() != v1::SUCCEEDED)

@@ -35,8 +35,9 @@ namespace gpumove::bench {
 namespace {
 
 std::vector<Subcommand> Subcommands() {
-  return {LocalSubcommand(),  SmallSubcommand(),  NodeSubcommand(),  VectoredSubcommand(),
-          DirectSubcommand(), StagedSubcommand(), PythonSubcommand()};
+  return {LocalSubcommand(),  SmallSubcommand(),       NodeSubcommand(),     VectoredSubcommand(),
+          DirectSubcommand(), StagedSubcommand(),      GpuLocalSubcommand(), PythonSubcommand(),
+          MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand()};
 }
 
 std::string Usage() {
@@ -83,6 +84,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string name = positional[1];
+  for (const RankChild& child : {MpiRawRank(), MpiDatatypeRank()}) {
+    if (name == child.name) return child.run();
+  }
   for (const Subcommand& s : Subcommands()) {
     if (name != s.name) continue;
     Context ctx;

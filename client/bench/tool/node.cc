@@ -1,7 +1,8 @@
 // `gpumove-bench node`: host moves between two daemons on this host over UCX (shared
 // memory, or `--ucx_tls=tcp`), one at a time ("gpumove single": Submit with wait) and as a
 // stream (many per Submit, two Submits in flight), against ucx_perftest's puts of the same
-// size on the same transports (and iperf3 over TCP).
+// size on the same transports (and iperf3 over TCP); over shared memory, one thread's
+// memcpy going round the stream's footprint beside them ("memcpy cold", no ratio).
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
@@ -33,26 +34,21 @@ absl::Status RunNode(const Context& ctx, Run& run) {
   if (tls != "auto") setenv("UCX_TLS", tls.c_str(), 1);  // Inherited by both daemons.
   const std::string pool = absl::StrCat("--host_pool_size=", 2 * max_size + (64 << 20));
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto a = ctx.Daemon({"--node=bench-a", pool, "--pinned_pool_size=0"}, own);
+  auto a = ctx.Connect({"--node=bench-a", pool, "--pinned_pool_size=0"}, own, run);
   if (!a.ok()) return a.status();
-  auto b = ctx.Daemon({"--node=bench-b", pool, "--pinned_pool_size=0", "--peers=" + *a}, own);
+  auto b =
+      ctx.Daemon({"--node=bench-b", pool, "--pinned_pool_size=0", "--peers=" + a->address}, own);
   if (!b.ok()) return b.status();
-  auto ca = Client::Connect(*a);
   auto cb = Client::Connect(*b);
-  if (!ca.ok() || !cb.ok()) return ca.ok() ? cb.status() : ca.status();
-  for (int i = 0; i < 200; ++i) {
-    auto peers = (*ca)->ListPeers();
-    if (peers.ok() && !peers->empty() && (*peers)[0].up()) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  auto info = (*ca)->GetInfo();
-  if (!info.ok()) return info.status();
-  run.SetDaemon(*info);
+  if (!cb.ok()) return cb.status();
+  if (!AwaitPeers(*a->client)) return absl::DeadlineExceededError("bench-b did not join bench-a");
+  Client* ca = a->client.get();
+  const v1::NodeInfo* info = &a->info;
   int lanes = 1;
   for (const auto& p : info->paths()) {
     if (p.path() == v1::UCX) lanes = LanesOf(p.reason());
   }
-  auto src = (*ca)->Allocate(max_size);
+  auto src = ca->Allocate(max_size);
   auto dst = (*cb)->Allocate(max_size);
   if (!src.ok() || !dst.ok()) return src.ok() ? dst.status() : src.status();
   v1::BufferRef to = Ref(dst->id());
@@ -62,6 +58,9 @@ absl::Status RunNode(const Context& ctx, Run& run) {
   run.AddSeries("ucx_perftest put", true, "GB/s", true);
   const bool tcp = tls == "tcp";
   if (tcp) run.AddSeries("iperf3", true, "GB/s", true);
+  // Over shared memory: what one thread's memcpy allows going round the stream's
+  // footprint (as its moves do; ucx_perftest puts the same bytes every time).
+  if (!tcp) run.AddContext("memcpy cold", "GB/s", true);
   StreamOptions so;
   so.duration = absl::Seconds(ctx.seconds);
   int port = 20000 + getpid() % 20000;
@@ -71,7 +70,7 @@ absl::Status RunNode(const Context& ctx, Run& run) {
       auto single = [&] {
         const double s = MedianSeconds(
             [&] {
-              auto t = (*ca)->Move(Ref(src->id(), 0, size), to);
+              auto t = ca->Move(Ref(src->id(), 0, size), to);
               if (!t.ok())
                 failed = t.status();
               else if (t->state() != v1::SUCCEEDED)
@@ -79,7 +78,7 @@ absl::Status RunNode(const Context& ctx, Run& run) {
             },
             ctx.seconds);
         run.Add("gpumove single", size, 1, size / s / 1e9);
-        auto stream = StreamThroughput(**ca, Ref(src->id()), to, size, max_size, so);
+        auto stream = StreamThroughput(*ca, Ref(src->id()), to, size, max_size, so);
         if (!stream.ok())
           failed = stream.status();
         else
@@ -96,6 +95,11 @@ absl::Status RunNode(const Context& ctx, Run& run) {
         if (pt > 0) {
           run.Add("ucx_perftest put", size, 1, pt);
           run.Add("ucx_perftest put", size, so.per_submit * so.in_flight, pt);
+        }
+        if (!tcp) {
+          const MemcpyFigures m =
+              MeasureMemcpy(size, StreamFootprint(size, max_size, so), so.duration);
+          run.Add("memcpy cold", size, so.per_submit * so.in_flight, m.cold);
         }
         if (tcp) {
           const double ip = Iperf3(port++);

@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/bench/echo_server.h"
 #include "client/bench/tool/baselines.h"
 #include "client/bench/tool/bench.h"
 #include "daemon/common/bytes.h"
@@ -109,34 +108,24 @@ absl::Status RunPython(const Context& ctx, Run& run) {
   } remove{absl::GetFlag(FLAGS_python_path).empty() ? *path : ""};
   if (!why.empty()) return run.Skip(why), absl::OkStatus();
   run.SetFlag("python", python);
-  // The echo server forks: before this process has any gRPC state.
-  std::string echo_address;
-  const pid_t echo = StartEchoServer("127.0.0.1:0", &echo_address);
-  if (echo < 0) return absl::InternalError("cannot start the echo server");
-  struct Stop {
-    pid_t pid;
-    ~Stop() { StopEchoServer(pid); }
-  } stop_echo{echo};
+  auto echo = EchoChild::Start();  // Before this process has any gRPC state.
+  if (!echo.ok()) return echo.status();
   const uint64_t room = 2 * max_size + (64 << 20);
   std::vector<std::unique_ptr<DaemonProcess>> own;
   std::vector<std::string> flags = {"--node=bench", absl::StrCat("--host_pool_size=", 2 * room)};
   if (kind == "pinned") flags.push_back(absl::StrCat("--pinned_pool_size=", 2 * room));
   if (kind == "device") flags.push_back(absl::StrCat("--device_pool_size=", 2 * room));
-  auto addr = ctx.Daemon(flags, own);
-  if (!addr.ok()) return addr.status();
-  auto client = Client::Connect(*addr);
-  if (!client.ok()) return client.status();
-  auto info = (*client)->GetInfo();
-  if (!info.ok()) return info.status();
-  run.SetDaemon(*info);
-  if (kind == "device" && !NoGpuReason(*info).empty()) {
-    return run.Skip(absl::StrCat("--py_kind=device: ", NoGpuReason(*info))), absl::OkStatus();
+  auto d = ctx.Connect(flags, own, run);
+  if (!d.ok()) return d.status();
+  Client* client = d->client.get();
+  if (kind == "device" && !NoGpuReason(d->info).empty()) {
+    return run.Skip(absl::StrCat("--py_kind=device: ", NoGpuReason(d->info))), absl::OkStatus();
   }
   const v1::MemoryKind k = kind == "device"   ? v1::DEVICE
                            : kind == "pinned" ? v1::PINNED_HOST
                                               : v1::HOST;
-  auto src = (*client)->Allocate(max_size, k);
-  auto dst = (*client)->Allocate(max_size, k);
+  auto src = client->Allocate(max_size, k);
+  auto dst = client->Allocate(max_size, k);
   if (!src.ok() || !dst.ok()) return src.ok() ? dst.status() : src.status();
   std::vector<uint64_t> sizes;
   for (uint64_t s = min_size; s <= max_size; s *= 4) {
@@ -147,7 +136,7 @@ absl::Status RunPython(const Context& ctx, Run& run) {
       FindBuiltBinary("client/bench/tool/python_driver.py", "GPUMOVE_BENCH_PYTHON_DRIVER");
   const std::string command = absl::StrCat(
       "PYTHONPATH=", Quoted(*path), " timeout 600 ", Quoted(python), " ", Quoted(driver),
-      " --addr=", Quoted(*addr), " --echo=", Quoted(echo_address),
+      " --addr=", Quoted(d->address), " --echo=", Quoted((*echo)->address()),
       " --sizes=", absl::StrJoin(sizes, ","), " --seconds=", ctx.seconds, " --kind=", kind);
   run.AddSeries("gpumove python", false, "GB/s", true);
   run.AddSeries("gpumove c++", true, "GB/s", true);
@@ -156,8 +145,8 @@ absl::Status RunPython(const Context& ctx, Run& run) {
   for (int r = 0; r < ctx.rounds; ++r) {
     auto cpp = [&]() -> absl::Status {
       for (uint64_t size : sizes) {
-        auto t = TimeMoves(**client, Ref(src->id(), 0, size), Ref(dst->id()), MoveOptions{},
-                           ctx.seconds);
+        auto t =
+            TimeMoves(*client, Ref(src->id(), 0, size), Ref(dst->id()), MoveOptions{}, ctx.seconds);
         if (!t.ok()) return t.status();
         run.Add("gpumove c++", size, 1, size / t->wall / 1e9);
       }

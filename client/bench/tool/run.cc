@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/bench/echo_server.h"
 #include "client/bench/stream.h"
 #include "client/bench/tool/bench.h"
 #include "daemon/common/bytes.h"
@@ -64,8 +66,9 @@ Run::Run(bench_result::BenchRun run) : run_(std::move(run)) {
 }
 
 void Run::AddSeries(const std::string& name, bool baseline, const std::string& unit,
-                    bool higher_is_better) {
+                    bool higher_is_better, const std::string& compared_to) {
   auto* s = run_.add_series();
+  s->set_compared_to(compared_to);
   s->set_name(name);
   s->set_baseline(baseline);
   s->set_unit(unit);
@@ -123,18 +126,23 @@ const bench_result::BenchRun& Run::Finish() {
     if (m.baseline() || m.context()) continue;
     ++compared;
     for (const auto& b : run_.series()) {
-      if (b.baseline()) ratios.emplace_back(&m, &b);
+      if (b.baseline() && (m.compared_to().empty() || m.compared_to() == b.name())) {
+        ratios.emplace_back(&m, &b);
+      }
     }
   }
   std::string header = absl::StrFormat("%10s %5s", "size", "conc");
   for (const auto& s : run_.series()) {
     header += absl::StrFormat(" %22s", absl::StrCat(s.name(), " ", s.unit()));
   }
+  std::vector<int> widths;  // Of each ratio's column: its name, at least 14.
   for (const auto& [m, b] : ratios) {
-    header += absl::StrFormat(
-        " %14s", compared == 1 ? "vs " + b->name()
-                               : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1), " vs ",
-                                              b->name().substr(0, 8)));
+    const std::string name =
+        compared == 1 || !m->compared_to().empty()
+            ? "vs " + b->name()
+            : absl::StrCat(m->name().substr(m->name().rfind(' ') + 1), " vs ", b->name());
+    widths.push_back(std::max<int>(14, name.size()));
+    header += absl::StrFormat(" %*s", widths.back(), name);
   }
   std::cout << header << "\n";
   std::set<std::pair<uint64_t, uint32_t>> rows;
@@ -153,16 +161,17 @@ const bench_result::BenchRun& Run::Finish() {
                                            : absl::StrCat(Human(p->median()), " [", Human(p->min()),
                                                           "-", Human(p->max()), "]"));
     }
-    for (const auto& [ms, bs] : ratios) {
+    for (size_t i = 0; i < ratios.size(); ++i) {
+      const auto& [ms, bs] = ratios[i];
       const auto* m = point(ms->name(), size, c);
       const auto* b = point(bs->name(), size, c);
       if (m == nullptr || b == nullptr || m->median() <= 0 || b->median() <= 0) {
-        line += absl::StrFormat(" %14s", "-");
+        line += absl::StrFormat(" %*s", widths[i], "-");
         continue;
       }
       const double ratio =
           bs->higher_is_better() ? m->median() / b->median() : b->median() / m->median();
-      line += absl::StrFormat(" %14.3f", ratio);
+      line += absl::StrFormat(" %*.3f", widths[i], ratio);
     }
     std::cout << line << "\n";
   }
@@ -222,16 +231,11 @@ std::string NoGpuReason(const v1::NodeInfo& info) {
 
 absl::StatusOr<std::string> ProbeGpus(const Context& ctx, Run& run) {
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto addr = ctx.Daemon(
+  auto d = ctx.Connect(
       {"--node=probe", "--host_pool_size=16MiB", "--pinned_pool_size=0", "--device_pool_size=0"},
-      own);
-  if (!addr.ok()) return addr.status();
-  auto c = Client::Connect(*addr);
-  if (!c.ok()) return c.status();
-  auto info = (*c)->GetInfo();
-  if (!info.ok()) return info.status();
-  run.SetDaemon(*info);
-  return NoGpuReason(*info);
+      own, run);
+  if (!d.ok()) return d.status();
+  return NoGpuReason(d->info);
 }
 
 absl::Status Run::WriteJson(const std::string& path) const {
@@ -257,6 +261,54 @@ absl::StatusOr<std::string> Context::Daemon(
   if (!d.ok()) return d.status();
   own.push_back(*std::move(d));
   return own.back()->address();
+}
+
+absl::StatusOr<Context::Connected> Context::Connect(
+    std::vector<std::string> flags, std::vector<std::unique_ptr<DaemonProcess>>& own,
+    Run& run) const {
+  Connected c;
+  auto a = Daemon(std::move(flags), own);
+  if (!a.ok()) return a.status();
+  c.address = *a;
+  auto client = Client::Connect(c.address);
+  if (!client.ok()) return client.status();
+  c.client = *std::move(client);
+  auto info = c.client->GetInfo();
+  if (!info.ok()) return info.status();
+  c.info = *std::move(info);
+  run.SetDaemon(c.info);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<EchoChild>> EchoChild::Start(bool callback) {
+  std::string address;
+  const pid_t pid = StartEchoServer("127.0.0.1:0", &address, callback);
+  if (pid < 0) return absl::InternalError("cannot start the echo server");
+  return std::unique_ptr<EchoChild>(new EchoChild(pid, std::move(address)));
+}
+
+EchoChild::~EchoChild() { StopEchoServer(pid_); }
+
+absl::StatusOr<MpiLaunch> LaunchNamed(const std::string& name) {
+  if (name == "default") return MpiLaunch{"default", {}, {}};
+  for (const MpiLaunch& l : MpiLaunches()) {
+    if (l.name == name) return l;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("no MPI launch ", name, " here"));
+}
+
+absl::StatusOr<std::string> RankJobCommand(const MpiLaunch& launch, const std::string& child,
+                                           const std::vector<std::string>& flags) {
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) {
+    return absl::InternalError("cannot read /proc/self/exe");
+  }
+  std::vector<std::string> cmd = MpiLauncher(2);
+  cmd.insert(cmd.end(), launch.mpi_args.begin(), launch.mpi_args.end());
+  cmd.push_back(self);
+  cmd.push_back(child);
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  return absl::StrJoin(cmd, " ");
 }
 
 double MedianSeconds(const std::function<void()>& op, double seconds) {

@@ -1,7 +1,8 @@
 // `gpumove-bench small`: small independent LOCAL moves per second at 1 ... --max_clients
 // concurrent clients (each a thread with its own connection, Submit with wait, back to
 // back) against a bare gRPC unary echo of the same payload at the same concurrency (a
-// move is at least one such round trip).
+// move is at least one such round trip). --small_node adds node-to-node moves (a -> b on
+// this host); --batch=N puts N moves in each Submit (the echo then carries N sizes).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -10,12 +11,20 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "client/bench/echo.grpc.pb.h"
-#include "client/bench/echo_server.h"
 #include "client/bench/tool/bench.h"
 #include "daemon/common/bytes.h"
 
 ABSL_FLAG(int, max_clients, 16, "small: the most concurrent clients (powers of 2 up to it).");
 ABSL_FLAG(gpumove::ByteSize, size, gpumove::ByteSize{4096}, "small: bytes per move.");
+ABSL_FLAG(int, batch, 1,
+          "small: moves per Submit (into disjoint ranges, waiting for all); moves/s counts "
+          "moves, and the echo then carries as many bytes as the Submit moves.");
+ABSL_FLAG(bool, small_node, false,
+          "small: also node-to-node moves (\"gpumove node\": a second daemon b on this host, "
+          "the moves pushed by the first).");
+ABSL_FLAG(bool, callback_echo, false,
+          "small: serve the echo baseline on gRPC's callback API instead of the synchronous "
+          "server.");
 
 namespace gpumove::bench {
 namespace {
@@ -57,74 +66,121 @@ double Rate(int clients, double seconds, const std::function<absl::Status(int)>&
   return done.load() / absl::ToDoubleSeconds(absl::Now() - t0);
 }
 
+// Per client: a source on a, a destination of `batch` ranges on a (and on b with
+// --small_node); each client's Submit of `batch` moves into its ranges, waiting for all.
+struct SmallMoves {
+  std::vector<v1::SubmitRequest> local, remote;
+};
+
+absl::StatusOr<SmallMoves> Prepare(Client& a, Client* b, uint64_t size, int clients, int batch) {
+  SmallMoves m;
+  m.local.resize(clients);
+  m.remote.resize(b != nullptr ? clients : 0);
+  for (int c = 0; c < clients; ++c) {
+    auto src = a.Allocate(size);
+    if (!src.ok()) return src.status();
+    for (bool far : {false, true}) {
+      if (far && b == nullptr) break;
+      auto dst = (far ? b : &a)->Allocate(size * batch);
+      if (!dst.ok()) return dst.status();
+      v1::SubmitRequest& req = far ? m.remote[c] : m.local[c];
+      req.set_wait(true);
+      for (int i = 0; i < batch; ++i) {
+        v1::TransferSpec* t = req.add_transfers();
+        *t->mutable_source() = Ref(src->id());
+        *t->mutable_destination() = Ref(dst->id(), i * size, size);
+        if (far) t->mutable_destination()->set_node("b");
+      }
+    }
+  }
+  return m;
+}
+
 absl::Status RunSmall(const Context& ctx, Run& run) {
   const uint64_t size = absl::GetFlag(FLAGS_size).bytes;
   const int max_clients = absl::GetFlag(FLAGS_max_clients);
-  if (size == 0 || size > (64 << 20) || max_clients < 1 || max_clients > 1024) {
-    return absl::InvalidArgumentError("--size must be 1 B to 64 MiB, --max_clients 1 to 1024");
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const bool node = absl::GetFlag(FLAGS_small_node);
+  if (size == 0 || size > (64 << 20) || max_clients < 1 || max_clients > 1024 || batch < 1 ||
+      batch > 4096 || size * batch > (256 << 20)) {
+    return absl::InvalidArgumentError(
+        "--size must be 1 B to 64 MiB, --max_clients 1 to 1024, --batch 1 to 4096 (at most "
+        "256 MiB a Submit)");
+  }
+  if (node && !ctx.addr.empty()) {
+    return absl::InvalidArgumentError("--small_node starts its own two daemons");
   }
   run.SetFlag("size", FormatBytes(size));
   run.SetFlag("max_clients", absl::StrCat(max_clients));
-  // The echo server forks: before this process has any gRPC state.
-  std::string echo_address;
-  const pid_t echo = StartEchoServer("127.0.0.1:0", &echo_address);
-  if (echo < 0) return absl::InternalError("cannot start the echo server");
-  struct Stop {
-    pid_t pid;
-    ~Stop() { StopEchoServer(pid); }
-  } stop_echo{echo};
+  run.SetFlag("batch", absl::StrCat(batch));
+  run.SetFlag("small_node", node ? "true" : "false");
+  auto echo = EchoChild::Start(absl::GetFlag(FLAGS_callback_echo));
+  if (!echo.ok()) return echo.status();
   std::vector<std::unique_ptr<DaemonProcess>> own;
-  auto addr = ctx.Daemon(
-      {"--node=bench", absl::StrCat("--host_pool_size=", 2 * size * max_clients + (64 << 20)),
-       "--pinned_pool_size=0"},
-      own);
-  if (!addr.ok()) return addr.status();
-  auto admin = Client::Connect(*addr);
-  if (!admin.ok()) return admin.status();
-  auto info = (*admin)->GetInfo();
-  if (!info.ok()) return info.status();
-  run.SetDaemon(*info);
-  std::vector<v1::SubmitRequest> moves(max_clients);
+  const std::vector<std::string> flags = {
+      absl::StrCat("--host_pool_size=", 2 * size * batch * max_clients + (64 << 20)),
+      "--pinned_pool_size=0", "--heartbeat=200ms"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), flags.begin(), flags.end());
+    return more;
+  };
+  auto a = ctx.Connect(with({"--node=bench"}), own, run);
+  if (!a.ok()) return a.status();
+  std::unique_ptr<Client> b;
+  if (node) {
+    auto b_addr = ctx.Daemon(with({"--node=b", "--peers=" + a->address}), own);
+    if (!b_addr.ok()) return b_addr.status();
+    auto cb = Client::Connect(*b_addr);
+    if (!cb.ok()) return cb.status();
+    b = *std::move(cb);
+    if (!AwaitPeers(*a->client)) return absl::DeadlineExceededError("b did not join a");
+  }
+  auto moves = Prepare(*a->client, b.get(), size, max_clients, batch);
+  if (!moves.ok()) return moves.status();
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::unique_ptr<Echo::Stub>> echoes;
   for (int c = 0; c < max_clients; ++c) {
-    auto src = (*admin)->Allocate(size);
-    auto dst = (*admin)->Allocate(size);
-    if (!src.ok() || !dst.ok()) return src.ok() ? dst.status() : src.status();
-    v1::TransferSpec* t = moves[c].add_transfers();
-    *t->mutable_source() = Ref(src->id());
-    *t->mutable_destination() = Ref(dst->id());
-    moves[c].set_wait(true);
-    clients.push_back(std::make_unique<Client>(OwnChannel(*addr)));
-    echoes.push_back(Echo::NewStub(OwnChannel(echo_address)));
+    clients.push_back(std::make_unique<Client>(OwnChannel(a->address)));
+    echoes.push_back(Echo::NewStub(OwnChannel((*echo)->address())));
   }
+  // The echo carries what one Submit carries: `batch` moves' bytes.
   EchoMessage ping;
-  ping.set_payload(std::string(size, 'x'));
+  ping.set_payload(std::string(size * batch, 'x'));
   auto echo_call = [&](int c) {
     grpc::ClientContext context;
     EchoMessage pong;
     return FromGrpcStatus(echoes[c]->Echo(&context, ping, &pong));
   };
-  auto move = [&](int c) -> absl::Status {
-    auto r = clients[c]->Submit(moves[c]);
+  auto submit = [&](int c, const v1::SubmitRequest& req) -> absl::Status {
+    auto r = clients[c]->Submit(req);
     if (!r.ok()) return r.status();
     for (const v1::Transfer& t : r->transfers()) {
       if (t.state() != v1::SUCCEEDED) return absl::InternalError(t.error_message());
     }
     return absl::OkStatus();
   };
+  struct Side {
+    const char* series;
+    std::function<absl::Status(int)> call;
+    int per_call;  // Moves (or echo calls) per call.
+  };
+  std::vector<Side> sides = {{"gpumove", [&](int c) { return submit(c, moves->local[c]); }, batch},
+                             {"grpc echo", echo_call, 1}};
+  if (node) {
+    sides.insert(sides.begin() + 1,
+                 {"gpumove node", [&](int c) { return submit(c, moves->remote[c]); }, batch});
+  }
   run.AddSeries("gpumove", false, "moves/s", true);
+  if (node) run.AddSeries("gpumove node", false, "moves/s", true);
   run.AddSeries("grpc echo", true, "calls/s", true);
   absl::Status failed;
-  Rate(max_clients, 0.2, move, failed);  // Warm every connection.
-  Rate(max_clients, 0.2, echo_call, failed);
+  for (const Side& s : sides) Rate(max_clients, 0.2, s.call, failed);  // Warm every connection.
   for (int r = 0; r < ctx.rounds && failed.ok(); ++r) {
     for (int n = 1; n <= max_clients; n *= 2) {
-      for (int side = 0; side < 2; ++side) {
-        const bool ours = (side == 0) == (r % 2 == 0);
-        const double rate =
-            Rate(n, ctx.seconds, ours ? std::function<absl::Status(int)>(move) : echo_call, failed);
-        run.Add(ours ? "gpumove" : "grpc echo", size, n, rate);
+      // In turns: the order reversed every other round.
+      for (size_t i = 0; i < sides.size(); ++i) {
+        const Side& s = sides[r % 2 == 0 ? i : sides.size() - 1 - i];
+        run.Add(s.series, size, n, s.per_call * Rate(n, ctx.seconds, s.call, failed));
       }
     }
   }

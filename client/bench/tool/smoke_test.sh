@@ -3,7 +3,10 @@
 # each run's JSON checked against the schema (result.proto, parsed strictly by protobuf's
 # JSON parser: an unknown or mistyped field fails), its figures above zero, and the plots
 # drawn from the runs (matplotlib; a missing one fails here, since CI installs it).
+# Usage: smoke_test.sh [mpi]: with mpi, the subcommands that start MPI jobs (mpi,
+# mpi_datatype; the test tagged mpi), else all the others.
 set -euo pipefail
+mode=${1:-main}
 BENCH=client/bench/tool/gpumove-bench
 export GPUMOVED=${GPUMOVED:-$PWD/daemon/gpumoved}
 out=${TEST_TMPDIR:-$(mktemp -d)}/bench
@@ -33,15 +36,29 @@ may_skip() {
     grep -q "vs " "$out/$name.txt" || { cat "$out/$name.txt"; echo "FAIL: $name printed no ratio"; exit 1; }
   fi
 }
+if [ "$mode" = mpi ]; then
+  # Path MPI against raw MPI (and NetPIPE where it is installed), then vectored MPI
+  # without a daemon (the ranks check every way's bytes: a wrong block fails the run).
+  run mpi mpi --mpi_min_size=256KiB --mpi_max_size=1MiB
+  run mpi_datatype mpi_datatype --vec_shapes=512x4KiB,512x64KiB --mpi_chunk=256KiB
+  may_skip mpi_device mpi gpu --mpi_device --mpi_min_size=256KiB --mpi_max_size=1MiB
+  may_skip mpi_datatype_device mpi_datatype gpu --mpi_device --vec_shapes=512x4KiB --mpi_chunk=256KiB
+  plotted="mpi mpi_datatype"
+else
 run local local --min_size=4KiB --max_size=64KiB
-run small small --max_clients=2
+run small small --max_clients=2 --small_node --batch=2
 run node node --node_min_size=64KiB --node_max_size=256KiB
+# Every ucx_perftest server was stopped once its client ended.
+sleep 0.5
+! pgrep -f "ucx_perftest -t ucp_put_bw" >/dev/null || { echo "FAIL: a ucx_perftest was left running"; exit 1; }
 run vectored vectored --vec_case=local --vec_shapes=64x4KiB,16x64KiB --separate_blocks=32
 run vectored_ucx vectored --vec_case=ucx --vec_shapes=64x4KiB --separate_blocks=32
+may_skip tls tls cpu --tls_small_moves=50 --tls_big=4MiB --tls_big_moves=2
 may_skip python python cpu --py_min_size=4KiB --py_max_size=64KiB
 may_skip vectored_device vectored gpu --vec_case=device --vec_shapes=64x4KiB
 may_skip direct direct gpu --gpu_min_size=64KiB --gpu_max_size=256KiB
 may_skip staged staged gpu --gpu_min_size=64KiB --gpu_max_size=256KiB
+may_skip gpu_local gpu_local gpu --gl_case=pinned_to_device --gpu_min_size=64KiB --gpu_max_size=256KiB
 # Before/after: the same gpumoved twice, one round each; both pooled runs and the ratios.
 timeout 300 "$BENCH" compare --before="$GPUMOVED" --after="$(dirname "$GPUMOVED")" \
   --compare_rounds=1 --out="$out/compare" local --rounds=2 --seconds=0.1 --min_size=4KiB \
@@ -53,6 +70,8 @@ if "$BENCH" compare --before=/nonexistent --after="$GPUMOVED" local >"$out/bad.t
   echo "FAIL: compare accepted a missing gpumoved"; exit 1
 fi
 grep -q "no /nonexistent" "$out/bad.txt" || { cat "$out/bad.txt"; echo "FAIL: compare's error"; exit 1; }
+plotted="local small node vectored"
+fi
 PYTHONPATH="$out/py" python3 - "$out"/*.json <<'PY'
 import sys
 from google.protobuf import json_format
@@ -68,6 +87,15 @@ for path in sys.argv[1:]:
     names = {s.name for s in run.series}
     assert any(not s.baseline for s in run.series) and any(s.baseline for s in run.series), path
     assert run.points, path
+    # What each of these subcommands measures wherever it runs at all.
+    required = {
+        "small": {"gpumove", "gpumove node", "grpc echo"},
+        "mpi": {"gpumove single", "gpumove stream", "raw MPI", "raw MPI cold", "memcpy cold"},
+        "mpi_datatype": {"contiguous", "datatype", "dt/chunk", "packed"},
+        "tls": {f"{w}{m}" for w in ("secured", "open") for m in (" 4K", " 4K p99", " a->b 4K", " a->b")},
+    }.get(run.subcommand, set())
+    measured = {p.series for p in run.points}
+    assert required <= measured, (path, required - measured)
     for p in run.points:
         assert p.series in names, (path, p.series)
         assert len(p.samples) == 2, (path, p)
@@ -75,7 +103,7 @@ for path in sys.argv[1:]:
     print(f"{path}: {run.subcommand}, {len(run.points)} points, schema ok")
 PY
 "$BENCH" plot "$out"/*.json -o "$out/plots"
-for sub in local small node vectored; do
+for sub in $plotted; do
   test -s "$out/plots/$sub.png" || { echo "FAIL: no $sub.png"; exit 1; }
 done
-echo "PASS: gpumove-bench local, small, node, vectored, python, direct, staged, compare: JSON valid, plots drawn"
+echo "PASS ($mode): gpumove-bench $(cd "$out" && ls -- *.json | sed 's/\.json$//' | tr '\n' ' '): JSON valid, plots drawn"

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -46,9 +45,10 @@ ABSL_FLAG(std::string, raw_gather, "",
           "vectored, device cases: deploy/gpu/raw_gather.cu built with nvcc; its kernel's "
           "median is the gather baseline.");
 ABSL_FLAG(std::string, mpi_launch, "default",
-          "vectored --vec_case=mpi: a launch of tests/util/mpi_job (ob1_tcp, ucx, "
-          "ob1_shm_staged; mpich, mpich_staged with GPUMOVE_MPI=mpich) or default.");
-ABSL_FLAG(bool, mpi_device, false, "vectored --vec_case=mpi: GPU memory on both ranks.");
+          "vectored --vec_case=mpi, mpi, mpi_datatype: a launch of tests/util/mpi_job (ob1_tcp, "
+          "ucx, ob1_shm_staged; mpich, mpich_staged with GPUMOVE_MPI=mpich) or default.");
+ABSL_FLAG(bool, mpi_device, false,
+          "vectored --vec_case=mpi, mpi, mpi_datatype: GPU memory on both ranks.");
 ABSL_FLAG(int, dst_device, 0, "vectored device -> device cases: the destination's GPU.");
 ABSL_FLAG(bool, trace, false,
           "vectored: at the end, the daemons' log lines on vectored moves (start them with "
@@ -86,29 +86,6 @@ absl::StatusOr<Case> CaseNamed(const std::string& name) {
     return Case{name, k, k, true, v1::MPI, dev, ""};
   }
   return absl::InvalidArgumentError(absl::StrCat("no --vec_case ", name));
-}
-
-absl::StatusOr<std::vector<Shape>> Shapes() {
-  std::vector<Shape> shapes;
-  for (const std::string& s : absl::GetFlag(FLAGS_vec_shapes)) {
-    std::vector<std::string> parts = absl::StrSplit(s, 'x');
-    Shape shape{};
-    ByteSize block;
-    std::string error;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shape.count) ||
-        !AbslParseFlag(parts[1], &block, &error) || shape.count == 0 || shape.count > (1 << 22) ||
-        block.bytes == 0 || block.bytes % 16 != 0 || block.bytes > (64ull << 20) ||
-        shape.count * block.bytes > (4ull << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--vec_shapes: \"", s,
-                       "\" is not COUNTxBLOCK (a block a multiple of 16 bytes, "
-                       "at most 4M blocks and 4 GiB)"));
-    }
-    shape.block = block.bytes;
-    shapes.push_back(shape);
-  }
-  if (shapes.empty()) return absl::InvalidArgumentError("--vec_shapes is empty");
-  return shapes;
 }
 
 // Seconds the first `n` blocks take as separate specs (Submits of up to 1024 that wait).
@@ -287,13 +264,8 @@ absl::Status StartNodes(const Context& ctx, const Case& k, uint64_t max_bytes, N
   }
   if (k.name == "mpi") {
     if (!ctx.addr.empty()) return absl::InvalidArgumentError("--vec_case=mpi starts its own job");
-    std::optional<MpiLaunch> launch;
-    const std::string name = absl::GetFlag(FLAGS_mpi_launch);
-    if (name == "default") launch = MpiLaunch{"default", {}, {}};
-    for (const MpiLaunch& l : MpiLaunches()) {
-      if (l.name == name) launch = l;
-    }
-    if (!launch) return absl::InvalidArgumentError(absl::StrCat("no MPI launch ", name, " here"));
+    auto launch = LaunchNamed(absl::GetFlag(FLAGS_mpi_launch));
+    if (!launch.ok()) return launch.status();
     flags.push_back("--mpi_chunk=4MiB");
     if (k.gpu) flags.push_back("--noucx");
     for (const std::string& f : ctx.daemon_flags) flags.push_back(f);
@@ -326,7 +298,7 @@ absl::Status StartNodes(const Context& ctx, const Case& k, uint64_t max_bytes, N
 absl::Status RunVectored(const Context& ctx, Run& run) {
   auto k = CaseNamed(absl::GetFlag(FLAGS_vec_case));
   if (!k.ok()) return k.status();
-  auto shapes = Shapes();
+  auto shapes = VecShapes();
   if (!shapes.ok()) return shapes.status();
   const int separate = absl::GetFlag(FLAGS_separate_blocks);
   if (separate < 1 || separate > (1 << 22)) {
@@ -397,6 +369,29 @@ absl::Status RunVectored(const Context& ctx, Run& run) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Shape>> VecShapes() {
+  std::vector<Shape> shapes;
+  for (const std::string& s : absl::GetFlag(FLAGS_vec_shapes)) {
+    std::vector<std::string> parts = absl::StrSplit(s, 'x');
+    Shape shape{};
+    ByteSize block;
+    std::string error;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shape.count) ||
+        !AbslParseFlag(parts[1], &block, &error) || shape.count == 0 || shape.count > (1 << 22) ||
+        block.bytes == 0 || block.bytes % 16 != 0 || block.bytes > (64ull << 20) ||
+        shape.count * block.bytes > (4ull << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vec_shapes: \"", s,
+                       "\" is not COUNTxBLOCK (a block a multiple of 16 bytes, "
+                       "at most 4M blocks and 4 GiB)"));
+    }
+    shape.block = block.bytes;
+    shapes.push_back(shape);
+  }
+  if (shapes.empty()) return absl::InvalidArgumentError("--vec_shapes is empty");
+  return shapes;
+}
 
 Subcommand VectoredSubcommand() {
   return {"vectored",

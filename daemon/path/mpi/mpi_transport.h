@@ -91,7 +91,7 @@ class MpiTransport {
   // One message of scattered parts described to MPI as a derived datatype of bytes, which
   // MPI packs or unpacks itself (see MpiParts). At most INT_MAX bytes in all; a receive's
   // count is the bytes that came. Vectored moves use them (MpiEngineOptions::datatypes),
-  // and mpi_datatype_bench measures them against packing.
+  // and gpumove-bench mpi_datatype measures them against packing.
   using Parts = MpiParts;
   std::shared_ptr<Op> IsendParts(const void* data, Parts parts, int peer, int tag);
   std::shared_ptr<Op> IrecvParts(void* data, Parts parts, int peer, int tag, bool patient = false);
