@@ -4,12 +4,18 @@
 // moves over overlapping bytes.
 #include "daemon/core/qos.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/common/watched_files.h"
 #include "daemon/core/transfer_scheduler.h"
 #include "gtest/gtest.h"
 
@@ -149,6 +155,48 @@ TEST(TenantWeightsTest, FileLinesAndDefaults) {
   EXPECT_EQ(ParseTenantWeights(many).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParsePriority("bulk"), Priority::kBulk);
   EXPECT_FALSE(ParsePriority("urgent").has_value());
+}
+
+// As the daemon watches --tenant_weights: re-read when it changes; a file with a bad line
+// is refused (naming the file and line) and the weights before kept.
+TEST(TenantWeightsTest, TheFileIsReReadAndABadOneKeepsTheWeightsBefore) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weights.", getpid());
+  auto put = [&](const std::string& text) {
+    std::ofstream(path + ".new") << text;
+    std::rename((path + ".new").c_str(), path.c_str());
+  };
+  TenantWeights weights;
+  auto start = [&] {
+    return WatchedFiles::StartParsed(
+        path, absl::Milliseconds(20), "tenant weights file", ParseTenantWeights,
+        [&weights](absl::flat_hash_map<std::string, uint32_t> w) { weights.Set(std::move(w)); });
+  };
+  auto weighs = [&](const std::string& tenant, uint32_t w) {
+    for (absl::Time end = absl::Now() + absl::Seconds(5); absl::Now() < end;) {
+      if (weights.Of(tenant) == w) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  };
+  put("a 9\nb zero\n");
+  auto refused = start();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(path + ": line 2: weight \"zero\""),
+            std::string::npos)
+      << refused.status();
+  put("a 3\n");
+  auto w = start();
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(weights.Of("a"), 3u);
+  put("a 3\nb 0\n");
+  absl::SleepFor(absl::Milliseconds(200));  // Ten re-reads: refused each time.
+  EXPECT_EQ(weights.Of("a"), 3u);
+  put("a 5\n* 2\n");
+  EXPECT_TRUE(weighs("a", 5));
+  EXPECT_EQ(weights.Of("c"), 2u);
+  w->reset();
+  std::remove(path.c_str());
 }
 
 // Copies with memcpy; held until opened; records the order its moves ran in.
