@@ -235,20 +235,35 @@ class OrderEngine : public Engine {
   std::vector<char*> order_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST(QosSchedulerTest, ClassesReorderReadyMovesButNotOverlappingOnes) {
+// Host pools, a registry, and a scheduler of one worker over an OrderEngine; the hour's
+// starvation bound leaves only classes and weights to order its moves, however slow the
+// run.
+struct OneWorker {
+  explicit OneWorker(SchedulerOptions options = {}) {
+    PoolSizes sizes;
+    sizes.host = 4 << 20;
+    sizes.pinned = 0;
+    pools = *PoolSet::Create(sizes, {}, gpu.get());
+    registry = std::make_unique<BufferRegistry>(pools.get(), absl::ZeroDuration());
+    options.node = "n1";
+    options.workers = 1;
+    options.qos.starvation_bound = absl::Hours(1);
+    sched = std::make_unique<TransferScheduler>(
+        options, registry.get(), std::vector<Engine*>{&engine},
+        [](const Endpoint&, uint64_t) { return absl::StatusOr<uint64_t>(0); });
+  }
   std::unique_ptr<GpuRuntime> gpu = GpuRuntime::CreateHostOnly("test");
-  PoolSizes sizes;
-  sizes.host = 1 << 20;
-  sizes.pinned = 0;
-  std::unique_ptr<PoolSet> pools = *PoolSet::Create(sizes, {}, gpu.get());
-  BufferRegistry registry(pools.get(), absl::ZeroDuration());
+  std::unique_ptr<PoolSet> pools;
+  std::unique_ptr<BufferRegistry> registry;
   OrderEngine engine;
-  SchedulerOptions options;
-  options.node = "n1";
-  options.workers = 1;
-  options.qos.starvation_bound = absl::Hours(1);  // Class order only, however slow the run.
-  TransferScheduler sched(options, &registry, {&engine},
-                          [](const Endpoint&, uint64_t) { return absl::StatusOr<uint64_t>(0); });
+  std::unique_ptr<TransferScheduler> sched;  // Last: it stops first.
+};
+
+TEST(QosSchedulerTest, ClassesReorderReadyMovesButNotOverlappingOnes) {
+  OneWorker w;
+  BufferRegistry& registry = *w.registry;
+  TransferScheduler& sched = *w.sched;
+  OrderEngine& engine = w.engine;
   std::map<char*, std::string> names;
   auto buffer = [&](const std::string& name) {
     AllocateOptions o;
@@ -287,6 +302,60 @@ TEST(QosSchedulerTest, ClassesReorderReadyMovesButNotOverlappingOnes) {
   for (char* d : engine.order()) order.push_back(names[d]);
   EXPECT_EQ(order, (std::vector<std::string>{"first", "latency", "normal", "bulk", "bulk"}));
   EXPECT_EQ(sched.Get("me", after.id)->waits_for, 0);
+}
+
+// The scheduler takes the tenants' weights (SchedulerOptions::weights): with one worker
+// and both tenants' moves ready, 3:1 weights start 3:1 of the bytes.
+TEST(QosSchedulerTest, TenantsWeightsShareTheWorker) {
+  TenantWeights weights;
+  weights.Set({{"a", 3}, {"b", 1}});
+  SchedulerOptions options;
+  options.weights = &weights;
+  options.qos.quantum = 4096;  // One move of 4 KiB per round and unit of weight.
+  OneWorker w(options);
+  BufferRegistry& registry = *w.registry;
+  TransferScheduler& sched = *w.sched;
+  OrderEngine& engine = w.engine;
+  constexpr int kMoves = 40;
+  struct Tenant {
+    std::string src, dst;
+    char* base = nullptr;
+  };
+  std::map<std::string, Tenant> tenants;
+  for (const std::string owner : {"a", "b"}) {
+    AllocateOptions o;
+    o.size = kMoves * 4096;
+    o.owner = owner;
+    Tenant& t = tenants[owner];
+    t.src = registry.Allocate(o)->id;
+    t.dst = registry.Allocate(o)->id;
+    t.base = registry.Acquire(owner, t.dst, 0, 0)->data();
+  }
+  auto submit = [&](const std::string& owner, int slice) {
+    TransferSpec s;
+    s.source = {"", tenants[owner].src, 0, 4096};
+    s.destination = {"", tenants[owner].dst, static_cast<uint64_t>(slice) * 4096, 0};
+    auto r = sched.Submit(owner, {s}, "");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->at(0).id : "";
+  };
+  submit("a", 0);  // Takes the worker; the others wait for it, each into its own slice.
+  ASSERT_TRUE(engine.AwaitStarted(1));
+  std::string last;
+  for (int i = 1; i < kMoves; ++i) {
+    submit("a", i);
+    last = submit("b", i);
+  }
+  engine.Open();
+  ASSERT_TRUE(sched.Wait("b", last, absl::Now() + absl::Seconds(10)).ok());
+  const std::vector<char*> order = engine.order();
+  ASSERT_EQ(order.size(), 2u * kMoves - 1);
+  int a = 0;
+  for (size_t i = 1; i <= 20; ++i) {  // The first 20 after the first: both had moves ready.
+    const char* base = tenants["a"].base;
+    a += order[i] >= base && order[i] < base + kMoves * 4096;
+  }
+  EXPECT_EQ(a, 15);
 }
 
 }  // namespace
