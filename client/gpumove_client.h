@@ -36,6 +36,8 @@ v1::BufferRef Ref(absl::string_view buffer_id, uint64_t offset = 0, uint64_t len
 struct MoveOptions {
   bool checksum = false;
   v1::Path path = v1::PATH_AUTO;
+  // Its class (v1::Priority): ready moves start latency first, then normal, then bulk.
+  v1::Priority priority = v1::PRIORITY_UNSPECIFIED;
   bool wait = true;  // Return the final state (one round trip).
   std::string idempotency_key;
   std::string label;

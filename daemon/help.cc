@@ -32,7 +32,7 @@ const std::vector<std::pair<const char*, std::vector<const char*>>>& Groups() {
         "unix_socket_principals", "allow_insecure", "quotas"}},
       {"limits (what one caller may ask)",
        {"max_blocks_per_move", "max_prepared_*", "notification_log", "max_active",
-        "max_open_calls*"}},
+        "max_open_calls*", "tenant_weights", "qos_*"}},
       {"paths (how bytes move: LOCAL, CUDA_IPC, UCX, MPI)",
        {"ucx*", "*_copy_threads", "copy_threads", "cuda_ipc_*", "stage_*", "mpi*",
         "keep_cpu_binding", "inline_move_max", "max_move_rate"}},

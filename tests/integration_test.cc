@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -528,6 +529,30 @@ TEST(Integration, BadFlagValuesStopTheStartAndSaySo) {
   }
 }
 
+// Tenants' weights (issue 56): a file with a bad line stops the start naming it; a good one
+// is taken, and moves carry their classes.
+TEST(Integration, TenantWeightsFileIsCheckedAndMovesKeepTheirClasses) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string file = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weights.", getpid());
+  std::ofstream(file) << "anonymous 3\nteam-b 0\n";
+  auto refused = DaemonProcess::Start({"--tenant_weights=" + file});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("line 2: weight \"0\""), std::string::npos)
+      << refused.status();
+  std::ofstream(file) << "anonymous 3\n* 1\n";
+  Daemon d({"--tenant_weights=" + file, "--qos_starvation_bound=100ms"});
+  std::string a = d.Alloc(1 << 20), b = d.Alloc(1 << 20);
+  MoveOptions o;
+  o.priority = v1::LATENCY;
+  auto moved = d.client->Move(Ref(a), Ref(b), o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->state(), v1::SUCCEEDED);
+  EXPECT_EQ(moved->priority(), v1::LATENCY);
+  o.priority = static_cast<v1::Priority>(9);
+  EXPECT_EQ(d.client->Move(Ref(a), Ref(b), o).status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove(file);
+}
+
 TEST(Integration, NodeInfoSaysHostPoolsOnlyWithoutAGpu) {
   Daemon d({"--node=node-x", "--gpus=none"});
   auto info = d.client->GetInfo();
@@ -573,6 +598,12 @@ TEST(Integration, MetricsCountTransfersAndPools) {
   EXPECT_NE(m.find("gpumoved_transfer_bytes_total{path=\"LOCAL\"} 2097152"), std::string::npos)
       << m;
   EXPECT_NE(m.find("gpumoved_transfer_seconds_count{path=\"LOCAL\"} 2"), std::string::npos) << m;
+  // By tenant and class (an open daemon's callers are tenant anonymous; unset is normal),
+  // and the time moves waited to start.
+  EXPECT_NE(m.find("gpumoved_tenant_bytes_total{class=\"normal\",tenant=\"anonymous\"} 2097152"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("gpumoved_queue_wait_seconds_count{class=\"normal\"}"), std::string::npos)
+      << m;
   // Submit-to-end latency by path and size class (1 MiB: le_1MiB), for dashboards.
   EXPECT_NE(m.find("gpumoved_transfer_latency_seconds_count{path=\"LOCAL\",size=\"le_1MiB\"} 2"),
             std::string::npos) << m;

@@ -123,8 +123,8 @@ absl::Duration Elapsed(const v1::Transfer& t) {
 }  // namespace
 
 const std::vector<std::string> kTransferHeader = {"ID",   "STATE", "SOURCE", "DESTINATION",
-                                                  "SIZE", "PATH",  "TIME",   "RATE",
-                                                  "NOTE"};
+                                                  "SIZE", "PATH",  "CLASS",  "TIME",
+                                                  "RATE", "NOTE"};
 
 std::vector<std::string> TransferRow(const v1::Transfer& t) {
   const bool done = t.state() == v1::SUCCEEDED;
@@ -132,6 +132,10 @@ std::vector<std::string> TransferRow(const v1::Transfer& t) {
   if (path == "PATH_AUTO") path = "AUTO";
   std::string note;
   if (t.pieces() > 0) note = absl::StrCat(t.pieces(), " pieces");
+  if (t.state() == v1::QUEUED && t.waits_for() > 0) {
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "after ", t.waits_for(), " earlier move",
+                    t.waits_for() == 1 ? "" : "s", " over the same bytes");
+  }
   if (!t.transport().empty()) {
     absl::StrAppend(&note, note.empty() ? "" : "; ", "via ", t.transport());
   }
@@ -152,6 +156,8 @@ std::vector<std::string> TransferRow(const v1::Transfer& t) {
           FormatBufferRef(t.destination()),
           FormatBytes(t.length()),
           path,
+          t.priority() == v1::PRIORITY_UNSPECIFIED ? "-"
+                                                   : absl::AsciiStrToLower(v1::Priority_Name(t.priority())),
           done ? HumanDuration(Elapsed(t)) : "-",
           done ? HumanRate(t.length(), Elapsed(t)) : "-",
           note.empty() ? "-" : note};

@@ -38,6 +38,16 @@ v1::Path PathArg() {
   return path;
 }
 
+v1::Priority PriorityArg() {
+  v1::Priority priority;
+  const std::string p = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_priority));
+  if (p == "PRIORITY_UNSPECIFIED" || !v1::Priority_Parse(p, &priority)) {
+    throw UsageError{absl::StrCat("--priority must be latency, normal or bulk, not ",
+                                  absl::GetFlag(FLAGS_priority))};
+  }
+  return priority;
+}
+
 int Move(Client& c, const Args& args) {
   Need(args, 2);
   v1::SubmitRequest request;
@@ -54,6 +64,7 @@ int Move(Client& c, const Args& args) {
   }
   if (!absl::GetFlag(FLAGS_blocks).empty()) *spec->mutable_blocks() = BlocksArg();
   spec->set_path(PathArg());
+  spec->set_priority(PriorityArg());
   request.set_idempotency_key(absl::GetFlag(FLAGS_idempotency_key));
   auto submitted = c.Submit(request);
   if (!submitted.ok()) return Fail(submitted.status());
@@ -196,7 +207,7 @@ int ReleasePieces(Client& c, const Args& args) {
 std::vector<Command> TransferCommands() {
   return {
       {"move", "SRC DST", "copy SRC to DST (refs are [node/]buffer_id[@offset]); waits",
-       {"length", "checksum", "wait", "path", "label", "notify", "idempotency_key", "blocks",
+       {"length", "checksum", "wait", "path", "priority", "label", "notify", "idempotency_key", "blocks",
         "block_size", "source_stride", "destination_stride", "prepared"},
        "gpumovectl move node-a/b-1f3a9c0d2e4b5a67 node-b/b-77aa01c2d3e4f506 --checksum", Move},
       {"transfers", "", "list transfers, newest first", {"state"},

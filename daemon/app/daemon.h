@@ -165,6 +165,9 @@ class Daemon {
   std::unique_ptr<UcxPeerCalls> peer_calls_;
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<Metrics> metrics_;
+  // Before scheduler_, which reads them; the watcher re-reads the weights file.
+  std::unique_ptr<TenantWeights> weights_;
+  std::unique_ptr<WatchedFiles> weights_watcher_;
   std::unique_ptr<TransferScheduler> scheduler_;
   std::unique_ptr<Authenticator> auth_;  // Before the services that check with it.
   std::unique_ptr<BufferServiceImpl> buffer_service_;

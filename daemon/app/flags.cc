@@ -242,6 +242,14 @@ ABSL_FLAG(std::string, quotas, "",
           "Per-tenant quotas on this node: a file of tenant,host,pinned,device,transfers lines "
           "(sizes like 4GiB, - for no limit; tenant * is every tenant not named; admins have "
           "none); past one, RESOURCE_EXHAUSTED. Re-read when it changes.");
+ABSL_FLAG(std::string, tenant_weights, "",
+          "Tenants' weights for fair shares of the bytes moves start within a priority class: "
+          "a file of `tenant weight` lines (weight 1 to 1000; tenant * is every tenant not "
+          "named; default 1). Re-read when it changes; a file with a bad line is refused, "
+          "logged, and the weights before kept.");
+ABSL_FLAG(absl::Duration, qos_starvation_bound, absl::Milliseconds(500),
+          "A lower priority class whose oldest ready move has waited this long gets a turn "
+          "(at most one pick in four) while higher classes have moves ready.");
 ABSL_FLAG(gpumove::ByteSize, max_message_size, gpumove::ByteSize{64 << 20},
           "The largest message a call may send or receive (8MiB to 1GiB); past it the call "
           "is RESOURCE_EXHAUSTED.");
@@ -303,6 +311,7 @@ absl::Status ServeFromFlags(ServeOptions& serve, bool listen_given) {
   serve.client_cert_principals = absl::GetFlag(FLAGS_client_cert_principals);
   serve.unix_socket_principals = absl::GetFlag(FLAGS_unix_socket_principals);
   serve.quotas = absl::GetFlag(FLAGS_quotas);
+  serve.tenant_weights = absl::GetFlag(FLAGS_tenant_weights);
   serve.max_message_size = absl::GetFlag(FLAGS_max_message_size).bytes;
   serve.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
   serve.introspection = absl::GetFlag(FLAGS_introspection);
@@ -348,6 +357,8 @@ void LimitsFromFlags(DaemonOptions& options) {
       std::max(1, absl::GetFlag(FLAGS_max_open_calls_per_principal));
   scheduler.max_pieces = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_blocks_per_move)));
   scheduler.rate_limit = absl::GetFlag(FLAGS_max_move_rate).bytes;
+  scheduler.qos.starvation_bound =
+      std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_qos_starvation_bound));
   options.notification_log =
       static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_notification_log)));
   options.prepared.lists_per_owner =

@@ -46,6 +46,8 @@ struct ServeOptions {
   std::string unix_socket_principals;
   // Per-tenant quotas (ParseQuotaFile's format), re-read every auth_refresh; empty: none.
   std::string quotas;
+  // Tenants' weights (ParseTenantWeights' format), re-read every auth_refresh; empty: all 1.
+  std::string tenant_weights;
   absl::Duration auth_refresh = absl::Seconds(1);
   // Listen beyond this host with neither tokens nor client certificates.
   bool allow_insecure = false;

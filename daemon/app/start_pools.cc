@@ -95,16 +95,10 @@ absl::Status Daemon::MakeRegistry(const DaemonOptions& options) {
   if (!options.serve.quotas.empty()) {
     quotas_ = std::make_unique<Quotas>();
     Quotas* quotas = quotas_.get();
-    const std::string path = options.serve.quotas;
-    auto watcher = WatchedFiles::Start(
-        {path}, options.serve.auth_refresh, "quota file",
-        [quotas, path](const std::vector<std::string>& contents) {
-          auto limits = ParseQuotaFile(contents[0]);
-          if (!limits.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat(path, ": ", limits.status().message()));
-          }
-          quotas->Set(*std::move(limits));
-          return absl::OkStatus();
+    auto watcher = WatchedFiles::StartParsed(
+        options.serve.quotas, options.serve.auth_refresh, "quota file", ParseQuotaFile,
+        [quotas](absl::flat_hash_map<std::string, QuotaLimits> limits) {
+          quotas->Set(std::move(limits));
         });
     if (!watcher.ok()) return watcher.status();
     quotas_watcher_ = *std::move(watcher);

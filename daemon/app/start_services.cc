@@ -46,6 +46,18 @@ absl::Status Daemon::MakeScheduler(const DaemonOptions& options) {
   sched.node = node_;
   sched.quotas = quotas_.get();
   sched.notifications = notifications_.get();
+  if (!options.serve.tenant_weights.empty()) {
+    weights_ = std::make_unique<TenantWeights>();
+    TenantWeights* weights = weights_.get();
+    auto watcher = WatchedFiles::StartParsed(
+        options.serve.tenant_weights, options.serve.auth_refresh, "tenant weights file",
+        ParseTenantWeights, [weights](absl::flat_hash_map<std::string, uint32_t> parsed) {
+          weights->Set(std::move(parsed));
+        });
+    if (!watcher.ok()) return watcher.status();
+    weights_watcher_ = *std::move(watcher);
+    sched.weights = weights_.get();
+  }
   GpuRuntime* gpu = gpu_.get();
   sched.piece_hasher = [gpu](const Endpoint& e, const Segments& pieces, bool source) {
     return HashPieces(gpu, e, pieces, source);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -34,6 +35,25 @@ class WatchedFiles {
   ~WatchedFiles();
   WatchedFiles(const WatchedFiles&) = delete;
   WatchedFiles& operator=(const WatchedFiles&) = delete;
+
+  // Start for one file whose contents `parse` reads (a StatusOr of what it says) and
+  // `apply` takes; a refusal of parse's names the file.
+  template <typename Parse, typename ApplyParsed>
+  static absl::StatusOr<std::unique_ptr<WatchedFiles>> StartParsed(const std::string& path,
+                                                                   absl::Duration refresh,
+                                                                   std::string what, Parse parse,
+                                                                   ApplyParsed apply) {
+    return Start({path}, refresh, std::move(what),
+                 [path, parse, apply](const std::vector<std::string>& contents) -> absl::Status {
+                   auto parsed = parse(contents[0]);
+                   if (!parsed.ok()) {
+                     return absl::InvalidArgumentError(
+                         absl::StrCat(path, ": ", parsed.status().message()));
+                   }
+                   apply(*std::move(parsed));
+                   return absl::OkStatus();
+                 });
+  }
 
  private:
   WatchedFiles() = default;

@@ -211,6 +211,7 @@ HoldPlanner::Draft HoldPlanner::NewDraft(const std::string& owner, const Transfe
   d.t->id = absl::StrFormat("t-%016x.%s", absl::Uniform<uint64_t>(rng), options_.node);
   d.t->owner = owner;
   d.t->label = spec.label;
+  d.t->priority = spec.priority;
   d.t->checksum = spec.checksum;
   d.t->pieces = spec.pieces;
   d.t->piece_count = spec.pieces != nullptr ? spec.pieces->list.size() : 0;

@@ -25,6 +25,7 @@ struct TransferRecord {
   std::string owner;
   std::string label;
   std::string idempotency_key;
+  Priority priority = Priority::kNormal;
   RangeSpec source;
   RangeSpec destination;
   uint64_t length = 0;

@@ -60,8 +60,7 @@ void TransferScheduler::WorkerLoop() {
       auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !ready_.empty(); };
       mu_.Await(absl::Condition(&wake));
       if (ready_.empty()) return;  // Stopping.
-      t = std::move(ready_.front());
-      ready_.pop_front();
+      t = ready_.Pop(absl::Now());
       if (t->state != TransferState::kQueued) continue;  // Cancelled while queued.
       t->state = TransferState::kRunning;
       t->start_time = absl::Now();
@@ -202,6 +201,13 @@ void TransferScheduler::AfterMove(const std::shared_ptr<Record>& t, absl::Status
   if (unrun) ReleaseUnrunHolds();
 }
 
+void TransferScheduler::ReadyLocked(std::shared_ptr<Record> t) {
+  const std::string& owner = t->owner;
+  const Priority priority = t->priority;
+  const uint64_t length = t->length;
+  ready_.Push(std::move(t), owner, priority, length, absl::Now());
+}
+
 void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Status status) {
   t->state = status.ok()                                     ? TransferState::kSucceeded
              : status.code() == absl::StatusCode::kCancelled ? TransferState::kCancelled
@@ -231,8 +237,9 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   t->pieces.reset();
   for (const RangeOrder::Id id : ready) {
     auto it = waiting_.find(id);
-    ready_.push_back(std::move(it->second));
+    std::shared_ptr<Record> next = std::move(it->second);
     waiting_.erase(it);
+    ReadyLocked(std::move(next));
   }
   --active_;
   if (options_.quotas != nullptr) {
@@ -242,7 +249,7 @@ void TransferScheduler::FinishLocked(const std::shared_ptr<Record>& t, absl::Sta
   if (options_.on_end) {
     options_.on_end(
         TransferEnd{t->path, t->state, t->length, t->create_time, t->start_time, t->end_time,
-                    t->carrier});
+                    t->carrier, t->owner, t->priority});
   }
   finished_.push_back(t->id);
   while (finished_.size() > std::max<size_t>(1, options_.max_finished)) {

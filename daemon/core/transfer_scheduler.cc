@@ -24,7 +24,8 @@ TransferScheduler::TransferScheduler(SchedulerOptions options, BufferRegistry* r
       engines_(std::move(engines)),
       hasher_(std::move(hasher)),
       remote_(remote),
-      planner_(std::make_unique<HoldPlanner>(options_, registry_, engines_, remote_)) {
+      planner_(std::make_unique<HoldPlanner>(options_, registry_, engines_, remote_)),
+      ready_(options_.qos, options_.weights) {
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -133,7 +134,7 @@ absl::StatusOr<std::vector<TransferSnapshot>> TransferScheduler::Submit(
         inline_bytes += t->length;
         run_inline.push_back(t);
       } else if (!waits) {
-        ready_.push_back(t);
+        ReadyLocked(t);
       }
       ids.push_back(t->id);
       out.push_back(SnapshotLocked(*t));

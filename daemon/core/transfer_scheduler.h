@@ -27,6 +27,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/engine.h"
 #include "daemon/core/notifications.h"
+#include "daemon/core/qos.h"
 #include "daemon/core/range.h"
 #include "daemon/core/range_order.h"
 #include "daemon/core/segments.h"
@@ -47,6 +48,8 @@ struct TransferSpec {
   PathKind path = PathKind::kAuto;
   bool checksum = false;
   std::string label;
+  // Its class (qos.h): ready moves start latency first, then normal, then bulk.
+  Priority priority = Priority::kNormal;
   // A vectored move: these pieces (offsets relative to source and destination; checked
   // with MakeSegments) instead of the whole range. The transfer then holds the smallest
   // ranges that contain its pieces, and its length is theirs in all; a destination
@@ -80,6 +83,10 @@ struct TransferSnapshot {
   uint64_t version = 0;           // Bumped on every state change.
   bool cancel_requested = false;  // Asked to stop; it stops at its next chunk.
   std::string carrier;            // What carried its bytes (MoveControl::Carried), if said.
+  Priority priority = Priority::kNormal;
+  // While QUEUED: earlier unfinished moves over overlapping bytes it waits for directly
+  // (it runs after them whatever their classes); 0 once it only waits for a worker.
+  int waits_for = 0;
 };
 
 // What the end of a transfer tells the daemon's counters (SchedulerOptions::on_end):
@@ -92,6 +99,8 @@ struct TransferEnd {
   absl::Time start_time = absl::InfinitePast();
   absl::Time end_time = absl::InfinitePast();
   absl::string_view carrier;  // The record's, valid during on_end.
+  absl::string_view owner;    // The record's (its tenant), valid during on_end.
+  Priority priority = Priority::kNormal;
 };
 
 // xxh3-64 of `length` bytes at an endpoint (device memory included).
@@ -136,6 +145,10 @@ struct SchedulerOptions {
   // Where moves into this node's buffers that carry notify bytes are published (those
   // into other nodes' buffers are published there); null: such moves are refused.
   NotificationLog* notifications = nullptr;
+  // How ready moves are picked for the workers (qos.h): by class, then tenants' weights
+  // from `weights` (null: all weigh 1; must outlive the scheduler).
+  QosOptions qos;
+  const TenantWeights* weights = nullptr;
 };
 
 class TransferScheduler {
@@ -235,6 +248,8 @@ class TransferScheduler {
                  uint64_t dst_hash, std::vector<Ended>* ended = nullptr);
   void FinishLocked(const std::shared_ptr<Record>& t, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `t` for a worker: it waits for nothing else now.
+  void ReadyLocked(std::shared_ptr<Record> t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The transfer table (transfer_table.cc).
   std::vector<std::shared_ptr<Record>> UnfinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -260,7 +275,8 @@ class TransferScheduler {
   RangeOrder order_ ABSL_GUARDED_BY(mu_);
   RangeOrder::Id orders_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<RangeOrder::Id, std::shared_ptr<Record>> waiting_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::shared_ptr<Record>> ready_ ABSL_GUARDED_BY(mu_);
+  // Moves that wait for nothing but a worker, picked by class and tenant (qos.h).
+  QosQueue<std::shared_ptr<Record>> ready_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> finished_ ABSL_GUARDED_BY(mu_);
   // owner + '\0' + key -> transfer ids, in request order.
   absl::flat_hash_map<std::string, std::vector<std::string>> idempotency_ ABSL_GUARDED_BY(mu_);

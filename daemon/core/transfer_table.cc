@@ -86,6 +86,8 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.version = t.version;
   s.cancel_requested = t.cancel_requested.load();
   s.carrier = t.carrier;
+  s.priority = t.priority;
+  if (t.state == TransferState::kQueued) s.waits_for = order_.waits_for(t.order);
   return s;
 }
 

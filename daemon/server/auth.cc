@@ -70,10 +70,10 @@ absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::st
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "#")) continue;
     std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
-    if (fields.size() != 4) {
+    if (fields.size() != 4 && fields.size() != 5) {
       return absl::InvalidArgumentError(absl::StrCat("line ", number, ": ", fields.size(),
-                                                     " fields, not 4 (", key,
-                                                     ",principal,tenant,role)"));
+                                                     " fields, not 4 or 5 (", key,
+                                                     ",principal,tenant,role[,highest class])"));
     }
     for (absl::string_view& f : fields) f = absl::StripAsciiWhitespace(f);
     const absl::string_view token = fields[0], role = fields[3];
@@ -92,6 +92,14 @@ absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(absl::st
     } else if (role != "user") {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", number, ": role ", Quoted(role), " is not admin, user or reader"));
+    }
+    if (fields.size() == 5) {
+      std::optional<Priority> cap = ParsePriority(fields[4]);
+      if (!cap.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", number, ": class ", Quoted(fields[4]), " is not latency, normal or bulk"));
+      }
+      c.max_priority = *cap;
     }
     if (!out.emplace(std::string(token), std::move(c)).second) {
       return absl::InvalidArgumentError(

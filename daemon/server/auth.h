@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "daemon/cluster/peer_auth.h"
 #include "daemon/common/watched_files.h"
+#include "daemon/core/qos.h"
 
 namespace gpumove {
 
@@ -36,6 +37,9 @@ struct Caller {
   std::string principal;
   std::string tenant;
   Role role = Role::kUser;
+  // The highest class its moves may ask for (TransferSpec.priority); latency: no cap. A
+  // caller forwarded by a peer was checked against it on the node it called.
+  Priority max_priority = Priority::kLatency;
   // The owner the registry and scheduler see this caller as (kAnyOwner for an admin).
   std::string owner() const;
 };
@@ -44,8 +48,10 @@ struct Caller {
 enum class Access { kRead, kChange };
 
 // The lines of a token file, in the format of Kubernetes' static token file with a tenant
-// and a role: `token,principal,tenant,role` (role admin, user or reader); blank lines and
-// lines starting with '#' are skipped. INVALID_ARGUMENT naming the line for anything else
+// and a role: `token,principal,tenant,role` (role admin, user or reader), and optionally
+// the highest priority class the principal may ask for, `latency`, `normal` or `bulk`
+// (`token,principal,tenant,role,normal`; none: no cap); blank lines and lines starting
+// with '#' are skipped. INVALID_ARGUMENT naming the line for anything else
 // (a missing field, an unknown role, a repeated token, a tenant named "*").
 // `key` names the first field in messages ("token", "identity").
 absl::StatusOr<absl::flat_hash_map<std::string, Caller>> ParseTokenFile(

@@ -1,5 +1,7 @@
 #include "daemon/server/convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/common/quote.h"
 
@@ -35,6 +37,33 @@ absl::StatusOr<TransferState> FromProto(v1::TransferState state) {
       return TransferState::kCancelled;
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown transfer state ", state));
+  }
+}
+
+v1::Priority ToProto(Priority p) {
+  switch (p) {
+    case Priority::kLatency:
+      return v1::LATENCY;
+    case Priority::kNormal:
+      return v1::NORMAL;
+    case Priority::kBulk:
+      return v1::BULK;
+  }
+  return v1::NORMAL;
+}
+
+absl::StatusOr<Priority> FromProto(v1::Priority p) {
+  switch (p) {
+    case v1::LATENCY:
+      return Priority::kLatency;
+    case v1::PRIORITY_UNSPECIFIED:
+    case v1::NORMAL:
+      return Priority::kNormal;
+    case v1::BULK:
+      return Priority::kBulk;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown priority ", static_cast<int>(p), " (LATENCY, NORMAL or BULK)"));
   }
 }
 
@@ -113,6 +142,8 @@ void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
   out->set_idempotency_key(t.idempotency_key);
   out->set_cancel_requested(t.cancel_requested && !IsTerminal(t.state));
   out->set_transport(t.carrier);
+  out->set_priority(ToProto(t.priority));
+  out->set_waits_for(static_cast<uint32_t>(std::max(0, t.waits_for)));
 }
 
 }  // namespace gpumove

@@ -17,6 +17,9 @@ namespace gpumove {
 
 v1::TransferState ToProto(TransferState state);
 absl::StatusOr<TransferState> FromProto(v1::TransferState state);
+// PRIORITY_UNSPECIFIED is normal; INVALID_ARGUMENT for a value the API does not define.
+v1::Priority ToProto(Priority p);
+absl::StatusOr<Priority> FromProto(v1::Priority p);
 
 // Durations from the wire: INVALID_ARGUMENT when negative or malformed.
 absl::StatusOr<absl::Duration> FromProto(const google::protobuf::Duration& d);

@@ -46,6 +46,17 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& given
                                  "the transports that carried them (UCX: the transports "
                                  "and devices UCX chose, e.g. rc_verbs/rxe0:1)")
                            .Register(*m->registry_);
+  m->tenant_bytes_ = &prometheus::BuildCounter()
+                          .Name("gpumoved_tenant_bytes_total")
+                          .Help("Bytes moved by transfers that succeeded, by tenant and priority "
+                                "class (at most 192 pairs named, the rest tenant other)")
+                          .Register(*m->registry_);
+  m->queue_wait_family_ = &prometheus::BuildHistogram()
+                               .Name("gpumoved_queue_wait_seconds")
+                               .Help("Time from Submit to the start of transfers that started "
+                                     "(waiting for earlier moves over the same bytes and for a "
+                                     "worker), by priority class")
+                               .Register(*m->registry_);
   m->seconds_ = &prometheus::BuildHistogram()
                      .Name("gpumoved_transfer_seconds")
                      .Help("Time from start to end of transfers that succeeded, by path")
@@ -120,6 +131,7 @@ void Metrics::OnTransferEnd(const TransferEnd& t) {
   if (p < 0 || p >= kPaths || st < 0 || st >= kStates) return;
   PathSeries& s = series_[p];
   const char* path = PathKindName(t.path);
+  CountClass(t);
   Cached(s.transfers[st], [&]() -> prometheus::Counter& {
     return transfers_->Add({{"path", path}, {"outcome", TransferStateName(t.state)}});
   }).Increment();
@@ -150,6 +162,33 @@ void Metrics::OnTransferEnd(const TransferEnd& t) {
       return latency_->Add({{"path", path}, {"size", kSizeClassNames[size]}}, kBuckets);
     }).Observe(absl::ToDoubleSeconds(t.end_time - t.create_time));
   }
+}
+
+void Metrics::CountClass(const TransferEnd& t) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30};
+  const int c = static_cast<int>(t.priority);
+  if (c < 0 || c >= kPriorities) return;
+  const char* name = PriorityName(t.priority);
+  if (t.start_time != absl::InfinitePast() && t.create_time != absl::InfinitePast()) {
+    Cached(queue_wait_[c], [&]() -> prometheus::Histogram& {
+      return queue_wait_family_->Add({{"class", name}}, kBuckets);
+    }).Observe(absl::ToDoubleSeconds(t.start_time - t.create_time));
+  }
+  if (t.state != TransferState::kSucceeded) return;
+  absl::MutexLock lock(&carriers_mu_);
+  const std::string key = absl::StrCat(name, "\n", t.owner);
+  auto it = tenants_.find(key);
+  if (it == tenants_.end()) {
+    // Pairs of a tenant and a class past the most are counted under tenant other.
+    const bool room = tenants_.size() < kMostTenants * kPriorities;
+    const std::string shown = room ? std::string(t.owner) : "other";
+    it = tenants_
+             .emplace(room ? key : absl::StrCat(name, "\nother"),
+                      &tenant_bytes_->Add({{"tenant", shown}, {"class", name}}))
+             .first;
+  }
+  it->second->Increment(static_cast<double>(t.length));
 }
 
 int Metrics::SizeClass(uint64_t bytes) {

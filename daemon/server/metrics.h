@@ -88,6 +88,15 @@ class Metrics : public PeerCallObserver {
   prometheus::Family<prometheus::Counter>* carrier_bytes_ = nullptr;
   absl::Mutex carriers_mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> carriers_ ABSL_GUARDED_BY(carriers_mu_);
+  // Bytes by tenant and priority class, at most kMostTenants * kPriorities pairs named
+  // (the rest tenant "other"), and the time moves waited to start, by class.
+  static constexpr size_t kMostTenants = 64;
+  prometheus::Family<prometheus::Counter>* tenant_bytes_ = nullptr;
+  absl::flat_hash_map<std::string, prometheus::Counter*> tenants_ ABSL_GUARDED_BY(carriers_mu_);
+  std::atomic<prometheus::Histogram*> queue_wait_[kPriorities] = {};
+  prometheus::Family<prometheus::Histogram>* queue_wait_family_ = nullptr;
+  // Counts `t`'s bytes for its tenant and class, and the time it waited to start.
+  void CountClass(const TransferEnd& t);
   struct Total {
     prometheus::Counter* counter;
     std::function<uint64_t()> read;

@@ -64,6 +64,28 @@ std::string IdNode(const std::string& id) {
   return dot == std::string::npos ? "" : id.substr(dot + 1);
 }
 
+// The classes of a Submit's moves, before anything is forwarded or held: INVALID_ARGUMENT
+// for a value the API does not define, PERMISSION_DENIED above the caller's cap (refused,
+// not lowered: a move quietly run as bulk would queue behind the very work its caller
+// asked to pass, and the caller could not tell).
+grpc::Status CheckPriorities(const Caller& caller, const v1::SubmitRequest& request) {
+  for (int i = 0; i < request.transfers_size(); ++i) {
+    auto p = FromProto(request.transfers(i).priority());
+    if (!p.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("transfer ", i, ": ", p.status().message()));
+    }
+    if (Above(*p, caller.max_priority)) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("transfer ", i, ": ", Quoted(caller.principal),
+                                       " may ask for classes up to ",
+                                       PriorityName(caller.max_priority), ", not ",
+                                       PriorityName(*p)));
+    }
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Segments>> TransferServiceImpl::PreparedFor(
@@ -170,6 +192,7 @@ grpc::Status TransferServiceImpl::SpecsOf(const Caller& caller, const v1::Submit
     spec.path = *path;
     spec.checksum = in.checksum();
     spec.label = in.label();
+    spec.priority = FromProto(in.priority()).value_or(Priority::kNormal);  // CheckPriorities.
     if (in.has_notify()) spec.notify = in.notify();
     const bool listed = in.segments_size() > 0 || in.has_blocks();
     if (listed && !in.prepared_pieces().empty()) {
@@ -207,6 +230,7 @@ grpc::Status TransferServiceImpl::Submit(grpc::ServerContext* context,
   GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "Submit");
   GPUMOVE_CHECK_FIELDS(*request);
   GPUMOVE_ENTER_LONG_CALL(long_calls_, request->wait(), caller);
+  if (grpc::Status st = CheckPriorities(caller, *request); !st.ok()) return st;
   std::string runner;
   if (grpc::Status st = RunnerOf(*request, &runner); !st.ok()) return st;
   if (!runner.empty() && runner != node_) return ForwardSubmit(context, runner, *request, response);

@@ -19,8 +19,10 @@ using grpc::StatusCode;
 
 constexpr char kTokens[] = R"(alice-token-0123456789,alice,team-a,user
 bob-token-0123456789,bob,team-b,user
+carol-token-0123456789,carol,team-a,user,normal
 )";
 constexpr char kAlice[] = "alice-token-0123456789";
+constexpr char kCarol[] = "carol-token-0123456789";  // Capped at class normal.
 constexpr char kBob[] = "bob-token-0123456789";
 
 class TransferServiceTest : public ServiceTestBase {
@@ -162,6 +164,63 @@ TEST_F(TransferServiceTest, ABlockPastTheEndIsNamed) {
       << st.error_message();
   EXPECT_EQ(Bytes("team-a", dst), std::string(64 << 10, 'd'));
   EXPECT_EQ(registry_->Get("team-a", src)->active_uses, 0u);
+}
+
+// A move's class is kept and shown; one the API does not define is INVALID_ARGUMENT, one
+// above the caller's cap PERMISSION_DENIED, and either refuses the whole batch.
+TEST_F(TransferServiceTest, PrioritiesAreCheckedAgainstTheCapAndShown) {
+  const std::string src = Buffer("team-a", 4096, 's');
+  const std::string dst = Buffer("team-a", 4096, 'd');
+  auto submit = [&](const char* token, std::vector<int> classes, v1::SubmitResponse* out) {
+    v1::SubmitRequest r = Move(src, dst);
+    for (size_t i = 1; i < classes.size(); ++i) *r.add_transfers() = r.transfers(0);
+    for (size_t i = 0; i < classes.size(); ++i) {
+      r.mutable_transfers(static_cast<int>(i))->set_priority(static_cast<v1::Priority>(classes[i]));
+    }
+    return stub_->Submit(As(token).get(), r, out);
+  };
+  v1::SubmitResponse r;
+  // Refused: nothing moves.
+  grpc::Status st = submit(kCarol, {v1::NORMAL, v1::LATENCY}, &r);
+  EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("transfer 1: \"carol\" may ask for classes up to normal, "
+                                    "not latency"),
+            std::string::npos)
+      << st.error_message();
+  st = submit(kAlice, {v1::BULK, 7}, &r);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("transfer 1: unknown priority 7"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(submit(kCarol, {-1}, &r).error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Bytes("team-a", dst), std::string(4096, 'd'));
+  EXPECT_EQ(scheduler_->active(), 0u);
+  // Within the cap (unset is normal); no cap for Alice.
+  ASSERT_TRUE(submit(kCarol, {v1::PRIORITY_UNSPECIFIED, v1::BULK}, &r).ok());
+  EXPECT_EQ(r.transfers(0).priority(), v1::NORMAL);
+  EXPECT_EQ(r.transfers(1).priority(), v1::BULK);
+  EXPECT_EQ(r.transfers(1).waits_for(), 0u);  // Ended (waited for the first: same bytes).
+  ASSERT_TRUE(submit(kAlice, {v1::LATENCY}, &r).ok());
+  EXPECT_EQ(r.transfers(0).priority(), v1::LATENCY);
+  EXPECT_EQ(Bytes("team-a", dst), std::string(4096, 's'));
+  v1::GetTransferRequest get;
+  get.set_id(r.transfers(0).id());
+  v1::Transfer got;
+  ASSERT_TRUE(stub_->Get(As(kAlice).get(), get, &got).ok());
+  EXPECT_EQ(got.priority(), v1::LATENCY);
+  v1::ListTransfersResponse listed;
+  ASSERT_TRUE(stub_->List(As(kAlice).get(), v1::ListTransfersRequest(), &listed).ok());
+  ASSERT_EQ(listed.transfers_size(), 3);
+  EXPECT_EQ(listed.transfers(0).priority(), v1::LATENCY);  // Newest first.
+}
+
+TEST(TokenFileClasses, ACapIsAClassAndOnlyThat) {
+  auto tokens = ParseTokenFile("a,p,t,user,bulk\nb,q,t,admin\n");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->at("a").max_priority, Priority::kBulk);
+  EXPECT_EQ(tokens->at("b").max_priority, Priority::kLatency);  // No cap.
+  for (const char* bad : {"a,p,t,user,urgent\n", "a,p,t,user,\n", "a,p,t,user,bulk,x\n"}) {
+    EXPECT_EQ(ParseTokenFile(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@ import numbers
 import struct
 from typing import Any, Optional, Sequence, Union
 
-from gpumove._types import PATHS, Buffer, PreparedPieces, Ref
+from gpumove._types import PATHS, PRIORITIES, Buffer, PreparedPieces, Ref
 from gpumove.v1 import gpumove_pb2 as pb
 
 try:  # numpy makes block lists fast; without it they are encoded value by value.
@@ -182,18 +182,23 @@ def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional
                   checksum: bool = False, path: str = "auto", blocks: Any = None,
                   block_size: Optional[int] = None, segments: Optional[Sequence] = None,
                   prepared: Optional[PreparedLike] = None,
-                  notify: Optional[bytes] = None, label: str = "") -> pb.TransferSpec:
+                  notify: Optional[bytes] = None, label: str = "",
+                  priority: str = "normal") -> pb.TransferSpec:
     """One TransferSpec. `blocks` is a (source_indices, destination_indices) pair (with
     `block_size`) or a pb.BlockList; `segments` a sequence of (source_offset,
     destination_offset, length) triples; `prepared` a list kept by Client.prepare (instead
-    of blocks or segments); `notify` bytes (or str) for a notification."""
+    of blocks or segments); `notify` bytes (or str) for a notification; `priority` the
+    move's class, "latency", "normal" or "bulk"."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {sorted(PATHS)}, not {path!r}")
+    if priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {sorted(PRIORITIES)}, not {priority!r}")
     src = to_ref(source)
     if length is not None:
         src = Ref(buffer=src.buffer, node=src.node, offset=src.offset, length=length)
     spec = pb.TransferSpec(source=src.to_proto(), destination=to_ref(destination).to_proto(),
-                           path=PATHS[path], checksum=checksum, label=label)
+                           path=PATHS[path], checksum=checksum, label=label,
+                           priority=PRIORITIES[priority])
     if prepared is not None:
         if blocks is not None or segments is not None:
             raise ValueError("give blocks, segments or prepared, not two of them")
@@ -209,7 +214,7 @@ def kv_specs(source_layers: Sequence[RangeLike], destination_layers: Sequence[Ra
              block_size: Optional[int] = None, *, source_stride: int = 0,
              destination_stride: int = 0, prepared: Optional[PreparedLike] = None,
              path: str = "auto", checksum: bool = False, notify: Optional[bytes] = None,
-             label: str = "") -> list:
+             label: str = "", priority: str = "normal") -> list:
     """KV-cache shaped moves: one vectored spec per layer region, source_layers[i] ->
     destination_layers[i], each moving the same blocks (block source_blocks[j] of the
     source layer to block destination_blocks[j] of the destination layer; numpy arrays
@@ -233,5 +238,5 @@ def kv_specs(source_layers: Sequence[RangeLike], destination_layers: Sequence[Ra
         raise ValueError("give blocks or prepared, not both")
     last = len(source_layers) - 1
     return [transfer_spec(s, d, blocks=blocks, prepared=prepared, path=path, checksum=checksum,
-                          label=label, notify=notify if i == last else None)
+                          label=label, notify=notify if i == last else None, priority=priority)
             for i, (s, d) in enumerate(zip(source_layers, destination_layers))]

@@ -17,6 +17,10 @@ KIND_NAMES = {pb.HOST: "host", pb.PINNED_HOST: "pinned", pb.DEVICE: "device",
 PATHS = {"auto": pb.PATH_AUTO, "local": pb.LOCAL, "cuda_ipc": pb.CUDA_IPC, "ucx": pb.UCX,
          "mpi": pb.MPI}
 PATH_NAMES = {v: k for k, v in PATHS.items()}
+# A move's class: ready moves start latency first, then normal, then bulk.
+PRIORITIES = {"latency": pb.LATENCY, "normal": pb.NORMAL, "bulk": pb.BULK}
+PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
+PRIORITY_NAMES[pb.PRIORITY_UNSPECIFIED] = "normal"
 STATES = {"queued": pb.QUEUED, "running": pb.RUNNING, "succeeded": pb.SUCCEEDED,
           "failed": pb.FAILED, "cancelled": pb.CANCELLED}
 STATE_NAMES = {v: k for k, v in STATES.items()}
@@ -228,6 +232,8 @@ class Transfer:
     # What carried the bytes once the move ran (UCX: "rc_verbs/rxe0:1", "tcp/eth0", ...;
     # "direct copy"; "" when the path names none).
     transport: str = ""
+    # Its class: "latency", "normal" or "bulk".
+    priority: str = "normal"
     # The daemon's message, for the times (converted when asked: it keeps a small move's
     # reply cheap) and any field not copied above.
     raw: Optional[pb.Transfer] = dataclasses.field(default=None, repr=False, compare=False)
@@ -257,7 +263,8 @@ class Transfer:
                    path=PATH_NAMES.get(t.path, "auto"), pieces=t.pieces, error_code=code,
                    error_message=t.error_message, source_xxh3=t.source_xxh3,
                    destination_xxh3=t.destination_xxh3, label=t.label,
-                   transport=t.transport, raw=t)
+                   transport=t.transport, priority=PRIORITY_NAMES.get(t.priority, "normal"),
+                   raw=t)
 
     def __repr__(self) -> str:
         # bytes_done only while it differs from length, path once chosen, the error's code
@@ -270,6 +277,8 @@ class Transfer:
             text += f", path={self.path!r}"
         if self.transport:
             text += f", transport={self.transport!r}"
+        if self.priority != "normal":
+            text += f", priority={self.priority!r}"
         if self.error_code != grpc.StatusCode.OK:
             text += f", error_code={self.error_code.name}"
         return text + ")"

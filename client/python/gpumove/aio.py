@@ -202,10 +202,12 @@ class Client:
                    blocks=None, block_size: Optional[int] = None, segments=None,
                    prepared: Optional[PreparedLike] = None, notify=None,
                    wait: bool = True, timeout: Optional[float] = None, label: str = "",
-                   check: bool = True, progress: bool = False) -> Transfer:
+                   check: bool = True, progress: bool = False,
+                   priority: str = "normal") -> Transfer:
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
-                             prepared=prepared, notify=notify, label=label)
+                             prepared=prepared, notify=notify, label=label,
+                             priority=priority)
         if progress and wait:
             t = (await self.submit([spec], wait=False))[0]
             shown = Progress(t)

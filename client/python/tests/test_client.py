@@ -97,6 +97,20 @@ def test_local_moves_submit_wait_watch_cancel(client):
     client.release(dst)
 
 
+def test_moves_keep_their_classes(client):
+    src = client.allocate(1 << 20)
+    dst = client.allocate(1 << 20)
+    t = client.move(src, dst, priority="latency")
+    assert t.ok and t.priority == "latency" and "priority='latency'" in repr(t)
+    bulk = client.submit([gpumove.spec(src, dst, priority="bulk")], wait=True)[0]
+    assert bulk.ok and bulk.priority == "bulk"
+    assert client.move(src, dst).priority == "normal"
+    with pytest.raises(ValueError, match="priority must be one of"):
+        client.move(src, dst, priority="urgent")
+    client.release(src)
+    client.release(dst)
+
+
 def test_cancel_a_slow_move():
     from conftest import start
     d = start("py-slow", "--max_move_rate=8MiB")

@@ -11,6 +11,7 @@ import pytest
 
 import gpumove
 from gpumove import aio
+from gpumove._specs import transfer_spec
 from gpumove.v1 import gpumove_pb2 as pb
 
 
@@ -135,3 +136,15 @@ def test_buffers_compare_and_pickle_without_their_client():
     with pytest.raises(TypeError, match="did not come from a client"):
         with a:
             pass
+
+
+def test_a_move_says_its_class_and_an_unknown_one_is_refused_here():
+    spec = transfer_spec("b-1", "b-2", priority="latency")
+    assert spec.priority == pb.LATENCY
+    assert transfer_spec("b-1", "b-2").priority == pb.NORMAL
+    with pytest.raises(ValueError, match="priority must be one of"):
+        transfer_spec("b-1", "b-2", priority="urgent")
+    t = gpumove.Transfer.from_proto(pb.Transfer(id="t-1", state=pb.QUEUED, priority=pb.BULK))
+    assert t.priority == "bulk" and "priority='bulk'" in repr(t)
+    assert gpumove.Transfer.from_proto(pb.Transfer(id="t-2")).priority == "normal"
+    assert "priority" not in repr(gpumove.Transfer.from_proto(pb.Transfer(id="t-2")))
