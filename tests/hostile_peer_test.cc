@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/hello_paths.h"
 #include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
@@ -67,7 +68,8 @@ void AwaitPeers(Node& n, size_t want) {
   ASSERT_TRUE(st.ok()) << st;
 }
 
-// Under b's own name, Hellos carrying broken UCX addresses and keys: a takes none of them
+// Under b's own name, Hellos carrying broken UCX addresses and keys, a UCX blob that is
+// not a UcxDetails, and blob lists out of bounds: a takes none of them
 // (INVALID_ARGUMENT), keeps b's real descriptor, and its next moves to b succeed. Before
 // the check, the first of these made a's next move to b abort the process in
 // ucp_ep_create.
@@ -79,33 +81,72 @@ TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
   ASSERT_TRUE(Hello(b, peer::v1::NodeDescriptor(), &answer).ok());  // b says who it is.
   const peer::v1::NodeDescriptor real = answer.node();
   ASSERT_EQ(real.node(), "node-b");
-  ASSERT_FALSE(real.ucx_worker_address().empty());
-  ASSERT_GT(real.pools_size(), 0);
+  const peer::v1::UcxDetails ucx = UcxOf(real);
+  ASSERT_FALSE(ucx.worker_address().empty());
+  ASSERT_GT(ucx.pools_size(), 0);
 
   std::vector<std::pair<std::string, peer::v1::NodeDescriptor>> spoofed;
-  auto with_address = [&](const std::string& what, std::string address) {
+  auto with_ucx = [&](const std::string& what, const peer::v1::UcxDetails& u) {
     peer::v1::NodeDescriptor d = real;
-    d.set_ucx_worker_address(std::move(address));
+    SetUcx(d, u);
     spoofed.emplace_back(what, d);
   };
-  std::string version = real.ucx_worker_address();
+  auto with_address = [&](const std::string& what, std::string address) {
+    peer::v1::UcxDetails u = ucx;
+    u.set_worker_address(std::move(address));
+    with_ucx(what, u);
+  };
+  std::string version = ucx.worker_address();
   version[0] = static_cast<char>((version[0] & 0xf0) | 5);  // UCX asserts on this one.
   with_address("unknown address version", version);
   with_address("address cut in half",
-               real.ucx_worker_address().substr(0, real.ucx_worker_address().size() / 2));
+               ucx.worker_address().substr(0, ucx.worker_address().size() / 2));
   with_address("random bytes", RandomBytes(200, 3));
-  with_address("bytes appended", real.ucx_worker_address() + "xyz");
+  with_address("bytes appended", ucx.worker_address() + "xyz");
   {
-    peer::v1::NodeDescriptor d = real;
-    d.mutable_pools(0)->set_rkey(std::string(3, '\xff'));
-    spoofed.emplace_back("pool key cut short", d);
+    peer::v1::UcxDetails u = ucx;
+    u.mutable_pools(0)->set_rkey(std::string(3, '\xff'));
+    with_ucx("pool key cut short", u);
+  }
+  if (ucx.lanes_size() > 0) {
+    peer::v1::UcxDetails u = ucx;
+    u.mutable_lanes(0)->set_worker_address(version);
+    with_ucx("lane address of an unknown version", u);
+  }
+  {
+    peer::v1::UcxDetails u = ucx;
+    for (int i = 0; i < 65; ++i) *u.add_pools() = ucx.pools(0);
+    with_ucx("65 more pools", u);
   }
   {
     peer::v1::NodeDescriptor d = real;
-    if (d.ucx_lanes_size() > 0) {
-      d.mutable_ucx_lanes(0)->set_worker_address(version);
-      spoofed.emplace_back("lane address of an unknown version", d);
-    }
+    SetPathBlob(d, "ucx", std::string("\x0a\xff\xff\xff\x7f", 5));  // Cut short.
+    spoofed.emplace_back("a UCX blob that is no UcxDetails", d);
+  }
+  {
+    peer::v1::NodeDescriptor d = real;
+    SetPathBlob(d, "ucx", std::string("\x0f\x00", 2));  // Wire type 7: none is.
+    spoofed.emplace_back("a UCX blob with an invalid wire type", d);
+  }
+  {
+    peer::v1::NodeDescriptor d = real;
+    SetPathBlob(d, "someone-else", std::string((1 << 20) + 1, 'x'));
+    spoofed.emplace_back("a blob over 1 MiB", d);
+  }
+  {
+    peer::v1::NodeDescriptor d = real;
+    for (int i = 0; i < 8; ++i) SetPathBlob(d, absl::StrCat("path-", i), "x");
+    spoofed.emplace_back("too many blobs", d);
+  }
+  {
+    peer::v1::NodeDescriptor d = real;
+    SetPathBlob(d, std::string(65, 'p'), "x");
+    spoofed.emplace_back("a path name over 64 bytes", d);
+  }
+  {
+    peer::v1::NodeDescriptor d = real;
+    d.add_paths()->set_path("ucx");
+    spoofed.emplace_back("the UCX blob twice", d);
   }
   {
     peer::v1::NodeDescriptor d = real;
@@ -117,6 +158,10 @@ TEST(HostilePeer, MalformedUcxAddressesInAHelloAreRefused) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
     EXPECT_LT(st.error_message().size(), 2048u) << what;
   }
+  // A path a does not run: its blob is ignored, the rest taken.
+  peer::v1::NodeDescriptor unknown = real;
+  SetPathBlob(unknown, "a-path-from-the-future", RandomBytes(100, 7));
+  EXPECT_TRUE(Hello(a, unknown).ok());
   for (uint64_t seed = 1; seed <= 3; ++seed) PushVerified(a, b, seed);
   auto info = a.client->GetInfo();
   EXPECT_TRUE(info.ok()) << info.status();
@@ -308,7 +353,6 @@ TEST(HostilePeer, AForwardingLoopEndsAtTheSecondHop) {
   ghost.set_address(a.process->address());
   ghost.set_host_id("elsewhere");
   ghost.set_incarnation(7);
-  ghost.set_mpi_rank(-1);
   ASSERT_TRUE(Hello(a, ghost).ok());
   bool known = false;
   for (absl::Time end = absl::Now() + absl::Seconds(5); !known && absl::Now() < end;) {

@@ -23,6 +23,7 @@
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/hello_paths.h"
 #include "tests/util/peer_calls.h"
 #include "tests/util/random_bytes.h"
 #include "tests/util/test_node.h"
@@ -119,11 +120,11 @@ TEST_F(PeerAuthTest, CallsWithoutTheSecretAreRefusedAndNothingIsHeld) {
   // No stamp, another secret's stamp.
   grpc::Status st = Hello(*stub, nullptr, &hello);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
-  EXPECT_TRUE(hello.node().ucx_worker_address().empty());
+  EXPECT_EQ(hello.node().paths_size(), 0);  // Nothing of its UCX details.
   PeerAuth other("another-secret-of-the-same-length", "mallory", 7);
   st = Hello(*stub, &other, &hello);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
-  EXPECT_EQ(hello.node().pools_size(), 0);
+  EXPECT_TRUE(UcxOf(hello.node()).worker_address().empty());
 
   // A hold on a's buffer, unstamped and with another secret's stamp.
   auto buf = a.client->Allocate(1 << 20, v1::HOST);
@@ -198,8 +199,8 @@ TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
   std::string mac;
   ASSERT_TRUE(Hello(*stub, &member, &hello, nullptr, &mac).ok());
   const peer::v1::NodeDescriptor d = hello.node();  // A copy: `hello` is reused below.
-  ASSERT_TRUE(d.ucx_peer_calls());
-  UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), d.ucx_worker_address(), false};
+  ASSERT_TRUE(UcxOf(d).peer_calls());
+  UcxPeer to{PeerId{d.node(), d.incarnation()}.Key(), UcxOf(d).worker_address(), false};
   peer::v1::TakeStageSlotsRequest take;
   take.set_transfer_id("t");
   const std::string body =
@@ -226,8 +227,10 @@ TEST_F(PeerAuthTest, UcxPeerCallsWithoutTheSecretAreRefused) {
   peer::v1::NodeDescriptor me;
   me.set_node("mallory");
   me.set_incarnation(7);
-  me.set_ucx_peer_calls(true);
-  me.set_ucx_worker_address((*ucx)->worker_address());
+  peer::v1::UcxDetails my_ucx;
+  my_ucx.set_peer_calls(true);
+  my_ucx.set_worker_address((*ucx)->worker_address());
+  SetUcx(me, my_ucx);
   ASSERT_TRUE(Hello(*stub, &member, &hello, nullptr, nullptr, &me).ok());
   auto served =
       (*ucx)->Call(to, method, framed(member.Stamp(method, body, d.incarnation()).stamp, body),

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 #include "tests/util/daemon_process.h"
+#include "tests/util/hello_paths.h"
 #include "tests/util/test_node.h"
 
 namespace gpumove {
@@ -215,8 +216,8 @@ TEST_P(UcxForgedCallsTest, ForgedCallsGetNoAnswerNoEndpointAndNoCrash) {
   probe.set_node("probe");
   probe.set_incarnation(1);
   const peer::v1::NodeDescriptor victim = Hello(n, probe, with_secret() ? &member : nullptr);
-  ASSERT_TRUE(victim.ucx_peer_calls()) << victim.DebugString();
-  raw.Connect(victim.ucx_worker_address());
+  ASSERT_TRUE(UcxOf(victim).peer_calls()) << victim.DebugString();
+  raw.Connect(UcxOf(victim).worker_address());
   peer::v1::TakeStageSlotsRequest take;
   take.set_transfer_id("t");
   peer::v1::PathCallRequest call;
@@ -266,8 +267,10 @@ TEST_P(UcxForgedCallsTest, ForgedCallsGetNoAnswerNoEndpointAndNoCrash) {
   me.set_node("mallory");
   me.set_incarnation(7);
   me.set_address("127.0.0.1:9");
-  me.set_ucx_peer_calls(true);
-  me.set_ucx_worker_address(raw.address());
+  peer::v1::UcxDetails my_ucx;
+  my_ucx.set_peer_calls(true);
+  my_ucx.set_worker_address(raw.address());
+  SetUcx(me, my_ucx);
   Hello(n, me, with_secret() ? &member : nullptr);
   const std::string stamp =
       with_secret() ? member.Stamp(kPathCall, body, victim.incarnation()).stamp : "";

@@ -31,9 +31,12 @@
 #include "daemon/path/cuda_ipc/cuda_ipc_tails.h"
 #include "daemon/path/local/local_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
+#include "daemon/path/mpi/mpi_hello.h"
 #include "daemon/path/mpi/mpi_holder.h"
+#include "daemon/path/mpi/mpi_protocol.h"
 #include "daemon/path/mpi/mpi_transport.h"
 #include "daemon/path/ucx/stage_holder.h"
+#include "daemon/path/ucx/ucx_hello.h"
 #include "daemon/path/ucx/ucx_engine.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/buffer_service.h"
@@ -84,7 +87,8 @@ class Daemon {
   absl::Status StartUcxLanes(const DaemonOptions& options);     // The extra UCX lanes.
   absl::Status ShareDevicePools(const DaemonOptions& options);  // Over CUDA IPC.
   absl::Status MakeRegistry(const DaemonOptions& options);
-  // This node's descriptor for peers (pools registered with UCX, lanes, peer calls).
+  // This node's descriptor for peers: each path's part of Hello (UCX: pools registered,
+  // lanes, peer calls; MPI: its rank).
   absl::Status DescribeSelf(const DaemonOptions& options);
   absl::Status JoinCluster(const DaemonOptions& options);  // Membership, remote ranges.
   absl::Status MakeEngines(const DaemonOptions& options);  // And the hold table.
@@ -116,6 +120,11 @@ class Daemon {
   std::vector<Engine*> engines_;
   RangeHasher hasher_;
   peer::v1::NodeDescriptor self_;
+  // Each path's part of Hello (those this node runs): its blob in self_, and what it reads
+  // of peers'.
+  std::unique_ptr<UcxHello> ucx_hello_;
+  std::unique_ptr<MpiHello> mpi_hello_;
+  std::vector<const PathHello*> path_hellos_;
   struct {
     std::string mpi, ucx, ipc;
   } summary_;
@@ -163,6 +172,7 @@ class Daemon {
   std::unique_ptr<Cluster> cluster_;
   // Before remote_ranges_, which calls peers through it.
   std::unique_ptr<UcxPeerCalls> peer_calls_;
+  std::unique_ptr<MpiCodec> mpi_codec_;  // Before remote_ranges_, which reads offers with it.
   std::unique_ptr<ClusterRemoteRanges> remote_ranges_;
   std::unique_ptr<Metrics> metrics_;
   // Before scheduler_, which reads them; the watcher re-reads the weights file.

@@ -1,5 +1,5 @@
 // Start's steps that make this node a cluster member: its descriptor for peers (the cluster
-// secret, UCX registrations, peer calls), membership and remote ranges, and what it
+// secret, each path's part of Hello: UCX registrations, peer calls; MPI's rank), membership and remote ranges, and what it
 // advertises once serving (the MPI job's ranks, heartbeats, health, the port file).
 #include <cstdio>
 #include <cstring>
@@ -17,7 +17,9 @@
 #include "daemon/path/cuda_ipc/cuda_ipc_protocol.h"
 #include "daemon/path/mpi/mpi_protocol.h"
 #include "daemon/path/ucx/ucx_protocol.h"
-#include "daemon/path/ucx/ucx_wire_check.h"
+#include "daemon/path/ucx/ucx_hello.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/path/mpi/mpi_hello.h"
 
 namespace gpumove {
 namespace {
@@ -60,18 +62,25 @@ std::string AdvertisedAddress(const std::string& given, const std::vector<std::s
 }  // namespace
 
 absl::Status Daemon::DescribeSelf(const DaemonOptions& options) {
-  // Who we are to peers: UCX worker address and the pools it can reach.
+  // Who we are to peers: what every node says, then each path's own part.
   self_.set_node(node_);
   self_.set_host_id(HostId());
   self_.set_incarnation(NewIncarnation());
   self_.set_version(kVersion);
   if (absl::Status st = LoadClusterSecret(options); !st.ok()) return st;
-  self_.set_mpi_rank(-1);
+  if (ucx_ != nullptr) GPUMOVE_RETURN_IF_ERROR(RegisterWithUcx(options));
   if (mpi_ != nullptr) {
-    self_.set_mpi_rank(mpi_->world().rank);
-    self_.set_mpi_world(mpi_->world().world_id);
+    mpi_hello_ = std::make_unique<MpiHello>(mpi_->world().rank, mpi_->world().world_id);
   }
-  if (ucx_ != nullptr) return RegisterWithUcx(options);
+  // The paths this node runs, each adding its own blob to Hello (and reading peers').
+  for (const PathHello* hello : std::initializer_list<const PathHello*>{ucx_hello_.get(),
+                                                                        mpi_hello_.get()}) {
+    if (hello == nullptr) continue;
+    peer::v1::PathDetails* details = self_.add_paths();
+    details->set_path(std::string(hello->path()));
+    details->set_details(hello->Pack());
+    path_hellos_.push_back(hello);
+  }
   return absl::OkStatus();
 }
 
@@ -111,35 +120,16 @@ absl::Status Daemon::LoadClusterSecret(const DaemonOptions& options) {
   return absl::OkStatus();
 }
 
-// This node's pools registered with UCX (and each lane), its worker addresses in self_, and
-// the UCX peer calls.
+// This node's pools registered with UCX (and each lane), its part of Hello, and the UCX
+// peer calls.
 absl::Status Daemon::RegisterWithUcx(const DaemonOptions& options) {
-  self_.set_ucx_worker_address(ucx_->worker_address());
-  self_.set_ucx_cuda_aware(ucx_->cuda_aware());
-  for (const auto& pool : pools_->pools()) {
-    // Device memory is only registered with a UCX that takes it.
-    if (pool->kind() == MemoryKind::kDevice && !ucx_->cuda_aware()) continue;
-    auto rkey = ucx_->Register(pool->base(), pool->capacity());
-    if (!rkey.ok()) return rkey.status();
-    peer::v1::RegisteredPool* p = self_.add_pools();
-    p->set_kind(ToProto(pool->kind()));
-    p->set_device(pool->device());
-    p->set_base(reinterpret_cast<uint64_t>(pool->base()));
-    p->set_size(pool->capacity());
-    p->set_rkey(*rkey);
-  }
-  // Each lane registers the same pools in its own context, in the same order.
-  for (const auto& lane : ucx_lanes_) {
-    peer::v1::UcxLane* l = self_.add_ucx_lanes();
-    l->set_worker_address(lane->worker_address());
-    for (const peer::v1::RegisteredPool& p : self_.pools()) {
-      auto rkey = lane->Register(reinterpret_cast<void*>(p.base()), p.size());
-      if (!rkey.ok()) return rkey.status();
-      l->add_rkeys(*rkey);
-    }
-  }
+  std::vector<UcxTransport*> lanes;
+  for (const auto& lane : ucx_lanes_) lanes.push_back(lane.get());
+  auto hello = UcxHello::Register(*ucx_, lanes, *pools_, options.ucx.peer_calls);
+  if (!hello.ok()) return hello.status();
+  ucx_hello_ = *std::move(hello);
   summary_.ucx = absl::StrCat(
-      "RMA put/get over UCX (UCX_TLS=", ucx_->transports(), "), ", self_.pools_size(),
+      "RMA put/get over UCX (UCX_TLS=", ucx_->transports(), "), ", ucx_hello_->self().pools_size(),
       " pool(s) registered, host pools in ", ucx_->allocation_kind(),
       options.ucx.transport.direct ? " (peers on this host: direct copies)" : "",
       ucx_lanes_.empty() ? ""
@@ -150,7 +140,6 @@ absl::Status Daemon::RegisterWithUcx(const DaemonOptions& options) {
       options.ucx.force_staging ? "; every range peers move here staged (--ucx_force_staging)" : "",
       options.ucx.peer_calls ? "; peer calls as UCX active messages" : "; peer calls over gRPC");
   if (options.ucx.peer_calls) {
-    self_.set_ucx_peer_calls(true);
     peer_calls_ = std::make_unique<UcxPeerCalls>(ucx_.get(), self_, /*threads=*/8,
                                                  options.ucx.peer_call_poll, peer_auth_.get());
   }
@@ -183,24 +172,8 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
     LOG(WARNING) << "serving TLS but dialling peers in plaintext: give --peer_tls_ca (the CA "
                     "that signed the peers' certificates) if they serve TLS too";
   }
-  if (ucx_ != nullptr) {
-    // A peer's UCX addresses reach ucp_ep_create, which trusts them: checked when learned.
-    auto shape = std::make_shared<UcxAddressShape>();
-    absl::Status learned = shape->Learn(self_.ucx_worker_address());
-    for (const peer::v1::UcxLane& lane : self_.ucx_lanes()) {
-      if (learned.ok()) learned = shape->Learn(lane.worker_address());
-    }
-    if (learned.ok()) {
-      cluster_options.check = [shape](const peer::v1::NodeDescriptor& peer) {
-        return CheckUcxDescriptor(peer, *shape);
-      };
-    } else {
-      // A packing this check does not know (UCX_UNIFIED_MODE, a newer UCX): peers' would
-      // not parse either.
-      LOG(WARNING) << "peers' UCX addresses go unchecked: this node's own does not parse ("
-                   << learned.message() << ")";
-    }
-  }
+  // Each path reads its own part of peers' Hellos, once, when it is learned.
+  cluster_options.paths = path_hellos_;
   cluster_ = std::make_unique<Cluster>(cluster_options, self_);
   if (peer_calls_ != nullptr) {
     // Peer calls over UCX are served for, and answered to, met peers only, at the address
@@ -208,18 +181,19 @@ absl::Status Daemon::JoinCluster(const DaemonOptions& options) {
     Cluster* cluster = cluster_.get();
     peer_calls_->Admit([cluster](const std::string& node, uint64_t incarnation,
                                  const std::string& worker_address) {
-      return cluster->Matches(node, incarnation, [&](const peer::v1::NodeDescriptor& d) {
-        return d.ucx_peer_calls() && d.ucx_worker_address() == worker_address;
+      return cluster->Matches(node, incarnation, [&](const PeerView& peer) {
+        return ServesUcxCalls(peer, worker_address);
       });
     });
   }
-  // Each path's part of the hold handshake (stateless, so shared by every daemon).
+  // Each path's part of the hold handshake (UCX's and CUDA IPC's stateless, so shared by
+  // every daemon; MPI's knows this node's rank).
   static const UcxCodec ucx_codec;
   static const CudaIpcCodec cuda_ipc_codec;
-  static const MpiCodec mpi_codec;
+  mpi_codec_ = std::make_unique<MpiCodec>(mpi_hello_.get());
   remote_ranges_ = std::make_unique<ClusterRemoteRanges>(
       cluster_.get(), options.cluster.peer_timeout, peer_calls_.get(),
-      std::vector<const PathCodec*>{&ucx_codec, &cuda_ipc_codec, &mpi_codec});
+      std::vector<const PathCodec*>{&ucx_codec, &cuda_ipc_codec, mpi_codec_.get()});
   return absl::OkStatus();
 }
 

@@ -156,7 +156,7 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     }
     ucx_engine_->set_require(require);
     engines_.push_back(ucx_engine_.get());
-    ucx_holder_ = std::make_unique<UcxHolder>(cluster_.get());
+    ucx_holder_ = std::make_unique<UcxHolder>(&ucx_hello_->self());
     // This node stages its own device ranges for peers when UCX cannot take them (every
     // range with --ucx_force_staging).
     StageHolderOptions stage;
@@ -165,7 +165,7 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
     stage.gpu = gpu;
     stage.pinned = pinned;
     stage.staging = options.staging;
-    stage_holder_ = std::make_unique<StageHolder>(cluster_.get(), stage);
+    stage_holder_ = std::make_unique<StageHolder>(&ucx_hello_->self(), stage);
     holders_.push_back(ucx_holder_.get());
     holders_.push_back(stage_holder_.get());
   }
@@ -174,7 +174,7 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
                                               pools_->Find(MemoryKind::kPinnedHost, kHostDevice),
                                               remote_ranges_.get(), options.mpi.engine);
     engines_.push_back(mpi_engine_.get());
-    mpi_holder_ = std::make_unique<MpiHolder>(cluster_.get(), mpi_engine_.get());
+    mpi_holder_ = std::make_unique<MpiHolder>(cluster_.get(), mpi_hello_.get(), mpi_engine_.get());
     holders_.push_back(mpi_holder_.get());
   }
   // Tails: CUDA IPC runners' copies, seen land here with or without UCX.

@@ -115,7 +115,7 @@ std::shared_ptr<grpc::Channel> Cluster::ChannelTo(const std::string& address) {
 }
 
 absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d) {
-  constexpr size_t kMaxName = 253, kMaxAddress = 1024, kMaxPools = 64, kMaxLanes = 64;
+  constexpr size_t kMaxName = 253, kMaxAddress = 1024;
   if (d.node().size() > kMaxName) {
     return absl::InvalidArgumentError(
         absl::StrCat("node name ", Quoted(d.node()), " is longer than ", kMaxName, " bytes"));
@@ -126,31 +126,83 @@ absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d) {
         "node ", Quoted(d.node()), ": address, host id or version longer than ", kMaxAddress,
         " bytes"));
   }
-  if (d.pools_size() > kMaxPools || d.ucx_lanes_size() > kMaxLanes) {
-    return absl::InvalidArgumentError(absl::StrCat("node ", Quoted(d.node()), " has ",
-                                                   d.pools_size(), " pools and ",
-                                                   d.ucx_lanes_size(), " UCX lanes; at most ",
-                                                   kMaxPools, " and ", kMaxLanes));
+  if (static_cast<size_t>(d.paths_size()) > kMaxHelloPaths) {
+    return absl::InvalidArgumentError(absl::StrCat("node ", Quoted(d.node()), " describes ",
+                                                   d.paths_size(), " paths; at most ",
+                                                   kMaxHelloPaths));
   }
-  for (const peer::v1::UcxLane& lane : d.ucx_lanes()) {
-    if (lane.rkeys_size() != d.pools_size()) {
+  for (int i = 0; i < d.paths_size(); ++i) {
+    const peer::v1::PathDetails& p = d.paths(i);
+    if (p.path().empty() || p.path().size() > kMaxHelloPathName ||
+        p.details().size() > kMaxHelloDetails) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "node ", Quoted(d.node()), ": a UCX lane with ", lane.rkeys_size(),
-          " pool keys for ", d.pools_size(), " pools"));
+          "node ", Quoted(d.node()), ": path ", i, " (", Quoted(p.path().substr(0, 80)),
+          ", ", p.details().size(), " bytes of details): a path's name is 1 to ",
+          kMaxHelloPathName, " bytes, its details at most ", kMaxHelloDetails));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (d.paths(j).path() == p.path()) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", Quoted(d.node()),
+                                                       " describes path ", Quoted(p.path()),
+                                                       " twice"));
+      }
     }
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, std::shared_ptr<const PathView>>>>
+Cluster::ReadPaths(const peer::v1::NodeDescriptor& d) {
+  std::vector<std::pair<std::string, std::shared_ptr<const PathView>>> views;
+  if (options_.paths.empty()) return views;
+  // What the same incarnation said before (the heartbeat re-learns it every beat): its
+  // views are kept while its blobs stay the same, so a blob is read once.
+  peer::v1::NodeDescriptor before;
+  std::vector<std::pair<std::string, std::shared_ptr<const PathView>>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(d.node());
+    if (it != peers_.end() && it->second.view.descriptor.incarnation() == d.incarnation()) {
+      before = it->second.view.descriptor;
+      kept = it->second.view.paths;
+    }
+  }
+  auto blob_of = [](const peer::v1::NodeDescriptor& n,
+                    absl::string_view path) -> const std::string* {
+    for (const peer::v1::PathDetails& p : n.paths()) {
+      if (p.path() == path) return &p.details();
+    }
+    return nullptr;
+  };
+  for (const PathHello* hello : options_.paths) {
+    const std::string* blob = blob_of(d, hello->path());
+    if (blob == nullptr) continue;  // The peer does not run this path.
+    const std::string* old = blob_of(before, hello->path());
+    std::shared_ptr<const PathView> view;
+    if (old != nullptr && *old == *blob) {
+      for (const auto& [name, v] : kept) {
+        if (name == hello->path()) view = v;
+      }
+    }
+    if (view == nullptr) {
+      auto read = hello->Read(*blob);
+      if (!read.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node ", Quoted(d.node()), ": its ", hello->path(),
+                         " details were refused: ", read.status().message()));
+      }
+      view = *std::move(read);
+    }
+    views.emplace_back(std::string(hello->path()), std::move(view));
+  }
+  return views;
+}
+
 absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string& via) {
   if (d.node().empty() || d.node() == node_) return absl::OkStatus();
   GPUMOVE_RETURN_IF_ERROR(CheckDescriptor(d));
-  if (options_.check) {
-    if (absl::Status st = options_.check(d); !st.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node ", Quoted(d.node()), " refused: ", st.message()));
-    }
-  }
+  auto paths = ReadPaths(d);
+  if (!paths.ok()) return paths.status();
   absl::MutexLock lock(&mu_);
   Peer& p = peers_[d.node()];
   const uint64_t old = p.view.descriptor.incarnation();
@@ -173,6 +225,7 @@ absl::Status Cluster::Learn(const peer::v1::NodeDescriptor& d, const std::string
   p.view.node = d.node();
   p.view.address = d.address().empty() ? via : d.address();
   p.view.descriptor = d;
+  p.view.paths = *std::move(paths);
   p.view.up = true;
   p.view.last_seen = absl::Now();
   if (!via.empty() && std::find(p.addresses.begin(), p.addresses.end(), via) == p.addresses.end()) {
@@ -237,12 +290,12 @@ absl::StatusOr<std::vector<std::string>> Cluster::OnHello(const peer::v1::NodeDe
 }
 
 bool Cluster::Matches(const std::string& node, uint64_t incarnation,
-                      const std::function<bool(const peer::v1::NodeDescriptor&)>& match) const {
+                      const std::function<bool(const PeerView&)>& match) const {
   absl::MutexLock lock(&mu_);
   auto it = peers_.find(node);
   return it != peers_.end() && it->second.view.up &&
          it->second.view.descriptor.incarnation() == incarnation &&
-         match(it->second.view.descriptor);
+         match(it->second.view);
 }
 
 absl::StatusOr<PeerView> Cluster::Find(const std::string& node) const {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/path_hello.h"
 #include "daemon/cluster/peer_auth.h"
 #include "proto/gpumove/peer/v1/peer.grpc.pb.h"
 
@@ -28,9 +30,9 @@ namespace gpumove {
 struct ClusterOptions {
   // host:port, name:port (every address the name resolves to) or unix:/path.
   std::vector<std::string> peers;
-  // Checks what a peer says of itself before it is kept (the parts the cluster does not
-  // read itself, such as UCX addresses and keys): a descriptor it refuses is not learned.
-  std::function<absl::Status(const peer::v1::NodeDescriptor&)> check;
+  // The paths this node runs that read peers' Hello blobs (path_hello.h); they must
+  // outlive the cluster. A descriptor one of them refuses is not learned.
+  std::vector<const PathHello*> paths;
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration peer_timeout = absl::Seconds(3);
   absl::Duration dns_refresh = absl::Seconds(5);
@@ -54,6 +56,18 @@ struct PeerView {
   absl::Time last_seen = absl::InfinitePast();
   peer::v1::NodeDescriptor descriptor;
   std::shared_ptr<grpc::Channel> channel;
+  // What each path this node runs made of the peer's blob (PathHello::Read), by path
+  // name; none for a path the peer did not describe.
+  std::vector<std::pair<std::string, std::shared_ptr<const PathView>>> paths;
+
+  // `name`'s view, when the peer described that path and the view is a `View`.
+  template <class View>
+  const View* path(absl::string_view name) const {
+    for (const auto& [n, view] : paths) {
+      if (n == name) return dynamic_cast<const View*>(view.get());
+    }
+    return nullptr;
+  }
 };
 
 class Cluster {
@@ -72,8 +86,8 @@ class Cluster {
   peer::v1::NodeDescriptor self() const;
   // The address peers should use, once the server is bound (before Start).
   void SetAdvertisedAddress(const std::string& address);
-  // More peer addresses to keep meeting, as if given in options.peers (the other ranks
-  // of an MPI job, learned at start).
+  // More peer addresses to keep meeting, as if given in options.peers (learned at start
+  // by the composition root, as a job's other members).
   void AddPeers(const std::vector<std::string>& addresses);
   // An incoming Hello: the caller is a peer from now on. Returns the addresses of the
   // other nodes we know, for the caller to meet. INVALID_ARGUMENT, and nothing learned,
@@ -82,10 +96,10 @@ class Cluster {
   // NOT_FOUND for a node never seen, UNAVAILABLE for one that is down.
   absl::StatusOr<PeerView> Find(const std::string& node) const;
   std::vector<PeerView> List() const;
-  // Whether `node` is up at `incarnation` and `match` holds for its descriptor (run under
-  // the cluster's lock: it must not call back in). Nothing is copied: for hot paths.
+  // Whether `node` is up at `incarnation` and `match` holds for what is known of it (run
+  // under the cluster's lock: it must not call back in). Nothing is copied: for hot paths.
   bool Matches(const std::string& node, uint64_t incarnation,
-               const std::function<bool(const peer::v1::NodeDescriptor&)>& match) const;
+               const std::function<bool(const PeerView&)>& match) const;
   // A channel to any address (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   absl::Duration forward_timeout() const { return options_.forward_timeout; }
@@ -111,6 +125,10 @@ class Cluster {
   std::vector<std::string> Targets();
   absl::Status Learn(const peer::v1::NodeDescriptor& d, const std::string& via)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Each path's view of `d`'s blobs: read by the paths, except those kept from the same
+  // incarnation's identical blob. INVALID_ARGUMENT when a path refuses its blob.
+  absl::StatusOr<std::vector<std::pair<std::string, std::shared_ptr<const PathView>>>> ReadPaths(
+      const peer::v1::NodeDescriptor& d) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ClusterOptions options_;
   const std::string node_;
@@ -143,8 +161,8 @@ class Cluster {
 // name does not resolve.
 absl::StatusOr<std::vector<std::string>> ResolvePeer(const std::string& spec);
 
-// Limits on what a peer says of itself that the cluster reads: a name, an address, the
-// counts of pools and lanes. INVALID_ARGUMENT saying which.
+// Limits on what a peer says of itself: a name, an address, and its paths' blobs (their
+// count, names and sizes, one blob per path). INVALID_ARGUMENT saying which.
 absl::Status CheckDescriptor(const peer::v1::NodeDescriptor& d);
 
 // Random id for this process's life, and the machine's boot id + host name.

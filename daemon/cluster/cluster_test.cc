@@ -1,6 +1,10 @@
 #include "daemon/cluster/cluster.h"
 
 #include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 
@@ -115,35 +119,110 @@ TEST(Cluster, AnIncarnationAlreadyDownIsNotReportedLostAgainOnItsRestart) {
   for (size_t i = 1; i < lost.size(); ++i) EXPECT_EQ(lost[i].second, 8u) << i;
 }
 
-TEST(Cluster, RefusedDescriptorsAreNotLearned) {
-  peer::v1::NodeDescriptor self;
-  self.set_node("a");
+// A path's part of Hello as a test has it: a blob is taken unless it is "bad"; its view
+// keeps the blob; reads are counted.
+struct TestView : PathView {
+  std::string blob;
+};
+class TestHello : public PathHello {
+ public:
+  absl::string_view path() const override { return "test"; }
+  std::string Pack() const override { return "mine"; }
+  absl::StatusOr<std::shared_ptr<const PathView>> Read(absl::string_view blob) const override {
+    ++reads;
+    if (blob == "bad") return absl::InvalidArgumentError("a bad blob");
+    auto view = std::make_shared<TestView>();
+    view->blob = std::string(blob);
+    return std::shared_ptr<const PathView>(std::move(view));
+  }
+  mutable std::atomic<int> reads{0};
+};
+
+void AddPath(peer::v1::NodeDescriptor& d, std::string path, std::string details) {
+  peer::v1::PathDetails* p = d.add_paths();
+  p->set_path(std::move(path));
+  p->set_details(std::move(details));
+}
+
+peer::v1::NodeDescriptor Node(const std::string& node, const std::string& address,
+                              uint64_t incarnation) {
+  peer::v1::NodeDescriptor d;
+  d.set_node(node);
+  d.set_address(address);
+  d.set_incarnation(incarnation);
+  return d;
+}
+
+// A cluster of node "a" whose one path is `hello`.
+std::unique_ptr<Cluster> ClusterWith(TestHello* hello) {
   ClusterOptions options;
-  options.check = [](const peer::v1::NodeDescriptor& d) {
-    return d.version() == "bad" ? absl::InvalidArgumentError("no") : absl::OkStatus();
-  };
-  Cluster c(options, self);
-  peer::v1::NodeDescriptor b;
-  b.set_node("b");
-  b.set_address("127.0.0.1:2");
-  b.set_incarnation(7);
-  std::vector<peer::v1::NodeDescriptor> bad(5, b);
+  options.paths = {hello};
+  return std::make_unique<Cluster>(options, Node("a", "", 0));
+}
+
+TEST(Cluster, RefusedDescriptorsAreNotLearned) {
+  TestHello hello;
+  std::unique_ptr<Cluster> cluster = ClusterWith(&hello);
+  Cluster& c = *cluster;
+  const peer::v1::NodeDescriptor b = Node("b", "127.0.0.1:2", 7);
+  std::vector<peer::v1::NodeDescriptor> bad(8, b);
   bad[0].set_node(std::string(254, 'b'));
   bad[1].set_address(std::string(2000, '1'));
-  for (int i = 0; i < 65; ++i) bad[2].add_pools();
-  bad[3].add_pools();
-  bad[3].add_ucx_lanes();  // A lane without the pool's key.
-  bad[4].set_version("bad");  // The options' check says no.
+  for (int i = 0; i < 9; ++i) AddPath(bad[2], absl::StrCat("p", i), "");  // Too many paths.
+  AddPath(bad[3], std::string(65, 'p'), "");                           // A name too long.
+  AddPath(bad[4], "other", std::string((1 << 20) + 1, 'x'));            // Details too big.
+  AddPath(bad[5], "other", "");
+  AddPath(bad[5], "other", "");  // One path twice.
+  AddPath(bad[6], "", "x");      // A path with no name.
+  AddPath(bad[7], "test", "bad");  // The path refuses its blob.
   for (const peer::v1::NodeDescriptor& d : bad) {
-    EXPECT_EQ(c.OnHello(d).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.OnHello(d).status().code(), absl::StatusCode::kInvalidArgument)
+        << d.ShortDebugString().substr(0, 200);
   }
+  EXPECT_EQ(hello.reads.load(), 1);  // Only a well-bounded list reaches the path.
   EXPECT_TRUE(c.List().empty());
   ASSERT_TRUE(c.OnHello(b).ok());
   // A refused descriptor under a known name changes nothing of what was known.
-  peer::v1::NodeDescriptor spoofed = bad[4];
+  peer::v1::NodeDescriptor spoofed = bad[7];
   spoofed.set_address("127.0.0.1:666");
   EXPECT_FALSE(c.OnHello(spoofed).ok());
   EXPECT_EQ(c.Find("b")->address, "127.0.0.1:2");
+  EXPECT_EQ(c.Find("b")->path<TestView>("test"), nullptr);
+}
+
+TEST(Cluster, EachPathReadsItsBlobOncePerIncarnation) {
+  TestHello hello;
+  std::unique_ptr<Cluster> cluster = ClusterWith(&hello);
+  Cluster& c = *cluster;
+  peer::v1::NodeDescriptor b = Node("b", "127.0.0.1:2", 7);
+  AddPath(b, "elsewhere", "not ours");  // A path this node does not run: ignored.
+  AddPath(b, "test", "b7");
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.OnHello(b).ok());  // Heartbeats say it again.
+  EXPECT_EQ(hello.reads.load(), 1);
+  auto found = c.Find("b");
+  ASSERT_TRUE(found.ok());
+  ASSERT_NE(found->path<TestView>("test"), nullptr);
+  EXPECT_EQ(found->path<TestView>("test")->blob, "b7");
+  EXPECT_EQ(found->path<TestView>("elsewhere"), nullptr);
+  // A restart (another incarnation) is read anew; so is a changed blob.
+  b.set_incarnation(8);
+  b.mutable_paths(1)->set_details("b8");
+  ASSERT_TRUE(c.OnHello(b).ok());
+  EXPECT_EQ(hello.reads.load(), 2);
+  EXPECT_EQ(c.Find("b")->path<TestView>("test")->blob, "b8");
+  b.mutable_paths(1)->set_details("b8'");
+  ASSERT_TRUE(c.OnHello(b).ok());
+  EXPECT_EQ(hello.reads.load(), 3);
+  EXPECT_EQ(c.Find("b")->path<TestView>("test")->blob, "b8'");
+  // A node that does not describe the path has no view of it.
+  ASSERT_TRUE(c.OnHello(Node("d", "127.0.0.1:4", 1)).ok());
+  EXPECT_EQ(c.Find("d")->path<TestView>("test"), nullptr);
+  EXPECT_TRUE(c.Matches("b", 8, [](const PeerView& v) {
+    return v.path<TestView>("test") != nullptr;
+  }));
+  EXPECT_FALSE(c.Matches("d", 1, [](const PeerView& v) {
+    return v.path<TestView>("test") != nullptr;
+  }));
 }
 
 TEST(Cluster, LossWatchesRunWhenTheirNodeGoesDownUnlessForgotten) {

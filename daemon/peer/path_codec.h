@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/core/engine.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
@@ -16,14 +17,13 @@ class PathCodec {
  public:
   virtual ~PathCodec() = default;
   // Writes `ask` into `request` when it is this path's (a move asks for one path only)
-  // and `holder` can do what it asks.
-  virtual void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
-                         const peer::v1::NodeDescriptor& holder,
+  // and `holder` can do what it asks. What the path knows of `holder` is its own view of
+  // the holder's Hello blob (PeerView::path, read once when the Hello was accepted).
+  virtual void EncodeAsk(const PathAsk& ask, const PeerView& holder,
                          peer::v1::PrepareRemoteRequest* request) const {}
   // Adds this path's offer in a hold's answer from `holder` to `hold` (whose common fields
   // are set), when it made one; `ask` is what the hold was asked for.
-  virtual void DecodeOffer(const peer::v1::NodeDescriptor& holder,
-                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+  virtual void DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
                            const peer::v1::PrepareRemoteResponse& response,
                            RemoteHold* hold) const = 0;
 };

@@ -35,7 +35,7 @@ absl::Status PeerHandler::PrepareRemote(const peer::v1::PrepareRemoteRequest& re
   // admits met peers only).
   auto met = [&] {
     return cluster_->Matches(request.from_node(), request.from_incarnation(),
-                             [](const peer::v1::NodeDescriptor&) { return true; });
+                             [](const PeerView&) { return true; });
   };
   for (const absl::Time until = absl::Now() + absl::Milliseconds(500); !met();) {
     if (absl::Now() >= until) {
@@ -150,7 +150,7 @@ absl::Status PeerHandler::PathCall(const peer::v1::PathCallRequest& request,
   // The caller first, before anything of the call is looked at further. No wait as for a
   // hold: a path call follows a hold, made once the caller was met.
   if (!cluster_->Matches(request.from_node(), request.from_incarnation(),
-                         [](const peer::v1::NodeDescriptor&) { return true; })) {
+                         [](const PeerView&) { return true; })) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", Quoted(request.from_node()), " (incarnation ",
                      request.from_incarnation(), ") is not a peer of this node: say Hello first"));

@@ -86,7 +86,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
             [p](size_t i) { return p[i].length; }, item->mutable_pieces());
       }
       if (a.path_ask != nullptr) {
-        for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, self, peer->descriptor, item);
+        for (const PathCodec* c : codecs_) c->EncodeAsk(*a.path_ask, *peer, item);
       }
     }
     peer::v1::PrepareRemoteBatchResponse response;
@@ -128,7 +128,7 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
                                    absl::StrCat(r.message(), " (node ", node, ")")));
         continue;
       }
-      auto hold = HoldFrom(node, peer->descriptor, self, asks[i], r.response());
+      auto hold = HoldFrom(node, *peer, self, asks[i], r.response());
       if (!hold.ok())
         Release(RemoteHold{node, peer->descriptor.incarnation(), asks[i].transfer_id});
       out.push_back(std::move(hold));
@@ -138,9 +138,8 @@ std::vector<absl::StatusOr<RemoteHold>> ClusterRemoteRanges::PrepareMany(
 }
 
 absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
-    const std::string& node, const peer::v1::NodeDescriptor& peer,
-    const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
-    const peer::v1::PrepareRemoteResponse& response) const {
+    const std::string& node, const PeerView& peer, const peer::v1::NodeDescriptor& self,
+    const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response) const {
   auto kind = FromProto(response.kind());
   if (!kind.ok()) {
     return absl::InternalError(
@@ -148,15 +147,15 @@ absl::StatusOr<RemoteHold> ClusterRemoteRanges::HoldFrom(
   }
   RemoteHold hold;
   hold.node = node;
-  hold.incarnation = peer.incarnation();
+  hold.incarnation = peer.descriptor.incarnation();
   hold.transfer_id = ask.transfer_id;
   hold.address = response.address();
   hold.length = response.length();
   hold.kind = *kind;
   hold.device = response.device();
   hold.write = ask.write;
-  hold.same_host = peer.host_id() == self.host_id();
-  for (const PathCodec* c : codecs_) c->DecodeOffer(peer, self, ask, response, &hold);
+  hold.same_host = peer.descriptor.host_id() == self.host_id();
+  for (const PathCodec* c : codecs_) c->DecodeOffer(peer, ask, response, &hold);
   return hold;
 }
 
@@ -211,7 +210,7 @@ absl::Status ClusterRemoteRanges::Call(
     const google::protobuf::Message& request, google::protobuf::Message* response,
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
     absl::Duration more) {
-  const bool fast = channel_ != nullptr && channel_->Reaches(peer.descriptor);
+  const bool fast = channel_ != nullptr && channel_->Reaches(peer);
   const absl::Duration timeout = rpc_timeout_ + more;
   PeerCallObserver* observer = observer_.load(std::memory_order_relaxed);
   if (observer == nullptr) return CallUntimed(peer, method, request, response, fast, rpc, timeout);
@@ -227,7 +226,7 @@ absl::Status ClusterRemoteRanges::CallUntimed(
     absl::FunctionRef<grpc::Status(peer::v1::PeerService::Stub&, grpc::ClientContext*)> rpc,
     absl::Duration timeout) {
   if (fast) {
-    auto body = channel_->Call(peer.descriptor, method, request.SerializeAsString(), timeout);
+    auto body = channel_->Call(peer, method, request.SerializeAsString(), timeout);
     if (!body.ok()) {
       return absl::Status(body.status().code(),
                           absl::StrCat(body.status().message(), " (node ", peer.node, ")"));

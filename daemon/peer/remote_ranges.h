@@ -38,10 +38,10 @@ class PeerCallChannel {
  public:
   virtual ~PeerCallChannel() = default;
   // Whether `peer` (and this node) serve calls this way.
-  virtual bool Reaches(const peer::v1::NodeDescriptor& peer) const = 0;
+  virtual bool Reaches(const PeerView& peer) const = 0;
   // The serialized response, or the handler's error; UNAVAILABLE when the peer cannot be
   // reached or does not answer within `timeout`.
-  virtual absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
+  virtual absl::StatusOr<std::string> Call(const PeerView& peer, PeerMethod method,
                                            std::string request, absl::Duration timeout) = 0;
 };
 
@@ -94,7 +94,6 @@ class ClusterRemoteRanges : public RemoteRanges {
   absl::Status CallPath(const RemoteHold& hold, absl::string_view path, absl::string_view method,
                         const google::protobuf::Message& request,
                         google::protobuf::Message* response);
-  peer::v1::NodeDescriptor self() const { return cluster_->self(); }
   // Who is told of each call from now on (null: nobody); must outlive this.
   void set_observer(PeerCallObserver* observer) { observer_.store(observer); }
 
@@ -139,7 +138,7 @@ class ClusterRemoteRanges : public RemoteRanges {
   // One CompleteRemoteBatch for `batch` (all to `node`); runs every callback.
   void SendAcks(const std::string& node, std::vector<PendingAck>& batch);
   // The hold made for `ask` on `node` (`peer`): the common fields, and every path's offer.
-  absl::StatusOr<RemoteHold> HoldFrom(const std::string& node, const peer::v1::NodeDescriptor& peer,
+  absl::StatusOr<RemoteHold> HoldFrom(const std::string& node, const PeerView& peer,
                                       const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
                                       const peer::v1::PrepareRemoteResponse& response) const;
   // The hold's node, as long as it is the incarnation the hold was made with.

@@ -1,12 +1,14 @@
 // Fuzzes what a cluster does with a peer's Hello: any NodeDescriptor (parsed from the
-// input) goes through Cluster::OnHello with the daemon's own UCX check. No input may crash; a refused one changes nothing
+// input) goes through Cluster::OnHello with the daemon's own paths reading their blobs
+// (UCX's details with the daemon's own check, MPI's rank). No input may crash; a refused one changes nothing
 // the cluster knew; an accepted one is found under its name.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 
 #include "daemon/cluster/cluster.h"
-#include "daemon/path/ucx/ucx_wire_check.h"
+#include "daemon/path/mpi/mpi_hello.h"
+#include "daemon/path/ucx/ucx_hello.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 
 namespace gpumove {
@@ -23,8 +25,9 @@ Cluster& TheCluster() {
     ClusterOptions options;
     // The daemon's own check, against the shape of a typical address (a worker with no
     // transports: any entry of the input is of a transport it lacks).
-    static UcxAddressShape shape;
-    options.check = [](const peer::v1::NodeDescriptor& d) { return CheckUcxDescriptor(d, shape); };
+    static const UcxHello ucx(peer::v1::UcxDetails(), std::make_shared<UcxAddressShape>());
+    static const MpiHello mpi(0, 0x5eed);
+    options.paths = {&ucx, &mpi};
     // Not started: no heartbeats dial what it learns.
     cluster = std::make_unique<Cluster>(options, self);
   }

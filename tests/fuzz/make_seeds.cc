@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "daemon/cluster/peer_auth.h"
+#include "daemon/path/mpi/mpi_hello.pb.h"
+#include "daemon/path/ucx/ucx_hello.pb.h"
 #include "proto/gpumove/peer/v1/peer.pb.h"
 #include "proto/gpumove/v1/gpumove.pb.h"
 
@@ -74,19 +76,31 @@ int main(int argc, char** argv) {
   d.set_address("127.0.0.1:7471");
   d.set_host_id("vm/4f1c");
   d.set_incarnation(77);
-  d.set_ucx_worker_address(worker_address);
   d.set_version("0.1");
-  d.set_mpi_rank(-1);
-  peer::v1::RegisteredPool* pool = d.add_pools();
+  // Each path's blob: UCX's details, and MPI's for a rank of a job.
+  peer::v1::UcxDetails ucx;
+  ucx.set_worker_address(worker_address);
+  ucx.set_peer_calls(true);
+  peer::v1::RegisteredPool* pool = ucx.add_pools();
   pool->set_kind(v1::HOST);
   pool->set_device(-1);
   pool->set_base(0x7f0000000000);
   pool->set_size(1 << 30);
   pool->set_rkey(rkey);
-  peer::v1::UcxLane* lane = d.add_ucx_lanes();
+  peer::v1::UcxLane* lane = ucx.add_lanes();
   lane->set_worker_address(worker_address);
   lane->add_rkeys(rkey);
+  peer::v1::PathDetails* ucx_blob = d.add_paths();
+  ucx_blob->set_path("ucx");
+  ucx_blob->set_details(ucx.SerializeAsString());
   Write("descriptor_fuzz", "node", d.SerializeAsString());
+  peer::v1::MpiDetails mpi;
+  mpi.set_rank(1);
+  mpi.set_world(0x5eed);
+  peer::v1::PathDetails* mpi_blob = d.add_paths();
+  mpi_blob->set_path("mpi");
+  mpi_blob->set_details(mpi.SerializeAsString());
+  Write("descriptor_fuzz", "rank", d.SerializeAsString());
 
   const std::string first(1, '\0'), second(1, '\1');
   {

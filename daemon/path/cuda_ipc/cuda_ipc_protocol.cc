@@ -4,8 +4,7 @@
 
 namespace gpumove {
 
-void CudaIpcCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
-                               const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+void CudaIpcCodec::DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
                                const peer::v1::PrepareRemoteResponse& response,
                                RemoteHold* hold) const {
   if (!response.has_cuda_ipc() || response.cuda_ipc().handle().empty()) return;

@@ -22,8 +22,8 @@ struct CudaIpcOffer : PathOffer {
 
 class CudaIpcCodec : public PathCodec {
  public:
-  void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
-                   const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
+  void DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
+                   const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
 };
 

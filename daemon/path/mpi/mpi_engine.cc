@@ -108,7 +108,7 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
       mpi_->Wake(side.peer, side.tag);  // It waits for its list or go patiently.
       if (known) st = SendGo(side.peer, side.tag);
     } else {
-      st = StartMpi(*remote_, hold, side.tag, side.chunk, send,
+      st = StartMpi(*remote_, hold, mpi_->world().rank, side.tag, side.chunk, send,
                     pieces != nullptr ? pieces->list.size() : 0);
     }
     const absl::Time called = absl::Now();

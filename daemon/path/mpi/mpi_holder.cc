@@ -115,9 +115,7 @@ absl::Status MpiHolder::StartOn(MpiPart& part, const BufferUse& range, const std
   // The rank must be the one the runner's node announced in this job.
   auto runner = cluster_->Find(from_node);
   if (!runner.ok()) return runner.status();
-  const peer::v1::NodeDescriptor self = cluster_->self();
-  if (runner->descriptor.mpi_world() != self.mpi_world() ||
-      runner->descriptor.mpi_rank() != request.from_rank()) {
+  if (!self_->SameJob(*runner) || MpiViewOf(*runner)->rank != request.from_rank()) {
     return absl::FailedPreconditionError(absl::StrCat("node ", Quoted(from_node), " is not rank ",
                                                       request.from_rank(),
                                                       " of this node's MPI job"));

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/path/mpi/mpi_engine.h"
+#include "daemon/path/mpi/mpi_hello.h"
 #include "daemon/peer/holds.h"
 #include "daemon/peer/path_holder.h"
 
@@ -34,10 +35,12 @@ class MpiPart : public HoldPart {
 
 class MpiHolder : public PathHolder {
  public:
-  // `cluster` (who the runner is) and `engine` must outlive this. A half still running
-  // when its hold ends is given `half_wait` to finish.
-  MpiHolder(const Cluster* cluster, MpiEngine* engine, absl::Duration half_wait = absl::Seconds(2))
-      : cluster_(cluster), engine_(engine), half_wait_(half_wait) {}
+  // `cluster` (who the runner is), `self` (this node's place in its MPI job) and `engine`
+  // must outlive this. A half still running when its hold ends is given `half_wait` to
+  // finish.
+  MpiHolder(const Cluster* cluster, const MpiHello* self, MpiEngine* engine,
+            absl::Duration half_wait = absl::Seconds(2))
+      : cluster_(cluster), self_(self), engine_(engine), half_wait_(half_wait) {}
 
   // A push that asked (PrepareRemoteRequest.mpi) starts its receiving half now, as
   // StartMpi would, unless this node stages the range: a staged half holds bounce buffers
@@ -77,6 +80,7 @@ class MpiHolder : public PathHolder {
   std::list<std::pair<std::string, MpiEngine::KnownPieces>> lists_ ABSL_GUARDED_BY(lists_mu_);
 
   const Cluster* const cluster_;
+  const MpiHello* const self_;
   MpiEngine* const engine_;
   const absl::Duration half_wait_;
 };

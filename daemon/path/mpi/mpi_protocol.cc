@@ -4,26 +4,24 @@
 
 namespace gpumove {
 
-void MpiCodec::EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
-                         const peer::v1::NodeDescriptor& holder,
+void MpiCodec::EncodeAsk(const PathAsk& ask, const PeerView& holder,
                          peer::v1::PrepareRemoteRequest* request) const {
   const auto* mpi = dynamic_cast<const MpiAsk*>(&ask);
-  if (mpi == nullptr || mpi->tag == 0) return;
+  if (self_ == nullptr || mpi == nullptr || mpi->tag == 0) return;
   peer::v1::MpiAsk* out = request->mutable_mpi();
-  out->set_from_rank(self.mpi_rank());
+  out->set_from_rank(self_->self().rank);
   out->set_tag(mpi->tag);
   out->set_chunk(mpi->chunk);
   out->set_piece_count(mpi->piece_count);
   if (mpi->piece_count > 0) out->set_list_key(mpi->list_key);
 }
 
-void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
-                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+void MpiCodec::DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
                            const peer::v1::PrepareRemoteResponse& response,
                            RemoteHold* hold) const {
-  if (self.mpi_world() == 0 || holder.mpi_world() != self.mpi_world()) return;
+  if (self_ == nullptr || !self_->SameJob(holder)) return;
   auto offer = std::make_shared<MpiOffer>();
-  offer->rank = holder.mpi_rank();
+  offer->rank = MpiViewOf(holder)->rank;
   const auto* asked = dynamic_cast<const MpiAsk*>(ask.path_ask.get());
   if (asked != nullptr && response.has_mpi() && response.mpi().started()) {
     offer->started_tag = asked->tag;
@@ -33,11 +31,11 @@ void MpiCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
   hold->offers.push_back(std::move(offer));
 }
 
-absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, uint64_t piece_count) {
+absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int from_rank, int tag,
+                      uint64_t chunk, bool send, uint64_t piece_count) {
   peer::v1::StartMpiRequest request;
   request.set_transfer_id(hold.transfer_id);
-  request.set_from_rank(remote.self().mpi_rank());
+  request.set_from_rank(from_rank);
   request.set_tag(tag);
   request.set_chunk(chunk);
   request.set_send(send);
@@ -54,5 +52,3 @@ absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold) {
 }
 
 }  // namespace gpumove
-
-#include "daemon/peer/piece_list.h"

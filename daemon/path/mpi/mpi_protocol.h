@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/common/segment.h"
+#include "daemon/path/mpi/mpi_hello.h"
 #include "daemon/peer/path_codec.h"
 #include "daemon/peer/remote_ranges.h"
 
@@ -37,12 +38,16 @@ struct MpiOffer : PathOffer {
 // Offers path MPI when both nodes are ranks of one MPI job.
 class MpiCodec : public PathCodec {
  public:
-  void EncodeAsk(const PathAsk& ask, const peer::v1::NodeDescriptor& self,
-                 const peer::v1::NodeDescriptor& holder,
+  // `self`: this node's part of Hello (null: it is no rank), which must outlive this.
+  explicit MpiCodec(const MpiHello* self) : self_(self) {}
+  void EncodeAsk(const PathAsk& ask, const PeerView& holder,
                  peer::v1::PrepareRemoteRequest* request) const override;
-  void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
-                   const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
+  void DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
+                   const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
+
+ private:
+  const MpiHello* const self_;
 };
 
 // Path MPI's own peer calls (PathCall), as its holder registers them (mpi_calls.h) and
@@ -52,11 +57,11 @@ inline constexpr char kStartMpiCall[] = "start_mpi";
 inline constexpr char kStopMpiCall[] = "stop_mpi";
 
 // Runner: has the holder start its half of the move, sending the held range to our rank
-// (`send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
+// (`from_rank`; `send`, a pull) or receiving it, under `tag` in `chunk`-byte messages. Returns once
 // its first receives are posted. A vectored move gives the count of the holder's pieces,
 // which the runner sends next as an MPI message (MpiEngine::SendPieceList).
-absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int tag, uint64_t chunk,
-                      bool send, uint64_t piece_count = 0);
+absl::Status StartMpi(ClusterRemoteRanges& remote, const RemoteHold& hold, int from_rank, int tag,
+                      uint64_t chunk, bool send, uint64_t piece_count = 0);
 // Runner: asks the holder, the sender of a pull, to stop after the chunks in flight (a
 // cancel).
 absl::Status StopMpi(ClusterRemoteRanges& remote, const RemoteHold& hold);

@@ -40,13 +40,13 @@ absl::StatusOr<std::unique_ptr<HoldPart>> StageHolder::Offer(
   std::unique_ptr<StagePart> part;
   if (ring.ok()) {
     part = std::make_unique<StagePart>(*std::move(ring), sized.chunk);
-    OfferStage(cluster_->self(), SlotsOf(*part->ring()).slots, sized.chunk, false, response);
+    OfferStage(*self_, SlotsOf(*part->ring()).slots, sized.chunk, false, response);
   } else if (absl::IsResourceExhausted(ring.status()) &&
              BounceRing::CouldFit(options_.pinned, sized)) {
     // Busy, not too small: the runner takes the ring when the move runs (holds for a
     // whole Submit are made at once, but its moves run a few at a time).
     part = std::make_unique<StagePart>(std::nullopt, sized.chunk);
-    OfferStage(cluster_->self(), {}, sized.chunk, true, response);
+    OfferStage(*self_, {}, sized.chunk, true, response);
     ++deferred_;
   } else {
     return ring.status();

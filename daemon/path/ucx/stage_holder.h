@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "daemon/cluster/cluster.h"
+#include "daemon/path/ucx/ucx_hello.pb.h"
 #include "daemon/peer/holds.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/gpu/gpu.h"
@@ -47,10 +47,10 @@ class StagePart : public HoldPart {
 
 class StageHolder : public PathHolder {
  public:
-  // `cluster` (this node's descriptor: the pool the slots are in) and the options' gpu and
+  // `self` (this node's UCX details: the pool the slots are in) and the options' gpu and
   // pool must outlive this.
-  StageHolder(const Cluster* cluster, StageHolderOptions options)
-      : cluster_(cluster), options_(options) {}
+  StageHolder(const peer::v1::UcxDetails* self, StageHolderOptions options)
+      : self_(self), options_(options) {}
 
   // Bounce slots only serve UCX moves that stage here: not a move that asked for another
   // path, nor one between GPUs of two daemons on this host (AUTO takes CUDA_IPC then). A
@@ -91,7 +91,7 @@ class StageHolder : public PathHolder {
  private:
   bool Stages(const HoldContext& context, const BufferUse& range) const;
 
-  const Cluster* const cluster_;
+  const peer::v1::UcxDetails* const self_;
   const StageHolderOptions options_;
   std::atomic<uint64_t> deferred_{0};
 };

@@ -29,18 +29,15 @@ class StageHolderTest : public ::testing::Test {
     buffer_ = registry_->Allocate(o)->id;
     // Bounce slots in plain host memory (a runtime without GPUs pins nothing).
     pinned_ = *Pool::Create(MemoryKind::kPinnedHost, kHostDevice, 8 << 20, host_.get());
-    peer::v1::NodeDescriptor self;
-    self.set_node("node-h");
-    peer::v1::RegisteredPool* p = self.add_pools();
+    peer::v1::RegisteredPool* p = self_.add_pools();
     p->set_kind(v1::PINNED_HOST);
     p->set_device(-1);
-    cluster_ = std::make_unique<Cluster>(ClusterOptions{}, self);
     StageHolderOptions options;
     options.all = true;
     options.gpu = host_.get();
     options.pinned = pinned_.get();
     options.staging = {.chunk = 1 << 20, .slots = 2};
-    holder_ = std::make_unique<StageHolder>(cluster_.get(), options);
+    holder_ = std::make_unique<StageHolder>(&self_, options);
     table_ = std::make_unique<HoldTable>(registry_.get(),
                                          [](const Endpoint&, uint64_t) { return uint64_t{7}; });
   }
@@ -71,7 +68,7 @@ class StageHolderTest : public ::testing::Test {
   std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<BufferRegistry> registry_;
   std::unique_ptr<Pool> pinned_;
-  std::unique_ptr<Cluster> cluster_;
+  peer::v1::UcxDetails self_;  // This node's UCX details: its pinned pool.
   std::unique_ptr<StageHolder> holder_;
   std::unique_ptr<HoldTable> table_;
   std::string buffer_;
@@ -86,7 +83,7 @@ TEST_F(StageHolderTest, LentDeviceMemoryIsStagedWithACudaAwareUcx) {
   options.gpu = host_.get();
   options.pinned = pinned_.get();
   options.staging = {.chunk = 1 << 20, .slots = 2};
-  StageHolder direct(cluster_.get(), options);
+  StageHolder direct(&self_, options);
   std::string lent_memory(4 << 20, '\0');
   AdoptOptions adopt;
   adopt.data = lent_memory.data();

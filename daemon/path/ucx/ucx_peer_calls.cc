@@ -1,5 +1,7 @@
 #include "daemon/path/ucx/ucx_peer_calls.h"
 
+#include "daemon/path/ucx/ucx_hello.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -210,14 +212,19 @@ void UcxPeerCalls::Work() {
   }
 }
 
-bool UcxPeerCalls::Reaches(const peer::v1::NodeDescriptor& peer) const {
-  return peer.ucx_peer_calls() && !peer.ucx_worker_address().empty();
+bool UcxPeerCalls::Reaches(const PeerView& peer) const {
+  const peer::v1::UcxDetails* ucx = UcxDetailsOf(peer);
+  return ucx != nullptr && ucx->peer_calls() && !ucx->worker_address().empty();
 }
 
-absl::StatusOr<std::string> UcxPeerCalls::Call(const peer::v1::NodeDescriptor& peer,
-                                               PeerMethod method, std::string request,
-                                               absl::Duration timeout) {
-  UcxPeer to{PeerId{peer.node(), peer.incarnation()}.Key(), peer.ucx_worker_address(),
+absl::StatusOr<std::string> UcxPeerCalls::Call(const PeerView& view, PeerMethod method,
+                                               std::string request, absl::Duration timeout) {
+  const peer::v1::NodeDescriptor& peer = view.descriptor;
+  const peer::v1::UcxDetails* ucx = UcxDetailsOf(view);
+  if (ucx == nullptr) {
+    return absl::UnavailableError(absl::StrCat("node ", peer.node(), " has no UCX engine"));
+  }
+  UcxPeer to{PeerId{peer.node(), peer.incarnation()}.Key(), ucx->worker_address(),
              /*error_handling=*/peer.host_id() != self_.host_id()};
   PeerAuth::Stamped stamped;
   if (auth_ != nullptr) {

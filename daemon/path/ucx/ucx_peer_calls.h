@@ -68,9 +68,9 @@ class UcxPeerCalls : public PeerCallChannel {
   uint64_t served() const { return served_; }
   uint64_t refused() const { return refused_; }
 
-  bool Reaches(const peer::v1::NodeDescriptor& peer) const override;
-  absl::StatusOr<std::string> Call(const peer::v1::NodeDescriptor& peer, PeerMethod method,
-                                   std::string request, absl::Duration timeout) override;
+  bool Reaches(const PeerView& peer) const override;
+  absl::StatusOr<std::string> Call(const PeerView& peer, PeerMethod method, std::string request,
+                                   absl::Duration timeout) override;
 
   // How long a stamped call from a node not (yet) learned here may wait on a serving
   // thread for its Hello to land, and how many may wait at once.

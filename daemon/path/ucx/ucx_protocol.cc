@@ -4,20 +4,23 @@
 
 #include "daemon/peer/kinds.h"
 #include "daemon/peer/piece_list.h"
+#include "daemon/path/ucx/ucx_hello.h"
 
 namespace gpumove {
 
-void UcxCodec::DecodeOffer(const peer::v1::NodeDescriptor& holder,
-                           const peer::v1::NodeDescriptor& self, const RemoteAsk& ask,
+void UcxCodec::DecodeOffer(const PeerView& peer, const RemoteAsk& ask,
                            const peer::v1::PrepareRemoteResponse& response,
                            RemoteHold* hold) const {
-  if (holder.ucx_worker_address().empty()) return;  // The holder has no UCX engine.
+  const peer::v1::UcxDetails* found = UcxDetailsOf(peer);
+  // The holder (or this node) has no UCX engine.
+  if (found == nullptr || found->worker_address().empty()) return;
+  const peer::v1::UcxDetails& holder = *found;
   auto offer = std::make_shared<UcxOffer>();
-  offer->worker_address = holder.ucx_worker_address();
+  offer->worker_address = holder.worker_address();
   const int pool = response.has_ucx() ? response.ucx().pool_index() : -1;
   if (pool >= 0 && pool < holder.pools_size()) {
     offer->rkey = holder.pools(pool).rkey();
-    for (const peer::v1::UcxLane& lane : holder.ucx_lanes()) {
+    for (const peer::v1::UcxLane& lane : holder.lanes()) {
       if (pool >= lane.rkeys_size()) break;
       offer->lanes.push_back({lane.worker_address(), lane.rkeys(pool)});
     }
@@ -40,11 +43,11 @@ absl::StatusOr<std::unique_ptr<HoldPart>> UcxHolder::Offer(
   // A client's lent memory, or a buffer's own allocation, lies outside every registered
   // pool: a pool's key must not be offered for it (the stage holder offers bounce slots).
   if (range.outside_pools()) return nullptr;
-  OfferUcx(cluster_->self(), range.kind(), range.device(), response);
+  OfferUcx(*self_, range.kind(), range.device(), response);
   return nullptr;
 }
 
-void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
+void OfferUcx(const peer::v1::UcxDetails& self, MemoryKind kind, int device,
               peer::v1::PrepareRemoteResponse* response) {
   for (int i = 0; i < self.pools_size(); ++i) {
     const peer::v1::RegisteredPool& p = self.pools(i);
@@ -54,7 +57,7 @@ void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
   }
 }
 
-void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
+void OfferStage(const peer::v1::UcxDetails& self, const std::vector<char*>& slots,
                 uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response) {
   peer::v1::StageOffer* stage = response->mutable_stage();
   for (char* slot : slots) stage->add_slots(reinterpret_cast<uint64_t>(slot));

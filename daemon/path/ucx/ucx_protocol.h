@@ -11,6 +11,7 @@
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/memory/pool.h"
+#include "daemon/path/ucx/ucx_hello.pb.h"
 #include "daemon/peer/path_codec.h"
 #include "daemon/peer/path_holder.h"
 #include "daemon/peer/remote_ranges.h"
@@ -46,31 +47,33 @@ struct UcxOffer : PathOffer {
 
 class UcxCodec : public PathCodec {
  public:
-  void DecodeOffer(const peer::v1::NodeDescriptor& holder, const peer::v1::NodeDescriptor& self,
-                   const RemoteAsk& ask, const peer::v1::PrepareRemoteResponse& response,
+  // The holder's offer, read against its UCX details (ucx_hello.h: checked once, when its
+  // Hello was accepted).
+  void DecodeOffer(const PeerView& holder, const RemoteAsk& ask,
+                   const peer::v1::PrepareRemoteResponse& response,
                    RemoteHold* hold) const override;
 };
 
 // Holding side: offers the registered pool holding each range (its rkey travels in Hello).
 class UcxHolder : public PathHolder {
  public:
-  // `cluster` (this node's descriptor) must outlive this.
-  explicit UcxHolder(const Cluster* cluster) : cluster_(cluster) {}
+  // `self` (this node's UCX details: UcxHello::self) must outlive this.
+  explicit UcxHolder(const peer::v1::UcxDetails* self) : self_(self) {}
   absl::StatusOr<std::unique_ptr<HoldPart>> Offer(
       const HoldContext& context, const BufferUse& range,
       peer::v1::PrepareRemoteResponse* response) override;
 
  private:
-  const Cluster* const cluster_;
+  const peer::v1::UcxDetails* const self_;
 };
 
-// Holding side: the offer for a range of `kind` on `device` held on this node (`self`):
-// the registered pool that holds it, when there is one.
-void OfferUcx(const peer::v1::NodeDescriptor& self, MemoryKind kind, int device,
+// Holding side: the offer for a range of `kind` on `device` held on this node (`self`, its
+// UCX details): the registered pool that holds it, when there is one.
+void OfferUcx(const peer::v1::UcxDetails& self, MemoryKind kind, int device,
               peer::v1::PrepareRemoteResponse* response);
 // Holding side, for a range this node stages: its bounce slots (addresses here), their
 // size, and `later` when they are to be taken when the move runs.
-void OfferStage(const peer::v1::NodeDescriptor& self, const std::vector<char*>& slots,
+void OfferStage(const peer::v1::UcxDetails& self, const std::vector<char*>& slots,
                 uint64_t slot_size, bool later, peer::v1::PrepareRemoteResponse* response);
 
 // Path UCX's own peer calls (PathCall), as the staging holder registers them

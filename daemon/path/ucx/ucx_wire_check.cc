@@ -235,10 +235,22 @@ absl::Status CheckUcxRkey(absl::string_view rkey) {
   return absl::OkStatus();
 }
 
-absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddressShape& shape) {
+absl::Status CheckUcxDetails(const peer::v1::UcxDetails& d, const UcxAddressShape* shape) {
+  if (d.pools_size() > kMaxUcxPools || d.lanes_size() > kMaxUcxLanes) {
+    return absl::InvalidArgumentError(absl::StrCat(d.pools_size(), " pools and ", d.lanes_size(),
+                                                   " UCX lanes; at most ", kMaxUcxPools, " and ",
+                                                   kMaxUcxLanes));
+  }
+  for (const peer::v1::UcxLane& lane : d.lanes()) {
+    if (lane.rkeys_size() != d.pools_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a UCX lane with ", lane.rkeys_size(),
+                                                     " pool keys for ", d.pools_size(), " pools"));
+    }
+  }
+  if (shape == nullptr) return absl::OkStatus();
   auto address = [&](const std::string& a, const std::string& what) -> absl::Status {
     if (a.empty()) return absl::OkStatus();
-    absl::Status st = CheckUcxWorkerAddress(a, &shape);
+    absl::Status st = CheckUcxWorkerAddress(a, shape);
     return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
   };
   auto rkey = [](const std::string& k, const std::string& what) -> absl::Status {
@@ -246,23 +258,16 @@ absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddr
     absl::Status st = CheckUcxRkey(k);
     return st.ok() ? st : absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
   };
-  GPUMOVE_RETURN_IF_ERROR(address(d.ucx_worker_address(), "UCX worker address"));
+  GPUMOVE_RETURN_IF_ERROR(address(d.worker_address(), "UCX worker address"));
   for (int i = 0; i < d.pools_size(); ++i) {
-    if (absl::Status st = rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")); !st.ok()) {
-      return st;
-    }
+    GPUMOVE_RETURN_IF_ERROR(rkey(d.pools(i).rkey(), absl::StrCat("pool ", i, " key")));
   }
-  for (int l = 0; l < d.ucx_lanes_size(); ++l) {
-    const peer::v1::UcxLane& lane = d.ucx_lanes(l);
-    if (absl::Status st = address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1));
-        !st.ok()) {
-      return st;
-    }
+  for (int l = 0; l < d.lanes_size(); ++l) {
+    const peer::v1::UcxLane& lane = d.lanes(l);
+    GPUMOVE_RETURN_IF_ERROR(address(lane.worker_address(), absl::StrCat("UCX lane ", l + 1)));
     for (int i = 0; i < lane.rkeys_size(); ++i) {
-      if (absl::Status st = rkey(lane.rkeys(i), absl::StrCat("lane ", l + 1, " pool ", i, " key"));
-          !st.ok()) {
-        return st;
-      }
+      GPUMOVE_RETURN_IF_ERROR(
+          rkey(lane.rkeys(i), absl::StrCat("lane ", l + 1, " pool ", i, " key")));
     }
   }
   return absl::OkStatus();

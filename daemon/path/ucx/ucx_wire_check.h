@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/gpumove/peer/v1/peer.pb.h"
+#include "daemon/path/ucx/ucx_hello.pb.h"
 
 namespace gpumove {
 
@@ -66,9 +66,14 @@ absl::Status CheckUcxWorkerAddress(absl::string_view address,
 // OK when `rkey` is a well-formed ucp_rkey_pack output; INVALID_ARGUMENT otherwise.
 absl::Status CheckUcxRkey(absl::string_view rkey);
 
-// The UCX parts of what a peer says of itself: every worker address (its own and its
-// lanes') against `shape`, and every pool key; INVALID_ARGUMENT naming the first bad one.
-absl::Status CheckUcxDescriptor(const peer::v1::NodeDescriptor& d, const UcxAddressShape& shape);
+// Bounds on a peer's UCX details: pools, and lanes besides its worker.
+inline constexpr int kMaxUcxPools = 64;
+inline constexpr int kMaxUcxLanes = 64;
+
+// A peer's UCX details (its Hello blob): at most kMaxUcxPools pools and kMaxUcxLanes
+// lanes, each lane a key per pool; with `shape`, every worker address (its own and its
+// lanes') against it, and every pool key parsed. INVALID_ARGUMENT naming the first bad one.
+absl::Status CheckUcxDetails(const peer::v1::UcxDetails& d, const UcxAddressShape* shape);
 
 }  // namespace gpumove
 
