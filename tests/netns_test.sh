@@ -110,7 +110,7 @@ ID=$(ctl a move "$SRC" "host-b/$DST" --no-wait)
 sleep 0.5
 ip -n "$BR" link set pb down
 start_cut=$(date +%s)
-out=$(await_end a "$ID" 20)
+out=$(await_end a "$ID" 20) || fail "$out"
 [[ "$out" == *FAILED*UNAVAILABLE* ]] || fail "after the link cut: $out"
 echo "ok: link cut -> FAILED UNAVAILABLE after $(( $(date +%s) - start_cut )) s"
 ip -n "$BR" link set pb up
@@ -125,7 +125,7 @@ sleep 0.5
 kill -9 "${PID[c]}"
 wait "${PID[c]}" 2>/dev/null || true
 start_kill=$(date +%s)
-out=$(await_end a "$ID" 20)
+out=$(await_end a "$ID" 20) || fail "$out"
 [[ "$out" == *FAILED*UNAVAILABLE* ]] || fail "after the kill: $out"
 echo "ok: daemon killed -> FAILED UNAVAILABLE after $(( $(date +%s) - start_kill )) s"
 start c

@@ -19,6 +19,10 @@ uint64_t UcxTransport::Impl::Generation(const std::string& key) {
 void UcxTransport::Impl::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   Peer* peer = static_cast<EndpointGuard*>(arg)->peer;
   if (peer == nullptr) return;  // Closed: its moves and calls were failed then.
+  {
+    absl::MutexLock lock(&peer->impl->mu);
+    peer->impl->connected.erase(peer->key);
+  }
   peer->failed = true;
   peer->error = absl::StrCat("peer endpoint failed: ", ucs_status_string(status));
   peer->impl->FailCalls(peer->key, absl::UnavailableError(peer->error));
@@ -58,12 +62,19 @@ UcxTransport::Impl::Peer* UcxTransport::Impl::GetPeer(const std::string& key,
       slot->ep = nullptr;
       slot->failed = true;
       slot->error = absl::StrCat("ucp_ep_create: ", ucs_status_string(st));
+    } else {
+      absl::MutexLock lock(&mu);
+      connected.insert(key);
     }
   }
   return slot.get();
 }
 
 void UcxTransport::Impl::ClosePeer(Peer* peer, const std::string& why) {
+  {
+    absl::MutexLock lock(&mu);
+    connected.erase(peer->key);
+  }
   for (auto& [bytes, rkey] : peer->rkeys) ucp_rkey_destroy(rkey);
   peer->rkeys.clear();
   if (peer->guard != nullptr) peer->guard->peer = nullptr;
@@ -109,6 +120,15 @@ absl::StatusOr<UcxRoute> UcxTransport::Route(const RemoteRange& remote) {
     impl_->routes[remote.peer_key] = *out;
   });
   return out;
+}
+
+uint64_t UcxTransport::Generation(const std::string& peer_key) const {
+  return impl_->Generation(peer_key);
+}
+
+bool UcxTransport::Connected(const std::string& peer_key) const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->connected.contains(peer_key);
 }
 
 void UcxTransport::Forget(const std::string& peer_key) {

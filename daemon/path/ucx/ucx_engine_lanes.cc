@@ -125,7 +125,17 @@ absl::Status UcxEngine::MoveOverLanes(bool push, const RemoteRange& remote, cons
     return push ? t->Put(range(lane, offset), local + offset, n, progress)
                 : t->Get(range(lane, offset), local + offset, n, progress);
   };
-  SharesOutcome out = RunShares(length, use, rma, control.Reporter());
+  // A share fails over only while the peer is up as it was when the move began (a peer
+  // seen down or restarted is forgotten on every lane: its moves fail), and only to a lane
+  // that already has an endpoint to it (UCX 1.13 connects TCP blocking: toward an
+  // unreachable host a new endpoint holds the lane's progress thread for minutes).
+  const uint64_t generation = transport_->Generation(remote.peer_key);
+  auto may_take = [&](size_t lane) {
+    return transport_->Generation(remote.peer_key) == generation &&
+           transport(lane)->Connected(remote.peer_key);
+  };
+  SharesOutcome out =
+      RunShares(length, use, rma, control.Reporter(), absl::Milliseconds(2), may_take);
   for (const auto& [lane, bytes] : out.carried) {
     if (lane > 0) lane_bytes_ += bytes;
   }

@@ -23,7 +23,8 @@ struct Share {
 // The lanes of one move: which failed, how many shares each runs now.
 class LaneBook {
  public:
-  explicit LaneBook(const ShareLanes& lanes) : lanes_(lanes) {
+  LaneBook(const ShareLanes& lanes, const std::function<bool(size_t)>& may_take)
+      : lanes_(lanes), may_take_(may_take) {
     for (size_t l : lanes.use) ++running_[l];
   }
 
@@ -45,7 +46,10 @@ class LaneBook {
     std::optional<size_t> next;
     for (const std::vector<size_t>* list : {&lanes_.spare, &lanes_.use}) {
       for (size_t l : *list) {
-        if (usable(l) && (!next || running_[l] < running_[*next])) next = l;
+        if (usable(l) && (!next || running_[l] < running_[*next]) &&
+            (!may_take_ || may_take_(l))) {
+          next = l;
+        }
       }
     }
     if (next) {
@@ -69,6 +73,7 @@ class LaneBook {
 
  private:
   const ShareLanes& lanes_;
+  const std::function<bool(size_t)>& may_take_;
   absl::Mutex mu_;
   std::vector<size_t> failed_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> why_ ABSL_GUARDED_BY(mu_);
@@ -98,7 +103,8 @@ bool LaneFault(const absl::Status& st) { return absl::IsUnavailable(st); }
 
 SharesOutcome RunShares(uint64_t length, const ShareLanes& lanes, const ShareRma& rma,
                         const std::function<bool(uint64_t)>& progress,
-                        absl::Duration report_every) {
+                        absl::Duration report_every,
+                        const std::function<bool(size_t)>& may_take) {
   const size_t shares = std::max<size_t>(lanes.use.size(), 1);
   const size_t tries = lanes.use.size() + lanes.spare.size();
   std::vector<Share> share(shares);
@@ -109,7 +115,7 @@ SharesOutcome RunShares(uint64_t length, const ShareLanes& lanes, const ShareRma
     share[i].length =
         i + 1 == shares ? length - share[i].offset : std::min(each, length - share[i].offset);
   }
-  LaneBook book(lanes);
+  LaneBook book(lanes, may_take);
   SharesOutcome out;
   if (shares == 1) {
     // One share on this thread: its progress is the move's (never going back on a retry).

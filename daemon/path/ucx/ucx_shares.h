@@ -50,9 +50,14 @@ bool LaneFault(const absl::Status& st);
 // gets of the same bytes are idempotent), on the lane that has not failed and runs the
 // fewest shares now (a spare before a lane of `use` on a tie). At most one try
 // per lane a share: a bound of use + spare tries each.
+//
+// `may_take(lane)`, when given, says whether a failed share may move to `lane` now (the
+// engine: the peer was not seen down during the move, and the lane already has an endpoint
+// to it, as making one toward an unreachable host can block UCX for minutes).
 SharesOutcome RunShares(uint64_t length, const ShareLanes& lanes, const ShareRma& rma,
                         const std::function<bool(uint64_t)>& progress,
-                        absl::Duration report_every = absl::Milliseconds(2));
+                        absl::Duration report_every = absl::Milliseconds(2),
+                        const std::function<bool(size_t)>& may_take = nullptr);
 
 }  // namespace gpumove
 

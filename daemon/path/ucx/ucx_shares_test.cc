@@ -151,6 +151,27 @@ TEST(RunSharesTest, WhenEveryLaneFailsTheMoveFailsWithTheLanesErrorAfterOneTryEa
   for (size_t lane : {0, 1, 2}) EXPECT_LE(wire.Tries(lane), 2u) << lane;
 }
 
+TEST(RunSharesTest, AShareMovesOnlyToLanesTheEngineLetsItTake) {
+  FakeWire wire(kLength);
+  wire.broken = {0};
+  // Lane 1 has no endpoint to the peer yet: the failed share goes to lane 2.
+  SharesOutcome out = RunShares(
+      kLength, {.use = {0}, .spare = {1, 2}}, wire.Rma(), [](uint64_t) { return true; },
+      absl::Milliseconds(2), [](size_t lane) { return lane != 1; });
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(wire.Tries(1), 0u);
+  EXPECT_EQ(Carried(out, 2), kLength);
+  // The peer was seen down: no lane may take it, the move fails with the lane's error.
+  FakeWire down(kLength);
+  down.broken = {0};
+  out = RunShares(
+      kLength, {.use = {0}, .spare = {1, 2}}, down.Rma(), [](uint64_t) { return true; },
+      absl::Milliseconds(2), [](size_t) { return false; });
+  EXPECT_TRUE(absl::IsUnavailable(out.status)) << out.status;
+  EXPECT_EQ(out.failed, std::vector<size_t>{0});
+  EXPECT_EQ(down.Tries(1) + down.Tries(2), 0u);
+}
+
 TEST(RunSharesTest, OtherErrorsAndCancelEndTheMoveWithoutFailover) {
   {
     FakeWire wire(kLength);

@@ -221,6 +221,11 @@ class UcxTransport {
   // Drops the endpoint and remote keys of a peer incarnation; its moves and calls in
   // flight fail.
   void Forget(const std::string& peer_key);
+  // How often `peer_key` was forgotten (a peer seen down or restarted): a move that saw it
+  // change did not fail for one lane's sake.
+  uint64_t Generation(const std::string& peer_key) const;
+  // Whether this transport has a working endpoint to `peer_key` now (made, not failed).
+  bool Connected(const std::string& peer_key) const;
 
  private:
   struct Impl;

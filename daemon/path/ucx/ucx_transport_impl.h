@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -161,6 +162,10 @@ struct UcxTransport::Impl {
   // Times each peer key was forgotten: a move that began before a Forget must not carry
   // on over the endpoint made after it.
   absl::flat_hash_map<std::string, uint64_t> forgotten ABSL_GUARDED_BY(mu);
+  // Peers with an endpoint made and not failed (Connected): a failover moves a share only
+  // to a lane already connected, as UCX 1.13's TCP connect can block the progress thread
+  // for minutes toward an unreachable host.
+  absl::flat_hash_set<std::string> connected ABSL_GUARDED_BY(mu);
   // Each peer's route (Route), read by moves without a trip to the progress thread.
   absl::Mutex routes_mu;
   absl::flat_hash_map<std::string, UcxRoute> routes ABSL_GUARDED_BY(routes_mu);
