@@ -11,27 +11,23 @@ hostname "$name"
 mount -t tmpfs tmpfs /run
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 ip link set lo up
-ip addr add "$ip/24" dev eth0
-ip link set eth0 up
-rdma link add rxe0 type rxe netdev eth0
-for _ in $(seq 100); do
-  grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null && break
-  sleep 0.1
-done
-cat /sys/class/infiniband/rxe0/ports/1/state
-ip2=$(arg ip4b)
-if [ -n "$ip2" ]; then
-  # The second link's subnet is the upper half of the first's /24: the longer prefix
-  # routes rxe1's RoCE packets (UDP to the peer's eth1 address) out through eth1.
-  ip addr add "$ip2/25" dev eth1
-  ip link set eth1 up
-  rdma link add rxe1 type rxe netdev eth1
+# rxe_up NETDEV ADDRESS/PREFIX RXE: the NIC up with its address, and a Soft-RoCE device on
+# it, waited for (10 s at most) until its port is ACTIVE.
+rxe_up() {
+  ip addr add "$2" dev "$1"
+  ip link set "$1" up
+  rdma link add "$3" type rxe netdev "$1"
   for _ in $(seq 100); do
-    grep -q ACTIVE /sys/class/infiniband/rxe1/ports/1/state 2>/dev/null && break
+    grep -q ACTIVE "/sys/class/infiniband/$3/ports/1/state" 2>/dev/null && break
     sleep 0.1
   done
-  cat /sys/class/infiniband/rxe1/ports/1/state
-fi
+  cat "/sys/class/infiniband/$3/ports/1/state"
+}
+rxe_up eth0 "$ip/24" rxe0
+ip2=$(arg ip4b)
+# A second link's subnet is the upper half of the first's /24: the longer prefix routes
+# rxe1's RoCE packets (UDP to the peer's eth1 address) out through eth1.
+[ -z "$ip2" ] || rxe_up eth1 "$ip2/25" rxe1
 set +x
 touch "/vmout/$name.ready"
 
