@@ -432,6 +432,67 @@ TEST(MpiStagingTest, RingsAreSizedToTheMoveAndWaitForRoom) {
   if (::testing::Test::HasFailure()) std::cerr << "job log:\n" << (*job)->Log();
 }
 
+// Each rank runs pushes to the other at once, staged, with pools that hold two rings: each
+// runner holds its own rings while the other node's are all held by that node's runners.
+// The other node's half fails its StartMpi at once when no ring comes free in time and the
+// runner gives its ring back and starts again, so every move lands (before: the half failed
+// after posting nothing and its sender waited out the 30 s operation timeout).
+TEST(MpiStagingTest, RunnersPushingAtEachOtherWithFullPoolsAllLand) {
+  MpiLaunch staged;
+  for (const MpiLaunch& l : MpiLaunches()) {
+    if (absl::EndsWith(l.name, "_staged")) staged = l;
+  }
+  ASSERT_FALSE(staged.name.empty());
+  auto job = MpiJob::Start(2, staged, {"--pinned_pool_size=8MiB"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  AwaitMembership(**job);
+  constexpr int kMoves = 6;
+  constexpr uint64_t kPart = (4 << 20) + 7;
+  std::string errors[2];
+  std::vector<std::thread> runners;
+  for (int from = 0; from < 2; ++from) {
+    runners.emplace_back([&, from] {
+      const int to = 1 - from;
+      Client& c = (*job)->client(from);
+      auto src = c.Allocate(kMoves * kPart);
+      auto dst = (*job)->client(to).Allocate(kMoves * kPart);
+      if (!src.ok() || !dst.ok()) {
+        errors[from] = "allocate failed";
+        return;
+      }
+      const std::string data = RandomBytes(kMoves * kPart, 90 + from);
+      if (!c.Write(Ref(src->id()), data).ok()) errors[from] = "write failed";
+      v1::SubmitRequest batch;
+      batch.set_wait(true);
+      for (int i = 0; i < kMoves; ++i) {
+        auto* t = batch.add_transfers();
+        t->set_path(v1::MPI);
+        t->set_checksum(true);
+        *t->mutable_source() = On(from, src->id(), i * kPart, kPart);
+        *t->mutable_destination() = On(to, dst->id(), i * kPart);
+      }
+      auto r = c.Submit(batch);
+      if (!r.ok()) {
+        errors[from] = r.status().ToString();
+        return;
+      }
+      for (const auto& t : r->transfers()) {
+        auto end = t.state() == v1::SUCCEEDED ? absl::StatusOr<v1::Transfer>(t)
+                                              : c.Wait(t.id(), absl::Seconds(60));
+        if (!end.ok() || end->state() != v1::SUCCEEDED) {
+          errors[from] = end.ok() ? end->error_message() : end.status().ToString();
+          return;
+        }
+      }
+      if (*(*job)->client(to).Read(Ref(dst->id())) != data) errors[from] = "bytes differ";
+    });
+  }
+  for (auto& th : runners) th.join();
+  EXPECT_EQ(errors[0], "") << "pushes from rank 0";
+  EXPECT_EQ(errors[1], "") << "pushes from rank 1";
+  if (::testing::Test::HasFailure()) std::cerr << "job log:\n" << (*job)->Log();
+}
+
 // --mpi_spin (on by itself with 16 CPUs or more, asked for here): the MPI thread polls
 // with nothing posted and waiters poll before blocking. Small and large moves both ways
 // land verified, and the node says how its MPI thread runs.

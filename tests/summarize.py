@@ -3,7 +3,9 @@
 Prints "N passed, N failed (N skipped)". A target that did not pass and whose XML shows
 no failing case (a crash, a timeout, a build failure) counts as one failure. Skipped cases
 (GTEST_SKIP, or a shell test's "SKIPPED..." line) are listed with their reasons on stderr
-as "skipped: TARGET: REASON".
+as "skipped: TARGET: REASON"; a target that failed or passed only on a later attempt
+(FLAKY) gets its first failure lines there too ("failed: TARGET: LINE", "flaky: ..."), so
+that the run's last lines say what broke even where only the end of its output is kept.
 """
 import os
 import re
@@ -62,10 +64,37 @@ def shell_skips(log_path, label, skipped):
         pass
 
 
+FAILURE = re.compile(r"^(FAIL\b|not ok\b|\[  FAILED  \]|.*: Failure$|.*\bTIMEOUT\b)")
+
+
+def failure_lines(testlogs, pkg, name, limit=3):
+    """The first lines that say why a target failed: its test logs, then its attempts'."""
+    base = os.path.join(testlogs, pkg, name)
+    logs = target_files(testlogs, pkg, name, "test.log")
+    attempts = os.path.join(base, "test_attempts")
+    if os.path.isdir(attempts):
+        logs += [os.path.join(attempts, f) for f in sorted(os.listdir(attempts))
+                 if f.endswith(".log")]
+    found = []
+    for path in logs:
+        try:
+            with open(path, errors="replace") as log:
+                for line in log:
+                    line = line.strip()
+                    if FAILURE.match(line) and line not in found:
+                        found.append(line[:240])
+                        if len(found) >= limit:
+                            return found
+        except OSError:
+            continue
+    return found
+
+
 def main(log_path, testlogs):
     passed = failed = 0
     targets = 0
     skipped = []
+    why_not_passed = []
     with open(log_path, errors="replace") as log:
         for line in log:
             m = STATUS.match(line.strip())
@@ -79,6 +108,10 @@ def main(log_path, testlogs):
             if status in ("PASSED", "FLAKY"):
                 for log_file in target_files(testlogs, pkg, name, "test.log"):
                     shell_skips(log_file, label, skipped)
+            if status not in ("PASSED", "FAILED TO BUILD"):
+                kind = "flaky" if status == "FLAKY" else "failed"
+                for line in failure_lines(testlogs, pkg, name) or [status]:
+                    why_not_passed.append(f"{kind}: {label}: {line}")
             p, f = counted if counted else (0, 0)
             if status not in ("PASSED", "FLAKY") and f == 0:
                 f = 1
@@ -90,6 +123,8 @@ def main(log_path, testlogs):
         failed += 1  # Nothing ran: the build itself failed.
     for reason in skipped:
         print(f"skipped: {reason}", file=sys.stderr)
+    for line in why_not_passed:
+        print(line, file=sys.stderr)
     print(f"{passed} passed, {failed} failed ({len(skipped)} skipped)")
 
 

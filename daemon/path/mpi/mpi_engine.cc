@@ -4,10 +4,12 @@
 // mpi_vectored.cc, the piece list and go messages in mpi_piece_list.cc.
 #include "daemon/path/mpi/mpi_engine.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <string>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/log.h"
@@ -98,6 +100,7 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
     }
     side.pieces = std::move(ours);
   }
+  bool busy_there = false;  // StartMpi found no bounce ring free on the other node.
   auto start_half = [&](bool send) {
     const absl::Time t = absl::Now();
     absl::Status st;
@@ -110,6 +113,7 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
     } else {
       st = StartMpi(*remote_, hold, mpi_->world().rank, side.tag, side.chunk, send,
                     pieces != nullptr ? pieces->list.size() : 0);
+      busy_there = absl::IsResourceExhausted(st);
     }
     const absl::Time called = absl::Now();
     if (st.ok() && list_message && !known) st = SendPieceList(theirs, side.peer, side.tag);
@@ -126,30 +130,52 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   // Our bounce ring first, waiting while other moves use the pool, and only then the
   // other node's half (which takes its own ring as it starts): a runner never has more
   // halves waiting on the other node than it has rings to feed them.
-  std::optional<BounceRing> ring;
-  if (Staged(side.local)) {
-    auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side), absl::Now() + BounceRing::kWait,
-                                         [&control] { return control.cancelled(); });
-    if (!taken.ok()) return taken.status();
-    side.ring = &ring.emplace(*std::move(taken));
-  }
-  if (push) {
-    // The destination posts its receives before we send (with the hold, or now); a
-    // vectored half started with the hold gets its list first.
-    if (!started || pieces != nullptr) {
-      absl::Status st = start_half(/*send=*/false);
-      if (!st.ok()) return st;
+  auto attempt = [&]() -> absl::Status {
+    std::optional<BounceRing> ring;
+    side.ring = nullptr;
+    if (Staged(side.local)) {
+      auto taken = BounceRing::TakeWaiting(pinned_, RingFor(side),
+                                           absl::Now() + BounceRing::kWait,
+                                           [&control] { return control.cancelled(); });
+      if (!taken.ok()) return taken.status();
+      side.ring = &ring.emplace(*std::move(taken));
     }
-    return Send(side);
+    if (push) {
+      // The destination posts its receives before we send (with the hold, or now); a
+      // vectored half started with the hold gets its list first.
+      if (!started || pieces != nullptr) {
+        absl::Status st = start_half(/*send=*/false);
+        if (!st.ok()) return st;
+      }
+      return Send(side);
+    }
+    absl::Status st = Receive(
+        side, [&] { return start_half(/*send=*/true); },
+        [&] { StopMpi(*remote_, hold).IgnoreError(); });
+    if (IsSenderStopped(st)) {
+      return absl::AbortedError(
+          absl::StrCat("node ", hold.node, " stopped sending before the end (see its log)"));
+    }
+    return st;
+  };
+  // The other node's half waits only briefly for a ring of its own (kHalfRingWait) and
+  // fails its StartMpi before a byte moves when none came free: then this side gives its
+  // ring back, pauses and starts again, until BounceRing::kWait. A runner does not sit on
+  // its ring while the other node's are all held (two nodes whose runners push at each
+  // other with full pools would otherwise wait on each other), and a half that is slow to
+  // give its ring back (a loaded machine) costs a pause, not the move.
+  const absl::Time give_up = absl::Now() + BounceRing::kWait;
+  absl::BitGen jitter;
+  for (absl::Duration pause = absl::Milliseconds(2);;
+       pause = std::min(2 * pause, absl::Milliseconds(100))) {
+    busy_there = false;
+    absl::Status st = attempt();
+    if (!busy_there || control.cancelled() || absl::Now() + pause > give_up) return st;
+    VLOG(1) << "MPI move of transfer " << hold.transfer_id << ": node " << hold.node
+            << " had no bounce ring free (" << st << "); starting again";
+    absl::SleepFor(pause * absl::Uniform(jitter, 0.5, 1.5));
+    side.tag = NextTag();  // Nothing of the last try can match this one's messages.
   }
-  absl::Status st = Receive(
-      side, [&] { return start_half(/*send=*/true); },
-      [&] { StopMpi(*remote_, hold).IgnoreError(); });
-  if (IsSenderStopped(st)) {
-    return absl::AbortedError(
-        absl::StrCat("node ", hold.node, " stopped sending before the end (see its log)"));
-  }
-  return st;
 }
 
 void MpiEngine::PrepareAsk(RemoteAsk& ask) {

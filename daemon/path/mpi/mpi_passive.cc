@@ -3,6 +3,7 @@
 // small receive, as receives all posted at once.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -134,16 +135,26 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
     auto notify_posted = [p] {
       if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
     };
-    // The half ends before it moves a byte (its go or list did not come as they should).
+    // The half ends before it moves a byte (no bounce ring came free, its go or list did
+    // not come as they should). Done before posted: StartPassive then returns the error.
     auto end_early = [&](const char* what, const absl::Status& st) {
-      if (!IsSenderStopped(st)) {
+      if (!IsSenderStopped(st) && !absl::IsResourceExhausted(st)) {
         LOG(WARNING) << "MPI half for rank " << side.peer << ", tag " << side.tag << ": its "
                      << what << ": " << st;
       }
       p->status_ = st;
-      notify_posted();
       p->done_.Notify();
+      notify_posted();
     };
+    // A staged whole range's bounce ring before its StartMpi returns: when none comes free
+    // in time the runner hears so at once (and tries again) instead of sending to a
+    // receiver that never posts, or waiting on a sender that never sends.
+    std::optional<BounceRing> own;
+    if (side.pieces == nullptr && listed == 0 && Staged(side.local)) {
+      auto ring = RingOf(side, own);
+      if (!ring.ok()) return end_early("bounce ring", ring.status());
+      side.ring = *ring;
+    }
     if (await_go) {
       // A pull's sender with its pieces known: not before the runner's receives are posted.
       absl::Status go = ReceiveGo(side.peer, side.tag, side.patient, notify_posted);
@@ -175,10 +186,13 @@ absl::StatusOr<std::unique_ptr<PassiveHalf>> MpiEngine::StartPassive(
           },
           [] {});
     }
-    if (!p->posted_.HasBeenNotified()) p->posted_.Notify();
+    // Done before posted when it ended before posting: StartPassive returns the error.
+    const bool was_posted = p->posted_.HasBeenNotified();
     p->done_.Notify();
+    if (!was_posted) p->posted_.Notify();
   });
   p->posted_.WaitForNotification();
+  if (p->done_.HasBeenNotified() && !p->status_.ok()) return p->status_;
   return half;
 }
 

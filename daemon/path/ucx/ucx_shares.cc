@@ -39,7 +39,7 @@ class LaneBook {
     }
     --running_[lane];
     if (!another) return std::nullopt;
-    auto usable = [this](size_t l) {
+    auto usable = [this](size_t l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return std::find(failed_.begin(), failed_.end(), l) == failed_.end();
     };
     // The lane running the fewest shares, a spare first on a tie.
