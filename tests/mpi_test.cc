@@ -418,13 +418,17 @@ TEST(MpiWakeTest, LongMessagesIntoPatientReceivesLandAndWakeTheReceiver) {
 // pinned pool holds two. A Submit of 512 KiB pushes and one of pulls, four of them running
 // at once, take a 516 KiB slot each; then moves of 4 MiB, four running, take turns with
 // two rings a node. All land verified.
-TEST(MpiStagingTest, RingsAreSizedToTheMoveAndWaitForRoom) {
-  MpiLaunch staged;
+// Two ranks of the flavour's staged launch, each with an 8 MiB pinned pool (two rings of
+// a 4 MiB move).
+absl::StatusOr<std::unique_ptr<MpiJob>> StartStagedWithSmallPools() {
   for (const MpiLaunch& l : MpiLaunches()) {
-    if (absl::EndsWith(l.name, "_staged")) staged = l;
+    if (absl::EndsWith(l.name, "_staged")) return MpiJob::Start(2, l, {"--pinned_pool_size=8MiB"});
   }
-  ASSERT_FALSE(staged.name.empty());
-  auto job = MpiJob::Start(2, staged, {"--pinned_pool_size=8MiB"});
+  return absl::NotFoundError("no staged launch for this MPI flavour");
+}
+
+TEST(MpiStagingTest, RingsAreSizedToTheMoveAndWaitForRoom) {
+  auto job = StartStagedWithSmallPools();
   ASSERT_TRUE(job.ok()) << job.status();
   AwaitMembership(**job);
   PushAndPullInOneSubmitEach(**job, 8, (512 << 10) + 7, 78);
@@ -438,12 +442,7 @@ TEST(MpiStagingTest, RingsAreSizedToTheMoveAndWaitForRoom) {
 // runner gives its ring back and starts again, so every move lands (before: the half failed
 // after posting nothing and its sender waited out the 30 s operation timeout).
 TEST(MpiStagingTest, RunnersPushingAtEachOtherWithFullPoolsAllLand) {
-  MpiLaunch staged;
-  for (const MpiLaunch& l : MpiLaunches()) {
-    if (absl::EndsWith(l.name, "_staged")) staged = l;
-  }
-  ASSERT_FALSE(staged.name.empty());
-  auto job = MpiJob::Start(2, staged, {"--pinned_pool_size=8MiB"});
+  auto job = StartStagedWithSmallPools();
   ASSERT_TRUE(job.ok()) << job.status();
   AwaitMembership(**job);
   constexpr int kMoves = 6;
