@@ -36,6 +36,9 @@ ABSL_FLAG(bool, keep_cpu_binding, false,
           "fewer to one core each). By default a daemon started by an MPI launcher lets its "
           "threads run on every CPU its cpuset allows.");
 ABSL_FLAG(int, copy_threads, 4, "Worker threads running transfers.");
+ABSL_FLAG(int, latency_copy_threads, 1,
+          "Worker threads besides --copy_threads that run only latency-class moves (0 to 64): "
+          "a latency move never waits for a bulk move to end.");
 ABSL_FLAG(int, max_blocks_per_move, 1 << 20,
           "Pieces (segments or blocks) one vectored move may have; past it the Submit is "
           "RESOURCE_EXHAUSTED.");
@@ -351,6 +354,7 @@ void PeerSecurityFromFlags(DaemonOptions& options) {
 void LimitsFromFlags(DaemonOptions& options) {
   SchedulerOptions& scheduler = options.scheduler;
   scheduler.workers = std::max(1, absl::GetFlag(FLAGS_copy_threads));
+  scheduler.latency_workers = std::clamp(absl::GetFlag(FLAGS_latency_copy_threads), 0, 64);
   scheduler.max_active = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_active)));
   options.call_limits.total = std::max(1, absl::GetFlag(FLAGS_max_open_calls));
   options.call_limits.per_principal =

@@ -90,6 +90,10 @@ class QosQueue {
   size_t size() const { return size_; }
   size_t size(Priority p) const { return classes_[Index(p)].size; }
 
+  // The next move of class `p` alone (fair share among its tenants). Must not be
+  // size(p) == 0.
+  T PopClass(Priority p, absl::Time /*now*/) { return TakeFair(Index(p)); }
+
   // The next move. Must not be empty().
   T Pop(absl::Time now) {
     int top = 0;

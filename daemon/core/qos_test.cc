@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/common/watched_files.h"
@@ -210,7 +211,7 @@ class OrderEngine : public Engine {
                     MoveControl& control) override {
     absl::MutexLock lock(&mu_);
     order_.push_back(dst.data);
-    mu_.Await(absl::Condition(&open_));
+    if (!free_.contains(dst.data)) mu_.Await(absl::Condition(&open_));
     std::memcpy(dst.data, src.data, length);
     control.Progress(length);
     return absl::OkStatus();
@@ -218,6 +219,11 @@ class OrderEngine : public Engine {
   void Open() {
     absl::MutexLock lock(&mu_);
     open_ = true;
+  }
+  // Moves into `dst` run without waiting for Open.
+  void PassFreely(char* dst) {
+    absl::MutexLock lock(&mu_);
+    free_.insert(dst);
   }
   bool AwaitStarted(size_t n) {
     absl::MutexLock lock(&mu_);
@@ -232,6 +238,7 @@ class OrderEngine : public Engine {
  private:
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<char*> free_ ABSL_GUARDED_BY(mu_);
   std::vector<char*> order_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -302,6 +309,60 @@ TEST(QosSchedulerTest, ClassesReorderReadyMovesButNotOverlappingOnes) {
   for (char* d : engine.order()) order.push_back(names[d]);
   EXPECT_EQ(order, (std::vector<std::string>{"first", "latency", "normal", "bulk", "bulk"}));
   EXPECT_EQ(sched.Get("me", after.id)->waits_for, 0);
+}
+
+// SchedulerOptions::latency_workers: with the one worker held by a bulk move and another
+// bulk move queued, a latency move runs at once on the latency worker (and, without one,
+// waits for the bulk move to end).
+TEST(QosSchedulerTest, ALatencyMoveRunsWhileEveryWorkerRunsBulk) {
+  for (int latency_workers : {1, 0}) {
+    SCOPED_TRACE(latency_workers);
+    SchedulerOptions options;
+    options.latency_workers = latency_workers;
+    OneWorker w(options);
+    auto buffer = [&](char** data) {
+      AllocateOptions o;
+      o.size = 4096;
+      o.owner = "me";
+      BufferInfo b = *w.registry->Allocate(o);
+      if (data != nullptr) *data = w.registry->Acquire("me", b.id, 0, 0)->data();
+      return b.id;
+    };
+    char* latency_data = nullptr;
+    const std::string src = buffer(nullptr), bulk1 = buffer(nullptr), bulk2 = buffer(nullptr),
+                      latency = buffer(&latency_data);
+    w.engine.PassFreely(latency_data);
+    auto submit = [&](const std::string& dst, Priority p) {
+      TransferSpec s;
+      s.source = {"", src, 0, 0};
+      s.destination = {"", dst, 0, 0};
+      s.priority = p;
+      auto r = w.sched->Submit("me", {s}, "");
+      EXPECT_TRUE(r.ok()) << r.status();
+      return r.ok() ? r->at(0).id : "";
+    };
+    const std::string b1 = submit(bulk1, Priority::kBulk);
+    ASSERT_TRUE(w.engine.AwaitStarted(1));
+    const std::string b2 = submit(bulk2, Priority::kBulk);
+    const std::string l = submit(latency, Priority::kLatency);
+    if (latency_workers == 1) {
+      auto ended = w.sched->Wait("me", l, absl::Now() + absl::Seconds(10));
+      ASSERT_TRUE(ended.ok()) << ended.status();
+      EXPECT_EQ(ended->state, TransferState::kSucceeded);
+      EXPECT_EQ(w.sched->Get("me", b1)->state, TransferState::kRunning);
+      EXPECT_EQ(w.sched->Get("me", b2)->state, TransferState::kQueued);  // Not the latency worker's.
+    } else {
+      auto ended = w.sched->Wait("me", l, absl::Now() + absl::Milliseconds(300));
+      EXPECT_TRUE(absl::IsDeadlineExceeded(ended.status())) << ended.status();
+      EXPECT_EQ(w.sched->Get("me", l)->state, TransferState::kQueued);
+    }
+    w.engine.Open();
+    for (const std::string& id : {b1, b2, l}) {
+      auto end = w.sched->Wait("me", id, absl::Now() + absl::Seconds(10));
+      ASSERT_TRUE(end.ok());
+      EXPECT_EQ(end->state, TransferState::kSucceeded);
+    }
+  }
 }
 
 // The scheduler takes the tenants' weights (SchedulerOptions::weights): with one worker

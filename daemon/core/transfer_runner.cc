@@ -52,15 +52,20 @@ class TransferScheduler::Control : public MoveControl {
   const absl::Time start_;
 };
 
-void TransferScheduler::WorkerLoop() {
+void TransferScheduler::WorkerLoop(bool latency_only) {
   while (true) {
     std::shared_ptr<Record> t;
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !ready_.empty(); };
+      auto has_work = [this, latency_only]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return latency_only ? ready_.size(Priority::kLatency) > 0 : !ready_.empty();
+      };
+      auto wake = [this, &has_work]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || has_work();
+      };
       mu_.Await(absl::Condition(&wake));
-      if (ready_.empty()) return;  // Stopping.
-      t = ready_.Pop(absl::Now());
+      if (!has_work()) return;  // Stopping.
+      t = latency_only ? ready_.PopClass(Priority::kLatency, absl::Now()) : ready_.Pop(absl::Now());
       if (t->state != TransferState::kQueued) continue;  // Cancelled while queued.
       t->state = TransferState::kRunning;
       t->start_time = absl::Now();

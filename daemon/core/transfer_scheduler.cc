@@ -27,7 +27,10 @@ TransferScheduler::TransferScheduler(SchedulerOptions options, BufferRegistry* r
       planner_(std::make_unique<HoldPlanner>(options_, registry_, engines_, remote_)),
       ready_(options_.qos, options_.weights) {
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this] { WorkerLoop(/*latency_only=*/false); });
+  }
+  for (int i = 0; i < std::clamp(options_.latency_workers, 0, 64); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(/*latency_only=*/true); });
   }
 }
 

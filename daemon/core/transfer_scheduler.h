@@ -113,6 +113,10 @@ using PieceHasher =
 struct SchedulerOptions {
   std::string node;
   int workers = 4;
+  // Workers that run only latency-class moves, besides `workers`: a latency move finds
+  // one free while every other worker runs a long bulk move (it waits at most for the
+  // latency moves before it, never for a bulk move to end). 0: none.
+  int latency_workers = 1;
   // Transfers queued or running at once; past it Submit is RESOURCE_EXHAUSTED.
   size_t max_active = 4096;
   // Finished transfers remembered for Get/List/idempotency, oldest forgotten first
@@ -226,7 +230,8 @@ class TransferScheduler {
                  std::vector<TransferSnapshot>& out) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Running (transfer_runner.cc).
-  void WorkerLoop();
+  // `latency_only`: a worker of SchedulerOptions::latency_workers.
+  void WorkerLoop(bool latency_only);
   // A move run inline whose end is recorded with the others of its batch (one lock).
   struct Ended {
     std::shared_ptr<Record> t;

@@ -161,6 +161,7 @@ Subcommand GpuLocalSubcommand();
 Subcommand MpiSubcommand();
 Subcommand MpiDatatypeSubcommand();
 Subcommand TlsSubcommand();
+Subcommand QosSubcommand();
 RankChild MpiRawRank();
 RankChild MpiDatatypeRank();
 

@@ -37,7 +37,7 @@ namespace {
 std::vector<Subcommand> Subcommands() {
   return {LocalSubcommand(),  SmallSubcommand(),       NodeSubcommand(),     VectoredSubcommand(),
           DirectSubcommand(), StagedSubcommand(),      GpuLocalSubcommand(), PythonSubcommand(),
-          MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand()};
+          MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand(),      QosSubcommand()};
 }
 
 std::string Usage() {
