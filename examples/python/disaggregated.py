@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import multiprocessing
 import os
 import signal
 import statistics
@@ -34,6 +33,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 import torch
+import torch.multiprocessing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpumove  # noqa: E402
@@ -92,6 +92,11 @@ def decode_worker(conn, addr: str, setup: Setup) -> None:
                 msg = _recv(conn, 3600)
                 if msg[0] == "stop":
                     break
+                if msg[0] == "floor":  # The prefill pool's layer 0, opened by CUDA IPC.
+                    _, src, table = msg
+                    conn.send(("floor", copy_floors(src, pool.tensors[0], table, table)))
+                    del src
+                    continue
                 _, batch, lengths, steps = msg
                 tables = [allocator.allocate(kvc.blocks_for(n, setup.block_size))
                           for n in lengths]
@@ -146,7 +151,8 @@ class Decode:
     """The decode process, seen from the driver."""
 
     def __init__(self, addr: str, setup: Setup, wait: bool = True):
-        ctx = multiprocessing.get_context("spawn")
+        # torch's context: CUDA tensors sent through its pipes travel as CUDA IPC handles.
+        ctx = torch.multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=decode_worker, args=(child, addr, setup), daemon=True)
         self.proc.start()
@@ -283,23 +289,48 @@ class Daemons:
                     p.wait()
 
 
-def gather_floor(pool: kvc.KVPool, table: List[int], repeat: int = 20) -> float:
-    """Seconds (median) of one layer's blocks gathered into another pool of this process
-    (index_select + index_copy_ of the same blocks, K and V): the same-process floor of a
-    layer's move. On a GPU, synchronized around each."""
-    other = torch.empty_like(pool.tensors[0])
-    idx = torch.tensor(table, device=pool.device)
-    times = []
-    for _ in range(repeat):
-        if pool.mapped:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for which in (0, 1):
-            other[which].index_copy_(0, idx, pool.tensors[0][which].index_select(0, idx))
-        if pool.mapped:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return median(times)
+def copy_floors(src: torch.Tensor, dst: torch.Tensor, src_ids: List[int], dst_ids: List[int],
+                repeat: int = 20) -> tuple:
+    """Seconds (medians) of the raw copies a layer's move is held against, src and dst
+    being one layer's pool tensors (2, blocks, ...): (gather: the blocks' K and V copied
+    with index_select + index_copy_, one contiguous copy of the same bytes). On a GPU,
+    synchronized around each; src may be another process's tensor (CUDA IPC)."""
+    cuda = src.device.type == "cuda"
+    s_idx = torch.tensor(src_ids, device=src.device)
+    d_idx = torch.tensor(dst_ids, device=dst.device)
+    n = 2 * len(src_ids) * src[0, 0].numel() * src.element_size()
+    flat_src, flat_dst = src.view(-1).view(torch.uint8), dst.view(-1).view(torch.uint8)
+    out = []
+    for copy in (lambda: [dst[w].index_copy_(0, d_idx, src[w].index_select(0, s_idx))
+                          for w in (0, 1)],
+                 lambda: flat_dst[:n].copy_(flat_src[:n])):
+        times = []
+        for _ in range(repeat):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            copy()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        out.append(median(times))
+    return tuple(out)
+
+
+def floors(prefill: "Prefill", table: List[int]) -> None:
+    """Logs the floors of one layer's move of `table`'s blocks: in this process, and on a
+    GPU from the decode process reading this process's pool through CUDA IPC."""
+    scratch = torch.empty_like(prefill.pool.tensors[0])
+    gather, copy = copy_floors(prefill.pool.tensors[0], scratch, table, table)
+    log.info("floor, one layer's %d blocks in this process: gather %.3f ms, one copy of "
+             "the bytes %.3f ms", len(table), gather * 1e3, copy * 1e3)
+    if not prefill.pool.mapped:
+        return
+    conn = prefill.decode.conn
+    conn.send(("floor", prefill.pool.tensors[0], table))
+    gather, copy = _recv(conn, prefill.setup.timeout * 3)[1]
+    log.info("floor, decode process reading prefill's pool (CUDA IPC): gather %.3f ms, one "
+             "copy of the bytes %.3f ms", gather * 1e3, copy * 1e3)
 
 
 def prompts_of(lengths: List[int], vocab: int, seed: int) -> List[List[int]]:
@@ -404,9 +435,7 @@ def run_main(args) -> int:
                 check(prefill, prompts[-1:], 1, r)
                 results.append(r)
             log.info("%s", report(mode, results))
-        table = list(range(kvc.blocks_for(lengths[-1], setup.block_size)))
-        log.info("floor: one layer's %d blocks gathered in this process: %.3f ms",
-                 len(table), gather_floor(prefill.pool, table) * 1e3)
+        floors(prefill, list(range(kvc.blocks_for(lengths[-1], setup.block_size))))
     finally:
         prefill.close()
         decode.stop()
