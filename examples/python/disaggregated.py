@@ -123,13 +123,14 @@ def receive(conn, model, pool, dc, batch, tables, lengths, steps, timeout) -> di
     kv: List[list] = [[] for _ in tables]
     error = ""
     waits = []
+    indices = [pool.index(t) for t in tables]
     try:
         for layer in range(layers):
             t0 = time.perf_counter()
             dc.wait_for_layer(batch, layer, timeout)
             waits.append(time.perf_counter() - t0)
-            for r, table in enumerate(tables):
-                kv[r].append(pool.gather(layer, table, lengths[r]))
+            for r, idx in enumerate(indices):
+                kv[r].append(pool.gather(layer, idx, lengths[r]))
     except kvc.LayerFailed as e:
         error = str(e)
     _, got_batch, firsts, t0, ok = _recv(conn, timeout * 2)
@@ -207,6 +208,7 @@ class Prefill:
         pc.layerwise = layerwise
         try:
             pc.begin(batch, src, dst)
+            indices = [self.pool.index(t) for t in src]
             if self.pool.mapped:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -215,7 +217,7 @@ class Prefill:
                 last = r == len(prompts) - 1
 
                 def on_layer(i, k, v, r=r, last=last):
-                    self.pool.scatter(i, src[r], k, v)
+                    self.pool.scatter(i, indices[r], k, v)
                     if last:
                         pc.save_layer(i)
                         if after_save is not None:

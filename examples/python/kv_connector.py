@@ -100,19 +100,26 @@ class KVPool:
             self.buffers = [client.allocate(size, label=f"{name} kv layer {i}")
                             for i in range(layers)]
 
-    def scatter(self, layer: int, table: Sequence[int], k: torch.Tensor,
-                v: torch.Tensor) -> None:
-        """Writes a request's K and V, (tokens, kv_heads, head_dim), into its blocks."""
-        n, bs = len(table), self.block_size
-        idx = torch.tensor(table, device=self.device)
+    def index(self, table) -> torch.Tensor:
+        """A block table as an index tensor on the pool's device (make it once per request:
+        from a list it is a copy to the device each time)."""
+        if torch.is_tensor(table):
+            return table
+        return torch.tensor(list(table), dtype=torch.long, device=self.device)
+
+    def scatter(self, layer: int, table, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Writes a request's K and V, (tokens, kv_heads, head_dim), into its blocks
+        (`table`: block ids, a list or index())."""
+        idx = self.index(table)
+        n, bs = idx.numel(), self.block_size
         for which, x in ((0, k), (1, v)):
             padded = x.new_zeros((n * bs,) + tuple(x.shape[1:]))
             padded[:x.shape[0]] = x
             self.tensors[layer][which].index_copy_(0, idx, padded.view(n, bs, *x.shape[1:]))
 
-    def gather(self, layer: int, table: Sequence[int], tokens: int):
+    def gather(self, layer: int, table, tokens: int):
         """A request's K and V of one layer, (tokens, kv_heads, head_dim) each."""
-        idx = torch.tensor(table, device=self.device)
+        idx = self.index(table)
         t = self.tensors[layer]
         k = t[0].index_select(0, idx).flatten(0, 1)[:tokens]
         v = t[1].index_select(0, idx).flatten(0, 1)[:tokens]

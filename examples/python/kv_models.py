@@ -12,6 +12,7 @@ disaggregated path through the same calls, so equal cache bytes give equal token
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from typing import Callable, List, Optional
 
@@ -194,11 +195,7 @@ class HFLlama:
 
 
 def have_transformers() -> bool:
-    try:
-        import transformers  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    return importlib.util.find_spec("transformers") is not None
 
 
 def build(kind: str, shape: Shape, device: str, dtype, seed: int):
