@@ -164,6 +164,20 @@ echo "== Python client against the C++ client, a numpy copy and a grpcio echo"
   --json="$OUT/python.json" 2>&1 | tee "$OUT/python.txt"
 fi
 
+# Opt-in (PARTS=kv): issue 55, examples/python/disaggregated.py with this machine's torch and
+# transformers (LlamaForCausalLM, 16 layers, hidden 2048, GQA 16:4, seeded random weights):
+# tokens against one process, then per-layer move times, the Python cost per layer and TTFT
+# for layer-wise and whole-cache pushing, over two daemons (CUDA_IPC) and one (LOCAL).
+if part kv; then
+for how in two-daemons one-daemon; do
+  echo "== examples/python/disaggregated.py on the GPU, $how"
+  flag=(); [ "$how" = one-daemon ] && flag=(--one-daemon)
+  PYTHONPATH="$PWD/.gpu/python" python3 .gpu/python/examples/disaggregated.py \
+    --gpumoved "$GPUMOVED" "${flag[@]}" --device cuda --size gpu --prompts 16,100,1000,4000 \
+    --steps 16 --repeat 7 2>&1 | grep -v '^decode: ' | tee -a "$OUT/kv.txt"
+done
+fi
+
 # Opt-in (PARTS=tcpscale): how loopback TCP scales with connections and threads: N
 # ucx_perftest pairs at once (512 KiB segments, 4 MiB puts, 1 GiB each) and iperf3 -P N,
 # summed: the ceiling for the daemons' UCX lanes (a context, worker, connection and
