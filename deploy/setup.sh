@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing gpumove needs, from Debian/Ubuntu packages only.
-# Safe to run again: it installs only what is missing.
+# Safe to run again: it installs only what is missing. With --tests (tests/run.sh), also
+# what only the tests use.
 set -euo pipefail
 
 PACKAGES=(
@@ -13,10 +14,13 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-pytest-asyncio
   python3-build python3-setuptools python3-wheel python3-venv libsystemd-dev
   podman buildah runc netavark aardvark-dns iptables mmdebstrap prometheus python3-yaml
-  # tests/disaggregated_test (a decoder's KV cache moved layer by layer): PyTorch 1.13 for
-  # the CPU, about 76 MB fetched; 194 s to install here (2 CPUs, with Recommends).
-  python3-torch
 )
+if [ "${1:-}" = --tests ]; then
+  # tests/disaggregated_test (a decoder's KV cache moved layer by layer): PyTorch 1.13 for
+  # the CPU, about 76 MB fetched; 194 s to install here (2 CPUs, with Recommends). The
+  # quick start's main job does not need it.
+  PACKAGES+=(python3-torch)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

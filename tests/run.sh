@@ -42,7 +42,7 @@ bazel_stage() {
 }
 
 t=$SECONDS
-bash deploy/setup.sh && r=ok || r="setup failed"
+bash deploy/setup.sh --tests && r=ok || r="setup failed"
 # The disk cache keeps what recent commits built; what no build used for two weeks goes.
 find "$HOME/.cache/gpumove/bazel-disk" -type f -atime +14 -delete 2>/dev/null
 stage setup "$t" "$r"
