@@ -351,6 +351,7 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
   *spec->mutable_destination() = destination;
   spec->set_path(options.path);
   spec->set_priority(options.priority);
+  spec->set_require_transport(options.require_transport);
   spec->set_checksum(options.checksum);
   spec->set_label(options.label);
   for (const v1::Segment& g : options.segments) *spec->add_segments() = g;

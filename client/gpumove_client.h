@@ -38,6 +38,8 @@ struct MoveOptions {
   v1::Path path = v1::PATH_AUTO;
   // Its class (v1::Priority): ready moves start latency first, then normal, then bulk.
   v1::Priority priority = v1::PRIORITY_UNSPECIFIED;
+  // The transport class ("rdma", "tcp") a move between hosts must run over; empty: any.
+  std::string require_transport;
   bool wait = true;  // Return the final state (one round trip).
   std::string idempotency_key;
   std::string label;

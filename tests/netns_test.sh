@@ -157,5 +157,11 @@ out=$(ctl b move "host-d/$D1" "$B3" --checksum) || fail "pull from host-d: $out"
 out=$(ctl d move "$D1" "host-b/$B3" 2>&1) && fail "host-d moved without RDMA: $out"
 [[ "$out" == *FAILED_PRECONDITION*"ucx_require"* && "$out" == *"tcp/eth0"* ]] ||
   fail "the refusal does not say why: $out"
-echo "ok: transfers name their transport (tcp/eth0); --ucx_require=rdma refuses TCP"
+# The same held per move (TransferSpec.require_transport) on host-b, which requires nothing.
+out=$(ctl b move "host-d/$D1" "$B3" --require=rdma 2>&1) && fail "a move requiring rdma ran: $out"
+[[ "$out" == *FAILED_PRECONDITION*"require_transport"* && "$out" == *"tcp/eth0"* ]] ||
+  fail "the per-move refusal does not say why: $out"
+out=$(ctl b move "host-d/$D1" "$B3" --require=tcp --checksum) || fail "require tcp: $out"
+[[ "$out" == *SUCCEEDED*"via tcp/eth0"* ]] || fail "a move requiring tcp: $out"
+echo "ok: transfers name their transport (tcp/eth0); --ucx_require=rdma and a move's require_transport=rdma refuse TCP"
 echo PASS

@@ -20,6 +20,9 @@ ABSL_FLAG(bool, wait, true,
           "move, cancel: wait for the end (--nowait: move prints the id and returns; cancel "
           "answers at once, the move maybe still stopping).");
 ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.");
+ABSL_FLAG(std::string, require, "",
+          "move: the transport class the move must run over between hosts (rdma or tcp); "
+          "empty: any.");
 ABSL_FLAG(std::string, priority, "normal",
           "move: the move's class, latency | normal | bulk (ready moves start by class).");
 ABSL_FLAG(std::string, idempotency_key, "", "move: key that makes a retried move safe.");

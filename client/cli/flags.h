@@ -24,6 +24,7 @@ ABSL_DECLARE_FLAG(bool, checksum);
 ABSL_DECLARE_FLAG(bool, wait);
 ABSL_DECLARE_FLAG(std::string, path);
 ABSL_DECLARE_FLAG(std::string, priority);
+ABSL_DECLARE_FLAG(std::string, require);
 ABSL_DECLARE_FLAG(std::string, idempotency_key);
 ABSL_DECLARE_FLAG(std::string, blocks);
 ABSL_DECLARE_FLAG(std::string, block_size);

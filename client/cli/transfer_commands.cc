@@ -57,6 +57,7 @@ int Move(Client& c, const Args& args) {
   spec->mutable_source()->set_length(SizeArg(absl::GetFlag(FLAGS_length), "--length"));
   spec->set_checksum(absl::GetFlag(FLAGS_checksum));
   spec->set_label(absl::GetFlag(FLAGS_label));
+  spec->set_require_transport(absl::GetFlag(FLAGS_require));
   if (auto notify = absl::GetFlag(FLAGS_notify)) spec->set_notify(*notify);
   if (!absl::GetFlag(FLAGS_prepared).empty()) {
     if (!absl::GetFlag(FLAGS_blocks).empty()) throw UsageError{"--prepared or --blocks, not both"};

@@ -232,6 +232,13 @@ class MoveControl {
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
   // would be too coarse to pace takes smaller ones under a cap.
   virtual uint64_t rate_limit() const { return 0; }
+  // The class of transport ("rdma", "tcp") the move must run over when its ends are on
+  // different hosts (TransferSpec.require_transport); empty: any. An engine that cannot
+  // say what carries it refuses such a move between hosts (FAILED_PRECONDITION).
+  virtual const std::string& required_transport() const {
+    static const std::string kAny;
+    return kAny;
+  }
 };
 
 class Engine {

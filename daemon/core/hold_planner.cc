@@ -212,6 +212,7 @@ HoldPlanner::Draft HoldPlanner::NewDraft(const std::string& owner, const Transfe
   d.t->owner = owner;
   d.t->label = spec.label;
   d.t->priority = spec.priority;
+  d.t->require_transport = spec.require_transport;
   d.t->checksum = spec.checksum;
   d.t->pieces = spec.pieces;
   d.t->piece_count = spec.pieces != nullptr ? spec.pieces->list.size() : 0;

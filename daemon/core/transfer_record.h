@@ -26,6 +26,7 @@ struct TransferRecord {
   std::string label;
   std::string idempotency_key;
   Priority priority = Priority::kNormal;
+  std::string require_transport;  // TransferSpec::require_transport.
   RangeSpec source;
   RangeSpec destination;
   uint64_t length = 0;

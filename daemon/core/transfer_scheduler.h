@@ -50,6 +50,9 @@ struct TransferSpec {
   std::string label;
   // Its class (qos.h): ready moves start latency first, then normal, then bulk.
   Priority priority = Priority::kNormal;
+  // The transport class ("rdma", "tcp") it must run over between hosts; empty: any
+  // (MoveControl::required_transport).
+  std::string require_transport;
   // A vectored move: these pieces (offsets relative to source and destination; checked
   // with MakeSegments) instead of the whole range. The transfer then holds the smallest
   // ranges that contain its pieces, and its length is theirs in all; a destination

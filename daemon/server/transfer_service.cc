@@ -64,12 +64,19 @@ std::string IdNode(const std::string& id) {
   return dot == std::string::npos ? "" : id.substr(dot + 1);
 }
 
-// The classes of a Submit's moves, before anything is forwarded or held: INVALID_ARGUMENT
+// The classes of a Submit's moves (and the transport classes they require), before
+// anything is forwarded or held: INVALID_ARGUMENT
 // for a value the API does not define, PERMISSION_DENIED above the caller's cap (refused,
 // not lowered: a move quietly run as bulk would queue behind the very work its caller
 // asked to pass, and the caller could not tell).
 grpc::Status CheckPriorities(const Caller& caller, const v1::SubmitRequest& request) {
   for (int i = 0; i < request.transfers_size(); ++i) {
+    const std::string& need = request.transfers(i).require_transport();
+    if (!need.empty() && need != "rdma" && need != "tcp") {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("transfer ", i, ": require_transport must be rdma, tcp or "
+                                       "empty, not ", Quoted(need.substr(0, 32))));
+    }
     auto p = FromProto(request.transfers(i).priority());
     if (!p.ok()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -193,6 +200,7 @@ grpc::Status TransferServiceImpl::SpecsOf(const Caller& caller, const v1::Submit
     spec.checksum = in.checksum();
     spec.label = in.label();
     spec.priority = FromProto(in.priority()).value_or(Priority::kNormal);  // CheckPriorities.
+    spec.require_transport = in.require_transport();                       // CheckPriorities.
     if (in.has_notify()) spec.notify = in.notify();
     const bool listed = in.segments_size() > 0 || in.has_blocks();
     if (listed && !in.prepared_pieces().empty()) {

@@ -166,6 +166,34 @@ TEST_F(TransferServiceTest, ABlockPastTheEndIsNamed) {
   EXPECT_EQ(registry_->Get("team-a", src)->active_uses, 0u);
 }
 
+// A required transport class other than rdma or tcp is INVALID_ARGUMENT for the whole
+// batch (nothing moves); a move within one host is not held to a valid one.
+TEST_F(TransferServiceTest, RequiredTransportIsCheckedAndIgnoredWithinAHost) {
+  const std::string src = Buffer("team-a", 4096, 's');
+  const std::string dst = Buffer("team-a", 4096, 'd');
+  for (const std::string& bad : {std::string("verbs"), std::string("RDMA"), std::string(100, 'x')}) {
+    v1::SubmitRequest r = Move(src, dst);
+    *r.add_transfers() = r.transfers(0);
+    r.mutable_transfers(1)->set_require_transport(bad);
+    v1::SubmitResponse out;
+    grpc::Status st = stub_->Submit(As(kAlice).get(), r, &out);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(st.error_message().find("transfer 1: require_transport must be rdma, tcp or empty"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_LT(st.error_message().size(), 200u);
+  }
+  EXPECT_EQ(Bytes("team-a", dst), std::string(4096, 'd'));
+  EXPECT_EQ(scheduler_->active(), 0u);
+  v1::SubmitRequest r = Move(src, dst);
+  r.mutable_transfers(0)->set_require_transport("rdma");
+  r.set_wait(true);
+  v1::SubmitResponse out;
+  ASSERT_TRUE(stub_->Submit(As(kAlice).get(), r, &out).ok());
+  EXPECT_EQ(out.transfers(0).state(), v1::SUCCEEDED) << out.transfers(0).error_message();
+  EXPECT_EQ(Bytes("team-a", dst), std::string(4096, 's'));
+}
+
 // A move's class is kept and shown; one the API does not define is INVALID_ARGUMENT, one
 // above the caller's cap PERMISSION_DENIED, and either refuses the whole batch.
 TEST_F(TransferServiceTest, PrioritiesAreCheckedAgainstTheCapAndShown) {

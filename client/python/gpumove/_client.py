@@ -243,20 +243,21 @@ class Client:
              block_size: Optional[int] = None, segments=None,
              prepared: Optional[PreparedLike] = None, notify=None, wait: bool = True,
              timeout: Optional[float] = None, label: str = "", check: bool = True,
-             progress: bool = False, priority: str = "normal") -> Transfer:
+             progress: bool = False, priority: str = "normal", require: str = "") -> Transfer:
         """Moves source's bytes to destination (ranges: Buffers, Refs, "[node/]id").
         Vectored: `blocks=(src_idx, dst_idx)` with `block_size` (numpy arrays welcome),
         `segments=[(src_off, dst_off, len), ...]`, or `prepared=` a list kept by
         prepare() (the node that keeps it runs the move). `notify`: bytes published where the
         destination lives once the bytes are there. Waits for the end unless `wait=False`;
         with `check`, a move that did not succeed raises Error with its code. `priority`: its
-        class, "latency", "normal" (default) or "bulk". `progress`:
+        class, "latency", "normal" (default) or "bulk"; `require`: "rdma" or "tcp" holds a
+        move between hosts to that transport class (FAILED_PRECONDITION otherwise). `progress`:
         while waiting, a tqdm progress bar of the bytes done (when tqdm is installed; else
         a log line on the "gpumove" logger about every second)."""
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
                              prepared=prepared, notify=notify, label=label,
-                             priority=priority)
+                             priority=priority, require=require)
         if progress and wait:
             t = self.submit([spec], wait=False)[0]
             shown = Progress(t)

@@ -111,6 +111,18 @@ def test_moves_keep_their_classes(client):
     client.release(dst)
 
 
+def test_a_required_transport_is_sent_and_checked(client):
+    src = client.allocate(4096)
+    dst = client.allocate(4096)
+    assert gpumove.spec(src, dst, require="rdma").require_transport == "rdma"
+    # One host: not held to it.
+    assert client.move(src, dst, require="rdma").ok
+    with pytest.raises(ValueError, match="require must be"):
+        client.move(src, dst, require="verbs")
+    client.release(src)
+    client.release(dst)
+
+
 def test_cancel_a_slow_move():
     from conftest import start
     d = start("py-slow", "--max_move_rate=8MiB")

@@ -60,6 +60,11 @@ absl::Status MpiEngine::RunMove(const Endpoint& src, const Endpoint& dst, uint64
   const RemoteHold& hold = push ? *dst.remote : *src.remote;
   const MpiOffer* offer = hold.offer<MpiOffer>();
   if (offer == nullptr) return CanServe(src, dst);
+  if (!control.required_transport().empty() && !hold.same_host) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the move requires ", control.required_transport(), " between hosts, and MPI does not "
+        "say what carries its messages: move over path UCX to hold it to that"));
+  }
   Side side;
   side.local = push ? src : dst;
   side.length = length;

@@ -159,11 +159,16 @@ absl::Status UcxEngine::Carry(const RemoteHold& hold, const RemoteRange& remote,
   std::string carriers = route->Summary();
   if (!hold.same_host) {
     if (rdma_here_ && !route->Carries("rdma")) fallbacks_.fetch_add(1);
-    if (!require_.empty() && !route->Carries(require_)) {
+    // The move's own requirement first, then the node's.
+    const bool own = !control.required_transport().empty();
+    const std::string& need = own ? control.required_transport() : require_;
+    if (!need.empty() && !route->Carries(need)) {
       refused_.fetch_add(1);
       return absl::FailedPreconditionError(absl::StrCat(
           "UCX reaches node ", hold.node, " over ", carriers.empty() ? "nothing" : carriers,
-          ", not ", require_, " as --ucx_require asks (see UCX_TLS and UCX_NET_DEVICES)"));
+          ", not ", need,
+          own ? " as the move's require_transport asks" : " as --ucx_require asks",
+          " (see UCX_TLS and UCX_NET_DEVICES)"));
     }
   }
   control.Carried(std::move(carriers));
