@@ -53,7 +53,8 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::Ge
   automatic->set_reason(
       "per move, the first available of LOCAL (both ends here), CUDA_IPC (device memory of "
       "a daemon on this host), UCX, MPI that can serve it, "
-      "preferring one that needs no host staging of device memory");
+      "preferring one that needs no host staging of device memory; FILE_IO for a move with "
+      "a FILE buffer at one end");
   for (PathKind path :
        {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi, PathKind::kFile}) {
     v1::PathInfo* info = response->add_paths();
