@@ -140,10 +140,10 @@ absl::Status FileEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t
     pos += n;
   }
   const bool uring = uring_.load();
-  std::string how = direct == length ? "O_DIRECT"
-                    : direct == 0
-                        ? "buffered"
-                        : absl::StrCat("O_DIRECT, buffered tail of ", length - direct, " bytes");
+  // A few fixed names: the transport is a metrics label (the tail's size goes to the log).
+  const char* how = direct == length ? "O_DIRECT"
+                    : direct == 0    ? "buffered"
+                                     : "O_DIRECT, buffered tail";
   control.Carried(absl::StrCat(uring ? "io_uring " : "pread/pwrite ", how));
   if (control.cancelled()) return absl::CancelledError("cancelled");
   absl::Status st = uring ? RunUring(plan, control) : RunPlain(plan, control);
@@ -151,7 +151,7 @@ absl::Status FileEngine::Move(const Endpoint& src, const Endpoint& dst, uint64_t
     st = IoError(errno, true, *plan.file, plan.file_offset);
   }
   VLOG(1) << "FILE_IO " << (plan.write ? "write" : "read") << " of " << length << " bytes (" << how
-          << "): " << st;
+          << ", " << length - direct << " buffered): " << st;
   return st;
 }
 
