@@ -187,6 +187,15 @@ absl::StatusOr<v1::Buffer> Client::Import(const v1::ImportRequest& request) {
   return response;
 }
 
+absl::StatusOr<v1::Buffer> Client::RegisterFile(const v1::RegisterFileRequest& request) {
+  grpc::ClientContext context;
+  Authorize(context);
+  v1::Buffer response;
+  auto st = FromGrpcStatus(buffers_->RegisterFile(&context, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
 absl::StatusOr<v1::ExportResponse> Client::Export(const std::string& buffer_id,
                                                   const std::string& node) {
   v1::ExportRequest request;
@@ -353,6 +362,7 @@ absl::StatusOr<v1::Transfer> Client::Move(const v1::BufferRef& source,
   spec->set_priority(options.priority);
   spec->set_require_transport(options.require_transport);
   spec->set_checksum(options.checksum);
+  spec->set_durable(options.durable);
   spec->set_label(options.label);
   for (const v1::Segment& g : options.segments) *spec->add_segments() = g;
   if (options.blocks.block_size() != 0) {

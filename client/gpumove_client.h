@@ -35,6 +35,8 @@ v1::BufferRef Ref(absl::string_view buffer_id, uint64_t offset = 0, uint64_t len
 
 struct MoveOptions {
   bool checksum = false;
+  // Into a FILE buffer: on stable storage (fdatasync) before SUCCEEDED.
+  bool durable = false;
   v1::Path path = v1::PATH_AUTO;
   // Its class (v1::Priority): ready moves start latency first, then normal, then bulk.
   v1::Priority priority = v1::PRIORITY_UNSPECIFIED;
@@ -123,6 +125,9 @@ class Client {
   absl::StatusOr<v1::Buffer> Import(const v1::ImportRequest& request);
   absl::StatusOr<v1::ExportResponse> Export(const std::string& buffer_id,
                                             const std::string& node = "");
+  // A region of a file under one of the node's --file_roots as a buffer of kind FILE
+  // (request: root, path, offset, length, writable, create, ...).
+  absl::StatusOr<v1::Buffer> RegisterFile(const v1::RegisterFileRequest& request);
   // Every buffer the caller sees, fetched page by page (at most kMaxListPages).
   absl::StatusOr<std::vector<v1::Buffer>> ListBuffers(const std::string& node = "");
   absl::StatusOr<v1::Buffer> RenewLease(const std::string& buffer_id,

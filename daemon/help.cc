@@ -33,9 +33,9 @@ const std::vector<std::pair<const char*, std::vector<const char*>>>& Groups() {
       {"limits (what one caller may ask)",
        {"max_blocks_per_move", "max_prepared_*", "notification_log", "max_active",
         "max_open_calls*", "tenant_weights", "qos_*"}},
-      {"paths (how bytes move: LOCAL, CUDA_IPC, UCX, MPI)",
+      {"paths (how bytes move: LOCAL, CUDA_IPC, UCX, MPI, FILE_IO)",
        {"ucx*", "*_copy_threads", "copy_threads", "cuda_ipc_*", "stage_*", "mpi*",
-        "keep_cpu_binding", "inline_move_max", "max_move_rate"}},
+        "keep_cpu_binding", "inline_move_max", "max_move_rate", "file_*"}},
   };
   return *groups;
 }

@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-rules-java
   g++ libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev
+  libabsl-dev libgtest-dev libgmock-dev libxxhash-dev prometheus-cpp-dev liburing-dev
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin libmpich-dev mpich netpipe-openmpi
   libnuma1 libxml2 libibverbs1 librdmacm1 python3-matplotlib
   iproute2 python3 clang libclang-rt-14-dev libssl-dev openssl

@@ -70,6 +70,8 @@ std::string Kind(v1::MemoryKind kind, int device) {
       return "pinned";
     case v1::DEVICE:
       return absl::StrCat("gpu", device);
+    case v1::FILE:
+      return "file";
     default:
       return "?";
   }

@@ -16,9 +16,6 @@
 #include "absl/time/time.h"
 #include "daemon/app/options.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/peer/holds.h"
-#include "daemon/peer/path_calls.h"
-#include "daemon/peer/remote_ranges.h"
 #include "daemon/common/watched_files.h"
 #include "daemon/core/buffer_registry.h"
 #include "daemon/core/prepared_pieces.h"
@@ -29,6 +26,8 @@
 #include "daemon/memory/pool.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_tails.h"
+#include "daemon/path/file/file_engine.h"
+#include "daemon/path/file/file_roots.h"
 #include "daemon/path/local/local_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/path/mpi/mpi_hello.h"
@@ -36,17 +35,20 @@
 #include "daemon/path/mpi/mpi_protocol.h"
 #include "daemon/path/mpi/mpi_transport.h"
 #include "daemon/path/ucx/stage_holder.h"
-#include "daemon/path/ucx/ucx_hello.h"
 #include "daemon/path/ucx/ucx_engine.h"
+#include "daemon/path/ucx/ucx_hello.h"
+#include "daemon/path/ucx/ucx_peer_calls.h"
 #include "daemon/path/ucx/ucx_transport.h"
+#include "daemon/peer/holds.h"
+#include "daemon/peer/path_calls.h"
+#include "daemon/peer/peer_service.h"
+#include "daemon/peer/remote_ranges.h"
 #include "daemon/server/buffer_service.h"
 #include "daemon/server/listeners.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/reflection.h"
 #include "daemon/server/starting_server.h"
-#include "daemon/path/ucx/ucx_peer_calls.h"
-#include "daemon/peer/peer_service.h"
 #include "daemon/server/tls.h"
 #include "daemon/server/transfer_service.h"
 
@@ -126,7 +128,7 @@ class Daemon {
   std::unique_ptr<MpiHello> mpi_hello_;
   std::vector<const PathHello*> path_hellos_;
   struct {
-    std::string mpi, ucx, ipc;
+    std::string mpi, ucx, ipc, file;
   } summary_;
 
   std::string node_;
@@ -168,6 +170,9 @@ class Daemon {
   PathCalls path_calls_;
   std::unique_ptr<UcxEngine> ucx_engine_;
   std::unique_ptr<LocalEngine> local_engine_;
+  // Path FILE_IO: the roots FILE buffers are registered under, and its engine.
+  std::unique_ptr<FileRoots> file_roots_;
+  std::unique_ptr<FileEngine> file_engine_;
   std::unique_ptr<CudaIpcEngine> cuda_ipc_engine_;
   std::unique_ptr<Cluster> cluster_;
   // Before remote_ranges_, which calls peers through it.

@@ -154,6 +154,18 @@ ABSL_FLAG(gpumove::ByteSize, cuda_ipc_fence_quiet, gpumove::ByteSize{1000ull * 1
           "Bytes per second no CUDA IPC copy into or out of this node's GPUs beats: a fence "
           "of L bytes is not queried before L / this after its acknowledgement came (0: at "
           "once).");
+ABSL_FLAG(std::string, file_roots, "",
+          "Directories under which clients may register files as buffers (BufferService."
+          "RegisterFile), comma-separated absolute paths, each optionally ending :ro "
+          "(registered read-only) or :rw (the default). Paths resolve beneath their root only "
+          "(no \"..\", no symbolic links, regular files with one link). Empty: no file buffers.");
+ABSL_FLAG(int, file_io_queue_depth, 16,
+          "Reads or writes in flight per FILE_IO move through io_uring (1 to 256).");
+ABSL_FLAG(gpumove::ByteSize, file_io_chunk, gpumove::ByteSize{1ull << 20},
+          "Bytes per read or write of a FILE_IO move (a multiple of 4 KiB).");
+ABSL_FLAG(bool, file_io_fallback, false,
+          "Move FILE_IO bytes with pread/pwrite on the move's thread even where io_uring "
+          "works (it is used automatically where io_uring is refused).");
 ABSL_FLAG(std::string, ucx_require, "",
           "The class of UCX transport moves to peers on other hosts must run over: rdma "
           "(InfiniBand/RoCE verbs), tcp, or empty for any. A move UCX would carry over "
@@ -480,6 +492,14 @@ absl::StatusOr<DaemonOptions> OptionsFromFlags(bool listen_given) {
   UcxFromFlags(options);
   if (absl::Status st = CudaIpcFromFlags(options.cuda_ipc); !st.ok()) return st;
   if (absl::Status st = MpiFromFlags(options.mpi); !st.ok()) return st;
+  options.file.roots = absl::GetFlag(FLAGS_file_roots);
+  const int depth = absl::GetFlag(FLAGS_file_io_queue_depth);
+  if (depth < 1 || depth > 256) {
+    return absl::InvalidArgumentError("--file_io_queue_depth must be 1 to 256");
+  }
+  options.file.engine.queue_depth = static_cast<unsigned>(depth);
+  options.file.engine.chunk = absl::GetFlag(FLAGS_file_io_chunk).bytes;
+  options.file.engine.force_fallback = absl::GetFlag(FLAGS_file_io_fallback);
   return options;
 }
 

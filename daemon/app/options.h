@@ -14,12 +14,13 @@
 #include "daemon/core/transfer_scheduler.h"
 #include "daemon/memory/pool.h"
 #include "daemon/path/cuda_ipc/cuda_ipc_engine.h"
+#include "daemon/path/file/file_engine.h"
 #include "daemon/path/mpi/mpi_engine.h"
 #include "daemon/path/mpi/mpi_transport.h"
-#include "daemon/staging/staging.h"
 #include "daemon/path/ucx/ucx_transport.h"
 #include "daemon/server/call_limits.h"
 #include "daemon/server/tls.h"
+#include "daemon/staging/staging.h"
 
 namespace gpumove {
 
@@ -121,6 +122,13 @@ struct UcxPathOptions {
   std::string rails;
 };
 
+// Path FILE_IO: where FILE buffers may be registered (FileRoots::Create's spec), and its
+// engine.
+struct FilePathOptions {
+  std::string roots;
+  FileEngineOptions engine;
+};
+
 // The CUDA IPC path, both sides.
 struct CudaIpcPathOptions {
   bool fences = true;  // Peers' CUDA IPC copies may end behind a fence we wait for.
@@ -191,6 +199,7 @@ struct DaemonOptions {
   StagingOptions staging;
   CudaIpcPathOptions cuda_ipc;
   MpiPathOptions mpi;
+  FilePathOptions file;
 };
 
 // `options` with every machine-dependent default made this machine's (`cpus` CPUs): the

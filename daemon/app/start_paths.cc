@@ -1,5 +1,6 @@
 // Start's steps that make the paths: the MPI job joined, UCX and its lanes started, and
-// the engines (moving sides) and holders (holding sides) of LOCAL, CUDA_IPC, UCX and MPI.
+// the engines (moving sides) and holders (holding sides) of LOCAL, FILE_IO, CUDA_IPC, UCX and
+// MPI.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -134,6 +135,19 @@ absl::Status Daemon::MakeEngines(const DaemonOptions& options) {
   GpuRuntime* gpu = gpu_.get();
   local_engine_ = std::make_unique<LocalEngine>(gpu);
   engines_ = {local_engine_.get()};
+  // FILE_IO: only moves with a FILE buffer at one end reach it (and no other engine).
+  auto roots = FileRoots::Create(options.file.roots);
+  if (!roots.ok()) return roots.status();
+  file_roots_ = *std::move(roots);
+  file_engine_ = std::make_unique<FileEngine>(options.file.engine);
+  engines_.push_back(file_engine_.get());
+  summary_.file = absl::StrCat(
+      "host memory <-> files on this node: ", file_engine_->Describe(), "; roots: ",
+      file_roots_->empty() ? "none (--file_roots)" : absl::StrJoin(file_roots_->Describe(), ", "),
+      file_roots_->empty()          ? ""
+      : file_roots_->uses_openat2() ? " (openat2)"
+                                    : " (O_NOFOLLOW)");
+  LOG(INFO) << "path FILE_IO: " << summary_.file;
   if (!gpu_->devices().empty()) {
     cuda_ipc_engine_ = std::make_unique<CudaIpcEngine>(gpu, ipc_.get(), options.cuda_ipc.fence_min);
     engines_.push_back(cuda_ipc_engine_.get());

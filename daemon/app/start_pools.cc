@@ -131,7 +131,9 @@ absl::Status Daemon::MakeRegistry(const DaemonOptions& options) {
     LOG(INFO) << "pool memory is zeroed before it is handed out (--scrub_memory=" << scrub << ")";
   }
   registry_->StartLeaseReaper(absl::Milliseconds(100));
-  hasher_ = [gpu](const Endpoint& e, uint64_t n) { return HashRange(gpu, e, n); };
+  hasher_ = [gpu](const Endpoint& e, uint64_t n) {
+    return e.kind == MemoryKind::kFile ? HashFileRange(e, n) : HashRange(gpu, e, n);
+  };
   return absl::OkStatus();
 }
 

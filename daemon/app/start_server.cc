@@ -178,6 +178,7 @@ NodeFacts Daemon::Facts(const ServeOptions& serve) const {
                   summary_.ipc,
                   gpus_};
   facts.tls = tls_ != nullptr;
+  facts.file_status = summary_.file;
   facts.tls_client_certificates = tls_ != nullptr && !serve.tls.client_ca.empty();
   if (auto topology = ReadTopology("/sys"); topology.ok()) {
     facts.gpu_nic_topology = DescribeTopology(*topology);

@@ -86,6 +86,7 @@ absl::Status Daemon::MakeServices(const DaemonOptions& options) {
   if (absl::Status st = MakeAuthenticator(options); !st.ok()) return st;
   buffer_service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(),
                                                         node_, cluster_.get(), ipc_.get());
+  buffer_service_->set_file_roots(file_roots_.get());
   prepared_ = std::make_unique<PreparedPieceLists>(node_, options.prepared);
   if (metrics_ != nullptr) {
     PreparedPieceLists* prepared = prepared_.get();

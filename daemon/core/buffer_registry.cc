@@ -75,6 +75,9 @@ int BufferUse::device() const {
 const std::string& BufferUse::buffer_id() const {
   return static_cast<BufferRegistry::Entry*>(entry_.get())->info.id;
 }
+const FileRegion* BufferUse::file() const {
+  return static_cast<BufferRegistry::Entry*>(entry_.get())->info.file.get();
+}
 
 BufferRegistry::BufferRegistry(PoolSet* pools, absl::Duration default_lease)
     : pools_(pools), default_lease_(default_lease) {}
@@ -198,6 +201,7 @@ void BufferRegistry::Free(Entry& entry) {
     entry.quotas = nullptr;
   }
   entry.keepalive.reset();
+  entry.info.file.reset();  // Closes a FILE buffer's file.
 }
 
 absl::StatusOr<BufferInfo> BufferRegistry::Adopt(AdoptOptions options) {
@@ -225,6 +229,24 @@ absl::StatusOr<BufferInfo> BufferRegistry::Adopt(AdoptOptions options) {
   info.label = options.label;
   info.imported = true;
   info.owner_pid = options.owner_pid;
+  return Insert(std::move(entry), options.lease_ttl);
+}
+
+absl::StatusOr<BufferInfo> BufferRegistry::AdoptFile(FileBufferOptions options) {
+  if (options.file == nullptr || options.file->length() == 0) {
+    return absl::InvalidArgumentError("a file buffer needs a file region of at least one byte");
+  }
+  if (options.lease_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must not be negative");
+  }
+  auto entry = std::make_shared<Entry>();
+  BufferInfo& info = entry->info;
+  info.size = options.file->length();
+  info.kind = MemoryKind::kFile;
+  info.device = kHostDevice;
+  info.owner = options.owner;
+  info.label = options.label;
+  info.file = std::move(options.file);
   return Insert(std::move(entry), options.lease_ttl);
 }
 
@@ -306,12 +328,16 @@ absl::StatusOr<BufferInfo> BufferRegistry::RenewLease(const std::string& owner,
   return info;
 }
 
-absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner,
-                                                  const std::string& id, uint64_t offset,
-                                                  uint64_t length) {
+absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner, const std::string& id,
+                                                  uint64_t offset, uint64_t length, bool files) {
   absl::MutexLock lock(&mu_);
   auto entry = FindLocked(owner, id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("no buffer ", Quoted(id)));
+  if (entry->info.kind == MemoryKind::kFile && !files) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("buffer ", Quoted(id),
+                     " is a file: it moves only in transfers on its own node (path FILE_IO)"));
+  }
   auto resolved = ResolveRange(entry->info.size, offset, length);
   if (!resolved.ok()) {
     return absl::InvalidArgumentError(
@@ -321,7 +347,7 @@ absl::StatusOr<BufferUse> BufferRegistry::Acquire(const std::string& owner,
   BufferUse use;
   use.registry_ = this;
   use.entry_ = entry;
-  use.data_ = entry->ptr + offset;
+  use.data_ = entry->ptr != nullptr ? entry->ptr + offset : nullptr;  // Null: a file.
   use.offset_ = offset;
   use.length_ = *resolved;
   return use;

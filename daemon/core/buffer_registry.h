@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/file_region.h"
 #include "daemon/core/quotas.h"
 #include "daemon/memory/pool.h"
 
@@ -48,6 +49,8 @@ struct BufferInfo {
   // In a device allocation of its own (not a pool), so Export may hand its CUDA IPC
   // handle to its owner.
   bool exportable = false;
+  // kFile: the region of the file it names.
+  std::shared_ptr<const FileRegion> file;
 };
 
 struct AllocateOptions {
@@ -81,6 +84,14 @@ struct AdoptOptions {
   int owner_pid = 0;  // 0: not tied to a process.
 };
 
+// A buffer over a region of an open file (kind kFile); its size is the region's length.
+struct FileBufferOptions {
+  std::shared_ptr<const FileRegion> file;
+  absl::Duration lease_ttl = absl::ZeroDuration();
+  std::string label;
+  std::string owner;
+};
+
 class BufferRegistry;
 
 // A checked range of a buffer, held in use: the buffer is not freed while a BufferUse
@@ -109,6 +120,9 @@ class BufferUse {
   // (exportable). Paths that need pool memory (UCX's registered pools) stage it.
   bool outside_pools() const;
   const std::string& buffer_id() const;
+  // kFile: the file region (data() is then null; the range starts offset() bytes into
+  // it). Null for memory.
+  const FileRegion* file() const;
 
  private:
   friend class BufferRegistry;
@@ -149,6 +163,9 @@ class BufferRegistry {
   // Registers memory we did not allocate. INVALID_ARGUMENT (no memory, size 0, negative
   // TTL, an owner process this daemon cannot see).
   absl::StatusOr<BufferInfo> Adopt(AdoptOptions options);
+  // Registers a file region (kind kFile). INVALID_ARGUMENT (no region, length 0, negative
+  // TTL).
+  absl::StatusOr<BufferInfo> AdoptFile(FileBufferOptions options);
   // NOT_FOUND, FAILED_PRECONDITION while in use. Uses that are all ending
   // (BufferUse::MarkEnding) are waited for, up to `ending_wait`.
   absl::Status Release(const std::string& owner, const std::string& id,
@@ -160,8 +177,10 @@ class BufferRegistry {
   absl::StatusOr<BufferInfo> RenewLease(const std::string& owner, const std::string& id,
                                         absl::Duration ttl);
   // Checks [offset, offset+length) (length 0: to the end) and holds the buffer in use.
+  // A FILE buffer is FAILED_PRECONDITION unless `files` (the caller reaches it through
+  // BufferUse::file(), not data()).
   absl::StatusOr<BufferUse> Acquire(const std::string& owner, const std::string& id,
-                                    uint64_t offset, uint64_t length);
+                                    uint64_t offset, uint64_t length, bool files = false);
 
   // Frees the buffers whose lease ran out by `now`, and imported ones whose owner
   // process exited (those in use are freed when their last use ends). Returns how many.

@@ -14,12 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/core/file_region.h"
 #include "daemon/core/segments.h"
 #include "daemon/memory/pool.h"
 
 namespace gpumove {
 
-enum class PathKind { kAuto, kLocal, kCudaIpc, kUcx, kMpi };
+enum class PathKind { kAuto, kLocal, kCudaIpc, kUcx, kMpi, kFile };
 
 const char* PathKindName(PathKind path);
 
@@ -82,13 +83,16 @@ struct RemoteHold {
   }
 };
 
-// One side of a move, already checked and held in use: local memory (data), or a range
-// on another node (remote).
+// One side of a move, already checked and held in use: local memory (data), a range
+// on another node (remote), or a region of a file on this node (kind kFile: file, and
+// file_offset, where the range starts in the file; data is null).
 struct Endpoint {
   char* data = nullptr;
   MemoryKind kind = MemoryKind::kHost;
   int device = kHostDevice;
   const RemoteHold* remote = nullptr;
+  const FileRegion* file = nullptr;
+  uint64_t file_offset = 0;
 };
 
 // One range to hold on another node for one move (RemoteRanges::PrepareMany).
@@ -232,6 +236,8 @@ class MoveControl {
   // Bytes per second the move is held to by Progress (0: no cap). An engine whose chunks
   // would be too coarse to pace takes smaller ones under a cap.
   virtual uint64_t rate_limit() const { return 0; }
+  // A move into a file that must be on stable storage (fdatasync) before it ends.
+  virtual bool durable() const { return false; }
   // The class of transport ("rdma", "tcp") the move must run over when its ends are on
   // different hosts (TransferSpec.require_transport); empty: any. An engine that cannot
   // say what carries it refuses such a move between hosts (FAILED_PRECONDITION).
@@ -247,6 +253,8 @@ class Engine {
   virtual PathKind path() const = 0;
   // OK when Move can copy from `src` to `dst`; otherwise FAILED_PRECONDITION saying why.
   virtual absl::Status CanServe(const Endpoint& src, const Endpoint& dst) const = 0;
+  // Whether it moves bytes of FILE buffers (kind kFile); the others are never asked to.
+  virtual bool ServesFiles() const { return false; }
   // True when this engine would stage device memory of this move through host bounce
   // buffers (AUTO prefers an engine that does not).
   virtual bool Stages(const Endpoint& src, const Endpoint& dst) const { return false; }

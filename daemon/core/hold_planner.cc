@@ -214,6 +214,7 @@ HoldPlanner::Draft HoldPlanner::NewDraft(const std::string& owner, const Transfe
   d.t->priority = spec.priority;
   d.t->require_transport = spec.require_transport;
   d.t->checksum = spec.checksum;
+  d.t->durable = spec.durable;
   d.t->pieces = spec.pieces;
   d.t->piece_count = spec.pieces != nullptr ? spec.pieces->list.size() : 0;
   d.t->notify = spec.notify;
@@ -222,13 +223,17 @@ HoldPlanner::Draft HoldPlanner::NewDraft(const std::string& owner, const Transfe
 
 void HoldPlanner::HoldLocal(const std::string& owner, Draft& d, const RangeSpec& r, uint64_t length,
                             bool write) const {
-  auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length);
+  auto u = registry_->Acquire(owner, r.buffer_id, r.offset, length, /*files=*/true);
   if (!u.ok()) {
     d.error = NamePiecePastEnd(*registry_, owner, r, write, d.t->pieces.get(), u.status());
     return;
   }
   TransferRecord& t = *d.t;
-  const Endpoint e{u->data(), u->kind(), u->device()};
+  Endpoint e{u->data(), u->kind(), u->device()};
+  if (u->file() != nullptr) {
+    e.file = u->file();
+    e.file_offset = u->file()->offset() + u->offset();
+  }
   const RangeSpec resolved{options_.node, u->buffer_id(), u->offset(), u->length()};
   if (write) {
     t.dst = e;
@@ -345,9 +350,12 @@ absl::StatusOr<Engine*> HoldPlanner::ChooseEngine(PathKind path, const Endpoint&
   // needs no host staging of device memory; else the first that can serve it.
   std::string reasons;
   Engine* staged = nullptr;
+  const bool file = src.kind == MemoryKind::kFile || dst.kind == MemoryKind::kFile;
   for (Engine* e : engines_) {
     if (path != PathKind::kAuto && e->path() != path) continue;
-    absl::Status st = e->CanServe(src, dst);
+    absl::Status st = file && !e->ServesFiles()
+                          ? absl::FailedPreconditionError("does not move file buffers")
+                          : e->CanServe(src, dst);
     if (st.ok() && pieces && !e->MovesPieces(src, dst)) {
       st = absl::FailedPreconditionError("does not move the pieces of a vectored move yet");
     }

@@ -67,6 +67,7 @@ const QuotaLimits* Quotas::LimitsLocked(const std::string& owner) const {
 
 absl::Status Quotas::Charge(const std::string& owner, MemoryKind kind, uint64_t bytes) {
   const int k = static_cast<int>(kind);
+  if (kind == MemoryKind::kFile) return absl::OkStatus();  // Pools' kinds only.
   absl::MutexLock lock(&mu_);
   const QuotaLimits* q = LimitsLocked(owner);
   uint64_t& used = used_[owner][k];
@@ -82,6 +83,7 @@ absl::Status Quotas::Charge(const std::string& owner, MemoryKind kind, uint64_t 
 }
 
 void Quotas::Uncharge(const std::string& owner, MemoryKind kind, uint64_t bytes) {
+  if (kind == MemoryKind::kFile) return;
   absl::MutexLock lock(&mu_);
   auto it = used_.find(owner);
   if (it == used_.end()) return;
@@ -96,6 +98,7 @@ std::optional<uint64_t> Quotas::TransferLimit(const std::string& owner) const {
 }
 
 uint64_t Quotas::used(const std::string& owner, MemoryKind kind) const {
+  if (kind == MemoryKind::kFile) return 0;
   absl::MutexLock lock(&mu_);
   auto it = used_.find(owner);
   return it == used_.end() ? 0 : it->second[static_cast<int>(kind)];

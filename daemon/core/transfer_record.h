@@ -36,6 +36,7 @@ struct TransferRecord {
   size_t piece_count = 0;
   PathKind path = PathKind::kAuto;
   bool checksum = false;
+  bool durable = false;  // Into a file: fdatasync before it ends.
   std::optional<std::string> notify;
   Engine* engine = nullptr;
   Endpoint src;

@@ -33,6 +33,7 @@ class TransferScheduler::Control : public MoveControl {
     t_->carrier = std::move(what);
   }
   uint64_t rate_limit() const override { return rate_limit_; }
+  bool durable() const override { return t_->durable; }
   const std::string& required_transport() const override { return t_->require_transport; }
 
   void Progress(uint64_t bytes_done) override {

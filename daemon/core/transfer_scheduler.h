@@ -47,6 +47,8 @@ struct TransferSpec {
   RangeSpec destination;
   PathKind path = PathKind::kAuto;
   bool checksum = false;
+  // Into a FILE buffer: on stable storage (fdatasync) before the move is SUCCEEDED.
+  bool durable = false;
   std::string label;
   // Its class (qos.h): ready moves start latency first, then normal, then bulk.
   Priority priority = Priority::kNormal;
@@ -70,6 +72,7 @@ struct TransferSnapshot {
   uint64_t length = 0;
   uint64_t pieces = 0;  // A vectored move's pieces (0: one contiguous range).
   PathKind path = PathKind::kAuto;
+  bool durable = false;
   TransferState state = TransferState::kQueued;
   uint64_t bytes_done = 0;
   std::string owner;

@@ -24,6 +24,8 @@ const char* PathKindName(PathKind path) {
       return "UCX";
     case PathKind::kMpi:
       return "MPI";
+    case PathKind::kFile:
+      return "FILE_IO";
   }
   return "?";
 }
@@ -80,6 +82,7 @@ TransferSnapshot TransferScheduler::SnapshotLocked(const Record& t) const {
   s.end_time = t.end_time;
   s.status = t.status;
   s.checksum = t.checksum;
+  s.durable = t.durable;
   s.pieces = t.piece_count;
   s.source_xxh3 = t.source_xxh3;
   s.destination_xxh3 = t.destination_xxh3;

@@ -20,6 +20,8 @@ const char* MemoryKindName(MemoryKind kind) {
       return "PINNED_HOST";
     case MemoryKind::kDevice:
       return "DEVICE";
+    case MemoryKind::kFile:
+      return "FILE";
   }
   return "?";
 }

@@ -18,7 +18,8 @@
 
 namespace gpumove {
 
-enum class MemoryKind { kHost, kPinnedHost, kDevice };
+// kFile: a region of a file (a FILE buffer, daemon/core/file_region.h), never a pool's.
+enum class MemoryKind { kHost, kPinnedHost, kDevice, kFile };
 
 const char* MemoryKindName(MemoryKind kind);
 

@@ -26,6 +26,8 @@ v1::MemoryKind ToProto(MemoryKind kind) {
       return v1::PINNED_HOST;
     case MemoryKind::kDevice:
       return v1::DEVICE;
+    case MemoryKind::kFile:
+      return v1::FILE;
   }
   return v1::MEMORY_KIND_UNSPECIFIED;
 }
@@ -42,6 +44,8 @@ absl::StatusOr<PathKind> FromProto(v1::Path path) {
       return PathKind::kUcx;
     case v1::MPI:
       return PathKind::kMpi;
+    case v1::FILE_IO:
+      return PathKind::kFile;
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown path ", path));
   }
@@ -59,6 +63,8 @@ v1::Path ToProto(PathKind path) {
       return v1::UCX;
     case PathKind::kMpi:
       return v1::MPI;
+    case PathKind::kFile:
+      return v1::FILE_IO;
   }
   return v1::PATH_AUTO;
 }

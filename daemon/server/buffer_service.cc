@@ -236,4 +236,43 @@ grpc::Status BufferServiceImpl::Export(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status BufferServiceImpl::RegisterFile(grpc::ServerContext* context,
+                                             const v1::RegisterFileRequest* request,
+                                             v1::Buffer* response) {
+  GPUMOVE_CHECK_CALLER(caller, *auth_, context, Access::kChange, "RegisterFile");
+  GPUMOVE_CHECK_FIELDS(*request);
+  if (auto forwarded = MaybeForward(request->node(), &v1::BufferService::Stub::RegisterFile,
+                                    context, *request, response)) {
+    return *forwarded;
+  }
+  if (file_roots_ == nullptr || file_roots_->empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", node_, " has no file roots (gpumoved --file_roots)"));
+  }
+  // Before anything is opened or created.
+  auto ttl = FromProto(request->lease_ttl());
+  if (!ttl.ok()) return ToGrpcStatus(ttl.status());
+  if (*ttl < absl::ZeroDuration()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "lease_ttl must not be negative");
+  }
+  FileRequest file;
+  file.root = request->root();
+  file.path = request->path();
+  file.offset = request->offset();
+  file.length = request->length();
+  file.writable = request->writable();
+  file.create = request->create();
+  auto region = file_roots_->Open(file);
+  if (!region.ok()) return ToGrpcStatus(region.status());
+  FileBufferOptions options;
+  options.file = *std::move(region);
+  options.lease_ttl = *ttl;
+  options.label = request->label();
+  options.owner = caller.owner();
+  auto info = registry_->AdoptFile(std::move(options));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, node_, response);
+  return grpc::Status::OK;
+}
+
 }  // namespace gpumove

@@ -9,6 +9,7 @@
 #include "daemon/core/buffer_registry.h"
 #include "daemon/gpu/gpu.h"
 #include "daemon/gpu/ipc.h"
+#include "daemon/path/file/file_roots.h"
 #include "daemon/server/auth.h"
 #include "daemon/server/call_limits.h"
 #include "proto/gpumove/v1/gpumove.grpc.pb.h"
@@ -52,9 +53,14 @@ class BufferServiceImpl final
                       v1::Buffer* response) override;
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
                       v1::ExportResponse* response) override;
+  grpc::Status RegisterFile(grpc::ServerContext* context, const v1::RegisterFileRequest* request,
+                            v1::Buffer* response) override;
 
   // Caps the calls that last (streams, waits); null: no caps. Set before serving.
   void set_long_calls(LongCalls* calls) { long_calls_ = calls; }
+  // Where RegisterFile finds files (must outlive the service); null or empty: it answers
+  // FAILED_PRECONDITION. Set before serving.
+  void set_file_roots(const FileRoots* roots) { file_roots_ = roots; }
 
  private:
   friend class ReadReactor;
@@ -74,6 +80,7 @@ class BufferServiceImpl final
                                            Response* response);
 
   LongCalls* long_calls_ = nullptr;
+  const FileRoots* file_roots_ = nullptr;
   const Authenticator* const auth_;
   BufferRegistry* const registry_;
   GpuRuntime* const gpu_;

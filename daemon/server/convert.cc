@@ -115,6 +115,12 @@ void ToProto(const BufferInfo& info, const std::string& node, v1::Buffer* out) {
   out->set_imported(info.imported);
   out->set_exportable(info.exportable);
   out->set_owner_pid(info.owner_pid);
+  if (info.file != nullptr) {
+    out->set_file_root(info.file->root());
+    out->set_file_path(info.file->path());
+    out->set_file_offset(info.file->offset());
+    out->set_file_writable(info.file->writable());
+  }
 }
 
 void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
@@ -137,6 +143,7 @@ void ToProto(const TransferSnapshot& t, v1::Transfer* out) {
     out->set_error_message(Bounded(t.status.message()));
   }
   out->set_checksum(t.checksum);
+  out->set_durable(t.durable);
   out->set_source_xxh3(t.source_xxh3);
   out->set_destination_xxh3(t.destination_xxh3);
   out->set_idempotency_key(t.idempotency_key);

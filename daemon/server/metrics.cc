@@ -121,7 +121,7 @@ T& Cached(std::atomic<T*>& slot, Make make) {
 
 }  // namespace
 
-static_assert(static_cast<int>(PathKind::kMpi) + 1 == 5, "Metrics::kPaths");
+static_assert(static_cast<int>(PathKind::kFile) + 1 == 6, "Metrics::kPaths");
 static_assert(static_cast<int>(TransferState::kCancelled) + 1 == 5, "Metrics::kStates");
 
 void Metrics::OnTransferEnd(const TransferEnd& t) {

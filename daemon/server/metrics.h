@@ -62,7 +62,7 @@ class Metrics : public PeerCallObserver {
   static int SizeClass(uint64_t bytes);
 
   // The series of one path (one state, one size class), made on first use.
-  static constexpr int kPaths = 5, kStates = 5, kSizeClasses = 6;
+  static constexpr int kPaths = 6, kStates = 5, kSizeClasses = 6;
   struct PathSeries {
     std::atomic<prometheus::Counter*> transfers[kStates] = {};
     std::atomic<prometheus::Counter*> bytes{nullptr};

@@ -53,8 +53,10 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::Ge
   automatic->set_reason(
       "per move, the first available of LOCAL (both ends here), CUDA_IPC (device memory of "
       "a daemon on this host), UCX, MPI that can serve it, "
-      "preferring one that needs no host staging of device memory");
-  for (PathKind path : {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi}) {
+      "preferring one that needs no host staging of device memory; FILE_IO for a move with "
+      "a FILE buffer at one end");
+  for (PathKind path :
+       {PathKind::kLocal, PathKind::kCudaIpc, PathKind::kUcx, PathKind::kMpi, PathKind::kFile}) {
     v1::PathInfo* info = response->add_paths();
     info->set_path(ToProto(path));
     bool available = false;
@@ -71,6 +73,8 @@ grpc::Status NodeServiceImpl::GetInfo(grpc::ServerContext* context, const v1::Ge
       info->set_reason(facts_.mpi_status);
     } else if (path == PathKind::kCudaIpc) {
       info->set_reason(facts_.cuda_ipc_status);
+    } else if (path == PathKind::kFile) {
+      info->set_reason(facts_.file_status);
     }
   }
   response->set_cuda_compiled(facts_.gpu->cuda_compiled());

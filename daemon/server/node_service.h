@@ -43,6 +43,7 @@ struct NodeFacts {
   bool tls_client_certificates = false;
   std::string peer_authentication;  // NodeInfo.peer_authentication
   std::vector<std::string> gpu_nic_topology;  // NodeInfo.gpu_nic_topology
+  std::string file_status;                    // Path FILE_IO: its engine and roots.
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {

@@ -198,6 +198,7 @@ grpc::Status TransferServiceImpl::SpecsOf(const Caller& caller, const v1::Submit
     spec.destination = FromProto(in.destination());
     spec.path = *path;
     spec.checksum = in.checksum();
+    spec.durable = in.durable();
     spec.label = in.label();
     spec.priority = FromProto(in.priority()).value_or(Priority::kNormal);  // CheckPriorities.
     spec.require_transport = in.require_transport();                       // CheckPriorities.
