@@ -8,7 +8,7 @@
 # The JSON files come back with $OUT; draw (or redraw) them here into the docs with
 #   bazel run //client/bench/tool:gpumove-bench -- plot $PWD/OUT/*.json -o $PWD/docs/benchmarks
 # SUBS picks subcommands (default: local small node vectored vecdev staged direct gpu_local
-# python mpi mpi_datatype tls);
+# python mpi mpi_datatype tls qos storage);
 # SECONDS_PER=0.3 and ROUNDS=3 set each point's time and rounds.
 # Usage (device machine): bash deploy/gpu/plots.sh
 set -uo pipefail
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/gpumove-gpu/bench}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPUMOVED="$PWD/.gpu/bin/gpumoved" PATH="$PWD/.gpu/tools:$PATH"
-SUBS=${SUBS:-local small node vectored vecdev staged direct gpu_local python mpi mpi_datatype tls}
+SUBS=${SUBS:-local small node vectored vecdev staged direct gpu_local python mpi mpi_datatype tls qos storage}
 B=(.gpu/bin/gpumove-bench)
 common=(--rounds="${ROUNDS:-3}" --seconds="${SECONDS_PER:-0.3}")
 rc=0
@@ -58,6 +58,8 @@ netpipe=$(command -v NPopenmpi >/dev/null && echo true || echo false)
 on mpi && bench mpi mpi --mpi_max_size=256MiB --netpipe="$netpipe"
 on mpi_datatype && bench mpi_datatype mpi_datatype
 on tls && bench tls tls --tls_small_moves=3000
+on qos && bench qos qos --qos_window=10s
+on storage && bench storage storage --storage_dir=/var/tmp --storage_max_size=1GiB
 "${B[@]}" plot "$OUT"/*.json -o "$OUT/plots" ||
   echo "not drawn here (matplotlib?): draw the JSON files of $OUT on the build machine (see above)"
 echo "-- done at ${SECONDS}s"

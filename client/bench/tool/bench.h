@@ -162,6 +162,7 @@ Subcommand MpiSubcommand();
 Subcommand MpiDatatypeSubcommand();
 Subcommand TlsSubcommand();
 Subcommand QosSubcommand();
+Subcommand StorageSubcommand();
 RankChild MpiRawRank();
 RankChild MpiDatatypeRank();
 

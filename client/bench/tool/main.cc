@@ -37,7 +37,8 @@ namespace {
 std::vector<Subcommand> Subcommands() {
   return {LocalSubcommand(),  SmallSubcommand(),       NodeSubcommand(),     VectoredSubcommand(),
           DirectSubcommand(), StagedSubcommand(),      GpuLocalSubcommand(), PythonSubcommand(),
-          MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand(),      QosSubcommand()};
+          MpiSubcommand(),    MpiDatatypeSubcommand(), TlsSubcommand(),      QosSubcommand(),
+          StorageSubcommand()};
 }
 
 std::string Usage() {

@@ -53,6 +53,7 @@ sleep 0.5
 ! pgrep -f "ucx_perftest -t ucp_put_bw" >/dev/null || { echo "FAIL: a ucx_perftest was left running"; exit 1; }
 run vectored vectored --vec_case=local --vec_shapes=64x4KiB,16x64KiB --separate_blocks=32
 run vectored_ucx vectored --vec_case=ucx --vec_shapes=64x4KiB --separate_blocks=32
+run storage storage --storage_min_size=64KiB --storage_max_size=1MiB --storage_dir="${TEST_TMPDIR:-/tmp}"
 run qos qos --qos_bulk_size=1MiB --qos_bulk_streams=2 --qos_window=200ms
 may_skip tls tls cpu --tls_small_moves=50 --tls_big=4MiB --tls_big_moves=2
 may_skip python python cpu --py_min_size=4KiB --py_max_size=64KiB
@@ -71,7 +72,7 @@ if "$BENCH" compare --before=/nonexistent --after="$GPUMOVED" local >"$out/bad.t
   echo "FAIL: compare accepted a missing gpumoved"; exit 1
 fi
 grep -q "no /nonexistent" "$out/bad.txt" || { cat "$out/bad.txt"; echo "FAIL: compare's error"; exit 1; }
-plotted="local small node vectored qos"
+plotted="local small node vectored qos storage"
 fi
 PYTHONPATH="$out/py" python3 - "$out"/*.json <<'PY'
 import sys
@@ -93,6 +94,7 @@ for path in sys.argv[1:]:
         "small": {"gpumove", "gpumove node", "grpc echo"},
         "mpi": {"gpumove single", "gpumove stream", "raw MPI", "raw MPI cold", "memcpy cold"},
         "mpi_datatype": {"contiguous", "datatype", "dt/chunk", "packed"},
+        "storage": {"gpumove write", "gpumove read", "pwrite", "pread"},
         "qos": {"b p99 under bulk", "b p99 idle", "b p99 under bulk, normal class",
                 "a:c bytes", "a+c GB/s, weighted bulk", "a+c GB/s, plain normal",
                 "a bulk GB/s under a latency flood"},
