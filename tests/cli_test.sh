@@ -6,8 +6,10 @@ RUNFILES="${TEST_SRCDIR:-$PWD/..}/gpumove"
 GPUMOVED="$RUNFILES/daemon/gpumoved"
 CTL="$RUNFILES/client/cli/gpumovectl"
 WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")"
+mkdir "$WORK/files"
 "$GPUMOVED" --listen=127.0.0.1:0 --port_file="$WORK/addr" --node=cli-node \
-  --host_pool_size=256MiB --pinned_pool_size=32MiB 2>"$WORK/daemon.log" &
+  --host_pool_size=256MiB --pinned_pool_size=32MiB --file_roots="$WORK/files" \
+  2>"$WORK/daemon.log" &
 DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
 for _ in $(seq 200); do [ -s "$WORK/addr" ] && break; sleep 0.05; done
@@ -72,6 +74,17 @@ P=$("$CTL" prepare --blocks "$WORK/blocks" --block_size 4KiB --label kv)
 "$CTL" prepared | grep "$P" | grep -qE " 2 +8 KiB .*kv$" || fail "prepared does not list $P"
 "$CTL" move "$A" "$B" --prepared "$P" | grep -q "2 pieces" || fail "move --prepared"
 [ "$("$CTL" read "$B" - --length 10)" = "block-two!" ] || fail "prepared block 2 -> 0"
+# A file region as a buffer (issue 53): made under the root, moved into, bytes on disk.
+F=$("$CTL" file ckpt/../ckpt.bin 4KiB --writable --create 2>&1) && fail "a path with .. was taken: $F"
+[[ "$F" == *PERMISSION_DENIED* ]] || fail "the refusal of a path with ..: $F"
+expect_code 2 "--create needs --writable" -- "$CTL" file new.bin 4KiB --create
+F=$("$CTL" file ckpt.bin 1MiB --writable --create --label ckpt) || fail "file: $F"
+"$CTL" ls | grep -q "^$F .* file .*ckpt" || fail "ls does not show the file buffer: $("$CTL" ls)"
+out=$("$CTL" move "$A" "$F" --length 1MiB --checksum) || fail "move into the file: $out"
+[[ "$out" == *SUCCEEDED*FILE_IO*"via io_uring"* || "$out" == *SUCCEEDED*FILE_IO*"via pread/pwrite"* ]] ||
+  fail "move into the file: $out"
+"$CTL" read "$A" "$WORK/a1m" --length 1MiB
+cmp -s "$WORK/a1m" "$WORK/files/ckpt.bin" || fail "the file's bytes differ"
 expect_code 2 "not both" -- "$CTL" move "$A" "$B" --prepared "$P" --blocks "$WORK/blocks" --block_size 4KiB
 "$CTL" release-pieces "$P"
 "$CTL" prepared | grep -q "no prepared piece lists" || fail "release-pieces"

@@ -64,6 +64,24 @@ int Alloc(Client& c, const Args& args) {
   return PrintBuffer(*b);
 }
 
+int RegisterFile(Client& c, const Args& args) {
+  Need(args, 2);
+  v1::RegisterFileRequest request;
+  request.set_path(args[1]);
+  request.set_length(SizeArg(args[2], "LENGTH"));
+  request.set_offset(SizeArg(absl::GetFlag(FLAGS_offset), "--offset"));
+  request.set_root(absl::GetFlag(FLAGS_root));
+  request.set_writable(absl::GetFlag(FLAGS_writable));
+  request.set_create(absl::GetFlag(FLAGS_create));
+  if (request.create() && !request.writable()) throw UsageError{"--create needs --writable"};
+  SetLease(request.mutable_lease_ttl());
+  request.set_label(absl::GetFlag(FLAGS_label));
+  request.set_node(absl::GetFlag(FLAGS_node));
+  auto b = c.RegisterFile(request);
+  if (!b.ok()) return Fail(b.status());
+  return PrintBuffer(*b);
+}
+
 int List(Client& c, const Args& args) {
   Need(args, 0);
   auto list = c.ListBuffers(absl::GetFlag(FLAGS_node));
@@ -213,6 +231,10 @@ std::vector<Command> BufferCommands() {
       {"alloc", "SIZE", "allocate a buffer (on --node); prints its id",
        {"kind", "gpu", "lease", "label", "node", "exportable"},
        "gpumovectl alloc 64MiB --kind device --gpu 0 --lease 10m --label kv-cache", Alloc},
+      {"file", "PATH LENGTH",
+       "a region of a file under one of the node's --file_roots as a buffer; prints its id",
+       {"root", "offset", "writable", "create", "lease", "label", "node"},
+       "gpumovectl file ckpt/model-00001.safetensors 4GiB --writable --create", RegisterFile},
       {"ls", "", "list buffers (of --node)", {"node"}, "gpumovectl ls --node node-b", List},
       {"get", "BUF", "show one buffer", {}, "gpumovectl get node-b/b-1f3a9c0d2e4b5a67", Get},
       {"release", "BUF", "free a buffer", {}, "gpumovectl release b-1f3a9c0d2e4b5a67", Release},

@@ -20,6 +20,9 @@ ABSL_FLAG(bool, wait, true,
           "move, cancel: wait for the end (--nowait: move prints the id and returns; cancel "
           "answers at once, the move maybe still stopping).");
 ABSL_FLAG(std::string, path, "auto", "move: auto | local | cuda_ipc | ucx | mpi.");
+ABSL_FLAG(std::string, root, "", "file: one of the node's --file_roots (empty: its only one).");
+ABSL_FLAG(bool, writable, false, "file: the region may be moved into.");
+ABSL_FLAG(bool, create, false, "file: make the file (mode 0600) when missing (needs --writable).");
 ABSL_FLAG(std::string, require, "",
           "move: the transport class the move must run over between hosts (rdma or tcp); "
           "empty: any.");

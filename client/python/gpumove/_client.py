@@ -169,6 +169,20 @@ class Client:
             self._buffers.Allocate,
             req.allocate(size, kind, device, node, lease, label, exportable)), self)
 
+    def register_file(self, path: str, length: Union[int, str], *,
+                      offset: Union[int, str] = 0, root: str = "", writable: bool = False,
+                      create: bool = False, node: Optional[str] = None,
+                      lease: Optional[float] = None, label: str = "") -> Buffer:
+        """A region of a file under one of the node's --file_roots as a buffer of kind
+        "file" (`root`: which, "" for the only one; `path` relative to it; `length` bytes
+        from `offset`). `writable` to move into it, `create` to make it (mode 0600)
+        when missing. Moves between it and host memory on its node run on path FILE_IO
+        (`durable=` is not a Python option yet: SUCCEEDED means the bytes are in the file)."""
+        return Buffer.from_proto(self._call(
+            self._buffers.RegisterFile,
+            req.register_file(path, length, offset, root, writable, create, node, lease,
+                              label)), self)
+
     def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
         """Frees a buffer (NOT_FOUND if it is gone; FAILED_PRECONDITION while a move uses
         it)."""

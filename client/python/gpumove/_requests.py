@@ -66,6 +66,23 @@ def allocate(size: Union[int, str], kind: str, device: int, node: Optional[str],
     return req
 
 
+def register_file(path: str, length: Union[int, str], offset: Union[int, str], root: str,
+                  writable: bool, create: bool, node: Optional[str], lease: Optional[float],
+                  label: str) -> pb.RegisterFileRequest:
+    """`path` relative to the root (the daemon checks it beneath the root); sizes as bytes
+    or strings such as "64MiB"."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"path must be a non-empty string, not {path!r}")
+    if create and not writable:
+        raise ValueError("create needs writable")
+    req = pb.RegisterFileRequest(root=root, path=path, offset=_checks.size(offset, "offset"),
+                                 length=_checks.size(length, "length"),
+                                 writable=writable, create=create, label=label, node=node or "")
+    if lease is not None:
+        req.lease_ttl.CopyFrom(duration(lease, "lease"))
+    return req
+
+
 def renew(buffer: BufferLike, lease: Optional[float]) -> pb.RenewLeaseRequest:
     bid, bnode = buffer_id(buffer)
     req = pb.RenewLeaseRequest(buffer_id=bid, node=bnode)

@@ -12,10 +12,10 @@ from gpumove import _checks
 from gpumove.v1 import gpumove_pb2 as pb
 
 KINDS = {"host": pb.HOST, "pinned": pb.PINNED_HOST, "device": pb.DEVICE}
-KIND_NAMES = {pb.HOST: "host", pb.PINNED_HOST: "pinned", pb.DEVICE: "device",
+KIND_NAMES = {pb.HOST: "host", pb.PINNED_HOST: "pinned", pb.DEVICE: "device", pb.FILE: "file",
               pb.MEMORY_KIND_UNSPECIFIED: "host"}
 PATHS = {"auto": pb.PATH_AUTO, "local": pb.LOCAL, "cuda_ipc": pb.CUDA_IPC, "ucx": pb.UCX,
-         "mpi": pb.MPI}
+         "mpi": pb.MPI, "file_io": pb.FILE_IO}
 PATH_NAMES = {v: k for k, v in PATHS.items()}
 # A move's class: ready moves start latency first, then normal, then bulk.
 PRIORITIES = {"latency": pb.LATENCY, "normal": pb.NORMAL, "bulk": pb.BULK}

@@ -136,6 +136,15 @@ class Client:
             self._buffers.Allocate,
             req.allocate(size, kind, device, node, lease, label, exportable)), self)
 
+    async def register_file(self, path: str, length: Union[int, str], *,
+                            offset: Union[int, str] = 0, root: str = "", writable: bool = False,
+                            create: bool = False, node: Optional[str] = None,
+                            lease: Optional[float] = None, label: str = "") -> Buffer:
+        return Buffer.from_proto(await self._call(
+            self._buffers.RegisterFile,
+            req.register_file(path, length, offset, root, writable, create, node, lease,
+                              label)), self)
+
     async def release(self, buffer: BufferLike, node: Optional[str] = None) -> None:
         bid, bnode = buffer_id(buffer)
         await self._call(self._buffers.Release,

@@ -123,6 +123,38 @@ def test_a_required_transport_is_sent_and_checked(client):
     client.release(dst)
 
 
+def test_a_file_region_is_a_buffer(tmp_path):
+    from conftest import start
+    root = tmp_path / "root"
+    root.mkdir()
+    d = start("py-files", f"--file_roots={root}")
+    try:
+        with gpumove.Client(d.address) as c:
+            size = (1 << 20) + 5
+            src = c.allocate(size)
+            back = c.allocate(size)
+            data = bytes(range(256)) * (size // 256) + b"tail!"
+            c.write(src, data)
+            f = c.register_file("out.bin", size, writable=True, create=True, label="ckpt")
+            assert f.kind == "file" and f.size == size
+            t = c.move(src, f, checksum=True)
+            assert t.ok and t.path == "file_io", t
+            assert (root / "out.bin").read_bytes() == data
+            again = c.register_file("out.bin", size)  # Read-only.
+            assert c.move(again, back, checksum=True).ok
+            assert c.read(back) == data
+            for bad in ("../escape", "/etc/passwd", "a/../../b"):
+                with pytest.raises(gpumove.Error) as e:
+                    c.register_file(bad, 4096, writable=True, create=True)
+                assert e.value.code in (grpc.StatusCode.INVALID_ARGUMENT,
+                                        grpc.StatusCode.PERMISSION_DENIED), bad
+            with pytest.raises(ValueError, match="create needs writable"):
+                c.register_file("x.bin", 4096, create=True)
+            assert not (tmp_path / "escape").exists()
+    finally:
+        d.stop()
+
+
 def test_cancel_a_slow_move():
     from conftest import start
     d = start("py-slow", "--max_move_rate=8MiB")
