@@ -176,8 +176,8 @@ class Client:
         """A region of a file under one of the node's --file_roots as a buffer of kind
         "file" (`root`: which, "" for the only one; `path` relative to it; `length` bytes
         from `offset`). `writable` to move into it, `create` to make it (mode 0600)
-        when missing. Moves between it and host memory on its node run on path FILE_IO
-        (`durable=` is not a Python option yet: SUCCEEDED means the bytes are in the file)."""
+        when missing. Moves between it and host memory on its node run on path FILE_IO;
+        SUCCEEDED means the bytes are in the file, on stable storage with move(durable=True)."""
         return Buffer.from_proto(self._call(
             self._buffers.RegisterFile,
             req.register_file(path, length, offset, root, writable, create, node, lease,
@@ -257,7 +257,8 @@ class Client:
              block_size: Optional[int] = None, segments=None,
              prepared: Optional[PreparedLike] = None, notify=None, wait: bool = True,
              timeout: Optional[float] = None, label: str = "", check: bool = True,
-             progress: bool = False, priority: str = "normal", require: str = "") -> Transfer:
+             progress: bool = False, priority: str = "normal", require: str = "",
+             durable: bool = False) -> Transfer:
         """Moves source's bytes to destination (ranges: Buffers, Refs, "[node/]id").
         Vectored: `blocks=(src_idx, dst_idx)` with `block_size` (numpy arrays welcome),
         `segments=[(src_off, dst_off, len), ...]`, or `prepared=` a list kept by
@@ -271,7 +272,7 @@ class Client:
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
                              prepared=prepared, notify=notify, label=label,
-                             priority=priority, require=require)
+                             priority=priority, require=require, durable=durable)
         if progress and wait:
             t = self.submit([spec], wait=False)[0]
             shown = Progress(t)

@@ -183,13 +183,15 @@ def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional
                   block_size: Optional[int] = None, segments: Optional[Sequence] = None,
                   prepared: Optional[PreparedLike] = None,
                   notify: Optional[bytes] = None, label: str = "",
-                  priority: str = "normal", require: str = "") -> pb.TransferSpec:
+                  priority: str = "normal", require: str = "",
+                  durable: bool = False) -> pb.TransferSpec:
     """One TransferSpec. `blocks` is a (source_indices, destination_indices) pair (with
     `block_size`) or a pb.BlockList; `segments` a sequence of (source_offset,
     destination_offset, length) triples; `prepared` a list kept by Client.prepare (instead
     of blocks or segments); `notify` bytes (or str) for a notification; `priority` the
     move's class, "latency", "normal" or "bulk"; `require` the transport class the move must
-    run over between hosts, "rdma" or "tcp" ("": any)."""
+    run over between hosts, "rdma" or "tcp" ("": any); `durable`: a move into a file buffer
+    ends once its bytes are on stable storage (fdatasync)."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {sorted(PATHS)}, not {path!r}")
     if priority not in PRIORITIES:
@@ -201,7 +203,8 @@ def transfer_spec(source: RangeLike, destination: RangeLike, *, length: Optional
         src = Ref(buffer=src.buffer, node=src.node, offset=src.offset, length=length)
     spec = pb.TransferSpec(source=src.to_proto(), destination=to_ref(destination).to_proto(),
                            path=PATHS[path], checksum=checksum, label=label,
-                           priority=PRIORITIES[priority], require_transport=require)
+                           priority=PRIORITIES[priority], require_transport=require,
+                           durable=durable)
     if prepared is not None:
         if blocks is not None or segments is not None:
             raise ValueError("give blocks, segments or prepared, not two of them")

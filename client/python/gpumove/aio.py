@@ -212,11 +212,12 @@ class Client:
                    prepared: Optional[PreparedLike] = None, notify=None,
                    wait: bool = True, timeout: Optional[float] = None, label: str = "",
                    check: bool = True, progress: bool = False,
-                   priority: str = "normal", require: str = "") -> Transfer:
+                   priority: str = "normal", require: str = "",
+                   durable: bool = False) -> Transfer:
         spec = transfer_spec(source, destination, length=length, checksum=checksum, path=path,
                              blocks=blocks, block_size=block_size, segments=segments,
                              prepared=prepared, notify=notify, label=label,
-                             priority=priority, require=require)
+                             priority=priority, require=require, durable=durable)
         if progress and wait:
             t = (await self.submit([spec], wait=False))[0]
             shown = Progress(t)

@@ -137,8 +137,9 @@ def test_a_file_region_is_a_buffer(tmp_path):
             c.write(src, data)
             f = c.register_file("out.bin", size, writable=True, create=True, label="ckpt")
             assert f.kind == "file" and f.size == size
-            t = c.move(src, f, checksum=True)
+            t = c.move(src, f, checksum=True, durable=True)
             assert t.ok and t.path == "file_io", t
+            assert gpumove.spec(src, f, durable=True).durable
             assert (root / "out.bin").read_bytes() == data
             again = c.register_file("out.bin", size)  # Read-only.
             assert c.move(again, back, checksum=True).ok
