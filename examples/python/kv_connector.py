@@ -194,6 +194,11 @@ class PrefillConnector:
                                         name="kv-sender")
         self._sender.start()
         self._batch: Optional[dict] = None
+        # One CUDA event a layer, made once and recorded again each batch (finish() waits
+        # for the sender, so a batch's events are all consumed before the next records
+        # them): save_layer then only records one and queues the layer.
+        self._events = ([torch.cuda.Event() for _ in range(pool.layers)] if pool.mapped
+                        else None)
 
     def begin(self, batch: str, src_tables: Sequence[Sequence[int]],
               dst_tables: Sequence[Sequence[int]]) -> None:
@@ -230,8 +235,8 @@ class PrefillConnector:
         if b["first_wall"] is None:
             b["first_wall"] = time.time()  # The daemon's times are wall clock too.
         event = None
-        if self.pool.mapped:
-            event = torch.cuda.Event()
+        if self._events is not None:
+            event = self._events[layer]
             event.record()
         if self.layerwise:
             self._jobs.put((b, [layer], event))
