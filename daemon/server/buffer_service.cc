@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/quote.h"
 #include "daemon/server/auth.h"
@@ -258,6 +259,19 @@ grpc::Status BufferServiceImpl::RegisterFile(grpc::ServerContext* context,
   FileRequest file;
   file.root = request->root();
   file.path = request->path();
+  // A daemon with principals keeps each tenant's files beneath <root>/<tenant>/ (made by
+  // the operator); an admin, who manages every tenant's, and the open daemon's one tenant
+  // resolve from the root itself. An absolute path goes as it is: the roots refuse it.
+  if (!auth_->open() && caller.role != Role::kAdmin && !absl::StartsWith(file.path, "/")) {
+    const std::string& t = caller.tenant;
+    if (t.empty() || t == "." || t == ".." || t.size() > 255 ||
+        t.find_first_of(std::string("/\0", 2)) != std::string::npos) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("tenant ", Quoted(t.substr(0, 64)),
+                                       " cannot name a directory beneath a file root"));
+    }
+    file.path = absl::StrCat(t, "/", file.path);
+  }
   file.offset = request->offset();
   file.length = request->length();
   file.writable = request->writable();

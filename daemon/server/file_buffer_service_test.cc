@@ -30,12 +30,15 @@ class FileBufferServiceTest : public ServiceTestBase {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = fs::path(tmp != nullptr ? tmp : "/tmp") / ("filesvc-" + std::to_string(getpid()));
     fs::remove_all(dir_);
-    fs::create_directories(dir_ / "root");
-    fs::create_directories(dir_ / "ro");
-    std::ofstream(dir_ / "root" / "data") << std::string(8192, 'x');
-    std::ofstream(dir_ / "ro" / "data") << std::string(100, 'y');
+    // With principals, a tenant's files are beneath <root>/<tenant>/.
+    fs::create_directories(dir_ / "root" / "team-a");
+    fs::create_directories(dir_ / "root" / "team-b");
+    fs::create_directories(dir_ / "ro" / "team-a");
+    std::ofstream(dir_ / "root" / "team-a" / "data") << std::string(8192, 'x');
+    std::ofstream(dir_ / "root" / "team-b" / "theirs") << std::string(100, 'b');
+    std::ofstream(dir_ / "ro" / "team-a" / "data") << std::string(100, 'y');
     std::ofstream(dir_ / "secret") << "secret";
-    fs::create_symlink(dir_ / "secret", dir_ / "root" / "link");
+    fs::create_symlink(dir_ / "secret", dir_ / "root" / "team-a" / "link");
     roots_ = *FileRoots::Create((dir_ / "root").string() + "," + (dir_ / "ro").string() + ":ro");
     SetUpNode(kTokens);
     service_ = std::make_unique<BufferServiceImpl>(auth_.get(), registry_.get(), gpu_.get(), "n");
@@ -81,7 +84,7 @@ TEST_F(FileBufferServiceTest, RegistersAFileRegionAsABuffer) {
   EXPECT_EQ(b.owner(), "team-a");
   EXPECT_EQ(b.label(), "weights");
   EXPECT_TRUE(b.has_lease_expire_time());
-  EXPECT_EQ(b.file_path(), "data");
+  EXPECT_EQ(b.file_path(), "team-a/data");  // Beneath its tenant's directory.
   EXPECT_EQ(b.file_root(), (dir_ / "root").string());
   EXPECT_EQ(b.file_offset(), 4096u);
   EXPECT_FALSE(b.file_writable());
@@ -106,7 +109,24 @@ TEST_F(FileBufferServiceTest, RegistersAFileRegionAsABuffer) {
   c.set_create(true);
   ASSERT_TRUE(Register(c, &b).ok());
   EXPECT_TRUE(b.file_writable());
-  EXPECT_TRUE(fs::exists(dir_ / "root" / "new.bin"));
+  EXPECT_TRUE(fs::exists(dir_ / "root" / "team-a" / "new.bin"));
+}
+
+// A tenant's paths resolve beneath <root>/<tenant>/: another tenant's file is not there
+// (NOT_FOUND), climbing out of the tenant's directory is refused, and nothing is created
+// outside it.
+TEST_F(FileBufferServiceTest, ATenantReachesOnlyItsOwnDirectory) {
+  constexpr char kBob[] = "bob-token-0123456789";
+  EXPECT_TRUE(Register(Req("theirs", 100), nullptr, kBob).ok());
+  EXPECT_EQ(Register(Req("theirs", 100)).error_code(), StatusCode::NOT_FOUND);  // Alice.
+  EXPECT_EQ(Register(Req("../team-b/theirs", 100)).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register(Req("data", 100), nullptr, kBob).error_code(), StatusCode::NOT_FOUND);
+  v1::RegisterFileRequest c = Req("made.bin", 4096, true);
+  c.set_create(true);
+  ASSERT_TRUE(Register(c, nullptr, kBob).ok());
+  EXPECT_TRUE(fs::exists(dir_ / "root" / "team-b" / "made.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "root" / "made.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "root" / "team-a" / "made.bin"));
 }
 
 TEST_F(FileBufferServiceTest, RefusalsHaveTheirCodesAndChangeNothing) {
@@ -144,7 +164,7 @@ TEST_F(FileBufferServiceTest, RefusalsHaveTheirCodesAndChangeNothing) {
   negative.set_create(true);
   negative.mutable_lease_ttl()->set_seconds(-5);
   EXPECT_EQ(Register(negative).error_code(), StatusCode::INVALID_ARGUMENT);
-  EXPECT_FALSE(fs::exists(dir_ / "root" / "made"));  // Nothing created on error.
+  EXPECT_FALSE(fs::exists(dir_ / "root" / "team-a" / "made"));  // Nothing created on error.
   EXPECT_EQ(Buffers(), 1u);                          // Only the read-only one above.
   // No roots: FAILED_PRECONDITION.
   service_->set_file_roots(nullptr);
