@@ -374,10 +374,14 @@ ABSL_NAMESPACE_END
 // message): those calls made from that library are ignored (called_from_lib), as TSan's own
 // documentation does for uninstrumented libraries; its functions' other accesses are not seen
 // anyway. Seen once in twelve runs of //daemon/cluster:cluster_test (gRPC's event_engine
-// thread reading a status the heartbeat thread made).
+// thread reading a status the heartbeat thread made). The same for upb, the protobuf runtime
+// inside gRPC: a memcpy called from libupb.so on gRPC's default executor, of bytes an
+// absl::Cord allocated on gRPC's timer thread handed over through gRPC's own atomics (CI's
+// TSan stage, //daemon/server:starting_server_test, once).
 extern "C" const char* __tsan_default_suppressions() {
   return "race:libgrpc.so\n"
          "race:libgpr.so\n"
          "race:libgrpc++.so\n"
-         "called_from_lib:libabsl_status.so\n";
+         "called_from_lib:libabsl_status.so\n"
+         "called_from_lib:libupb.so\n";
 }
